@@ -32,6 +32,8 @@ from pathlib import Path
 
 from scripts import ray_auth
 
+ray_auth.use_token_auth()  # before anything imports ray: Ray reads its auth mode once, at import
+
 REPO = Path(__file__).resolve().parent.parent
 START_TIMEOUT_S = 90
 STOP_GRACE_S = 10
@@ -143,6 +145,9 @@ def _worker_args(spec: ClusterSpec, index: int) -> list[str]:
         f"--node-manager-port={b}", f"--object-manager-port={b + 1}", f"--metrics-export-port={b + 2}",
         f"--dashboard-agent-listen-port={b + 3}", f"--dashboard-agent-grpc-port={b + 4}",
         f"--runtime-env-agent-port={b + 5}",
+        # One host, one session log dir: the head's log monitor already forwards every worker's output to
+        # the driver; a monitor per node would print each line once per node. (On ECS each node has its own.)
+        "--include-log-monitor=false",
     ]  # fmt: skip
 
 
@@ -168,8 +173,7 @@ def _start_node(name: str, args: list[str], spec: ClusterSpec, env: dict, log_di
 
 def _wait_for_nodes(state: ClusterState, count: int) -> None:
     """Wait until the head reports `count` alive nodes: `ray start` says it is ready before that."""
-    os.environ.update(ray_auth.auth_env())  # this process talks to the dashboard's state API
-    from ray.util.state import list_nodes
+    from ray.util.state import list_nodes  # imported late: after ray_auth.use_token_auth()
 
     deadline = time.monotonic() + START_TIMEOUT_S
     alive = 0

@@ -40,6 +40,17 @@ def ensure_token(path: Path | None = None) -> Path:
     return path
 
 
+def use_token_auth() -> None:
+    """Default this process to token auth with the machine's token file, unless the environment already
+    names a token (on ECS the task definition's secret sets RAY_AUTH_TOKEN).
+
+    Must run before `ray` is imported: Ray reads RAY_AUTH_MODE once, at import. Creates no file; the
+    cluster start (or `ensure_token`) does."""
+    os.environ.setdefault("RAY_AUTH_MODE", "token")
+    if not (os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")):
+        os.environ["RAY_AUTH_TOKEN_PATH"] = str(token_path())
+
+
 def auth_env(path: Path | None = None) -> dict[str, str]:
     """Environment that makes a Ray process (node, driver, CLI) use the token."""
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(ensure_token(path))}

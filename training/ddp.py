@@ -1,0 +1,214 @@
+"""DDP: ResNet-18 on FashionMNIST with Ray Train, data-parallel over N workers.
+
+Local, on a laptop (starts its own Ray cluster unless one runs; `make data` first for generated data):
+    python -m training.ddp                                   # training/configs/ddp.yaml
+    python -m training.ddp epochs=3 train_subset=12000       # any key=value overrides the YAML
+    make train-ddp-local ARGS="epochs=3"
+On a running Ray cluster (make cluster-up, or any cluster with token auth):
+    RAY_ADDRESS=127.0.0.1:6390 python -m training.ddp storage=s3://my-bucket/runs
+On ECS (the trainer task runs this module inside the VPC; see scripts/launch):
+    make train-ddp BUCKET=my-bucket
+Re-running with the same run_name resumes from that run's latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import ray.train
+import ray.train.torch
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from training import checkpoint
+from training.config import ConfigError, load_config
+from training.data import fashion_mnist
+from training.data.device_batches import DeviceSplit, steps_per_epoch
+from training.ddp_config import DDPConfig
+from training.metrics import MetricsLog, format_epoch
+from training.models.resnet import resnet18_grayscale
+from training.parallel import apply_compile, apply_ddp
+from training.storage import Storage
+
+DEFAULT_CONFIG = Path(__file__).parent / "configs" / "ddp.yaml"
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What the device makes of the config: bf16 + channels_last on GPU, plain fp32 on CPU."""
+
+    device: torch.device
+    amp_dtype: torch.dtype | None
+    channels_last: bool
+
+    @classmethod
+    def resolve(cls, cfg: DDPConfig, device: torch.device) -> Runtime:
+        on_gpu = device.type == "cuda"
+        bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and on_gpu)
+        return cls(device, torch.bfloat16 if bf16 else None, cfg.channels_last and on_gpu)
+
+    def autocast(self):
+        if self.amp_dtype is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+def _load_splits(cfg: DDPConfig, rt: Runtime, local_rank: int) -> tuple[DeviceSplit, DeviceSplit]:
+    if cfg.download and local_rank != 0:
+        dist.barrier()  # one download per node, by local rank 0
+    train = fashion_mnist.load(cfg.data_dir, train=True, download=cfg.download).head(cfg.train_subset)
+    test = fashion_mnist.load(cfg.data_dir, train=False, download=cfg.download).head(cfg.test_subset)
+    if cfg.download and local_rank == 0:
+        dist.barrier()
+    return DeviceSplit(train, rt.device, rt.channels_last), DeviceSplit(test, rt.device, rt.channels_last)
+
+
+def _all_sum(*values: torch.Tensor | float, device: torch.device) -> list[float]:
+    packed = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device) for v in values])
+    dist.all_reduce(packed)
+    return packed.tolist()
+
+
+def _train_epoch(model, optimizer, data: DeviceSplit, cfg: DDPConfig, rt: Runtime, epoch: int, rank: int, world: int):
+    model.train()
+    loss_sum = torch.zeros((), device=rt.device)
+    seen = 0
+    indices = data.shard_indices(epoch, rank, world, cfg.seed, shuffle=True)
+    for x, y in data.batches(indices, cfg.batch_size, augment=cfg.augment):
+        with rt.autocast():
+            loss = F.cross_entropy(model(x), y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loss_sum += loss.detach() * y.numel()  # stays on the device: no sync per step
+        seen += y.numel()
+    return loss_sum, seen
+
+
+@torch.no_grad()
+def _evaluate(model, data: DeviceSplit, cfg: DDPConfig, rt: Runtime, rank: int, world: int):
+    model.eval()
+    loss_sum = torch.zeros((), device=rt.device)
+    correct = torch.zeros((), device=rt.device, dtype=torch.long)
+    indices = data.shard_indices(0, rank, world, cfg.seed, shuffle=False)
+    for x, y in data.batches(indices, cfg.eval_batch_size):
+        with rt.autocast():
+            logits = model(x)
+        loss_sum += F.cross_entropy(logits.float(), y, reduction="sum")
+        correct += (logits.argmax(1) == y).sum()
+    return loss_sum, correct, indices.numel()
+
+
+def train_loop(loop_config: dict) -> None:
+    """Runs on every Ray Train worker. Never branches on the platform: the Runtime carries the device."""
+    cfg: DDPConfig = loop_config["config"]
+    run_name: str = loop_config["run_name"]
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    rt = Runtime.resolve(cfg, ray.train.torch.get_device())
+    train_data, test_data = _load_splits(cfg, rt, ctx.get_local_rank())
+
+    model = resnet18_grayscale().to(rt.device)
+    if rt.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+
+    state = checkpoint.load_latest()
+    start_epoch, attempt = 1, 0
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        checkpoint.set_rng_state(state["rng"])
+        start_epoch, attempt = state["epoch"] + 1, state["attempt"] + 1
+        if rank == 0:
+            print(f"resuming {run_name} from the checkpoint of epoch {state['epoch']} (attempt {attempt})", flush=True)
+
+    # Fixed order (DESIGN.md): activation checkpointing (none for this CNN), compile, then DDP.
+    compiled = apply_compile(model, cfg.compile_mode) if cfg.compile else model
+    ddp_model = apply_ddp(compiled, rt.device)
+
+    storage = Storage(cfg.storage, cfg.s3_endpoint_url)
+    log = MetricsLog(storage, run_name, start_epoch) if rank == 0 else None
+    if rank == 0 and start_epoch == 1:
+        steps = steps_per_epoch(len(train_data), world, cfg.batch_size)
+        print(f"training on {world} x {rt.device.type} ({'bf16' if rt.amp_dtype else 'fp32'}): "
+              f"{len(train_data):,} train / {len(test_data):,} test images of "
+              f"{fashion_mnist.describe(cfg.data_dir)}, {steps} steps/epoch of {cfg.batch_size}/worker", flush=True)  # fmt: skip
+
+    for epoch in range(start_epoch, cfg.epochs + 1):
+        torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + rank)  # augmentation: reproducible on resume
+        rt.sync()
+        t0 = time.perf_counter()
+        train_loss, seen = _train_epoch(ddp_model, optimizer, train_data, cfg, rt, epoch, rank, world)
+        rt.sync()
+        train_s = time.perf_counter() - t0
+        test_loss, correct, tested = _evaluate(compiled, test_data, cfg, rt, rank, world)
+        g_train_loss, g_seen, g_test_loss, g_correct, g_tested = _all_sum(
+            train_loss, seen, test_loss, correct, tested, device=rt.device
+        )
+        epoch_s = time.perf_counter() - t0
+        row = {
+            "epoch": epoch,
+            "train_loss": g_train_loss / g_seen,
+            "test_loss": g_test_loss / g_tested,
+            "test_accuracy": g_correct / g_tested,
+            "test_images": int(g_tested),
+            "images_per_s": g_seen / train_s,
+            "images_per_s_per_worker": g_seen / train_s / world,
+            "train_s": train_s,
+            "epoch_s": epoch_s,
+            "workers": world,
+            "device": rt.device.type,
+            "attempt": attempt,
+        }
+        if log is not None:
+            log.append(row)
+            print(format_epoch(row, cfg.epochs), flush=True)
+        state = {
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "epoch": epoch,
+            "attempt": attempt,
+            "seed": cfg.seed,
+            "rng": checkpoint.rng_state(),
+        }
+        checkpoint.save(epoch, state, row, rank)
+
+
+def _parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m training.ddp",
+        description="ResNet-18 on FashionMNIST, data-parallel with Ray Train.",
+        epilog="Overrides: key=value for any key of the config, e.g. epochs=3 storage=s3://bucket/runs",
+    )
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG, help="YAML config (default: %(default)s)")
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from training.launch import run_job
+
+    args = _parse_args(argv)
+    try:
+        cfg = load_config(DDPConfig, args.config, args.overrides)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    run_name = cfg.run_name or f"ddp-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    return run_job(train_loop, cfg, run_name)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""The driver side of a job: connect to Ray, check the cluster can place it, run the TorchTrainer, summarize.
+
+Shared by the jobs: a job hands over its `train_loop` and a validated config with the common keys
+(num_workers, cpus_per_worker, device, storage, s3_endpoint_url, max_failures, keep_checkpoints).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+
+from training.config import ConfigError, JobConfig
+from training.metrics import METRICS_FILE, read_rows
+from training.ray_connect import cluster_gpus, placeable_workers, ray_session
+from training.storage import Storage
+
+
+def resolve_use_gpu(cfg: JobConfig) -> bool:
+    """device=auto means GPU when the cluster has one per worker; device=cuda demands it."""
+    gpus = cluster_gpus()
+    if cfg.device == "cpu":
+        return False
+    if gpus >= cfg.num_workers:
+        return True
+    if cfg.device == "cuda":
+        raise ConfigError(f"device: cuda needs {cfg.num_workers} GPUs (num_workers) but the cluster has {gpus}")
+    return False
+
+
+def check_placement(cfg: JobConfig, use_gpu: bool) -> None:
+    fits = placeable_workers(cfg.cpus_per_worker, 1 if use_gpu else 0)
+    if cfg.num_workers > fits:
+        what = f"{cfg.cpus_per_worker:g} CPU" + (" + 1 GPU" if use_gpu else "")
+        raise ConfigError(
+            f"num_workers: {cfg.num_workers} workers of {what} each do not fit this cluster, which can place "
+            f"{fits}; lower num_workers or cpus_per_worker, or add workers (make cluster-up WORKERS={cfg.num_workers})"
+        )
+
+
+def build_trainer(train_loop: Callable, cfg: JobConfig, run_name: str, use_gpu: bool) -> TorchTrainer:
+    storage = Storage(cfg.storage, cfg.s3_endpoint_url)
+    resources = {"CPU": cfg.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
+    return TorchTrainer(
+        train_loop,
+        train_loop_config={"config": cfg, "run_name": run_name},
+        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu, resources_per_worker=resources),
+        run_config=RunConfig(
+            name=run_name,
+            storage_path=storage.root,
+            storage_filesystem=storage.filesystem(),
+            failure_config=FailureConfig(max_failures=cfg.max_failures),
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
+            # Train V2 turns print() into a logger that echoes to stdout and stderr: every progress line
+            # would arrive twice. The jobs print one line per epoch from rank 0 themselves.
+            worker_runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}},
+            logging_config=LoggingConfig(log_level="WARNING"),  # no line per report per rank
+        ),
+    )
+
+
+def run_job(train_loop: Callable, cfg: JobConfig, run_name: str) -> int:
+    """Run to the end; return the process exit code (0 success, 1 failure). Errors go to stderr."""
+    storage = Storage(cfg.storage, cfg.s3_endpoint_url)
+    started = time.perf_counter()
+    try:
+        with ray_session(cfg.num_workers, cfg.cpus_per_worker):
+            use_gpu = resolve_use_gpu(cfg)
+            check_placement(cfg, use_gpu)
+            storage.write_text(storage.run_path(run_name, "config.yaml"), cfg.to_yaml())
+            print(f"run {run_name}: {cfg.num_workers} workers ({'GPU' if use_gpu else 'CPU'}), "
+                  f"results in {storage.display(run_name)}", flush=True)  # fmt: skip
+            result = build_trainer(train_loop, cfg, run_name, use_gpu).fit()
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # Ray's TrainingFailedError and friends: say it in one place, keep the cause
+        print(f"error: run {run_name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"checkpoints so far are in {storage.display(run_name)}; re-run with run_name={run_name} "
+              "to resume", file=sys.stderr)  # fmt: skip
+        return 1
+    print(summary(storage, run_name, result, time.perf_counter() - started), flush=True)
+    return 0
+
+
+def summary(storage: Storage, run_name: str, result, total_s: float) -> str:
+    rows = read_rows(storage, run_name)
+    last = rows[-1] if rows else {}
+    checkpoint = result.checkpoint.path if result.checkpoint else None
+    checkpoint_text = f"s3://{checkpoint}" if checkpoint and storage.is_s3 else checkpoint
+    lines = [
+        f"run {run_name} finished in {total_s:.0f} s",
+        f"  epochs          {last.get('epoch', '?')}",
+        f"  test accuracy   {last.get('test_accuracy', float('nan')):.4f}",
+        f"  test loss       {last.get('test_loss', float('nan')):.4f}",
+        f"  images/s        {last.get('images_per_s', float('nan')):,.0f} (last epoch)",
+        f"  checkpoint      {checkpoint_text}",
+        f"  metrics         {storage.display(run_name, METRICS_FILE)}",
+    ]
+    return "\n".join(lines)
