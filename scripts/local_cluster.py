@@ -18,6 +18,7 @@ same instant pick the same socket name and one of them dies.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -207,8 +208,7 @@ def up(spec: ClusterSpec, quiet: bool = False) -> ClusterState:
     busy = [port for port in (spec.port, spec.dashboard_port) if not _port_free(port)]
     if busy:
         raise ClusterError(
-            f"port(s) {busy} are in use (another Ray?); stop it or set RAYFLEET_RAY_PORT / "
-            "RAYFLEET_DASHBOARD_PORT"
+            f"port(s) {busy} are in use (another Ray?); stop it or set RAYFLEET_RAY_PORT / RAYFLEET_DASHBOARD_PORT"
         )
     cluster_id = uuid.uuid4().hex[:12]
     temp_dir = f"/tmp/rayfleet-{os.getuid()}-{spec.port}"  # short: Ray's socket paths must fit 107 bytes
@@ -264,9 +264,8 @@ def find_cluster_pids(cluster_id: str, sessions: list[int] = ()) -> list[int]:
             state, session = fields[0], int(fields[3])
             if state in "ZX":
                 continue
-            if needle in (entry / "environ").read_bytes().split(b"\0"):
-                pids.append(int(entry.name))
-            elif session in sessions and b"ray" in (entry / "cmdline").read_bytes():
+            marked = needle in (entry / "environ").read_bytes().split(b"\0")
+            if marked or (session in sessions and b"ray" in (entry / "cmdline").read_bytes()):
                 pids.append(int(entry.name))
         except (OSError, ValueError, IndexError):
             continue  # gone while we looked, or not ours to read
@@ -275,10 +274,8 @@ def find_cluster_pids(cluster_id: str, sessions: list[int] = ()) -> list[int]:
 
 def _signal_all(pids: list[int], sig: int) -> None:
     for pid in pids:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 def down(quiet: bool = False) -> int:

@@ -28,9 +28,7 @@ def ensure_token(path: Path | None = None) -> Path:
     if path.exists():
         mode = path.stat().st_mode & 0o777
         if mode & 0o077:
-            raise PermissionError(
-                f"{path} is readable by other users (mode {mode:o}); run: chmod 600 {path}"
-            )
+            raise PermissionError(f"{path} is readable by other users (mode {mode:o}); run: chmod 600 {path}")
         return path
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     # O_EXCL + 0600 from the start: the token is never readable by others, not even briefly.

@@ -142,9 +142,13 @@ def train_loop(loop_config: dict) -> None:
     log = MetricsLog(storage, run_name, start_epoch) if rank == 0 else None
     if rank == 0 and start_epoch == 1:
         steps = steps_per_epoch(len(train_data), world, cfg.batch_size)
-        print(f"training on {world} x {rt.device.type} ({'bf16' if rt.amp_dtype else 'fp32'}): "
-              f"{len(train_data):,} train / {len(test_data):,} test images of "
-              f"{fashion_mnist.describe(cfg.data_dir)}, {steps} steps/epoch of {cfg.batch_size}/worker", flush=True)  # fmt: skip
+        precision = "bf16" if rt.amp_dtype else "fp32"
+        print(
+            f"training on {world} x {rt.device.type} ({precision}): {len(train_data):,} train / "
+            f"{len(test_data):,} test images of {fashion_mnist.describe(cfg.data_dir)}, "
+            f"{steps} steps/epoch of {cfg.batch_size}/worker",
+            flush=True,
+        )
 
     for epoch in range(start_epoch, cfg.epochs + 1):
         torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + rank)  # augmentation: reproducible on resume

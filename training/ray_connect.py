@@ -26,7 +26,9 @@ def ray_session(workers: int, cpus_per_worker: float) -> Iterator[str]:
         state = local_cluster.running()
         if state is None:
             print("no Ray cluster running: starting a local one for this job (stopped when it ends)", flush=True)
-            state = local_cluster.up(local_cluster.ClusterSpec.from_env(workers=workers, cpus_per_worker=cpus_per_worker))
+            state = local_cluster.up(
+                local_cluster.ClusterSpec.from_env(workers=workers, cpus_per_worker=cpus_per_worker)
+            )
             started = True
         address = state.address
     try:

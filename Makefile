@@ -1,0 +1,73 @@
+# rayfleet: the front door. `make` (or `make help`) lists every target.
+# Variables are overridable: make demo PYTHON=python3.11, make cluster-up WORKERS=3, make train-ddp ARGS="epochs=3"
+
+PYTHON  ?= python3.11
+VENV    ?= .venv
+PY      := $(VENV)/bin/python
+WORKERS ?= 2
+CPUS_PER_WORKER ?= 1
+DATA_DIR ?= data
+ARGS    ?=
+BUCKET  ?=
+PYTEST_ARGS ?=
+
+.DEFAULT_GOAL := help
+.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp cluster-up cluster-down cluster-status \
+        test test-unit test-integration lint format clean-local
+
+help: ## List every target with what it does
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+# The stamp is newer than both requirement files once they are installed: re-runs do nothing.
+$(VENV)/.installed: requirements/train.txt requirements/dev.txt
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or pass PYTHON=/path/to/python3.11" >&2; exit 1; }
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -r requirements/dev.txt
+	@touch $@
+
+setup: $(VENV)/.installed ## Create .venv with the pinned versions (idempotent; fast when nothing changed)
+
+$(DATA_DIR)/FashionMNIST/raw/t10k-labels-idx1-ubyte: | $(VENV)/.installed
+	$(PY) -m training.data.synthetic $(DATA_DIR)
+
+data: $(DATA_DIR)/FashionMNIST/raw/t10k-labels-idx1-ubyte ## Generate a FashionMNIST-format dataset in data/ (offline; labelled SYNTHETIC)
+
+demo: setup data ## Set up, start a local cluster, train the DDP job for a few epochs, print the summary, stop it
+	$(PY) -m training.ddp --config training/configs/demo.yaml data_dir=$(DATA_DIR) $(ARGS)
+
+train-ddp: train-ddp-local ## Train the DDP job (full config; ARGS="key=value ..."; BUCKET=b stores in s3://b/runs)
+
+train-ddp-local: setup ## The DDP job on RAY_ADDRESS, the running local cluster, or one of its own
+	$(PY) -m training.ddp data_dir=$(DATA_DIR) $(if $(BUCKET),storage=s3://$(BUCKET)/runs) $(ARGS)
+
+bench-ddp: setup data ## Benchmark DDP epochs; prints a table (ARGS="--epochs 2 --workers 2 ...")
+	$(PY) -m bench.ddp_epoch --data-dir $(DATA_DIR) $(ARGS)
+
+cluster-up: setup ## Start a local Ray cluster: head with no CPUs + WORKERS workers x CPUS_PER_WORKER, token auth
+	$(PY) -m scripts.local_cluster up --workers $(WORKERS) --cpus-per-worker $(CPUS_PER_WORKER)
+
+cluster-down: ## Stop exactly what cluster-up started (also after a crash)
+	@if [ -x $(PY) ]; then $(PY) -m scripts.local_cluster down; else echo "no .venv: nothing was started"; fi
+
+cluster-status: setup ## Show the local cluster
+	$(PY) -m scripts.local_cluster status
+
+test: setup ## Run all tests: unit, then integration (a real local Ray cluster, a real moto S3 server)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+test-unit: setup ## Unit tests only (seconds)
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-integration: setup ## Integration tests only
+	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+
+lint: setup ## ruff check + format check
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
+
+format: setup ## Apply ruff's fixes and formatting
+	$(PY) -m ruff check --fix .
+	$(PY) -m ruff format .
+
+clean-local: cluster-down ## Remove local runs, generated data and cluster state (keeps .venv)
+	rm -rf runs .rayfleet $(DATA_DIR)

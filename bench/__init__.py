@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that measure and print a table. Not tests."""
