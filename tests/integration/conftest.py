@@ -1,0 +1,106 @@
+"""A real local Ray cluster (head + 2 workers, token auth) and a real moto S3 server, for the session.
+
+Both use their own ports, state directory and token file, so a developer's own `make cluster-up` on the
+default ports is left alone. Jobs run as real driver subprocesses (`python -m training.ddp`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from scripts import local_cluster, ray_auth
+
+REPO = Path(__file__).resolve().parents[2]
+RAY_PORT, DASHBOARD_PORT = 6490, 8365
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def cluster_env(tmp_path_factory) -> dict:
+    base = tmp_path_factory.mktemp("cluster")
+    token = ray_auth.ensure_token(base / "token")
+    env = {
+        **os.environ,
+        "RAYFLEET_STATE_DIR": str(base / "state"),
+        "RAYFLEET_RAY_TOKEN_FILE": str(token),
+        "RAYFLEET_RAY_PORT": str(RAY_PORT),
+        "RAYFLEET_DASHBOARD_PORT": str(DASHBOARD_PORT),
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN_PATH": str(token),
+        # moto accepts any credentials; the worker nodes read them from their own environment.
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("RAY_ADDRESS", None)
+    env.pop("RAY_AUTH_TOKEN", None)
+    cli = [sys.executable, "-m", "scripts.local_cluster"]
+    subprocess.run([*cli, "up", "--workers", "2", "--cpus-per-worker", "1"], env=env, cwd=REPO, check=True)
+    try:
+        yield {**env, "RAY_ADDRESS": f"127.0.0.1:{RAY_PORT}"}
+    finally:
+        subprocess.run([*cli, "down"], env=env, cwd=REPO, check=False)
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> str:
+    port = free_port()
+    moto = Path(sys.executable).parent / "moto_server"
+    proc = subprocess.Popen(
+        [str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(url, timeout=1)
+                break
+            except OSError:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.3)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def run_ddp(env: dict, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "training.ddp", *overrides],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def train_worker_pids(env: dict) -> list[int]:
+    """The Ray Train worker processes of the test cluster."""
+    state_file = Path(env["RAYFLEET_STATE_DIR"]) / "cluster" / "state.json"
+    state = local_cluster.ClusterState(**json.loads(state_file.read_text()))
+    pids = []
+    for pid in local_cluster.find_cluster_pids(state.cluster_id, state.pids):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::RayTrainWorker"):
+                pids.append(pid)
+        except OSError:
+            continue
+    return pids
