@@ -41,6 +41,14 @@ def check_placement(cfg: JobConfig, use_gpu: bool) -> None:
         )
 
 
+def write_config(storage: Storage, run_name: str, cfg: JobConfig) -> None:
+    """The resolved config goes into the run directory first: it also proves the storage is writable."""
+    try:
+        storage.write_text(storage.run_path(run_name, "config.yaml"), cfg.to_yaml())
+    except OSError as exc:
+        raise ConfigError(f"storage: cannot write to {storage.display(run_name)}: {exc}") from None
+
+
 def build_trainer(train_loop: Callable, cfg: JobConfig, run_name: str, use_gpu: bool) -> TorchTrainer:
     storage = Storage(cfg.storage, cfg.s3_endpoint_url)
     resources = {"CPU": cfg.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
@@ -70,7 +78,7 @@ def run_job(train_loop: Callable, cfg: JobConfig, run_name: str) -> int:
         with ray_session(cfg.num_workers, cfg.cpus_per_worker):
             use_gpu = resolve_use_gpu(cfg)
             check_placement(cfg, use_gpu)
-            storage.write_text(storage.run_path(run_name, "config.yaml"), cfg.to_yaml())
+            write_config(storage, run_name, cfg)
             print(f"run {run_name}: {cfg.num_workers} workers ({'GPU' if use_gpu else 'CPU'}), "
                   f"results in {storage.display(run_name)}", flush=True)  # fmt: skip
             result = build_trainer(train_loop, cfg, run_name, use_gpu).fit()
