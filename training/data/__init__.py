@@ -1,0 +1,1 @@
+"""Datasets: FashionMNIST (real via torchvision, or generated in the same IDX format) and device-side batching."""

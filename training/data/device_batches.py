@@ -1,0 +1,59 @@
+"""Batches cut on the training device from a split held there as uint8.
+
+No DataLoader, no worker processes, no PIL: per step the device gathers a batch of indices, converts it
+to float, normalizes (and optionally flips) it. Every epoch has its own permutation, derived from
+(seed, epoch) so that every rank agrees on it and a resumed run reproduces it; each rank takes its own
+strided shard of it, all shards the same length so that DDP's collectives stay in step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+
+from training.data.fashion_mnist import Split
+
+MEAN, STD = 0.2860, 0.3530  # FashionMNIST training-set statistics
+
+
+class DeviceSplit:
+    def __init__(self, split: Split, device: torch.device, channels_last: bool = False):
+        self.images = split.images.to(device).unsqueeze(1)  # uint8 [N, 1, 28, 28]
+        self.labels = split.labels.to(device)
+        self.device = device
+        self.channels_last = channels_last
+
+    def __len__(self) -> int:
+        return self.labels.numel()
+
+    def shard_indices(self, epoch: int, rank: int, world: int, seed: int, shuffle: bool) -> torch.Tensor:
+        n = len(self)
+        if shuffle:
+            gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
+            order = torch.randperm(n, generator=gen)
+            per_rank = n // world  # equal shards: the tail (< world images) waits for the next epoch
+            return order[rank : per_rank * world : world].to(self.device)
+        return torch.arange(rank, n, world, device=self.device)  # evaluation: every image exactly once
+
+    def batches(
+        self,
+        indices: torch.Tensor,
+        batch_size: int,
+        augment: bool = False,
+        drop_last: bool = False,
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        stop = len(indices) - (len(indices) % batch_size if drop_last else 0)
+        for start in range(0, stop, batch_size):
+            idx = indices[start : start + batch_size]
+            x = self.images.index_select(0, idx).float().div_(255.0).sub_(MEAN).div_(STD)
+            if augment:
+                flip = torch.rand(x.shape[0], device=x.device) < 0.5
+                x = torch.where(flip[:, None, None, None], x.flip(-1), x)
+            if self.channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            yield x, self.labels.index_select(0, idx)
+
+
+def steps_per_epoch(n: int, world: int, batch_size: int) -> int:
+    return -(-(n // world) // batch_size)
