@@ -152,9 +152,15 @@ def _worker_args(spec: ClusterSpec, index: int) -> list[str]:
     ]  # fmt: skip
 
 
+def ray_cli() -> str:
+    """The `ray` of this interpreter's environment: .venv/bin is not on PATH when make runs .venv/bin/python."""
+    beside = Path(sys.executable).parent / "ray"
+    return str(beside) if beside.exists() else (shutil.which("ray") or "ray")
+
+
 def _start_node(name: str, args: list[str], spec: ClusterSpec, env: dict, log_dir: Path) -> int:
     log_path = log_dir / f"{name}.log"
-    cmd = [shutil.which("ray") or "ray", "start", *args,
+    cmd = [ray_cli(), "start", *args,
            f"--object-store-memory={spec.object_store_bytes}", "--disable-usage-stats", "--block"]  # fmt: skip
     with open(log_path, "w") as log:
         proc = subprocess.Popen(

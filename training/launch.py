@@ -13,6 +13,7 @@ from collections.abc import Callable
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
+from scripts.local_cluster import ClusterError
 from training.config import ConfigError, JobConfig
 from training.metrics import METRICS_FILE, read_rows
 from training.ray_connect import cluster_gpus, placeable_workers, ray_session
@@ -84,6 +85,9 @@ def run_job(train_loop: Callable, cfg: JobConfig, run_name: str) -> int:
             result = build_trainer(train_loop, cfg, run_name, use_gpu).fit()
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except ClusterError as exc:
+        print(f"error: could not start a local Ray cluster: {exc}", file=sys.stderr)
         return 1
     except Exception as exc:  # Ray's TrainingFailedError and friends: say it in one place, keep the cause
         print(f"error: run {run_name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
