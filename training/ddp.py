@@ -35,6 +35,7 @@ from training.ddp_config import DDPConfig
 from training.metrics import MetricsLog, format_epoch
 from training.models.resnet import resnet18_grayscale
 from training.parallel import apply_compile, apply_ddp
+from training.ray_connect import quiet_report_logs
 from training.storage import Storage
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "ddp.yaml"
@@ -114,6 +115,7 @@ def train_loop(loop_config: dict) -> None:
     """Runs on every Ray Train worker. Never branches on the platform: the Runtime carries the device."""
     cfg: DDPConfig = loop_config["config"]
     run_name: str = loop_config["run_name"]
+    quiet_report_logs()
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     rt = Runtime.resolve(cfg, ray.train.torch.get_device())
