@@ -102,3 +102,14 @@ def test_augment_flips_some_images(split):
     same = (plain == flipped).flatten(1).all(1)
     mirrored = (plain.flip(-1) == flipped).flatten(1).all(1)
     assert (same | mirrored).all() and 50 < mirrored.sum() < 206
+
+
+def test_download_true_uses_files_already_in_the_cache(small_dataset, monkeypatch):
+    """With the files present torchvision must not touch the network (the cache is the download dir)."""
+    import torchvision.datasets.mnist as mnist
+
+    def no_network(*args, **kwargs):
+        raise AssertionError("tried to download although the files are there")
+
+    monkeypatch.setattr(mnist, "download_and_extract_archive", no_network)
+    assert len(fashion_mnist.load(small_dataset, train=False, download=True)) == 600
