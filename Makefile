@@ -12,7 +12,7 @@ BUCKET  ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp cluster-up cluster-down cluster-status \
+.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
 
 help: ## List every target with what it does
@@ -42,6 +42,9 @@ train-ddp-local: setup ## The DDP job on RAY_ADDRESS, the running local cluster,
 
 bench-ddp: setup data ## Benchmark DDP epochs; prints a table (ARGS="--epochs 2 --workers 2 ...")
 	$(PY) -m bench.ddp_epoch --data-dir $(DATA_DIR) $(ARGS)
+
+bench-data: setup data ## Benchmark the data path alone: blueprint DataLoader+PIL vs device-resident batches
+	$(PY) -m bench.data_path --data-dir $(DATA_DIR) $(ARGS)
 
 cluster-up: setup ## Start a local Ray cluster: head with no CPUs + WORKERS workers x CPUS_PER_WORKER, token auth
 	$(PY) -m scripts.local_cluster up --workers $(WORKERS) --cpus-per-worker $(CPUS_PER_WORKER)
