@@ -19,7 +19,7 @@ help: ## List every target with what it does
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # The stamp is newer than both requirement files once they are installed: re-runs do nothing.
-$(VENV)/.installed: requirements/train.txt requirements/dev.txt
+$(VENV)/.installed: $(wildcard requirements/*.txt)
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or pass PYTHON=/path/to/python3.11" >&2; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements/dev.txt

@@ -1,0 +1,1 @@
+"""The GPU-metrics sidecar: NVML samples, aggregated into CloudWatch statistic sets, published in batches."""
