@@ -63,6 +63,10 @@ class Publisher:
         self.backoff_base_s, self.backoff_cap_s = backoff_base_s, backoff_cap_s
         self.clock, self.jitter = clock, jitter
         self.dropped = 0  # since start: datums lost to the bound or rejected by CloudWatch
+        self.dropped_reported = 0
+        # Builds the datum that reports n drops. It rides on the next request that goes out, outside the
+        # buffer, so the report of lost data can never be lost itself.
+        self.drop_datum: Callable[[int], dict] | None = None
         self.failures = 0  # consecutive failed attempts
         self.next_attempt = 0.0
         self.published = 0
@@ -74,11 +78,11 @@ class Publisher:
                 self.dropped += 1
             self.buffer.append(datum)
 
-    def _next_batch(self) -> list[dict]:
+    def _next_batch(self, room: int) -> list[dict]:
         batch, size = [], 0
         for datum in self.buffer:
             datum_size = _size(datum)
-            if batch and (len(batch) >= self.max_per_request or size + datum_size > MAX_REQUEST_BYTES):
+            if batch and (len(batch) >= room or size + datum_size > MAX_REQUEST_BYTES - 4096):
                 break
             batch.append(datum)
             size += datum_size
@@ -98,9 +102,11 @@ class Publisher:
             return 0
         sent = 0
         while self.buffer:
-            batch = self._next_batch()
+            unreported = self.dropped - self.dropped_reported
+            extra = [self.drop_datum(unreported)] if unreported and self.drop_datum else []
+            batch = self._next_batch(self.max_per_request - len(extra))
             try:
-                self.client.put_metric_data(Namespace=self.namespace, MetricData=batch)
+                self.client.put_metric_data(Namespace=self.namespace, MetricData=batch + extra)
             except (ClientError, BotoCoreError) as exc:
                 if not is_retryable(exc):
                     for _ in batch:
@@ -117,6 +123,7 @@ class Publisher:
             for _ in batch:
                 self.buffer.popleft()
             sent += len(batch)
+            self.dropped_reported += unreported if extra else 0
             self.failures = 0
         self.published += sent
         return sent

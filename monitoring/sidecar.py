@@ -38,7 +38,8 @@ class Sidecar:
         self.aggregator = Aggregator()
         self.units = {m.name: m.unit for m in (*spec.metrics, *spec.sidecar_metrics)}
         self.rollups = {m.name for m in spec.metrics if m.rollup}
-        self._dropped_reported = 0
+        self._dropped_logged = 0
+        publisher.drop_datum = self._drop_datum
 
     def _dimensions(self, names: tuple[str, ...], gpu_index: int | None = None) -> dict[str, str]:
         values = {
@@ -75,23 +76,21 @@ class Sidecar:
             }
             for (metric, dims), stats in self.aggregator.drain().items()
         ]
-        newly_dropped = self.publisher.dropped - self._dropped_reported
-        if newly_dropped:
-            self._dropped_reported = self.publisher.dropped
-            log("samples_dropped", level="warning", dropped=newly_dropped, total=self.publisher.dropped)
-            datums.append(
-                {
-                    "MetricName": "SidecarDroppedSamples",
-                    "Dimensions": [
-                        {"Name": k, "Value": v} for k, v in self._dimensions(self.spec.cluster_dimensions).items()
-                    ],
-                    "Timestamp": timestamp,
-                    "Value": float(newly_dropped),
-                    "Unit": "Count",
-                }
-            )
+        if self.publisher.dropped > self._dropped_logged:
+            log("samples_dropped", level="warning", dropped=self.publisher.dropped - self._dropped_logged,
+                total=self.publisher.dropped, buffered=len(self.publisher.buffer))  # fmt: skip
+            self._dropped_logged = self.publisher.dropped
         self.publisher.enqueue(datums)
         return len(datums)
+
+    def _drop_datum(self, count: int) -> dict:
+        return {
+            "MetricName": "SidecarDroppedSamples",
+            "Dimensions": [{"Name": k, "Value": v} for k, v in self._dimensions(self.spec.cluster_dimensions).items()],
+            "Timestamp": datetime.now(UTC),
+            "Value": float(count),
+            "Unit": self.units["SidecarDroppedSamples"],
+        }
 
     def run(self, stop: threading.Event, flush_timeout_s: float = 20.0) -> None:
         log("started", gpus=self.sampler.count, cluster=self.identity.cluster_name,

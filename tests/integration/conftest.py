@@ -57,28 +57,61 @@ def cluster_env(tmp_path_factory) -> dict:
         subprocess.run([*cli, "down"], env=env, cwd=REPO, check=False)
 
 
-@pytest.fixture(scope="session")
-def moto_endpoint() -> str:
-    port = free_port()
-    moto = Path(sys.executable).parent / "moto_server"
-    proc = subprocess.Popen(
-        [str(moto), "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
+class MotoServer:
+    """A real `moto_server` process on 127.0.0.1 that a test can stop and start again on the same port."""
+
+    def __init__(self, port: int | None = None):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> MotoServer:
+        moto = Path(sys.executable).parent / "moto_server"
+        self.proc = subprocess.Popen(
+            [str(moto), "-H", "127.0.0.1", "-p", str(self.port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         deadline = time.monotonic() + 30
         while True:
             try:
-                urllib.request.urlopen(url, timeout=1)
-                break
+                urllib.request.urlopen(self.url, timeout=1)
+                return self
             except OSError:
-                if time.monotonic() > deadline or proc.poll() is not None:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
                     raise RuntimeError("moto_server did not start") from None
-                time.sleep(0.3)
-        yield url
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def client(self, service: str):
+        import boto3
+
+        return boto3.client(
+            service, endpoint_url=self.url, region_name="us-east-1",
+            aws_access_key_id="testing", aws_secret_access_key="testing",
+        )  # fmt: skip
+
+
+@pytest.fixture(scope="session")
+def moto_endpoint() -> str:
+    server = MotoServer().start()
+    try:
+        yield server.url
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        server.stop()
+
+
+@pytest.fixture
+def moto() -> MotoServer:
+    """A moto server of the test's own, stoppable and restartable."""
+    server = MotoServer().start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def run_ddp(env: dict, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:

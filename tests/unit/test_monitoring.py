@@ -161,11 +161,11 @@ def test_bounded_buffer_drops_oldest_and_reports_drops():
         sidecar.publisher.flush(force=True)
     assert len(sidecar.publisher.buffer) == 10 and sidecar.publisher.dropped > 0
     client.fail_with = None
-    sidecar.close_interval()  # reports the drops so far as a metric
-    sidecar.publisher.flush(force=True)
+    sidecar.publisher.flush(force=True)  # the first request that goes out reports every drop so far
     sent = [d for r in client.requests for d in r]
     drop_datums = [d for d in sent if d["MetricName"] == "SidecarDroppedSamples"]
-    assert drop_datums and sum(d["Value"] for d in drop_datums) >= 1
+    assert sum(d["Value"] for d in drop_datums) == sidecar.publisher.dropped == sidecar.publisher.dropped_reported
+    assert drop_datums[0]["Dimensions"] == [{"Name": "ClusterName", "Value": "train-cluster"}]
 
 
 def test_shutdown_flushes_the_open_interval():

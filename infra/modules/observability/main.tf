@@ -1,0 +1,32 @@
+locals {
+  # The one source of metric names and dimensions, shared with the sidecar (monitoring/metrics.json).
+  spec = jsondecode(file("${path.module}/../../../monitoring/metrics.json"))
+}
+
+# Rendered from the same spec by `python -m monitoring.dashboard --write`; SEARCH expressions scoped to
+# this cluster, so instances and GPUs that come later appear without a new apply.
+resource "aws_cloudwatch_dashboard" "gpu" {
+  dashboard_name = "${var.cluster_name}-gpu"
+  dashboard_body = templatefile("${path.module}/dashboard.json.tftpl", {
+    cluster_name = var.cluster_name
+    region       = var.region
+  })
+}
+
+# The sidecar only runs inside worker tasks, so data exists exactly while workers run: missing data means
+# no workers (nothing to pay for) and must not alarm.
+resource "aws_cloudwatch_metric_alarm" "gpus_idle" {
+  alarm_name          = "${var.cluster_name}-gpus-idle"
+  alarm_description   = "No GPU of ${var.cluster_name} above ${var.idle_threshold_percent}% for ${var.idle_minutes} minutes while workers run: scale the workers down (make stop) or start a job."
+  namespace           = local.spec.namespace
+  metric_name         = local.spec.idle_alarm.metric
+  dimensions          = { ClusterName = var.cluster_name }
+  statistic           = local.spec.idle_alarm.statistic
+  period              = 300
+  evaluation_periods  = var.idle_minutes / 5
+  threshold           = var.idle_threshold_percent
+  comparison_operator = "LessThanThreshold"
+  treat_missing_data  = "notBreaching"
+  alarm_actions       = var.alarm_actions
+  tags                = merge(var.tags, { Component = "observability" })
+}
