@@ -12,7 +12,7 @@ BUCKET  ?=
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data cluster-up cluster-down cluster-status \
+.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
 
 help: ## List every target with what it does
@@ -45,6 +45,15 @@ bench-ddp: setup data ## Benchmark DDP epochs; prints a table (ARGS="--epochs 2 
 
 bench-data: setup data ## Benchmark the data path alone: blueprint DataLoader+PIL vs device-resident batches
 	$(PY) -m bench.data_path --data-dir $(DATA_DIR) $(ARGS)
+
+bench-sidecar: setup ## Measure the GPU-metrics sidecar's CPU and memory at its default intervals
+	$(PY) -m bench.sidecar_cost $(ARGS)
+
+dashboard: setup ## Regenerate the CloudWatch dashboard template from monitoring/metrics.json
+	$(PY) -m monitoring.dashboard --write
+
+gpu-metrics-once: setup ## Print one NVML sample of every local GPU as JSON (needs an NVIDIA driver)
+	$(PY) -m monitoring --once
 
 cluster-up: setup ## Start a local Ray cluster: head with no CPUs + WORKERS workers x CPUS_PER_WORKER, token auth
 	$(PY) -m scripts.local_cluster up --workers $(WORKERS) --cpus-per-worker $(CPUS_PER_WORKER)
