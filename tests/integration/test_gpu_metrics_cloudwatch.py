@@ -149,3 +149,21 @@ def test_dashboard_shows_exactly_what_the_sidecar_publishes(moto):
         shown.add((metric, dims))
     # Every dashboard line finds data, and every published (metric, dimensions) has a dashboard line.
     assert shown == published, f"only shown: {shown - published}; only published: {published - shown}"
+
+
+def test_real_nvml_without_a_driver_exits_3_or_idles_until_sigterm():
+    """This host has no NVIDIA driver: the real pynvml shows the no-GPU paths of the real CLI."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    failed = subprocess.run([sys.executable, "-m", "monitoring"], env=env, cwd=REPO, capture_output=True, text=True)
+    assert failed.returncode == 3
+    assert "NVML is not available" in failed.stderr and "--idle-without-gpu" in failed.stderr
+    idle = subprocess.Popen([sys.executable, "-m", "monitoring", "--idle-without-gpu"], env=env, cwd=REPO,
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        assert json.loads(idle.stdout.readline())["event"] == "no_gpu_idle"
+        time.sleep(0.5)
+        assert idle.poll() is None  # idling, not exiting: ECS would restart an exiting sidecar forever
+        idle.send_signal(signal.SIGTERM)
+        assert idle.wait(timeout=10) == 0
+    finally:
+        idle.kill()
