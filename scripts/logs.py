@@ -1,0 +1,118 @@
+"""A run's driver log from CloudWatch Logs: printed, or followed until the trainer task stops.
+
+    python -m scripts.logs RUN [--since 10m] [--follow]      # make logs RUN=ddp-20261122-101500
+
+The run's task and log stream come from `runs/<RUN>/launch.json`, written by the launch verb.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+from scripts.aws import Aws, RayfleetError, run_cli
+from scripts.tf_outputs import Outputs
+
+_SINCE = re.compile(r"^(\d+)([smhd])$")
+
+
+def parse_since(text: str | None) -> int | None:
+    """'10m', '2h', '1d', '30s' or an ISO time -> epoch milliseconds."""
+    if not text:
+        return None
+    match = _SINCE.match(text)
+    if match:
+        amount, unit = int(match.group(1)), match.group(2)
+        delta = timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: amount})
+        return int((datetime.now(UTC) - delta).timestamp() * 1000)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise RayfleetError(f"--since {text!r}: use 30s, 10m, 2h, 1d or an ISO time like 2026-11-22T10:00") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def launch_record(aws: Aws, out: Outputs, run: str) -> dict:
+    key = f"runs/{run}/launch.json"
+    try:
+        body = aws.client("s3").get_object(Bucket=out.results_bucket, Key=key)["Body"].read()
+    except aws.client("s3").exceptions.NoSuchKey:
+        raise RayfleetError(
+            f"no run {run} in s3://{out.results_bucket}/runs/ (make status lists recent runs)"
+        ) from None
+    return json.loads(body)
+
+
+class LogReader:
+    """Pages through one stream, oldest first, remembering where it stopped."""
+
+    def __init__(self, logs, group: str, stream: str, start_ms: int | None = None):
+        self.logs, self.group, self.stream = logs, group, stream
+        self.start_ms = start_ms
+        self.token: str | None = None
+
+    def read(self) -> list[dict]:
+        kwargs = {"logGroupName": self.group, "logStreamName": self.stream, "startFromHead": True}
+        if self.token:
+            kwargs["nextToken"] = self.token
+        elif self.start_ms is not None:
+            kwargs["startTime"] = self.start_ms
+        try:
+            page = self.logs.get_log_events(**kwargs)
+        except self.logs.exceptions.ResourceNotFoundException:
+            return []  # the stream appears once the container writes its first line
+        self.token = page.get("nextForwardToken", self.token)
+        return page.get("events", [])
+
+
+def follow_task(aws: Aws, out: Outputs, task_arn: str, stream: str, write=print, poll_s: float = 2.0,
+                since_ms: int | None = None) -> int:  # fmt: skip
+    """Print the stream until the task stops; return the trainer container's exit code."""
+    reader = LogReader(aws.client("logs"), out.trainer_log_group, stream, since_ms)
+    ecs = aws.client("ecs")
+    while True:
+        for event in reader.read():
+            write(event["message"])
+        task = ecs.describe_tasks(cluster=out.cluster_name, tasks=[task_arn])["tasks"][0]
+        if task["lastStatus"] == "STOPPED":
+            while events := reader.read():  # what arrived while it stopped
+                for event in events:
+                    write(event["message"])
+            container = next(c for c in task["containers"] if c["name"] == out.trainer_container_name)
+            code = container.get("exitCode")
+            if code is None:
+                print(f"error: the trainer task stopped without an exit code: {task.get('stoppedReason', '?')}",
+                      file=sys.stderr)  # fmt: skip
+                return 1
+            return int(code)
+        time.sleep(poll_s)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.logs", description=__doc__.split("\n")[0])
+    parser.add_argument("run", help="run name (printed by the launch verb)")
+    parser.add_argument("--since", help="only events after this: 30s, 10m, 2h, 1d or an ISO time")
+    parser.add_argument("--follow", "-f", action="store_true", help="keep printing until the task stops")
+    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
+    args = parser.parse_args(argv)
+    out = Outputs.load(args.outputs)
+    aws = Aws(out.region)
+    record = launch_record(aws, out, args.run)
+    since = parse_since(args.since)
+    if args.follow:
+        return follow_task(aws, out, record["task_arn"], record["log_stream"], since_ms=since)
+    reader = LogReader(aws.client("logs"), out.trainer_log_group, record["log_stream"], since)
+    while events := reader.read():
+        for event in events:
+            print(event["message"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))
