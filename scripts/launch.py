@@ -65,22 +65,8 @@ def launch(aws: Aws, out: Outputs, job: str, args: list[str], run_name: str | No
         count=1,
         startedBy=STARTED_BY,
         enableExecuteCommand=True,
-        networkConfiguration={
-            "awsvpcConfiguration": {
-                "subnets": list(out.private_subnet_ids),
-                "securityGroups": [out.task_security_group_id],
-                "assignPublicIp": "DISABLED",
-            }
-        },  # fmt: skip
-        overrides={
-            "containerOverrides": [
-                {
-                    "name": out.trainer_container_name,
-                    "command": build_command(job, args, out.results_bucket, run_name),
-                    "environment": [{"name": "RAYFLEET_RUN_NAME", "value": run_name}],
-                }
-            ]
-        },  # fmt: skip
+        networkConfiguration=network,
+        overrides={"containerOverrides": [container]},
         tags=[{"key": "rayfleet:run", "value": run_name}, {"key": "rayfleet:job", "value": job}],
     )
     if response.get("failures") or not response.get("tasks"):
