@@ -11,9 +11,17 @@ import sys
 
 from scripts.aws import Aws, run_cli
 from scripts.head_snapshot import KEY as RAY_STATUS_KEY
-from scripts.prices import PRICES_AS_OF, hourly_cost
+from scripts.prices import PRICES_AS_OF, gpus_of, hourly_cost
 from scripts.teardown import STARTED_BY
 from scripts.tf_outputs import Outputs
+
+
+def registered_gpus(container_instance: dict) -> int | None:
+    """GPUs the ECS agent registered (a STRINGSET of GPU ids), or None when it reports none."""
+    for resource in container_instance.get("registeredResources", []):
+        if resource["name"] == "GPU":
+            return len(resource.get("stringSetValue", []))
+    return None
 
 
 def _instances(aws: Aws, cluster: str) -> dict[str, dict]:
@@ -35,13 +43,11 @@ def _instances(aws: Aws, cluster: str) -> dict[str, dict]:
     }
     result = {}
     for ci in described:
-        gpus = next(
-            (len(r.get("stringSetValue", [])) for r in ci.get("registeredResources", []) if r["name"] == "GPU"), 0
-        )
+        instance_type = types.get(ci["ec2InstanceId"], "?")
         result[ci["containerInstanceArn"]] = {
             "instance_id": ci["ec2InstanceId"],
-            "instance_type": types.get(ci["ec2InstanceId"], "?"),
-            "gpus": gpus,
+            "instance_type": instance_type,
+            "gpus": registered_gpus(ci) if registered_gpus(ci) is not None else (gpus_of(instance_type) or 0),
         }
     return result
 

@@ -137,3 +137,34 @@ def train_worker_pids(env: dict) -> list[int]:
         except OSError:
             continue
     return pids
+
+
+@pytest.fixture(scope="session")
+def aws_stack(tmp_path_factory):
+    """A moto server holding what `make deploy` creates, and the env that points the verbs at it."""
+    from tests.integration import aws_stack as stack
+
+    server = MotoServer().start()
+    directory = tmp_path_factory.mktemp("aws")
+    outputs = stack.create(server, directory)
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL": server.url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": stack.REGION,
+        "RAYFLEET_OUTPUTS": outputs["outputs_file"],
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("AWS_PROFILE", None)
+    try:
+        yield {"server": server, "outputs": outputs, "env": env}
+    finally:
+        server.stop()
+
+
+def run_verb(env: dict, verb: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", f"scripts.{verb}", *args],
+        env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+    )  # fmt: skip
