@@ -79,7 +79,10 @@ def translate(exc: Exception) -> RayfleetError:
         return AwsCallFailed(f"cannot reach AWS ({exc}); check the network and AWS_REGION")
     if isinstance(exc, ClientError):
         code = exc.response.get("Error", {}).get("Code", "")
-        message = exc.response.get("Error", {}).get("Message", "")
+        message = " ".join(str(exc.response.get("Error", {}).get("Message", "")).split())  # one line, always
+        if message.startswith("<"):  # an HTML error page from a proxy or endpoint, not an AWS error
+            message = "the endpoint answered with an HTML error page"
+        message = message[:300]
         if code in {"ExpiredToken", "ExpiredTokenException", "RequestExpired", "TokenRefreshRequired"}:
             return TokenExpired("the AWS credentials have expired: run `aws sso login` (or renew them) and retry")
         if code == "ClusterNotFoundException":

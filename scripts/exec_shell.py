@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 from scripts.aws import Aws, PluginMissing, RayfleetError, run_cli
-from scripts.teardown import STARTED_BY
+from scripts.cluster_tasks import running_tasks
 from scripts.tf_outputs import Outputs
 
 PLUGIN = "session-manager-plugin"
@@ -35,21 +35,15 @@ def find_task(aws: Aws, out: Outputs, target: str) -> tuple[str, str]:
     match = re.fullmatch(r"head|trainer|worker-(\d+)", target)
     if not match:
         raise RayfleetError(f"--target {target!r}: use head, trainer or worker-N (N from 1)")
-    ecs = aws.client("ecs")
-    if target == "head":
-        selector, container = {"serviceName": out.head_service_name}, out.head_container_name
-    elif target == "trainer":
-        selector, container = {"startedBy": STARTED_BY}, out.trainer_container_name
-    else:
-        selector, container = {"serviceName": out.worker_service_name}, out.worker_container_name
-    arns = ecs.list_tasks(cluster=out.cluster_name, desiredStatus="RUNNING", **selector)["taskArns"]
-    if not arns:
-        raise RayfleetError(f"no running {target.split('-')[0]} task in {out.cluster_name} (make status)")
-    tasks = sorted(
-        ecs.describe_tasks(cluster=out.cluster_name, tasks=arns)["tasks"], key=lambda t: str(t.get("startedAt", ""))
+    role = target.split("-")[0]
+    container = {"head": out.head_container_name, "worker": out.worker_container_name}.get(
+        role, out.trainer_container_name
     )
-    if target == "trainer":
-        return tasks[-1]["taskArn"], container
+    tasks = running_tasks(aws.client("ecs"), out)[role]
+    if not tasks:
+        raise RayfleetError(f"no running {role} task in {out.cluster_name} (make status)")
+    if role == "trainer":
+        return tasks[-1]["taskArn"], container  # the newest run
     index = int(match.group(1)) - 1 if match.group(1) else 0
     if index >= len(tasks):
         raise RayfleetError(f"{target}: only {len(tasks)} worker task(s) are running")

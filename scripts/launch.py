@@ -17,8 +17,8 @@ import sys
 from datetime import UTC, datetime
 
 from scripts.aws import Aws, PlacementFailed, run_cli
+from scripts.cluster_tasks import STARTED_BY
 from scripts.logs import follow_task
-from scripts.teardown import STARTED_BY
 from scripts.tf_outputs import Outputs
 
 _REASONS = {

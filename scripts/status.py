@@ -10,9 +10,9 @@ import json
 import sys
 
 from scripts.aws import Aws, run_cli
+from scripts.cluster_tasks import running_tasks
 from scripts.head_snapshot import KEY as RAY_STATUS_KEY
 from scripts.prices import PRICES_AS_OF, gpus_of, hourly_cost
-from scripts.teardown import STARTED_BY
 from scripts.tf_outputs import Outputs
 
 
@@ -53,18 +53,9 @@ def _instances(aws: Aws, cluster: str) -> dict[str, dict]:
 
 
 def _tasks(aws: Aws, out: Outputs, instances: dict) -> list[dict]:
-    ecs = aws.client("ecs")
-    groups = {
-        "head": {"serviceName": out.head_service_name},
-        "worker": {"serviceName": out.worker_service_name},
-        "trainer": {"startedBy": STARTED_BY},
-    }
     rows = []
-    for role, selector in groups.items():
-        arns = ecs.list_tasks(cluster=out.cluster_name, desiredStatus="RUNNING", **selector)["taskArns"]
-        if not arns:
-            continue
-        for task in ecs.describe_tasks(cluster=out.cluster_name, tasks=arns)["tasks"]:
+    for role, tasks in running_tasks(aws.client("ecs"), out).items():
+        for task in tasks:
             where = instances.get(task.get("containerInstanceArn"), {})
             rows.append(
                 {

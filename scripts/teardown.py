@@ -12,9 +12,8 @@ import json
 import sys
 
 from scripts.aws import Aws, run_cli
+from scripts.cluster_tasks import STARTED_BY
 from scripts.tf_outputs import Outputs
-
-STARTED_BY = "rayfleet"
 
 
 def running_trainer_tasks(ecs, cluster: str) -> list[str]:

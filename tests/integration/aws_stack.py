@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 from pathlib import Path
 
 REGION = "us-east-1"
@@ -13,8 +14,8 @@ def _task_definition(ecs, family: str, container: str, command: list[str], gpu: 
     definition = {
         "name": container,
         "image": f"123456789012.dkr.ecr.{REGION}.amazonaws.com/rayfleet-{container}:abc1234",
-        "cpu": 1024,
-        "memory": 4096,
+        "cpu": 256,  # small enough that moto's fixed instance sizes hold head, workers and trainers
+        "memory": 1024,
         "command": command,
         "logConfiguration": {"logDriver": "awslogs", "options": {
             "awslogs-group": log_group, "awslogs-region": REGION, "awslogs-stream-prefix": "trainer"}},
@@ -28,6 +29,13 @@ def _task_definition(ecs, family: str, container: str, command: list[str], gpu: 
 
 def create(moto, directory: Path) -> dict:
     """Create the stack; write and return the Terraform-style outputs file's content."""
+    # moto moves a task one lifecycle step on every describe; ECS tasks run until stopped. Keep them running.
+    request = urllib.request.Request(
+        f"{moto.url}/moto-api/state-manager/set-transition",
+        data=json.dumps({"model_name": "ecs::task", "transition": {"progression": "manual", "times": 10**9}}).encode(),
+        method="POST",
+    )
+    urllib.request.urlopen(request, timeout=10).close()
     ec2, ecs, s3, logs = (moto.client(s) for s in ("ec2", "ecs", "s3", "logs"))
     vpc = ec2.create_vpc(CidrBlock="10.20.0.0/16")["Vpc"]["VpcId"]
     ec2.modify_vpc_attribute(VpcId=vpc, EnableDnsHostnames={"Value": True})  # Cloud Map needs it; so does moto
@@ -52,6 +60,10 @@ def create(moto, directory: Path) -> dict:
                        networkConfiguration=network)  # fmt: skip
     ecs.create_service(cluster=CLUSTER, serviceName="rf-test-worker", taskDefinition=worker, desiredCount=2,
                        networkConfiguration=network)  # fmt: skip
+    # moto's services start no tasks; start them as the ECS service scheduler does (group service:<name>).
+    for service, definition, count in (("rf-test-head", head, 1), ("rf-test-worker", worker, 2)):
+        ecs.run_task(cluster=CLUSTER, taskDefinition=definition, count=count, group=f"service:{service}",
+                     startedBy="ecs-svc/0123456789", networkConfiguration=network)  # fmt: skip
     s3.create_bucket(Bucket="rf-test-results")
     outputs = {
         "region": REGION, "cluster_name": CLUSTER, "private_subnet_ids": subnets, "task_security_group_id": sg,
