@@ -10,8 +10,17 @@ DATA_DIR ?= data
 ARGS    ?=
 BUCKET  ?=
 PYTEST_ARGS ?=
+JOB     ?= ddp
+RUN     ?=
+SINCE   ?=
+CMD     ?=
+OUTPUTS_FILE := .rayfleet/outputs.json
+# Where train-ddp runs: ecs once `make deploy` has saved the Terraform outputs, else local. TARGET=local|ecs.
+DDP_WHERE = $(or $(filter local ecs,$(TARGET)),$(if $(wildcard $(OUTPUTS_FILE)),ecs,local))
+AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 
 .DEFAULT_GOAL := help
+.PHONY: launch logs status exec ray-status stop clean
 .PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
 
@@ -35,10 +44,37 @@ data: $(DATA_DIR)/FashionMNIST/raw/t10k-labels-idx1-ubyte ## Generate a FashionM
 demo: setup data ## Set up, start a local cluster, train the DDP job for a few epochs, print the summary, stop it
 	$(PY) -m training.ddp --config training/configs/demo.yaml data_dir=$(DATA_DIR) $(ARGS)
 
-train-ddp: train-ddp-local ## Train the DDP job (full config; ARGS="key=value ..."; BUCKET=b stores in s3://b/runs)
+train-ddp: setup ## Train the DDP job: on ECS once deployed, else locally (TARGET=local|ecs; ARGS; BUCKET)
+ifeq ($(DDP_WHERE),ecs)
+	$(AWS_ENV) $(PY) -m scripts.launch ddp $(ARGS)
+else
+	$(PY) -m training.ddp data_dir=$(DATA_DIR) $(if $(BUCKET),storage=s3://$(BUCKET)/runs) $(ARGS)
+endif
 
 train-ddp-local: setup ## The DDP job on RAY_ADDRESS, the running local cluster, or one of its own
 	$(PY) -m training.ddp data_dir=$(DATA_DIR) $(if $(BUCKET),storage=s3://$(BUCKET)/runs) $(ARGS)
+
+launch: setup ## Run JOB (ddp, fsdp, a module) on ECS and follow its log (ARGS="k=v --detach --run-name r")
+	$(AWS_ENV) $(PY) -m scripts.launch $(JOB) $(ARGS)
+
+logs: setup ## Print a run's driver log (RUN=name; SINCE=10m; FOLLOW=1 to follow until it stops)
+	@test -n "$(RUN)" || { echo "error: name the run: make logs RUN=ddp-20261122-101500 (make status lists them)" >&2; exit 1; }
+	$(PY) -m scripts.logs $(RUN) $(if $(SINCE),--since $(SINCE)) $(if $(FOLLOW),--follow)
+
+status: setup ## One screen on the ECS cluster: services, tasks, GPUs, Ray nodes, recent runs, cost per hour
+	$(PY) -m scripts.status $(ARGS)
+
+exec: setup ## A shell in a container via ECS Exec (TARGET=head|worker-N|trainer; CMD="nvidia-smi")
+	$(PY) -m scripts.exec_shell --target $(or $(filter head trainer worker-%,$(TARGET)),head) $(if $(CMD),--command "$(CMD)")
+
+ray-status: setup ## `ray status` on the head, through ECS Exec
+	$(PY) -m scripts.exec_shell --target head --command "ray status"
+
+stop: setup ## Stop paying for GPUs: services to zero, trainer tasks stopped (idempotent)
+	$(PY) -m scripts.teardown
+
+clean: stop ## Stop everything, then destroy the Terraform stack
+	@if [ -f infra/main.tf ]; then terraform -chdir=infra destroy; else echo "no infra/main.tf: nothing to destroy"; fi
 
 bench-ddp: setup data ## Benchmark DDP epochs; prints a table (ARGS="--epochs 2 --workers 2 ...")
 	$(PY) -m bench.ddp_epoch --data-dir $(DATA_DIR) $(ARGS)

@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--detach", action="store_true", help="return once the task has started")
     parser.add_argument("--json", action="store_true", help="print the launch record as JSON")
     parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
-    opts = parser.parse_args(argv)
+    opts = parser.parse_intermixed_args(argv)  # options and key=value in any order
     out = Outputs.load(opts.outputs)
     aws = Aws(out.region)
     record = launch(aws, out, opts.job, opts.args, opts.run_name)

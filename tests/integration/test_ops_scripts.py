@@ -131,3 +131,17 @@ def test_teardown_scales_to_zero_stops_trainers_and_is_idempotent(aws_stack):
     assert second.returncode == 0 and json.loads(second.stdout)["trainer_tasks_stopped"] == []
     for service in ("rf-test-head", "rf-test-worker"):  # leave the stack as the other tests expect it
         ecs.update_service(cluster="rf-test", service=service, desiredCount=1 if service.endswith("head") else 2)
+
+
+def test_make_targets_drive_the_same_verbs(aws_stack):
+    def make(*args):
+        return subprocess.run(["make", "-s", *args], env=aws_stack["env"], cwd=REPO, capture_output=True,
+                              text=True, timeout=180)  # fmt: skip
+
+    launched = make("launch", "JOB=ddp", "ARGS=--detach --run-name via-make epochs=2")
+    assert launched.returncode == 0, launched.stderr
+    assert "run via-make: task arn:aws:ecs:" in launched.stdout
+    status = make("status", "ARGS=--json")
+    assert status.returncode == 0 and "via-make" in {r["run"] for r in json.loads(status.stdout)["runs"]}
+    missing_run = make("logs")
+    assert missing_run.returncode != 0 and "make logs RUN=" in missing_run.stderr
