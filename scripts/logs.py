@@ -76,10 +76,14 @@ def follow_task(aws: Aws, out: Outputs, task_arn: str, stream: str, write=print,
     """Print the stream until the task stops; return the trainer container's exit code."""
     reader = LogReader(aws.client("logs"), out.trainer_log_group, stream, since_ms)
     ecs = aws.client("ecs")
+    seen_status = None
     while True:
         for event in reader.read():
             write(event["message"])
         task = ecs.describe_tasks(cluster=out.cluster_name, tasks=[task_arn])["tasks"][0]
+        if task["lastStatus"] != seen_status:  # progress while the image pulls and the task starts
+            seen_status = task["lastStatus"]
+            print(f"[rayfleet] trainer task is {seen_status}", file=sys.stderr, flush=True)
         if task["lastStatus"] == "STOPPED":
             while events := reader.read():  # what arrived while it stopped
                 for event in events:

@@ -73,6 +73,7 @@ def test_launch_follows_the_driver_log_until_the_task_stops(aws_stack):
     finally:
         proc.kill()
     assert proc.returncode == 0, err  # moto reports exit code 0 for a stopped task
+    assert "[rayfleet] trainer task is RUNNING" in err and "[rayfleet] trainer task is STOPPED" in err
     positions = [out.index(line) for line in lines]
     assert positions == sorted(positions) and all(out.count(line) == 1 for line in lines)
 
