@@ -32,6 +32,16 @@ def sidecar_for(server, gpus=2, max_buffered=20_000, identity=IDENTITY) -> Sidec
     return Sidecar(NvmlSampler(FakeNvml(gpus=gpus)), publisher, identity, SPEC)
 
 
+def intervals_while_down(moto, sidecar: Sidecar, intervals: int, samples_per_interval: int = 1) -> None:
+    """Stop the server, then run publish intervals against it: every flush fails and the data stays buffered."""
+    moto.stop()
+    for _ in range(intervals):
+        for _ in range(samples_per_interval):
+            sidecar.sample()
+        sidecar.close_interval()
+        assert sidecar.publisher.flush(force=True) == 0
+
+
 def gpu_dims(index: int, identity: Identity = IDENTITY) -> list[dict]:
     values = {"ClusterName": identity.cluster_name, "InstanceId": identity.instance_id,
               "InstanceType": identity.instance_type, "GpuIndex": str(index)}  # fmt: skip
@@ -70,12 +80,7 @@ def test_published_statistic_sets_read_back_with_dimensions_intact(moto):
 
 def test_outage_loses_nothing_within_the_buffer_bound(moto):
     sidecar = sidecar_for(moto, gpus=1)
-    moto.stop()
-    for _ in range(3):  # three intervals while CloudWatch is unreachable
-        for _ in range(2):
-            sidecar.sample()
-        sidecar.close_interval()
-        assert sidecar.publisher.flush(force=True) == 0
+    intervals_while_down(moto, sidecar, intervals=3, samples_per_interval=2)
     buffered = len(sidecar.publisher.buffer)
     assert buffered > 0 and sidecar.publisher.failures == 3 and sidecar.publisher.dropped == 0
     moto.start()  # same port, empty store
@@ -86,11 +91,7 @@ def test_outage_loses_nothing_within_the_buffer_bound(moto):
 
 def test_a_long_outage_drops_the_oldest_and_says_so(moto):
     sidecar = sidecar_for(moto, gpus=1, max_buffered=30)
-    moto.stop()
-    for _ in range(5):
-        sidecar.sample()
-        sidecar.close_interval()
-        sidecar.publisher.flush(force=True)
+    intervals_while_down(moto, sidecar, intervals=5)
     assert len(sidecar.publisher.buffer) == 30 and sidecar.publisher.dropped > 0
     moto.start()
     sidecar.publisher.flush(force=True)
@@ -132,11 +133,7 @@ def test_dashboard_shows_exactly_what_the_sidecar_publishes(moto):
     # Two intervals of 26 datums (2 GPUs) into a buffer of 40 while CloudWatch is away: the oldest 12 are
     # dropped, the newest interval survives whole, and the drop report goes out with it.
     sidecar = sidecar_for(moto, gpus=2, max_buffered=40)
-    moto.stop()
-    for _ in range(2):
-        sidecar.sample()
-        sidecar.close_interval()
-        sidecar.publisher.flush(force=True)
+    intervals_while_down(moto, sidecar, intervals=2)
     assert sidecar.publisher.dropped == 12
     moto.start()
     sidecar.publisher.flush(force=True)
