@@ -21,6 +21,7 @@ AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 
 .DEFAULT_GOAL := help
 .PHONY: launch logs status exec ray-status stop clean
+.PHONY: text-data train-fsdp train-fsdp-local
 .PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
 
@@ -41,6 +42,11 @@ $(DATA_DIR)/FashionMNIST/raw/t10k-labels-idx1-ubyte: | $(VENV)/.installed
 
 data: $(DATA_DIR)/FashionMNIST/raw/t10k-labels-idx1-ubyte ## Generate a FashionMNIST-format dataset in data/ (offline; labelled SYNTHETIC)
 
+models/tiny-gpt-neox/config.json: | $(VENV)/.installed
+	$(PY) -m training.tiny_lm models/tiny-gpt-neox --text data/text/tiny_shakespeare.txt
+
+text-data: models/tiny-gpt-neox/config.json ## Generate a text corpus and a tiny GPT-NeoX + tokenizer (offline; SYNTHETIC)
+
 demo: setup data ## Set up, start a local cluster, train the DDP job for a few epochs, print the summary, stop it
 	$(PY) -m training.ddp --config training/configs/demo.yaml data_dir=$(DATA_DIR) $(ARGS)
 
@@ -53,6 +59,16 @@ endif
 
 train-ddp-local: setup ## The DDP job on RAY_ADDRESS, the running local cluster, or one of its own
 	$(PY) -m training.ddp data_dir=$(DATA_DIR) $(if $(BUCKET),storage=s3://$(BUCKET)/runs) $(ARGS)
+
+train-fsdp: setup ## Fine-tune with FSDP2: on ECS once deployed (dolly-v2-7b), else the tiny local model
+ifeq ($(DDP_WHERE),ecs)
+	$(AWS_ENV) $(PY) -m scripts.launch fsdp $(ARGS)
+else
+	$(MAKE) --no-print-directory train-fsdp-local
+endif
+
+train-fsdp-local: setup text-data ## The FSDP job on the local cluster: tiny GPT-NeoX, generated corpus, CPU (ARGS=...)
+	$(PY) -m training.fsdp --config training/configs/fsdp-tiny.yaml $(ARGS)
 
 launch: setup ## Run JOB (ddp, fsdp, a module) on ECS and follow its log (ARGS="k=v --detach --run-name r")
 	$(AWS_ENV) $(PY) -m scripts.launch $(JOB) $(ARGS)

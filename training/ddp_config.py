@@ -11,6 +11,15 @@ from training.config import JobConfig
 from training.data.layout import missing_files
 
 
+def absolute_storage(cls, value: str) -> str:
+    """Local storage as an absolute path (Ray workers run elsewhere); s3:// as given; nothing else."""
+    if "://" in value:
+        if not value.startswith("s3://"):
+            raise ValueError(f"only local paths and s3:// are supported (got {value!r})")
+        return value.rstrip("/")
+    return str(Path(value).expanduser().resolve())
+
+
 class DDPConfig(JobConfig):
     # Cluster shape
     num_workers: int = Field(2, ge=1, description="Ray Train workers (one process, one GPU each on GPU)")
@@ -46,14 +55,7 @@ class DDPConfig(JobConfig):
     def _absolute_data_dir(cls, value: str) -> str:
         return str(Path(value).expanduser().resolve())  # Ray workers run in another directory
 
-    @field_validator("storage")
-    @classmethod
-    def _absolute_storage(cls, value: str) -> str:
-        if "://" in value:
-            if not value.startswith("s3://"):
-                raise ValueError(f"only local paths and s3:// are supported (got {value!r})")
-            return value.rstrip("/")
-        return str(Path(value).expanduser().resolve())
+    _absolute_storage = field_validator("storage")(absolute_storage)
 
     @model_validator(mode="after")
     def _check(self) -> DDPConfig:

@@ -50,12 +50,14 @@ def write_config(storage: Storage, run_name: str, cfg: JobConfig) -> None:
         raise ConfigError(f"storage: cannot write to {storage.display(run_name)}: {exc}") from None
 
 
-def build_trainer(train_loop: Callable, cfg: JobConfig, run_name: str, use_gpu: bool) -> TorchTrainer:
+def build_trainer(
+    train_loop: Callable, cfg: JobConfig, run_name: str, use_gpu: bool, extra_loop_config: dict | None = None
+) -> TorchTrainer:
     storage = Storage(cfg.storage, cfg.s3_endpoint_url)
     resources = {"CPU": cfg.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
     return TorchTrainer(
         train_loop,
-        train_loop_config={"config": cfg, "run_name": run_name},
+        train_loop_config={"config": cfg, "run_name": run_name, **(extra_loop_config or {})},
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu, resources_per_worker=resources),
         run_config=RunConfig(
             name=run_name,
@@ -71,7 +73,13 @@ def build_trainer(train_loop: Callable, cfg: JobConfig, run_name: str, use_gpu: 
     )
 
 
-def run_job(train_loop: Callable, cfg: JobConfig, run_name: str) -> int:
+def run_job(
+    train_loop: Callable,
+    cfg: JobConfig,
+    run_name: str,
+    extra_loop_config: dict | None = None,
+    summary_lines: Callable[[dict], list[str]] | None = None,
+) -> int:
     """Run to the end; return the process exit code (0 success, 1 failure). Errors go to stderr."""
     storage = Storage(cfg.storage, cfg.s3_endpoint_url)
     started = time.perf_counter()
@@ -82,7 +90,7 @@ def run_job(train_loop: Callable, cfg: JobConfig, run_name: str) -> int:
             write_config(storage, run_name, cfg)
             print(f"run {run_name}: {cfg.num_workers} workers ({'GPU' if use_gpu else 'CPU'}), "
                   f"results in {storage.display(run_name)}", flush=True)  # fmt: skip
-            result = build_trainer(train_loop, cfg, run_name, use_gpu).fit()
+            result = build_trainer(train_loop, cfg, run_name, use_gpu, extra_loop_config).fit()
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -94,22 +102,27 @@ def run_job(train_loop: Callable, cfg: JobConfig, run_name: str) -> int:
         print(f"checkpoints so far are in {storage.display(run_name)}; re-run with run_name={run_name} "
               "to resume", file=sys.stderr)  # fmt: skip
         return 1
-    print(summary(storage, run_name, result, time.perf_counter() - started), flush=True)
+    rows = read_rows(storage, run_name)
+    lines = (summary_lines or ddp_summary)(rows[-1] if rows else {})
+    print(summary(storage, run_name, result, time.perf_counter() - started, lines), flush=True)
     return 0
 
 
-def summary(storage: Storage, run_name: str, result, total_s: float) -> str:
-    rows = read_rows(storage, run_name)
-    last = rows[-1] if rows else {}
-    checkpoint = result.checkpoint.path if result.checkpoint else None
-    checkpoint_text = f"s3://{checkpoint}" if checkpoint and storage.is_s3 else checkpoint
-    lines = [
-        f"run {run_name} finished in {total_s:.0f} s",
+def ddp_summary(last: dict) -> list[str]:
+    return [
         f"  epochs          {last.get('epoch', '?')}",
         f"  test accuracy   {last.get('test_accuracy', float('nan')):.4f}",
         f"  test loss       {last.get('test_loss', float('nan')):.4f}",
         f"  images/s        {last.get('images_per_s', float('nan')):,.0f} (last epoch)",
+    ]
+
+
+def summary(storage: Storage, run_name: str, result, total_s: float, lines: list[str]) -> str:
+    checkpoint = result.checkpoint.path if result.checkpoint else None
+    checkpoint_text = f"s3://{checkpoint}" if checkpoint and storage.is_s3 else checkpoint
+    return "\n".join([
+        f"run {run_name} finished in {total_s:.0f} s",
+        *lines,
         f"  checkpoint      {checkpoint_text}",
         f"  metrics         {storage.display(run_name, METRICS_FILE)}",
-    ]
-    return "\n".join(lines)
+    ])  # fmt: skip

@@ -16,10 +16,10 @@ class MetricsLog:
     appears exactly once in the final file.
     """
 
-    def __init__(self, storage: Storage, run_name: str, resume_epoch: int):
+    def __init__(self, storage: Storage, run_name: str, resume_epoch: int, key: str = "epoch"):
         self.storage = storage
         self.path = storage.run_path(run_name, METRICS_FILE)
-        self.rows = [row for row in read_rows(storage, run_name) if row["epoch"] < resume_epoch]
+        self.rows = [row for row in read_rows(storage, run_name) if row[key] < resume_epoch]
 
     def append(self, row: dict) -> None:
         self.rows.append(row)

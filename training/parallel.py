@@ -1,6 +1,6 @@
-"""Parallelism applied by small functions, in torchtitan's order: (activation checkpointing,) compile, then
-data parallelism. Compiling the bare module before wrapping keeps DDP's communication hooks outside the
-compiled graph."""
+"""Parallelism applied by small functions, in torchtitan's order: activation checkpointing, then compile,
+then data parallelism (DDP) or sharding (FSDP2). Compiling before wrapping keeps the communication hooks
+outside the compiled graphs."""
 
 from __future__ import annotations
 
@@ -18,3 +18,38 @@ def apply_ddp(model: torch.nn.Module, device: torch.device) -> DistributedDataPa
     # gradient_as_bucket_view saves one copy of the gradients; static_graph lets DDP skip unused-
     # parameter bookkeeping after the first step (the ResNet graph never changes).
     return DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True, static_graph=True)
+
+
+def apply_activation_checkpointing(blocks: list[torch.nn.Module]) -> None:
+    """Recompute each block's activations in the backward pass: memory for one block instead of all."""
+    from torch.utils.checkpoint import checkpoint
+
+    for block in blocks:
+        original = block.forward
+
+        # In place, so parameter names (and so checkpoints and exports) do not change.
+        def forward(*args, _original=original, **kwargs):
+            return checkpoint(_original, *args, use_reentrant=False, **kwargs)
+
+        block.forward = forward
+
+
+def apply_compile_per_block(blocks: list[torch.nn.Module]) -> None:
+    for block in blocks:
+        block.compile()  # in place, per block: small graphs compile fast and are reused across layers
+
+
+def apply_fsdp(model: torch.nn.Module, blocks: list[torch.nn.Module], device: torch.device, bf16: bool) -> None:
+    """FSDP2: one shard group per block and one for the root (embeddings, final norm, head).
+
+    On GPU, parameters are gathered in bf16 and gradients reduced in fp32 (MixedPrecisionPolicy)."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
+    policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
+    kwargs = {"mesh": mesh, **({"mp_policy": policy} if policy else {})}
+    for index, block in enumerate(blocks):
+        # The last block's parameters are needed again at once by the backward pass: keep them gathered.
+        fully_shard(block, reshard_after_forward=index < len(blocks) - 1, **kwargs)
+    fully_shard(model, **kwargs)

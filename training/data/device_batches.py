@@ -1,9 +1,8 @@
 """Batches cut on the training device from a split held there as uint8.
 
 No DataLoader, no worker processes, no PIL: per step the device gathers a batch of indices, converts it
-to float, normalizes (and optionally flips) it. Every epoch has its own permutation, derived from
-(seed, epoch) so that every rank agrees on it and a resumed run reproduces it; each rank takes its own
-strided shard of it, all shards the same length so that DDP's collectives stay in step.
+to float, normalizes (and optionally flips) it. Every epoch has its own permutation (training.data.order), the
+same on every rank and after a resume; each rank takes its own equal, strided shard of it.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from collections.abc import Iterator
 import torch
 
 from training.data.fashion_mnist import Split
+from training.data.order import epoch_shard
 
 MEAN, STD = 0.2860, 0.3530  # FashionMNIST training-set statistics
 
@@ -28,13 +28,9 @@ class DeviceSplit:
         return self.labels.numel()
 
     def shard_indices(self, epoch: int, rank: int, world: int, seed: int, shuffle: bool) -> torch.Tensor:
-        n = len(self)
         if shuffle:
-            gen = torch.Generator().manual_seed(seed * 1_000_003 + epoch)
-            order = torch.randperm(n, generator=gen)
-            per_rank = n // world  # equal shards: the tail (< world images) waits for the next epoch
-            return order[rank : per_rank * world : world].to(self.device)
-        return torch.arange(rank, n, world, device=self.device)  # evaluation: every image exactly once
+            return epoch_shard(len(self), epoch, rank, world, seed).to(self.device)
+        return torch.arange(rank, len(self), world, device=self.device)  # evaluation: every image exactly once
 
     def batches(
         self,

@@ -1,0 +1,215 @@
+"""FSDP: fine-tune a causal LM (dolly-v2-7b by default) on packed text with FSDP2 on Ray Train.
+
+Local, offline, on CPU (a tiny GPT-NeoX and a generated corpus: `make text-data` first):
+    python -m training.fsdp --config training/configs/fsdp-tiny.yaml
+    make train-fsdp-local ARGS="max_steps=20"
+On a running Ray cluster with GPUs:
+    RAY_ADDRESS=... python -m training.fsdp model=databricks/dolly-v2-7b data=s3://bucket/tiny_shakespeare.txt
+On ECS (the trainer task runs this module inside the VPC):
+    make launch JOB=fsdp ARGS="max_steps=500"
+Re-running with the same run_name resumes at the step after its latest checkpoint; stop_at_step ends an
+invocation early (checkpointed), for time-boxed or preemptible runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import ray.train
+import ray.train.torch
+import torch
+import torch.distributed as dist
+
+from training import sharded_checkpoint
+from training.config import ConfigError, load_config
+from training.data.text import PackedBlocks, pack, read_text, tokenize
+from training.flops import flops_per_token, non_embedding_params, peak_tflops
+from training.fsdp_config import FSDPConfig
+from training.hf_export import export
+from training.hf_model import (
+    ModelNotFound,
+    build_on_meta,
+    checkpoint_key_renames,
+    load_weights_from_rank0,
+    materialize,
+    resolve_model_dir,
+    transformer_blocks,
+)
+from training.metrics import MetricsLog
+from training.parallel import apply_activation_checkpointing, apply_compile_per_block, apply_fsdp
+from training.ray_connect import quiet_report_logs
+from training.storage import Storage
+
+DEFAULT_CONFIG = Path(__file__).parent / "configs" / "fsdp.yaml"
+
+
+def lr_at(cfg: FSDPConfig, step: int) -> float:
+    """Linear warmup, then cosine down to min_lr_ratio x lr at max_steps. A pure function of the step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def _build(cfg: FSDPConfig, model_dir: Path, device: torch.device, rank: int):
+    model = build_on_meta(model_dir)
+    renames = checkpoint_key_renames(model)  # before sharding changes the class
+    blocks = transformer_blocks(model)
+    # Fixed order (DESIGN.md): activation checkpointing, then compile, then sharding.
+    if cfg.activation_checkpointing:
+        apply_activation_checkpointing(blocks)
+    if cfg.compile:
+        apply_compile_per_block(blocks)
+    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+    apply_fsdp(model, blocks, device, bf16)
+    materialize(model, device)
+    load_weights_from_rank0(model, model_dir, rank, renames)
+    return model
+
+
+def _step_metrics(cfg, model_info, loss_sum, tokens, seconds, device, world) -> dict:
+    packed = torch.tensor([loss_sum, tokens], dtype=torch.float64, device=device)
+    dist.all_reduce(packed)
+    loss = packed[0].item() / (world * cfg.grad_accum * model_info["steps"])
+    tokens_per_s = packed[1].item() / seconds
+    tflops = tokens_per_s / world * model_info["flops_per_token"] / 1e12
+    peak = model_info["peak"]
+    memory = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    return {
+        "loss": loss, "tokens_per_s": tokens_per_s, "tokens_per_s_per_device": tokens_per_s / world,
+        "tflops_per_device": tflops, "mfu": tflops / peak if peak else None, "peak_memory_gib": memory,
+    }  # fmt: skip
+
+
+def _full(value) -> float:
+    return float(value.full_tensor() if hasattr(value, "full_tensor") else value)  # a DTensor under FSDP2
+
+
+def _progress_line(row: dict, max_steps: int) -> str:
+    mfu = f"  MFU {row['mfu']:.1%}" if row["mfu"] is not None else ""
+    return (
+        f"step {row['step']}/{max_steps}  loss {row['loss']:.4f}  lr {row['lr']:.2e}  "
+        f"{row['tokens_per_s']:,.0f} tok/s  {row['tflops_per_device']:.2f} TFLOP/s/device{mfu}"
+    )
+
+
+def train_loop(loop_config: dict) -> None:
+    cfg: FSDPConfig = loop_config["config"]
+    run_name, model_dir = loop_config["run_name"], Path(loop_config["model_dir"])
+    quiet_report_logs()
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    torch.manual_seed(cfg.seed)
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    data = PackedBlocks(pack(tokenize(read_text(cfg.data), tokenizer), cfg.seq_len))
+    model = _build(cfg, model_dir, device, rank)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    state = sharded_checkpoint.load_latest(model, optimizer)
+    start, attempt = (state["step"], state["attempt"] + 1) if state else (0, 0)
+    storage = Storage(cfg.storage, cfg.s3_endpoint_url)
+    log = MetricsLog(storage, run_name, start + 1, key="step") if rank == 0 else None
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    info = {
+        "flops_per_token": flops_per_token(non_embedding_params(model), model.config.num_hidden_layers,
+                                           model.config.num_attention_heads,
+                                           model.config.hidden_size // model.config.num_attention_heads, cfg.seq_len),
+        "peak": peak_tflops(device_name), "steps": 0,
+    }  # fmt: skip
+    if rank == 0:
+        what = f"resuming at step {start + 1} (attempt {attempt})" if state else "starting"
+        print(f"{run_name}: {what}; {len(data):,} blocks of {cfg.seq_len} tokens, "
+              f"{data.steps_per_epoch(world, cfg.micro_batch_size, cfg.grad_accum)} steps/epoch, "
+              f"{world} x {device_name}", flush=True)  # fmt: skip
+
+    last = min(cfg.max_steps, cfg.stop_at_step or cfg.max_steps)
+    window_start, loss_sum, tokens = time.perf_counter(), 0.0, 0
+    for step in range(start, last):
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(cfg, step)
+        for micro in range(cfg.grad_accum):
+            batch = data.micro_batch(step, micro, rank, world, cfg.seed, cfg.micro_batch_size, cfg.grad_accum)
+            batch = batch.to(device)
+            loss = model(input_ids=batch, labels=batch).loss
+            (loss / cfg.grad_accum).backward()
+            loss_sum += loss.item()
+            tokens += batch.numel()
+        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        info["steps"] += 1
+        done = step + 1
+        if done % cfg.log_every == 0 or done % cfg.checkpoint_every == 0 or done == last:
+            seconds = time.perf_counter() - window_start
+            row = {"step": done, "lr": lr_at(cfg, step), "grad_norm": _full(grad_norm), "attempt": attempt,
+                   **_step_metrics(cfg, info, loss_sum, tokens, seconds, device, world)}  # fmt: skip
+            if log is not None:
+                log.append(row)
+                print(_progress_line(row, cfg.max_steps), flush=True)
+            window_start, loss_sum, tokens, info["steps"] = time.perf_counter(), 0.0, 0, 0
+            if done % cfg.checkpoint_every == 0 or done == last:
+                sharded_checkpoint.save(done, model, optimizer, {"attempt": attempt, "seed": cfg.seed}, row, rank)
+    if cfg.export and last == cfg.max_steps:
+        probe = data.blocks[:1].to(device)
+        result = export(model, tokenizer, model_dir, probe, storage, run_name, rank)
+        if rank == 0:
+            print(f"exported {result['export']} (max |logit diff| vs sharded: {result['export_max_logit_diff']:.2e})",
+                  flush=True)  # fmt: skip
+
+
+def check_before_start(cfg: FSDPConfig) -> Path:
+    """What can be checked on the driver, before any worker starts: the model, its length limit, the data."""
+    try:
+        model_dir = resolve_model_dir(cfg.model)
+    except ModelNotFound as exc:
+        raise ConfigError(str(exc)) from None
+    from transformers import AutoConfig
+
+    maximum = getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)
+    if maximum is not None and cfg.seq_len > maximum:
+        raise ConfigError(f"seq_len: {cfg.seq_len} is above the model's maximum of {maximum} positions")
+    if cfg.strategy == "deepspeed":
+        raise ConfigError("strategy: deepspeed (ZeRO-3) is not available yet in this version; use strategy=fsdp")
+    if not cfg.data.startswith(("s3://", "hf://")) and not Path(cfg.data).is_file():
+        raise ConfigError(f"data: {cfg.data} does not exist (make text-data writes a generated corpus)")
+    return model_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    from training.launch import run_job
+
+    parser = argparse.ArgumentParser(prog="python -m training.fsdp", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    args = parser.parse_intermixed_args(argv)
+    try:
+        cfg = load_config(FSDPConfig, args.config, args.overrides)
+        model_dir = check_before_start(cfg)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    run_name = cfg.run_name or f"fsdp-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    return run_job(train_loop, cfg, run_name, {"model_dir": str(model_dir.resolve())}, fsdp_summary)
+
+
+def fsdp_summary(last: dict) -> list[str]:
+    mfu = f"{last['mfu']:.1%}" if last.get("mfu") is not None else "n/a (no GPU peak known)"
+    return [
+        f"  steps           {last.get('step', '?')}",
+        f"  loss            {last.get('loss', float('nan')):.4f}",
+        f"  tokens/s        {last.get('tokens_per_s', float('nan')):,.0f} "
+        f"({last.get('tokens_per_s_per_device', 0):,.0f}/device)",
+        f"  MFU             {mfu}",
+    ]
+
+
+if __name__ == "__main__":
+    sys.exit(main())
