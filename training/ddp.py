@@ -213,7 +213,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     run_name = cfg.run_name or f"ddp-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    return run_job(train_loop, cfg, run_name)
+    # The imported module's function, not __main__'s: pickled by reference, so workers import it.
+    from training.ddp import train_loop as loop
+
+    return run_job(loop, cfg, run_name)
 
 
 if __name__ == "__main__":

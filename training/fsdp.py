@@ -124,6 +124,11 @@ def train_loop(loop_config: dict) -> None:
                                            model.config.hidden_size // model.config.num_attention_heads, cfg.seq_len),
         "peak": peak_tflops(device_name), "steps": 0,
     }  # fmt: skip
+    local_bytes = torch.tensor([sum(p.to_local().numel() * p.element_size() for p in model.parameters())],
+                               dtype=torch.float64, device=device)  # fmt: skip
+    shard_bytes = [torch.zeros_like(local_bytes) for _ in range(world)]
+    dist.all_gather(shard_bytes, local_bytes)
+    info["shard_bytes"] = [int(b.item()) for b in shard_bytes]
     if rank == 0:
         what = f"resuming at step {start + 1} (attempt {attempt})" if state else "starting"
         print(f"{run_name}: {what}; {len(data):,} blocks of {cfg.seq_len} tokens, "
@@ -150,6 +155,7 @@ def train_loop(loop_config: dict) -> None:
         if done % cfg.log_every == 0 or done % cfg.checkpoint_every == 0 or done == last:
             seconds = time.perf_counter() - window_start
             row = {"step": done, "lr": lr_at(cfg, step), "grad_norm": _full(grad_norm), "attempt": attempt,
+                   "param_bytes_per_rank": info["shard_bytes"],
                    **_step_metrics(cfg, info, loss_sum, tokens, seconds, device, world)}  # fmt: skip
             if log is not None:
                 log.append(row)
@@ -197,7 +203,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     run_name = cfg.run_name or f"fsdp-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    return run_job(train_loop, cfg, run_name, {"model_dir": str(model_dir.resolve())}, fsdp_summary)
+    # The imported module's function, not __main__'s: pickled by reference, so workers import it.
+    from training.fsdp import train_loop as loop
+
+    return run_job(loop, cfg, run_name, {"model_dir": str(model_dir.resolve())}, fsdp_summary)
 
 
 def fsdp_summary(last: dict) -> list[str]:
