@@ -22,7 +22,7 @@ AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 .DEFAULT_GOAL := help
 .PHONY: launch logs status exec ray-status stop clean
 .PHONY: text-data train-fsdp train-fsdp-local
-.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
+.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data bench-fsdp bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
 
 help: ## List every target with what it does
@@ -97,6 +97,9 @@ bench-ddp: setup data ## Benchmark DDP epochs; prints a table (ARGS="--epochs 2 
 
 bench-data: setup data ## Benchmark the data path alone: blueprint DataLoader+PIL vs device-resident batches
 	$(PY) -m bench.data_path --data-dir $(DATA_DIR) $(ARGS)
+
+bench-fsdp: setup ## Benchmark the FSDP2 step: tokens/s, TFLOP/s, MFU (ARGS="--shape pythia-1.4b --seq-len 2048")
+	$(PY) -m bench.fsdp_throughput $(ARGS)
 
 bench-sidecar: setup ## Measure the GPU-metrics sidecar's CPU and memory at its default intervals
 	$(PY) -m bench.sidecar_cost $(ARGS)
