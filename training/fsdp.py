@@ -25,23 +25,13 @@ import ray.train.torch
 import torch
 import torch.distributed as dist
 
-from training import sharded_checkpoint
 from training.config import ConfigError, load_config
 from training.data.text import PackedBlocks, pack, read_text, tokenize
-from training.flops import flops_per_token, non_embedding_params, peak_tflops
+from training.flops import flops_per_token, peak_tflops
 from training.fsdp_config import FSDPConfig
-from training.hf_export import export
-from training.hf_model import (
-    ModelNotFound,
-    build_on_meta,
-    checkpoint_key_renames,
-    load_weights_from_rank0,
-    materialize,
-    resolve_model_dir,
-    transformer_blocks,
-)
+from training.hf_export import write_and_verify
+from training.hf_model import ModelNotFound, resolve_model_dir
 from training.metrics import MetricsLog
-from training.parallel import apply_activation_checkpointing, apply_compile_per_block, apply_fsdp
 from training.ray_connect import quiet_report_logs
 from training.storage import Storage
 
@@ -56,20 +46,14 @@ def lr_at(cfg: FSDPConfig, step: int) -> float:
     return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
 
 
-def _build(cfg: FSDPConfig, model_dir: Path, device: torch.device, rank: int):
-    model = build_on_meta(model_dir)
-    renames = checkpoint_key_renames(model)  # before sharding changes the class
-    blocks = transformer_blocks(model)
-    # Fixed order (DESIGN.md): activation checkpointing, then compile, then sharding.
-    if cfg.activation_checkpointing:
-        apply_activation_checkpointing(blocks)
-    if cfg.compile:
-        apply_compile_per_block(blocks)
-    bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
-    apply_fsdp(model, blocks, device, bf16)
-    materialize(model, device)
-    load_weights_from_rank0(model, model_dir, rank, renames)
-    return model
+def make_strategy(cfg: FSDPConfig, model_dir: Path, device: torch.device, rank: int):
+    if cfg.strategy == "deepspeed":
+        from training.deepspeed_strategy import DeepSpeedStrategy
+
+        return DeepSpeedStrategy(cfg, model_dir, device, rank)
+    from training.fsdp_strategy import FSDPStrategy
+
+    return FSDPStrategy(cfg, model_dir, device, rank)
 
 
 def _step_metrics(cfg, model_info, loss_sum, tokens, seconds, device, world) -> dict:
@@ -84,10 +68,6 @@ def _step_metrics(cfg, model_info, loss_sum, tokens, seconds, device, world) -> 
         "loss": loss, "tokens_per_s": tokens_per_s, "tokens_per_s_per_device": tokens_per_s / world,
         "tflops_per_device": tflops, "mfu": tflops / peak if peak else None, "peak_memory_gib": memory,
     }  # fmt: skip
-
-
-def _full(value) -> float:
-    return float(value.full_tensor() if hasattr(value, "full_tensor") else value)  # a DTensor under FSDP2
 
 
 def _progress_line(row: dict, max_steps: int) -> str:
@@ -110,51 +90,44 @@ def train_loop(loop_config: dict) -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    data = PackedBlocks(pack(tokenize(read_text(cfg.data), tokenizer), cfg.seq_len))
-    model = _build(cfg, model_dir, device, rank)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    state = sharded_checkpoint.load_latest(model, optimizer)
+    data = PackedBlocks(pack(tokenize(read_text(cfg.data, cfg.s3_endpoint_url), tokenizer), cfg.seq_len))
+    strategy = make_strategy(cfg, model_dir, device, rank)
+    state = strategy.load()
     start, attempt = (state["step"], state["attempt"] + 1) if state else (0, 0)
     storage = Storage(cfg.storage, cfg.s3_endpoint_url)
     log = MetricsLog(storage, run_name, start + 1, key="step") if rank == 0 else None
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    mc = strategy.config
     info = {
-        "flops_per_token": flops_per_token(non_embedding_params(model), model.config.num_hidden_layers,
-                                           model.config.num_attention_heads,
-                                           model.config.hidden_size // model.config.num_attention_heads, cfg.seq_len),
+        "flops_per_token": flops_per_token(strategy.non_embedding_params, mc.num_hidden_layers,
+                                           mc.num_attention_heads, mc.hidden_size // mc.num_attention_heads,
+                                           cfg.seq_len),
         "peak": peak_tflops(device_name), "steps": 0,
     }  # fmt: skip
-    local_bytes = torch.tensor([sum(p.to_local().numel() * p.element_size() for p in model.parameters())],
-                               dtype=torch.float64, device=device)  # fmt: skip
+    local_bytes = torch.tensor([strategy.local_param_bytes()], dtype=torch.float64, device=device)
     shard_bytes = [torch.zeros_like(local_bytes) for _ in range(world)]
     dist.all_gather(shard_bytes, local_bytes)
     info["shard_bytes"] = [int(b.item()) for b in shard_bytes]
     if rank == 0:
         what = f"resuming at step {start + 1} (attempt {attempt})" if state else "starting"
-        print(f"{run_name}: {what}; {len(data):,} blocks of {cfg.seq_len} tokens, "
+        print(f"{run_name}: {what} with {cfg.strategy}; {len(data):,} blocks of {cfg.seq_len} tokens, "
               f"{data.steps_per_epoch(world, cfg.micro_batch_size, cfg.grad_accum)} steps/epoch, "
               f"{world} x {device_name}", flush=True)  # fmt: skip
 
     last = min(cfg.max_steps, cfg.stop_at_step or cfg.max_steps)
     window_start, loss_sum, tokens = time.perf_counter(), 0.0, 0
     for step in range(start, last):
-        for group in optimizer.param_groups:
-            group["lr"] = lr_at(cfg, step)
+        strategy.set_lr(lr_at(cfg, step))
         for micro in range(cfg.grad_accum):
             batch = data.micro_batch(step, micro, rank, world, cfg.seed, cfg.micro_batch_size, cfg.grad_accum)
-            batch = batch.to(device)
-            loss = model(input_ids=batch, labels=batch).loss
-            (loss / cfg.grad_accum).backward()
-            loss_sum += loss.item()
+            loss_sum += strategy.micro_step(batch.to(device))
             tokens += batch.numel()
-        grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        grad_norm = strategy.step()
         info["steps"] += 1
         done = step + 1
         if done % cfg.log_every == 0 or done % cfg.checkpoint_every == 0 or done == last:
             seconds = time.perf_counter() - window_start
-            row = {"step": done, "lr": lr_at(cfg, step), "grad_norm": _full(grad_norm), "attempt": attempt,
+            row = {"step": done, "lr": lr_at(cfg, step), "grad_norm": grad_norm, "attempt": attempt,
                    "param_bytes_per_rank": info["shard_bytes"],
                    **_step_metrics(cfg, info, loss_sum, tokens, seconds, device, world)}  # fmt: skip
             if log is not None:
@@ -162,11 +135,12 @@ def train_loop(loop_config: dict) -> None:
                 print(_progress_line(row, cfg.max_steps), flush=True)
             window_start, loss_sum, tokens, info["steps"] = time.perf_counter(), 0.0, 0, 0
             if done % cfg.checkpoint_every == 0 or done == last:
-                sharded_checkpoint.save(done, model, optimizer, {"attempt": attempt, "seed": cfg.seed}, row, rank)
+                strategy.save(done, {"attempt": attempt, "seed": cfg.seed, "strategy": cfg.strategy}, row)
     if cfg.export and last == cfg.max_steps:
         probe = data.blocks[:1].to(device)
-        result = export(model, tokenizer, model_dir, probe, storage, run_name, rank)
+        full, logits = strategy.gather_for_export(probe)
         if rank == 0:
+            result = write_and_verify(full, logits, probe, tokenizer, model_dir, storage, run_name)
             print(f"exported {result['export']} (max |logit diff| vs sharded: {result['export_max_logit_diff']:.2e})",
                   flush=True)  # fmt: skip
 
@@ -183,7 +157,12 @@ def check_before_start(cfg: FSDPConfig) -> Path:
     if maximum is not None and cfg.seq_len > maximum:
         raise ConfigError(f"seq_len: {cfg.seq_len} is above the model's maximum of {maximum} positions")
     if cfg.strategy == "deepspeed":
-        raise ConfigError("strategy: deepspeed (ZeRO-3) is not available yet in this version; use strategy=fsdp")
+        try:
+            import deepspeed  # noqa: F401 - only checking that it is installed
+        except ImportError:
+            raise ConfigError(
+                "strategy: deepspeed is not installed here (pip install -r requirements/train.txt)"
+            ) from None
     if not cfg.data.startswith(("s3://", "hf://")) and not Path(cfg.data).is_file():
         raise ConfigError(f"data: {cfg.data} does not exist (make text-data writes a generated corpus)")
     return model_dir

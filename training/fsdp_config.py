@@ -16,7 +16,7 @@ class FSDPConfig(JobConfig):
     num_workers: int = Field(2, ge=1)
     cpus_per_worker: float = Field(1.0, gt=0)
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    strategy: Literal["fsdp", "deepspeed"] = Field("fsdp", description="deepspeed: ZeRO-3, CUDA only")
+    strategy: Literal["fsdp", "deepspeed"] = Field("fsdp", description="FSDP2, or DeepSpeed ZeRO-3")
     # Model and data
     model: str = Field("databricks/dolly-v2-7b", description="Hub id or local directory; $MODEL_DIR/<id> first")
     data: str = Field("data/text/tiny_shakespeare.txt", description="text file, s3://bucket/key or hf://repo/file")

@@ -16,12 +16,13 @@ import torch
 from training.data.order import epoch_shard
 
 
-def read_text(source: str) -> str:
+def read_text(source: str, s3_endpoint_url: str | None = None) -> str:
     if source.startswith("s3://"):
         import boto3
 
         bucket, _, key = source.removeprefix("s3://").partition("/")
-        return boto3.client("s3").get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+        s3 = boto3.client("s3", endpoint_url=s3_endpoint_url)  # the same store as the run's storage
+        return s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode()
     if source.startswith("hf://"):
         from huggingface_hub import hf_hub_download
 

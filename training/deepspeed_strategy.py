@@ -1,0 +1,118 @@
+"""DeepSpeed ZeRO-3 as a training strategy: the same model, data, loop and checkpoint directories as FSDP2.
+
+The DeepSpeed config is generated from the job's typed config (`deepspeed_config`). With ZeRO-3 announced
+to transformers (HfDeepSpeedConfig) before loading, `from_pretrained` creates every parameter already
+partitioned, so no rank holds the full model. Checkpoints are DeepSpeed's own per-rank partition files,
+reported by every rank into the run's `checkpoint_step_<step>` directory like FSDP's. Runs on CUDA (NCCL)
+and, for tests and laptops, on CPU (gloo).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import ray.train
+import torch
+
+from training.sharded_checkpoint import TRAIN_STATE, checkpoint_name
+
+TAG = "state"
+
+
+def deepspeed_config(cfg, bf16: bool) -> dict:
+    return {
+        "train_micro_batch_size_per_gpu": cfg.micro_batch_size,
+        "gradient_accumulation_steps": cfg.grad_accum,
+        "gradient_clipping": cfg.grad_clip,
+        "optimizer": {
+            "type": "AdamW",
+            "params": {"lr": cfg.lr, "betas": [0.9, 0.95], "weight_decay": cfg.weight_decay},
+        },
+        "bf16": {"enabled": bf16},
+        "zero_optimization": {
+            "stage": 3,
+            "overlap_comm": True,
+            "contiguous_gradients": True,
+            "stage3_gather_16bit_weights_on_model_save": True,  # the export's consolidated state dict
+        },
+        "activation_checkpointing": {"partition_activations": False},
+        "steps_per_print": 10**9,
+        "wall_clock_breakdown": False,
+    }
+
+
+class DeepSpeedStrategy:
+    def __init__(self, cfg, model_dir: Path, device: torch.device, rank: int):
+        import deepspeed
+        from transformers import AutoModelForCausalLM
+        from transformers.integrations import HfDeepSpeedConfig
+
+        self.cfg, self.rank = cfg, rank
+        bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+        self.ds_config = deepspeed_config(cfg, bf16)
+        # Ray Train already set up torch.distributed (gloo or NCCL); DeepSpeed joins that process group.
+        deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
+        self._hf_ds = HfDeepSpeedConfig(self.ds_config)  # must stay alive: from_pretrained partitions under it
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+        if cfg.activation_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # Partitioned parameters report their full size as ds_numel.
+        embeddings = {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) for p in m.parameters()}
+        self.non_embedding_params = sum(
+            getattr(p, "ds_numel", p.numel()) for p in model.parameters() if id(p) not in embeddings
+        )
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(
+            model=model, model_parameters=model.parameters(), config=self.ds_config
+        )
+
+    @property
+    def config(self):
+        return self.engine.module.config
+
+    def set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+
+    def micro_step(self, batch: torch.Tensor) -> float:
+        loss = self.engine(input_ids=batch, labels=batch).loss
+        self.engine.backward(loss)  # scaled by 1/grad_accum inside
+        self.engine.step()  # steps the optimizer only at the accumulation boundary
+        return loss.item()
+
+    def step(self) -> float:
+        norm = self.engine.get_global_grad_norm()
+        return float(norm) if norm is not None else float("nan")
+
+    def local_param_bytes(self) -> int:
+        return sum(p.ds_tensor.numel() * p.ds_tensor.element_size() for p in self.engine.module.parameters())
+
+    def save(self, step: int, train_state: dict, metrics: dict) -> None:
+        with tempfile.TemporaryDirectory() as tmp:
+            self.engine.save_checkpoint(tmp, tag=TAG)  # every rank writes its own partitions
+            if self.rank == 0:
+                (Path(tmp) / TRAIN_STATE).write_text(json.dumps({**train_state, "step": step}))
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
+                             checkpoint_dir_name=checkpoint_name(step))  # fmt: skip
+
+    def load(self) -> dict | None:
+        checkpoint = ray.train.get_checkpoint()
+        if checkpoint is None:
+            return None
+        with checkpoint.as_directory() as directory:
+            self.engine.load_checkpoint(directory, tag=TAG)
+            return json.loads((Path(directory) / TRAIN_STATE).read_text())
+
+    @torch.no_grad()
+    def gather_for_export(self, probe: torch.Tensor) -> tuple[dict, torch.Tensor]:
+        from transformers.integrations.deepspeed import unset_hf_deepspeed_config
+
+        full = self.engine._zero3_consolidated_16bit_state_dict()  # collective; the dict on rank 0 only
+        self.engine.eval()
+        logits = self.engine(input_ids=probe).logits.float()
+        self.engine.train()
+        # From here on, from_pretrained (rank 0 reloading the export) must be a plain load, not a
+        # collective ZeRO-3 one that the other ranks would never join.
+        unset_hf_deepspeed_config()
+        return full or {}, logits
