@@ -51,6 +51,7 @@ class DeepSpeedStrategy:
 
         self.cfg, self.rank = cfg, rank
         bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+        self.bf16 = bf16
         self.ds_config = deepspeed_config(cfg, bf16)
         # Ray Train already set up torch.distributed (gloo or NCCL); DeepSpeed joins that process group.
         deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())

@@ -140,7 +140,7 @@ def train_loop(loop_config: dict) -> None:
         probe = data.blocks[:1].to(device)
         full, logits = strategy.gather_for_export(probe)
         if rank == 0:
-            result = write_and_verify(full, logits, probe, tokenizer, model_dir, storage, run_name)
+            result = write_and_verify(full, logits, probe, tokenizer, model_dir, storage, run_name, strategy.bf16)
             print(f"exported {result['export']} (max |logit diff| vs sharded: {result['export_max_logit_diff']:.2e})",
                   flush=True)  # fmt: skip
 

@@ -32,6 +32,7 @@ class FSDPStrategy:
         if cfg.compile:
             apply_compile_per_block(blocks)
         bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
+        self.bf16 = bf16
         apply_fsdp(model, blocks, device, bf16)
         materialize(model, device)
         load_weights_from_rank0(model, model_dir, rank, renames)

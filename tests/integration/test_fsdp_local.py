@@ -133,3 +133,14 @@ def test_text_and_checkpoints_in_s3(cluster_env, tiny, moto_endpoint, tmp_path):
     keys = {o["Key"] for o in s3.list_objects_v2(Bucket="fsdp-test", Prefix="runs/s3/")["Contents"]}
     assert {"runs/s3/checkpoint_step_0000004/__0_0.distcp", "runs/s3/checkpoint_step_0000004/__1_0.distcp",
             "runs/s3/checkpoint_step_0000004/train_state.json", "runs/s3/metrics.jsonl"} <= keys  # fmt: skip
+
+
+def test_bf16_mixed_precision_and_per_block_compile(cluster_env, tiny, tmp_path):
+    """The GPU settings (bf16 params, fp32 reduction, compiled blocks) exercised on CPU: trains, exports,
+    and the export check holds to the bf16 tolerance."""
+    result = run_fsdp(cluster_env, tiny, tmp_path, "precision=bf16", "compile=true", "max_steps=10",
+                      "checkpoint_every=10", "log_every=5", "warmup_steps=2", "run_name=bf16")  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_rows(Storage(str(tmp_path)), "bf16")
+    assert rows[-1]["loss"] < rows[0]["loss"]
+    assert (tmp_path / "bf16" / "export" / "model.safetensors").is_file()
