@@ -1,0 +1,112 @@
+locals {
+  catalog   = jsondecode(file("${path.module}/catalog/instance_types.json")).instance_types
+  ray_ports = jsondecode(file("${path.module}/catalog/ray_ports.json"))
+  # The registry holds exactly the images that images/ builds: one directory with a Dockerfile each.
+  image_names = toset([for f in fileset("${path.module}/../images", "*/Dockerfile") : dirname(f)])
+  head        = local.catalog[var.head_instance_type]
+  worker      = local.catalog[var.workers.instance_type]
+
+  node_groups = {
+    head = {
+      instance_type   = var.head_instance_type
+      count           = 1
+      gpus            = local.head.gpus
+      efa             = false
+      spot            = false # the head holds the cluster's state: never on Spot
+      placement_group = false
+      root_volume_gb  = var.head_root_volume_gb
+    }
+    worker = {
+      instance_type   = var.workers.instance_type
+      count           = var.workers.count
+      gpus            = local.worker.gpus
+      efa             = var.workers.efa
+      spot            = var.workers.spot
+      placement_group = var.workers.placement_group
+      root_volume_gb  = var.workers.root_volume_gb
+    }
+  }
+}
+
+check "efa_supported" {
+  assert {
+    condition     = !var.workers.efa || local.worker.efa
+    error_message = "${var.workers.instance_type} does not support EFA (see infra/catalog/instance_types.json)."
+  }
+}
+
+module "iam" {
+  source           = "./modules/iam"
+  name             = var.name
+  bucket_arn       = module.storage.bucket_arn
+  bucket_prefixes  = module.storage.prefixes
+  repository_arns  = values(module.registry.repository_arns)
+  metric_namespace = module.observability.metric_namespace
+}
+
+module "network" {
+  source                  = "./modules/network"
+  name                    = var.name
+  cidr                    = var.vpc_cidr
+  az_count                = var.az_count
+  availability_zones      = var.availability_zones
+  interface_endpoints     = var.interface_endpoints
+  ray_ports               = local.ray_ports
+  kms_key_arn             = module.iam.kms_key_arn
+  flow_log_retention_days = var.log_retention_days
+}
+
+module "storage" {
+  source        = "./modules/storage"
+  name          = var.name
+  kms_key_arn   = module.iam.kms_key_arn
+  force_destroy = var.results_force_destroy
+}
+
+module "registry" {
+  source       = "./modules/registry"
+  name         = var.name
+  images       = local.image_names
+  kms_key_arn  = module.iam.kms_key_arn
+  force_delete = var.results_force_destroy
+}
+
+module "cluster" {
+  source                 = "./modules/cluster"
+  name                   = var.name
+  node_groups            = local.node_groups
+  subnet_ids             = module.network.private_subnet_ids
+  security_group_ids     = [module.network.instance_security_group_id]
+  efa_security_group_ids = [module.network.task_security_group_id]
+  instance_profile_arn   = module.iam.instance_profile_arn
+  kms_key_arn            = module.iam.kms_key_arn
+  log_retention_days     = var.log_retention_days
+}
+
+module "ray" {
+  source                = "./modules/ray"
+  name                  = var.name
+  region                = var.region
+  vpc_id                = module.network.vpc_id
+  cluster_arn           = module.cluster.cluster_arn
+  capacity_providers    = module.cluster.capacity_providers
+  subnet_ids            = module.network.private_subnet_ids
+  security_group_id     = module.network.task_security_group_id
+  images                = { for i in local.image_names : i => "${module.registry.repository_urls[i]}:${var.image_tag}" }
+  head_node             = { vcpus = local.head.vcpus, memory_mib = local.head.memory_mib, gpus = local.head.gpus }
+  worker_node           = { instance_type = var.workers.instance_type, vcpus = local.worker.vcpus, memory_mib = local.worker.memory_mib, gpus = local.worker.gpus, count = var.workers.count, efa = var.workers.efa }
+  ray_ports             = local.ray_ports
+  object_store_fraction = var.object_store_fraction
+  execution_role_arn    = module.iam.execution_role_arn
+  task_role_arn         = module.iam.task_role_arn
+  kms_key_arn           = module.iam.kms_key_arn
+  log_retention_days    = var.log_retention_days
+}
+
+module "observability" {
+  source        = "./modules/observability"
+  cluster_name  = var.name
+  region        = var.region
+  idle_minutes  = var.idle_alarm_minutes
+  alarm_actions = var.alarm_actions
+}

@@ -1,0 +1,60 @@
+variable "name" {
+  description = "Name prefix; also the ECS cluster's name."
+  type        = string
+}
+
+variable "node_groups" {
+  description = "Per node group (head, worker): instance type and its catalog facts, instance count, root volume, Spot, EFA and placement group."
+  type = map(object({
+    instance_type   = string
+    count           = number
+    gpus            = number
+    efa             = bool
+    spot            = bool
+    placement_group = bool
+    root_volume_gb  = number
+  }))
+
+  validation {
+    condition     = alltrue([for g in values(var.node_groups) : g.count >= 0 && g.root_volume_gb >= 30])
+    error_message = "Every node group needs count >= 0 and root_volume_gb >= 30 (the GPU AMI alone takes 30 GB)."
+  }
+}
+
+variable "subnet_ids" {
+  description = "Private subnets for the instances."
+  type        = list(string)
+}
+
+variable "security_group_ids" {
+  description = "Security groups of the instances' primary interface."
+  type        = list(string)
+}
+
+variable "efa_security_group_ids" {
+  description = "Extra security groups on an EFA interface (the Ray tasks' group, whose members must reach each other on every port for EFA)."
+  type        = list(string)
+  default     = []
+}
+
+variable "instance_profile_arn" {
+  description = "Instance profile of the container instances."
+  type        = string
+}
+
+variable "kms_key_arn" {
+  description = "KMS key encrypting root volumes and the ECS Exec session log group."
+  type        = string
+}
+
+variable "log_retention_days" {
+  description = "Days to keep ECS Exec session logs."
+  type        = number
+  default     = 30
+}
+
+variable "tags" {
+  description = "Tags for every taggable resource."
+  type        = map(string)
+  default     = {}
+}

@@ -1,0 +1,126 @@
+locals {
+  tags = merge(var.tags, { Component = "iam" })
+  assume = { for svc in ["ecs-tasks", "ec2"] : svc => jsonencode({
+    Version = "2012-10-17"
+    Statement = [{
+      Effect    = "Allow"
+      Principal = { Service = "${svc}.amazonaws.com" }
+      Action    = "sts:AssumeRole"
+      Condition = svc == "ecs-tasks" ? { StringEquals = { "aws:SourceAccount" = local.account } } : null
+    }]
+  }) }
+  prefix_arns = [for p in var.bucket_prefixes : "${var.bucket_arn}/${p}*"]
+}
+
+# Execution role: what ECS itself does before the containers start.
+resource "aws_iam_role" "execution" {
+  name               = "${var.name}-task-execution"
+  assume_role_policy = local.assume["ecs-tasks"]
+  tags               = local.tags
+}
+
+resource "aws_iam_role_policy" "execution" {
+  name = "pull-log-token"
+  role = aws_iam_role.execution.id
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [
+      { Sid = "EcrAuth", Effect = "Allow", Action = "ecr:GetAuthorizationToken", Resource = "*" },
+      {
+        Sid      = "PullOwnImages"
+        Effect   = "Allow"
+        Action   = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]
+        Resource = var.repository_arns
+      },
+      { Sid = "Logs", Effect = "Allow", Action = ["logs:CreateLogStream", "logs:PutLogEvents"], Resource = "${local.log_arn}:*" },
+      {
+        Sid      = "RayToken"
+        Effect   = "Allow"
+        Action   = "secretsmanager:GetSecretValue"
+        Resource = "arn:${local.partition}:secretsmanager:${local.region}:${local.account}:secret:${var.name}/ray-auth-token-*"
+      },
+      {
+        Sid       = "DecryptTokenAndImages"
+        Effect    = "Allow"
+        Action    = "kms:Decrypt"
+        Resource  = aws_kms_key.this.arn
+        Condition = { StringEquals = { "kms:ViaService" = ["secretsmanager.${local.region}.amazonaws.com", "ecr.${local.region}.amazonaws.com"] } }
+      },
+    ]
+  })
+}
+
+# Task role: what the head, workers, trainer and sidecar do at run time. No account-wide read.
+resource "aws_iam_role" "task" {
+  name               = "${var.name}-task"
+  assume_role_policy = local.assume["ecs-tasks"]
+  tags               = local.tags
+}
+
+resource "aws_iam_role_policy" "task" {
+  name = "results-metrics-exec"
+  role = aws_iam_role.task.id
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [
+      {
+        Sid       = "ListOwnPrefixes"
+        Effect    = "Allow"
+        Action    = "s3:ListBucket"
+        Resource  = var.bucket_arn
+        Condition = { StringLike = { "s3:prefix" = concat(var.bucket_prefixes, [for p in var.bucket_prefixes : "${p}*"]) } }
+      },
+      {
+        Sid      = "ReadWriteOwnPrefixes"
+        Effect   = "Allow"
+        Action   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"]
+        Resource = local.prefix_arns
+      },
+      {
+        Sid       = "BucketKey"
+        Effect    = "Allow"
+        Action    = ["kms:Decrypt", "kms:GenerateDataKey"]
+        Resource  = aws_kms_key.this.arn
+        Condition = { StringEquals = { "kms:ViaService" = "s3.${local.region}.amazonaws.com" } }
+      },
+      {
+        Sid       = "GpuMetrics"
+        Effect    = "Allow"
+        Action    = "cloudwatch:PutMetricData"
+        Resource  = "*" # PutMetricData has no resource type; the namespace condition is the limit
+        Condition = { StringEquals = { "cloudwatch:namespace" = var.metric_namespace } }
+      },
+      {
+        Sid      = "EcsExecChannel"
+        Effect   = "Allow"
+        Action   = ["ssmmessages:CreateControlChannel", "ssmmessages:CreateDataChannel", "ssmmessages:OpenControlChannel", "ssmmessages:OpenDataChannel"]
+        Resource = "*" # these actions have no resource type
+      },
+      {
+        Sid      = "EcsExecSessionLog"
+        Effect   = "Allow"
+        Action   = ["logs:CreateLogStream", "logs:PutLogEvents", "logs:DescribeLogGroups", "logs:DescribeLogStreams"]
+        Resource = "${local.log_arn}:*"
+      },
+      { Sid = "EcsExecLogKey", Effect = "Allow", Action = ["kms:Decrypt", "kms:GenerateDataKey"], Resource = aws_kms_key.this.arn },
+    ]
+  })
+}
+
+# Instance role: the ECS agent only (AWS's managed policy for container instances; no ReadOnlyAccess).
+resource "aws_iam_role" "instance" {
+  name               = "${var.name}-instance"
+  assume_role_policy = local.assume["ec2"]
+  tags               = local.tags
+}
+
+resource "aws_iam_role_policy_attachment" "instance_ecs" {
+  role       = aws_iam_role.instance.name
+  policy_arn = "arn:${local.partition}:iam::aws:policy/service-role/AmazonEC2ContainerServiceforEC2Role"
+}
+
+resource "aws_iam_instance_profile" "instance" {
+  name = "${var.name}-instance"
+  role = aws_iam_role.instance.name
+  tags = local.tags
+}

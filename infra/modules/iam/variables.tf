@@ -1,0 +1,30 @@
+variable "name" {
+  description = "Name prefix of the roles, the instance profile and the key alias."
+  type        = string
+}
+
+variable "bucket_arn" {
+  description = "Results bucket the tasks read and write."
+  type        = string
+}
+
+variable "bucket_prefixes" {
+  description = "Prefixes of the bucket the tasks may use (the only objects they can touch)."
+  type        = list(string)
+}
+
+variable "repository_arns" {
+  description = "ECR repositories the execution role may pull from."
+  type        = list(string)
+}
+
+variable "metric_namespace" {
+  description = "The only CloudWatch namespace the tasks may publish to."
+  type        = string
+}
+
+variable "tags" {
+  description = "Tags for every taggable resource."
+  type        = map(string)
+  default     = {}
+}

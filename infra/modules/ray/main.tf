@@ -1,0 +1,118 @@
+locals {
+  tags        = merge(var.tags, { Component = "ray" })
+  head_dns    = "head.${aws_service_discovery_private_dns_namespace.this.name}"
+  components  = toset(["ray-head", "ray-worker", "trainer", "gpu-metrics"])
+  worker_mode = var.worker_node.efa ? "host" : "awsvpc" # EFA on ECS needs host networking
+}
+
+# The head registers its task IP under head.<name>.rayfleet.internal; a 10 s TTL means a replaced head is
+# found within seconds by the workers that wait for it.
+resource "aws_service_discovery_private_dns_namespace" "this" {
+  name        = "${var.name}.rayfleet.internal"
+  description = "Private names of ${var.name}'s Ray cluster"
+  vpc         = var.vpc_id
+  tags        = local.tags
+}
+
+resource "aws_service_discovery_service" "head" {
+  name = "head"
+
+  dns_config {
+    namespace_id   = aws_service_discovery_private_dns_namespace.this.id
+    routing_policy = "MULTIVALUE"
+
+    dns_records {
+      type = "A"
+      ttl  = 10
+    }
+  }
+
+  health_check_custom_config {
+    failure_threshold = 1
+  }
+
+  tags = local.tags
+}
+
+resource "aws_cloudwatch_log_group" "this" {
+  for_each          = local.components
+  name              = "/rayfleet/${var.name}/${each.value}"
+  retention_in_days = var.log_retention_days
+  kms_key_id        = var.kms_key_arn
+  tags              = local.tags
+}
+
+# One worker task per worker instance: it takes all of the instance's GPUs, so a second cannot fit anyway,
+# and distinctInstance makes the intent explicit.
+resource "aws_ecs_service" "head" {
+  name                               = "${var.name}-ray-head"
+  cluster                            = var.cluster_arn
+  task_definition                    = aws_ecs_task_definition.head.arn
+  desired_count                      = 1
+  enable_execute_command             = true
+  propagate_tags                     = "SERVICE"
+  deployment_minimum_healthy_percent = 0 # a second head would split the cluster: replace, never overlap
+  deployment_maximum_percent         = 100
+  wait_for_steady_state              = false
+
+  capacity_provider_strategy {
+    capacity_provider = var.capacity_providers["head"]
+    weight            = 1
+  }
+
+  network_configuration {
+    subnets          = var.subnet_ids
+    security_groups  = [var.security_group_id]
+    assign_public_ip = false
+  }
+
+  service_registries {
+    registry_arn = aws_service_discovery_service.head.arn
+  }
+
+  placement_constraints {
+    type       = "memberOf"
+    expression = "attribute:rayfleet.node-group == head"
+  }
+
+  tags = local.tags
+}
+
+resource "aws_ecs_service" "worker" {
+  name                               = "${var.name}-ray-worker"
+  cluster                            = var.cluster_arn
+  task_definition                    = aws_ecs_task_definition.worker.arn
+  desired_count                      = var.worker_node.count
+  enable_execute_command             = true
+  propagate_tags                     = "SERVICE"
+  deployment_minimum_healthy_percent = 0 # GPUs are scarce: restart in place instead of needing spare ones
+  deployment_maximum_percent         = 100
+  wait_for_steady_state              = false
+
+  capacity_provider_strategy {
+    capacity_provider = var.capacity_providers["worker"]
+    weight            = 1
+  }
+
+  dynamic "network_configuration" {
+    for_each = local.worker_mode == "awsvpc" ? [1] : []
+    content {
+      subnets          = var.subnet_ids
+      security_groups  = [var.security_group_id]
+      assign_public_ip = false
+    }
+  }
+
+  placement_constraints {
+    type       = "memberOf"
+    expression = "attribute:rayfleet.node-group == worker"
+  }
+
+  placement_constraints {
+    type = "distinctInstance"
+  }
+
+  # Terraform orders creation; the workers' entrypoint additionally waits until the head's GCS answers.
+  depends_on = [aws_ecs_service.head]
+  tags       = local.tags
+}

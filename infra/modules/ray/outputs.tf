@@ -1,0 +1,43 @@
+output "head_service_name" {
+  description = "ECS service of the Ray head."
+  value       = aws_ecs_service.head.name
+}
+
+output "worker_service_name" {
+  description = "ECS service of the Ray workers."
+  value       = aws_ecs_service.worker.name
+}
+
+output "trainer_task_definition" {
+  description = "Task definition (family:revision) the launch script runs for each job."
+  value       = "${aws_ecs_task_definition.trainer.family}:${aws_ecs_task_definition.trainer.revision}"
+}
+
+output "head_dns_name" {
+  description = "Private DNS name of the head (Cloud Map)."
+  value       = local.head_dns
+}
+
+output "log_groups" {
+  description = "Log group per container: ray-head, ray-worker, trainer, gpu-metrics."
+  value       = { for c, g in aws_cloudwatch_log_group.this : c => g.name }
+}
+
+output "ray_token_secret_arn" {
+  description = "Secrets Manager secret holding the Ray auth token (read only by the execution role)."
+  value       = aws_secretsmanager_secret.ray_token.arn
+}
+
+output "container_names" {
+  description = "Container name per task: head, worker, trainer."
+  value = {
+    head    = local.head_container.name
+    worker  = local.worker_container.name
+    trainer = local.trainer_container.name
+  }
+}
+
+output "sizes_mib" {
+  description = "Memory, shared memory and object store per task, in MiB."
+  value       = local.sizes
+}

@@ -1,0 +1,31 @@
+# Memory per task, in MiB. ECS registers a little less than an instance's nominal memory, and the OS and
+# agent need some, so tasks take 90%. Ray's object store lives in /dev/shm, and tmpfs pages count against
+# the container's memory limit: shared memory = object store + 1 GiB (DataLoader workers, NCCL's shm
+# transport), and it must leave at least 2 GiB of the limit to the processes themselves (preconditions in
+# main.tf; tests/unit/test_infra_sizing.py evaluates these same expressions for every catalog type).
+locals {
+  sidecar_memory_mib = 256
+  shm_headroom_mib   = 1024
+  process_floor_mib  = 2048
+
+  head_instance_memory_mib = floor(var.head_node.memory_mib * 0.9)
+  # The head instance also hosts the trainer (the job driver): 60% head, 40% trainer.
+  head_memory_mib          = floor(local.head_instance_memory_mib * 0.6)
+  head_object_store_mib    = floor(local.head_memory_mib * var.object_store_fraction)
+  head_shm_mib             = local.head_object_store_mib + local.shm_headroom_mib
+  trainer_memory_mib       = floor(local.head_instance_memory_mib * 0.4)
+  trainer_object_store_mib = floor(local.trainer_memory_mib * var.object_store_fraction)
+  trainer_shm_mib          = local.trainer_object_store_mib + local.shm_headroom_mib
+
+  worker_memory_mib       = floor(var.worker_node.memory_mib * 0.9) - local.sidecar_memory_mib
+  worker_object_store_mib = floor(local.worker_memory_mib * var.object_store_fraction)
+  worker_shm_mib          = local.worker_object_store_mib + local.shm_headroom_mib
+  worker_gpus             = var.worker_node.gpus
+  worker_cpus             = var.worker_node.vcpus
+
+  sizes = {
+    head    = { memory = local.head_memory_mib, shm = local.head_shm_mib, object_store = local.head_object_store_mib }
+    trainer = { memory = local.trainer_memory_mib, shm = local.trainer_shm_mib, object_store = local.trainer_object_store_mib }
+    worker  = { memory = local.worker_memory_mib, shm = local.worker_shm_mib, object_store = local.worker_object_store_mib }
+  }
+}

@@ -1,0 +1,145 @@
+locals {
+  # What every Ray container shares: token auth on, the token from the secret only, fixed ports, the head's name.
+  ray_environment = [
+    { name = "RAY_AUTH_MODE", value = "token" },
+    { name = "RAYFLEET_HEAD_HOST", value = local.head_dns },
+    { name = "RAYFLEET_RAY_PORTS", value = jsonencode(var.ray_ports) },
+  ]
+  ray_secrets = [{ name = "RAY_AUTH_TOKEN", valueFrom = aws_secretsmanager_secret.ray_token.arn }]
+  ulimits     = [{ name = "nofile", softLimit = 65536, hardLimit = 65536 }] # Ray opens a socket per worker and object
+
+  logging = { for c in local.components : c => {
+    logDriver = "awslogs"
+    options = {
+      awslogs-group         = aws_cloudwatch_log_group.this[c].name
+      awslogs-region        = var.region
+      awslogs-stream-prefix = c
+    }
+  } }
+
+  head_container = {
+    name             = "ray-head"
+    image            = var.images["ray-head"]
+    essential        = true
+    command          = ["head"]
+    memory           = local.head_memory_mib
+    environment      = concat(local.ray_environment, [{ name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.head_object_store_mib) }])
+    secrets          = local.ray_secrets
+    ulimits          = local.ulimits
+    linuxParameters  = { sharedMemorySize = local.head_shm_mib, initProcessEnabled = true }
+    logConfiguration = local.logging["ray-head"]
+    stopTimeout      = 120
+    healthCheck = {
+      command     = ["CMD", "rayfleet-node", "health"]
+      interval    = 15
+      timeout     = 5
+      retries     = 4
+      startPeriod = 60
+    }
+  }
+
+  worker_container = {
+    name                 = "ray-worker"
+    image                = var.images["ray-worker"]
+    essential            = true
+    command              = ["worker"]
+    memory               = local.worker_memory_mib
+    resourceRequirements = [{ type = "GPU", value = tostring(local.worker_gpus) }]
+    environment = concat(local.ray_environment, [
+      { name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.worker_object_store_mib) },
+      { name = "RAYFLEET_NUM_CPUS", value = tostring(local.worker_cpus) },
+      { name = "RAYFLEET_NUM_GPUS", value = tostring(local.worker_gpus) },
+    ])
+    secrets = local.ray_secrets
+    ulimits = local.ulimits
+    linuxParameters = merge(
+      { sharedMemorySize = local.worker_shm_mib, initProcessEnabled = true },
+      var.worker_node.efa ? { devices = [{ hostPath = "/dev/infiniband/uverbs0", containerPath = "/dev/infiniband/uverbs0", permissions = ["read", "write", "mknod"] }] } : {},
+    )
+    logConfiguration = local.logging["ray-worker"]
+    stopTimeout      = 120
+  }
+
+  # The sidecar takes no GPU reservation (ECS hands each GPU to one container); its image sets
+  # NVIDIA_VISIBLE_DEVICES=all with the utility capability only, so it reads NVML for every GPU, read-only.
+  gpu_metrics_container = {
+    name      = "gpu-metrics"
+    image     = var.images["gpu-metrics"]
+    essential = false # losing metrics must not stop training
+    memory    = local.sidecar_memory_mib
+    environment = [
+      { name = "RAYFLEET_CLUSTER_NAME", value = var.name },
+      { name = "RAYFLEET_INSTANCE_TYPE", value = var.worker_node.instance_type },
+    ]
+    logConfiguration = local.logging["gpu-metrics"]
+  }
+
+  trainer_container = {
+    name             = "trainer"
+    image            = var.images["trainer"]
+    essential        = true
+    command          = ["ddp"] # launch overrides it with the job and its arguments
+    memory           = local.trainer_memory_mib
+    environment      = concat(local.ray_environment, [{ name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.trainer_object_store_mib) }])
+    secrets          = local.ray_secrets
+    ulimits          = local.ulimits
+    linuxParameters  = { sharedMemorySize = local.trainer_shm_mib, initProcessEnabled = true }
+    logConfiguration = local.logging["trainer"]
+    stopTimeout      = 120
+  }
+}
+
+resource "aws_ecs_task_definition" "head" {
+  family                   = "${var.name}-ray-head"
+  requires_compatibilities = ["EC2"]
+  network_mode             = "awsvpc"
+  execution_role_arn       = var.execution_role_arn
+  task_role_arn            = var.task_role_arn
+  container_definitions    = jsonencode([local.head_container])
+  tags                     = local.tags
+
+  lifecycle {
+    precondition {
+      condition     = local.head_shm_mib + local.process_floor_mib <= local.head_memory_mib
+      error_message = "The head instance type has too little memory for Ray's object store plus 2 GiB (head_memory_mib = ${local.head_memory_mib})."
+    }
+  }
+}
+
+resource "aws_ecs_task_definition" "worker" {
+  family                   = "${var.name}-ray-worker"
+  requires_compatibilities = ["EC2"]
+  network_mode             = local.worker_mode
+  execution_role_arn       = var.execution_role_arn
+  task_role_arn            = var.task_role_arn
+  container_definitions    = jsonencode([local.worker_container, local.gpu_metrics_container])
+  tags                     = local.tags
+
+  lifecycle {
+    precondition {
+      condition     = local.worker_gpus >= 1
+      error_message = "Workers need a GPU instance type (the catalog lists 0 GPUs for this one)."
+    }
+    precondition {
+      condition     = local.worker_shm_mib + local.process_floor_mib <= local.worker_memory_mib
+      error_message = "The worker instance type has too little memory for Ray's object store plus 2 GiB."
+    }
+  }
+}
+
+resource "aws_ecs_task_definition" "trainer" {
+  family                   = "${var.name}-trainer"
+  requires_compatibilities = ["EC2"]
+  network_mode             = "awsvpc"
+  execution_role_arn       = var.execution_role_arn
+  task_role_arn            = var.task_role_arn
+  container_definitions    = jsonencode([local.trainer_container])
+  tags                     = local.tags
+
+  lifecycle {
+    precondition {
+      condition     = local.trainer_shm_mib + local.process_floor_mib <= local.trainer_memory_mib
+      error_message = "The head instance type has too little memory for the trainer (the job driver) beside the head."
+    }
+  }
+}

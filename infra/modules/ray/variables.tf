@@ -1,0 +1,92 @@
+variable "name" {
+  description = "Name prefix of every resource."
+  type        = string
+}
+
+variable "region" {
+  description = "Region, for the containers' log configuration."
+  type        = string
+}
+
+variable "vpc_id" {
+  description = "VPC of the Cloud Map namespace that names the head."
+  type        = string
+}
+
+variable "cluster_arn" {
+  description = "ECS cluster the services run in."
+  type        = string
+}
+
+variable "capacity_providers" {
+  description = "Capacity provider per node group: head and worker."
+  type        = map(string)
+}
+
+variable "subnet_ids" {
+  description = "Private subnets of the tasks."
+  type        = list(string)
+}
+
+variable "security_group_id" {
+  description = "Security group of every Ray task."
+  type        = string
+}
+
+variable "images" {
+  description = "Image URI (with tag) per image that images/ builds: ray-head, ray-worker, trainer, gpu-metrics."
+  type        = map(string)
+}
+
+variable "head_node" {
+  description = "Head node group's instance facts (from infra/catalog): vcpus, memory_mib, gpus."
+  type        = object({ vcpus = number, memory_mib = number, gpus = number })
+}
+
+variable "worker_node" {
+  description = "Worker node group: instance type and its facts, instance count, and whether it uses EFA."
+  type        = object({ instance_type = string, vcpus = number, memory_mib = number, gpus = number, count = number, efa = bool })
+}
+
+variable "ray_ports" {
+  description = "Ray's fixed ports, passed to every `ray start` (the security group opens exactly these)."
+  type        = map(object({ from = number, to = number }))
+}
+
+variable "object_store_fraction" {
+  description = "Share of a Ray container's memory given to Ray's object store (and so to /dev/shm)."
+  type        = number
+  default     = 0.3
+
+  validation {
+    condition     = var.object_store_fraction >= 0.05 && var.object_store_fraction <= 0.5
+    error_message = "object_store_fraction must be between 0.05 and 0.5."
+  }
+}
+
+variable "execution_role_arn" {
+  description = "Task execution role: pulls images, writes logs, reads the Ray token secret."
+  type        = string
+}
+
+variable "task_role_arn" {
+  description = "Task role of the Ray containers."
+  type        = string
+}
+
+variable "kms_key_arn" {
+  description = "KMS key for the log groups and the Ray token secret."
+  type        = string
+}
+
+variable "log_retention_days" {
+  description = "Days to keep container logs."
+  type        = number
+  default     = 30
+}
+
+variable "tags" {
+  description = "Tags for every taggable resource."
+  type        = map(string)
+  default     = {}
+}

@@ -1,0 +1,96 @@
+# What the scripts read from .rayfleet/outputs.json (scripts/tf_outputs.py); tests/unit/test_infra_hcl.py
+# checks that every field they need is here.
+output "region" {
+  description = "Region of the deployment."
+  value       = var.region
+}
+
+output "cluster_name" {
+  description = "ECS cluster name."
+  value       = module.cluster.cluster_name
+}
+
+output "private_subnet_ids" {
+  description = "Subnets the trainer task runs in."
+  value       = module.network.private_subnet_ids
+}
+
+output "task_security_group_id" {
+  description = "Security group of every Ray task."
+  value       = module.network.task_security_group_id
+}
+
+output "trainer_task_definition" {
+  description = "Task definition the launch script runs."
+  value       = module.ray.trainer_task_definition
+}
+
+output "trainer_container_name" {
+  description = "Container of the trainer task that runs the job."
+  value       = module.ray.container_names.trainer
+}
+
+output "trainer_log_group" {
+  description = "Log group of the trainer (the job driver)."
+  value       = module.ray.log_groups["trainer"]
+}
+
+output "trainer_log_stream_prefix" {
+  description = "awslogs stream prefix of the trainer container."
+  value       = "trainer"
+}
+
+output "head_service_name" {
+  description = "ECS service of the Ray head."
+  value       = module.ray.head_service_name
+}
+
+output "head_container_name" {
+  description = "Container of the head task (make exec, make ray-status)."
+  value       = module.ray.container_names.head
+}
+
+output "worker_service_name" {
+  description = "ECS service of the Ray workers."
+  value       = module.ray.worker_service_name
+}
+
+output "worker_container_name" {
+  description = "Container of the worker tasks."
+  value       = module.ray.container_names.worker
+}
+
+output "head_dns_name" {
+  description = "Private DNS name of the Ray head."
+  value       = module.ray.head_dns_name
+}
+
+output "results_bucket" {
+  description = "Bucket for checkpoints, metrics and datasets."
+  value       = module.storage.bucket_name
+}
+
+output "log_groups" {
+  description = "Log group per container."
+  value       = module.ray.log_groups
+}
+
+output "ecr_repository_urls" {
+  description = "ECR repository per image (make push pushes here)."
+  value       = module.registry.repository_urls
+}
+
+output "ray_token_secret_arn" {
+  description = "Secrets Manager secret of the Ray auth token (make rotate-ray-token writes new versions)."
+  value       = module.ray.ray_token_secret_arn
+}
+
+output "dashboard_name" {
+  description = "CloudWatch dashboard of the GPUs."
+  value       = module.observability.dashboard_name
+}
+
+output "task_sizes_mib" {
+  description = "Memory, shared memory and object store per task (MiB)."
+  value       = module.ray.sizes_mib
+}

@@ -1,0 +1,7 @@
+provider "aws" {
+  region = var.region
+
+  default_tags {
+    tags = merge(var.tags, { Project = "rayfleet", Deployment = var.name })
+  }
+}

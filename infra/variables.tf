@@ -1,0 +1,116 @@
+variable "region" {
+  description = "AWS region of the deployment."
+  type        = string
+  default     = "us-east-1"
+}
+
+variable "name" {
+  description = "Name prefix of every resource: two deployments with different names never collide in one account."
+  type        = string
+  default     = "rayfleet"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{1,18}[a-z0-9]$", var.name))
+    error_message = "name must be 3-20 characters of lowercase letters, digits and hyphens, starting with a letter."
+  }
+}
+
+variable "vpc_cidr" {
+  description = "CIDR block of the VPC."
+  type        = string
+  default     = "10.42.0.0/16"
+}
+
+variable "az_count" {
+  description = "Availability zones for the subnets (1 keeps training traffic and a placement group in one zone)."
+  type        = number
+  default     = 1
+}
+
+variable "availability_zones" {
+  description = "Zones by name, for GPU types that some zones lack; empty takes the first az_count of the region."
+  type        = list(string)
+  default     = []
+}
+
+variable "interface_endpoints" {
+  description = "Add ECR, logs, Secrets Manager, ECS Exec and CloudWatch interface endpoints (image pulls skip the NAT)."
+  type        = bool
+  default     = false
+}
+
+variable "head_instance_type" {
+  description = "Instance type of the head node (no GPU needed: the head schedules, it does not train). Must be in infra/catalog/instance_types.json."
+  type        = string
+  default     = "m5.xlarge"
+}
+
+variable "head_root_volume_gb" {
+  description = "Root volume of the head instance, in GB (gp3, encrypted)."
+  type        = number
+  default     = 100
+}
+
+variable "workers" {
+  description = "Worker node group: GPU instance type (in infra/catalog/instance_types.json), instance count, root volume, Spot, EFA and a cluster placement group."
+  type = object({
+    instance_type   = optional(string, "g5.xlarge")
+    count           = optional(number, 2)
+    root_volume_gb  = optional(number, 200)
+    spot            = optional(bool, false)
+    efa             = optional(bool, false)
+    placement_group = optional(bool, false)
+  })
+  default = {}
+
+  validation {
+    condition     = var.workers.count >= 1 && var.workers.count <= 64
+    error_message = "workers.count must be between 1 and 64."
+  }
+}
+
+variable "image_tag" {
+  description = "Tag of the four images in ECR (make push tags with the git commit; make deploy passes it)."
+  type        = string
+
+  validation {
+    condition     = length(var.image_tag) > 0 && var.image_tag != "latest"
+    error_message = "image_tag must name one build (the repositories are immutable): not empty, not latest."
+  }
+}
+
+variable "object_store_fraction" {
+  description = "Share of each Ray container's memory for Ray's object store (and /dev/shm)."
+  type        = number
+  default     = 0.3
+}
+
+variable "results_force_destroy" {
+  description = "Let make clean delete the results bucket and the ECR images even when they are not empty."
+  type        = bool
+  default     = false
+}
+
+variable "log_retention_days" {
+  description = "Days to keep container, ECS Exec and flow logs."
+  type        = number
+  default     = 30
+}
+
+variable "idle_alarm_minutes" {
+  description = "Minutes of GPUs under 5% while workers run before the idle alarm fires (multiple of 5)."
+  type        = number
+  default     = 30
+}
+
+variable "alarm_actions" {
+  description = "ARNs (an SNS topic, say) notified by the idle-GPU alarm."
+  type        = list(string)
+  default     = []
+}
+
+variable "tags" {
+  description = "Extra tags on every resource."
+  type        = map(string)
+  default     = {}
+}
