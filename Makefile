@@ -4,6 +4,7 @@
 PYTHON  ?= python3.11
 VENV    ?= .venv
 PY      := $(VENV)/bin/python
+CHECKOV_VENV ?= .venv-checkov
 WORKERS ?= 2
 CPUS_PER_WORKER ?= 1
 DATA_DIR ?= data
@@ -15,12 +16,15 @@ RUN     ?=
 SINCE   ?=
 CMD     ?=
 OUTPUTS_FILE := .rayfleet/outputs.json
+TFVARS  ?=
+IMAGE_TAG ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+INFRA_ARGS = $(if $(TFVARS),--var-file $(TFVARS)) $(if $(IMAGE_TAG),--image-tag $(IMAGE_TAG))
 # Where train-ddp runs: ecs once `make deploy` has saved the Terraform outputs, else local. TARGET=local|ecs.
 DDP_WHERE = $(or $(filter local ecs,$(TARGET)),$(if $(wildcard $(OUTPUTS_FILE)),ecs,local))
 AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 
 .DEFAULT_GOAL := help
-.PHONY: launch logs status exec ray-status stop clean
+.PHONY: launch logs status exec ray-status stop clean deploy plan lint-infra
 .PHONY: text-data train-fsdp train-fsdp-local
 .PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data bench-fsdp bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
@@ -33,6 +37,8 @@ $(VENV)/.installed: $(wildcard requirements/*.txt)
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or pass PYTHON=/path/to/python3.11" >&2; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet -r requirements/dev.txt
+	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
+	$(CHECKOV_VENV)/bin/python -m pip install --quiet -r requirements/infra-lint.txt
 	@touch $@
 
 setup: $(VENV)/.installed ## Create .venv with the pinned versions (idempotent; fast when nothing changed)
@@ -89,8 +95,14 @@ ray-status: setup ## `ray status` on the head, through ECS Exec
 stop: setup ## Stop paying for GPUs: services to zero, trainer tasks stopped (idempotent)
 	$(PY) -m scripts.teardown
 
-clean: stop ## Stop everything, then destroy the Terraform stack
-	@if [ -f infra/main.tf ]; then terraform -chdir=infra destroy; else echo "no infra/main.tf: nothing to destroy"; fi
+plan: setup ## Show what deploy would change (TFVARS=fsdp.tfvars for the FSDP shape; IMAGE_TAG=git commit)
+	$(PY) -m scripts.infra plan $(INFRA_ARGS)
+
+deploy: setup ## terraform init, plan (shown), apply that plan; saves the outputs to .rayfleet/outputs.json
+	$(PY) -m scripts.infra deploy $(INFRA_ARGS)
+
+clean: setup ## Services to zero and jobs stopped, then terraform destroy (safe twice; AUTO_APPROVE=1 skips the prompt)
+	$(PY) -m scripts.infra destroy $(INFRA_ARGS) $(if $(AUTO_APPROVE),--auto-approve)
 
 bench-ddp: setup data ## Benchmark DDP epochs; prints a table (ARGS="--epochs 2 --workers 2 ...")
 	$(PY) -m bench.ddp_epoch --data-dir $(DATA_DIR) $(ARGS)
@@ -128,9 +140,13 @@ test-unit: setup ## Unit tests only (seconds)
 test-integration: setup ## Integration tests only
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
-lint: setup ## ruff check + format check
+lint: setup lint-infra ## ruff check + format check, and lint-infra
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+
+lint-infra: setup ## checkov over infra/ (its own venv) and terraform fmt -check when terraform is installed
+	$(CHECKOV_VENV)/bin/checkov -d infra --framework terraform --skip-download --quiet --compact
+	@if command -v terraform >/dev/null; then terraform fmt -check -recursive infra; else echo "terraform not installed: fmt -check runs in .github/workflows/infra.yml"; fi
 
 format: setup ## Apply ruff's fixes and formatting
 	$(PY) -m ruff check --fix .

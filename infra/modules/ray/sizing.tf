@@ -11,10 +11,10 @@ locals {
   head_instance_memory_mib = floor(var.head_node.memory_mib * 0.9)
   # The head instance also hosts the trainer (the job driver): 60% head, 40% trainer.
   head_memory_mib          = floor(local.head_instance_memory_mib * 0.6)
-  head_object_store_mib    = floor(local.head_memory_mib * var.object_store_fraction)
+  head_object_store_mib    = floor(local.head_memory_mib * min(var.object_store_fraction, 0.25)) # schedules, holds few objects
   head_shm_mib             = local.head_object_store_mib + local.shm_headroom_mib
   trainer_memory_mib       = floor(local.head_instance_memory_mib * 0.4)
-  trainer_object_store_mib = floor(local.trainer_memory_mib * var.object_store_fraction)
+  trainer_object_store_mib = floor(local.trainer_memory_mib * min(var.object_store_fraction, 0.25))
   trainer_shm_mib          = local.trainer_object_store_mib + local.shm_headroom_mib
 
   worker_memory_mib       = floor(var.worker_node.memory_mib * 0.9) - local.sidecar_memory_mib

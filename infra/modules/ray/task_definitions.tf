@@ -5,6 +5,14 @@ locals {
     { name = "RAYFLEET_HEAD_HOST", value = local.head_dns },
     { name = "RAYFLEET_RAY_PORTS", value = jsonencode(var.ray_ports) },
   ]
+  # Per role: the object store `ray start` gets (it must fit the shared memory above), CPUs and GPUs.
+  head_environment    = [{ name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.head_object_store_mib) }]
+  trainer_environment = [{ name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.trainer_object_store_mib) }]
+  worker_environment = [
+    { name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.worker_object_store_mib) },
+    { name = "RAYFLEET_NUM_CPUS", value = tostring(local.worker_cpus) },
+    { name = "RAYFLEET_NUM_GPUS", value = tostring(local.worker_gpus) },
+  ]
   ray_secrets = [{ name = "RAY_AUTH_TOKEN", valueFrom = aws_secretsmanager_secret.ray_token.arn }]
   ulimits     = [{ name = "nofile", softLimit = 65536, hardLimit = 65536 }] # Ray opens a socket per worker and object
 
@@ -23,7 +31,7 @@ locals {
     essential        = true
     command          = ["head"]
     memory           = local.head_memory_mib
-    environment      = concat(local.ray_environment, [{ name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.head_object_store_mib) }])
+    environment      = concat(local.ray_environment, local.head_environment)
     secrets          = local.ray_secrets
     ulimits          = local.ulimits
     linuxParameters  = { sharedMemorySize = local.head_shm_mib, initProcessEnabled = true }
@@ -45,13 +53,9 @@ locals {
     command              = ["worker"]
     memory               = local.worker_memory_mib
     resourceRequirements = [{ type = "GPU", value = tostring(local.worker_gpus) }]
-    environment = concat(local.ray_environment, [
-      { name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.worker_object_store_mib) },
-      { name = "RAYFLEET_NUM_CPUS", value = tostring(local.worker_cpus) },
-      { name = "RAYFLEET_NUM_GPUS", value = tostring(local.worker_gpus) },
-    ])
-    secrets = local.ray_secrets
-    ulimits = local.ulimits
+    environment          = concat(local.ray_environment, local.worker_environment)
+    secrets              = local.ray_secrets
+    ulimits              = local.ulimits
     linuxParameters = merge(
       { sharedMemorySize = local.worker_shm_mib, initProcessEnabled = true },
       var.worker_node.efa ? { devices = [{ hostPath = "/dev/infiniband/uverbs0", containerPath = "/dev/infiniband/uverbs0", permissions = ["read", "write", "mknod"] }] } : {},
@@ -80,7 +84,7 @@ locals {
     essential        = true
     command          = ["ddp"] # launch overrides it with the job and its arguments
     memory           = local.trainer_memory_mib
-    environment      = concat(local.ray_environment, [{ name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.trainer_object_store_mib) }])
+    environment      = concat(local.ray_environment, local.trainer_environment)
     secrets          = local.ray_secrets
     ulimits          = local.ulimits
     linuxParameters  = { sharedMemorySize = local.trainer_shm_mib, initProcessEnabled = true }

@@ -25,8 +25,6 @@ resource "aws_secretsmanager_secret_version" "ray_token" {
   }
 }
 
-data "aws_caller_identity" "current" {}
-
 # Only the task execution role may read the token; everyone else, account admins included, is denied
 # GetSecretValue. Writing a new version (rotation) stays with the account's IAM policies.
 resource "aws_secretsmanager_secret_policy" "ray_token" {

@@ -1,0 +1,107 @@
+"""The Terraform's shape: standard module files, typed and described variables, providers only in the root,
+every output the scripts read, every image a task uses built by images/."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from dataclasses import fields
+
+import pytest
+
+from scripts.tf_outputs import Outputs
+from tests.infra.hcl import INFRA, MODULES, load_dir, merged
+
+MODULE_DIRS = sorted(p for p in MODULES.iterdir() if p.is_dir())
+EXPECTED_MODULES = {"network", "cluster", "ray", "storage", "registry", "observability", "iam"}
+
+
+def test_every_concern_has_its_module_with_the_five_files():
+    assert {p.name for p in MODULE_DIRS} == EXPECTED_MODULES
+    for module in MODULE_DIRS:
+        for name in ("main.tf", "variables.tf", "outputs.tf", "versions.tf", "README.md"):
+            assert (module / name).is_file(), f"{module.name}/{name}"
+
+
+@pytest.mark.parametrize("path", [INFRA, *MODULE_DIRS], ids=lambda p: p.name)
+def test_every_variable_is_typed_and_described(path):
+    variables = merged(load_dir(path), "variable")
+    assert variables, path
+    for name, body in variables.items():
+        assert body.get("type"), f"{path.name}: variable {name} has no type"
+        assert len(body.get("description", "")) > 10, f"{path.name}: variable {name} has no description"
+
+
+@pytest.mark.parametrize("path", [INFRA, *MODULE_DIRS], ids=lambda p: p.name)
+def test_every_output_is_described(path):
+    for name, body in merged(load_dir(path), "output").items():
+        assert body.get("description"), f"{path.name}: output {name}"
+
+
+def test_providers_are_configured_only_in_the_root():
+    assert load_dir(INFRA).get("provider")
+    for module in MODULE_DIRS:
+        assert not load_dir(module).get("provider"), module.name
+
+
+def test_root_composes_every_module_once():
+    modules = merged(load_dir(INFRA), "module")
+    assert {body["source"] for body in modules.values()} == {f"./modules/{m}" for m in EXPECTED_MODULES}
+
+
+def test_every_output_the_scripts_read_exists():
+    outputs = merged(load_dir(INFRA), "output")
+    wanted = {f.name for f in fields(Outputs)}
+    assert wanted <= set(outputs), sorted(wanted - set(outputs))
+    # the defaults the scripts fall back on are what the Terraform actually names
+    ray_outputs = merged(load_dir(MODULES / "ray"), "output")
+    names = ray_outputs["container_names"]["value"]
+    locals_ = merged(load_dir(MODULES / "ray"), "locals")
+    for role, field in (("head", "head_container_name"), ("worker", "worker_container_name"),
+                        ("trainer", "trainer_container_name")):  # fmt: skip
+        container = locals_[f"{role}_container"]
+        assert names[role] == f"${{local.{role}_container.name}}"
+        assert container["name"] == Outputs.__dataclass_fields__[field].default
+    prefix = Outputs.__dataclass_fields__["trainer_log_stream_prefix"].default
+    assert outputs["trainer_log_stream_prefix"]["value"] == prefix
+    assert locals_["logging"]  # the stream prefix is the container's name: trainer/trainer/<task id>
+
+
+def test_every_image_a_task_uses_is_built_by_images():
+    text = "".join(p.read_text() for p in (MODULES / "ray").glob("*.tf"))
+    used = set(re.findall(r'var\.images\["([\w-]+)"\]', text))
+    assert used == {"ray-head", "ray-worker", "trainer", "gpu-metrics"}
+    built = {p.parent.name for p in (INFRA.parent / "images").glob("*/Dockerfile")}
+    assert used <= built, sorted(used - built)
+    # and the registry holds exactly what images/ builds: the root derives the list from the directory
+    root = merged(load_dir(INFRA), "locals")
+    assert 'fileset("${path.module}/../images", "*/Dockerfile")' in root["image_names"]
+
+
+def test_fsdp_variable_file_sets_only_known_worker_fields():
+    import hcl2
+
+    with (INFRA / "fsdp.tfvars").open() as handle:
+        tfvars = hcl2.load(handle)
+    variables = merged(load_dir(INFRA), "variable")
+    assert set(tfvars) <= set(variables)
+    worker_type = variables["workers"]["type"]
+    for key in tfvars["workers"]:
+        assert key in worker_type, key
+
+
+def test_every_checkov_skip_is_inline_with_a_reason():
+    for tf in INFRA.rglob("*.tf"):
+        for line in tf.read_text().splitlines():
+            if "checkov:skip" in line:
+                match = re.search(r"#\s*checkov:skip=(CKV2?_AWS_\d+):\s*(\S.{15,})", line)
+                assert match, f"{tf.name}: skip without an ID and a reason: {line.strip()}"
+
+
+@pytest.mark.skipif(shutil.which("terraform") is None, reason="terraform not installed (the infra workflow runs fmt)")
+def test_terraform_fmt_is_clean():
+    env = {"TF_CLI_CONFIG_FILE": "/dev/null", "PATH": "/usr/bin:/usr/local/bin"}
+    command = ["terraform", "fmt", "-check", "-recursive", "-list=true", str(INFRA)]
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    assert result.returncode == 0, f"run terraform fmt -recursive infra: {result.stdout}{result.stderr}"
