@@ -24,7 +24,7 @@ DDP_WHERE = $(or $(filter local ecs,$(TARGET)),$(if $(wildcard $(OUTPUTS_FILE)),
 AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 
 .DEFAULT_GOAL := help
-.PHONY: launch logs status exec ray-status stop clean deploy plan lint-infra
+.PHONY: launch logs status exec ray-status stop clean deploy plan lint-infra rotate-ray-token
 .PHONY: text-data train-fsdp train-fsdp-local
 .PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data bench-fsdp bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
@@ -94,6 +94,9 @@ ray-status: setup ## `ray status` on the head, through ECS Exec
 
 stop: setup ## Stop paying for GPUs: services to zero, trainer tasks stopped (idempotent)
 	$(PY) -m scripts.teardown
+
+rotate-ray-token: setup ## New Ray auth token in Secrets Manager, then restart head, then workers (FORCE=1 during a job)
+	$(PY) -m scripts.rotate_ray_token $(if $(FORCE),--force)
 
 plan: setup ## Show what deploy would change (TFVARS=fsdp.tfvars for the FSDP shape; IMAGE_TAG=git commit)
 	$(PY) -m scripts.infra plan $(INFRA_ARGS)

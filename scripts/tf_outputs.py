@@ -32,6 +32,7 @@ class Outputs:
     trainer_log_stream_prefix: str = "trainer"
     head_container_name: str = "ray-head"
     worker_container_name: str = "ray-worker"
+    ray_token_secret_arn: str = ""  # make rotate-ray-token needs it
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Outputs:

@@ -65,10 +65,12 @@ def create(moto, directory: Path) -> dict:
         ecs.run_task(cluster=CLUSTER, taskDefinition=definition, count=count, group=f"service:{service}",
                      startedBy="ecs-svc/0123456789", networkConfiguration=network)  # fmt: skip
     s3.create_bucket(Bucket="rf-test-results")
+    secret = moto.client("secretsmanager").create_secret(Name="rf-test/ray-auth-token-x1", SecretString="t0" * 24)
     outputs = {
         "region": REGION, "cluster_name": CLUSTER, "private_subnet_ids": subnets, "task_security_group_id": sg,
         "trainer_task_definition": trainer, "head_service_name": "rf-test-head",
         "worker_service_name": "rf-test-worker", "results_bucket": "rf-test-results", "trainer_log_group": log_group,
+        "ray_token_secret_arn": secret["ARN"],
     }  # fmt: skip
     # The shape `terraform output -json` prints.
     path = directory / "outputs.json"
