@@ -1,0 +1,36 @@
+# The `ray` base shared by ray-head, ray-worker and trainer: the pinned Python dependencies of
+# requirements/train.txt (the one version source; the Ray release in BASE_IMAGE matches its ray pin,
+# tests/images/test_dockerfiles.py checks it), a non-root user, and the node entry point.
+# Built as <registry>/ray-base:<revision> by `make build`; never pushed on its own.
+ARG BASE_IMAGE=rayproject/ray:2.60.0-py311-cu128
+FROM ${BASE_IMAGE}
+
+ARG REVISION=unknown
+ARG VERSION=dev
+# Build-time only: a pip.conf mounted by `make build` (local indexes, the host CA); never in a layer.
+ARG PIP_CONFIG_FILE=
+LABEL org.opencontainers.image.source="https://github.com/rayfleet/rayfleet" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.title="rayfleet ray base"
+
+USER 0
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+# rayproject/ray ships the user `ray` (uid 1000); a plain Debian base gets the same one.
+RUN (id -u ray >/dev/null 2>&1 || useradd --uid 1000 --create-home --shell /bin/bash ray) \
+ && python3 -m venv /opt/rayfleet/venv
+
+# Dependencies before code: a code-only change rebuilds only the small layers below.
+COPY requirements/ /opt/rayfleet/requirements/
+RUN /opt/rayfleet/venv/bin/pip install --no-cache-dir --quiet -r /opt/rayfleet/requirements/train.txt
+
+ENV PATH=/opt/rayfleet/venv/bin:${PATH} \
+    PYTHONPATH=/opt/rayfleet/src \
+    PYTHONUNBUFFERED=1 \
+    RAY_USAGE_STATS_ENABLED=0 \
+    RAY_AUTH_MODE=token
+COPY scripts/__init__.py scripts/ray_node.py scripts/ray_auth.py /opt/rayfleet/src/scripts/
+COPY images/bin/rayfleet-node /usr/local/bin/rayfleet-node
+
+USER 1000
+WORKDIR /home/ray

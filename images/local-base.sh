@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Build the local stand-in for the images' base when registries cannot be reached (tests, air-gapped CI):
+# Debian bookworm minbase with its Python 3.11, the same Python the project pins. The Dockerfiles are the
+# same; only BASE_IMAGE / PYTHON_BASE_IMAGE differ from the real (rayproject/ray, python:3.11-slim) ones.
+#   images/local-base.sh [IMAGE]     (default localhost/rayfleet-local-base:bookworm; skips if it exists)
+set -euo pipefail
+image="${1:-localhost/rayfleet-local-base:bookworm}"
+if podman image exists "$image"; then
+  echo "$image exists"
+  exit 0
+fi
+command -v debootstrap >/dev/null || { echo "error: debootstrap not installed (apt-get install debootstrap)" >&2; exit 1; }
+root="$(mktemp -d)"
+trap 'rm -rf "$root"' EXIT
+echo "debootstrap bookworm (minbase + python3) into $root ..."
+debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates,passwd \
+  bookworm "$root" http://deb.debian.org/debian >/dev/null
+rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/lib/apt/lists/*
+echo "importing as $image ..."
+tar -C "$root" -c . | podman import --change 'CMD ["/bin/bash"]' - "$image" >/dev/null
+echo "$image ready"

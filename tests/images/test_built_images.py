@@ -1,0 +1,119 @@
+"""The built images, tested with testinfra's podman backend: users, pinned versions, entry points, the
+worker's wait for its head, the trainer's preloaded models, the sidecar without a GPU, and no token."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.images.conftest import ROOT, podman
+
+pytestmark = pytest.mark.integration
+RAY_IMAGES = ("ray-head", "ray-worker", "trainer")
+
+
+def pins(filename: str) -> dict[str, str]:
+    found = {}
+    for line in (ROOT / "requirements" / filename).read_text().splitlines():
+        match = re.match(r"([\w-]+)(\[[^\]]*\])?==([\w.+]+)", line.strip())
+        if match:
+            found[match.group(1).lower()] = match.group(3)
+    return found
+
+
+@pytest.mark.parametrize("image", [*RAY_IMAGES, "gpu-metrics"])
+def test_the_user_is_not_root(running, image):
+    host = running[image]
+    assert host.user().uid != 0
+    assert host.check_output("id -u") != "0"
+
+
+@pytest.mark.parametrize("image", RAY_IMAGES)
+def test_ray_images_import_the_pinned_versions(running, image):
+    want = pins("train.txt")
+    script = "import ray, torch, transformers, torchvision; print(ray.__version__, torch.__version__, transformers.__version__)"
+    ray_v, torch_v, transformers_v = running[image].check_output(f'python -c "{script}"').split()
+    assert ray_v == want["ray"]
+    assert torch_v.split("+")[0] == want["torch"]
+    assert transformers_v == want["transformers"]
+
+
+def test_gpu_metrics_imports_its_pinned_versions_and_no_cuda(running):
+    want = pins("monitoring.txt") | pins("aws.txt")
+    host = running["gpu-metrics"]
+    out = host.check_output(
+        "python -c \"import pynvml, boto3, importlib.metadata as m; print(m.version('nvidia-ml-py'), boto3.__version__)\""
+    )
+    assert out.split() == [want["nvidia-ml-py"], want["boto3"]]
+    assert host.run('python -c "import torch"').rc != 0  # a small image: no torch, no CUDA toolkit
+
+
+@pytest.mark.parametrize("image", RAY_IMAGES)
+def test_the_entry_point_exists_and_is_executable(running, image):
+    entry = running[image].file("/usr/local/bin/rayfleet-node")
+    assert entry.is_file and entry.mode & 0o111
+    usage = running[image].run("rayfleet-node")
+    assert usage.rc == 2 and "rayfleet-node head" in usage.stderr
+
+
+def test_image_configs_set_the_entry_points_and_token_mode(built_images):
+    expected = {"ray-head": (["rayfleet-node"], ["head"]), "ray-worker": (["rayfleet-node"], ["worker"]),
+                "trainer": (["rayfleet-node", "driver"], ["ddp"]), "gpu-metrics": (["python", "-m", "monitoring"], None)}  # fmt: skip
+    for image, ref in built_images.items():
+        config = json.loads(podman("image", "inspect", ref).stdout)[0]["Config"]
+        assert (config["Entrypoint"], config.get("Cmd")) == expected[image], image
+        env = dict(e.split("=", 1) for e in config.get("Env", []))
+        assert not [k for k in env if "TOKEN" in k or "SECRET" in k], (image, sorted(env))
+        if image in RAY_IMAGES:
+            assert env["RAY_AUTH_MODE"] == "token"
+        labels = config.get("Labels") or {}
+        assert labels.get("org.opencontainers.image.revision"), image
+
+
+def test_no_token_is_baked_into_any_image(built_images, running):
+    tokens = [
+        p.read_text().strip() for p in (Path.home() / ".config" / "rayfleet").glob("ray-auth-token") if p.exists()
+    ]
+    for image, host in running.items():
+        found = host.run("find / -xdev \\( -name 'ray-auth-token' -o -name 'auth_token' \\) -print 2>/dev/null")
+        assert not found.stdout.strip(), (image, found.stdout)
+        for token in tokens:  # the developer's own token must not have leaked into a layer
+            leaked = podman("run", "--rm", "--user", "0", "--entrypoint", "grep", built_images[image], "-rlF", token,
+                            "/opt", "/home", "/etc", "/root", "/tmp", check=False)  # fmt: skip
+            assert leaked.returncode == 1 and not leaked.stdout, (image, leaked.stdout)
+
+
+def test_the_worker_gives_up_on_a_head_that_never_answers(built_images):
+    result = podman("run", "--rm", "-e", "RAYFLEET_HEAD_HOST=head.rayfleet-test.invalid", "-e", "RAYFLEET_HEAD_WAIT_S=4",
+                    built_images["ray-worker"], check=False, timeout=120)  # fmt: skip
+    assert result.returncode != 0
+    assert "waiting for the head head.rayfleet-test.invalid:6379" in result.stdout
+    assert "did not answer within 4s" in result.stderr
+
+
+def test_the_trainer_holds_the_models_its_manifest_lists(running):
+    host = running["trainer"]
+    manifest = json.loads(host.file("/models/manifest.json").content_string)
+    (model,) = manifest["models"]
+    assert model["id"] == "tiny-gpt-neox" and model["path"].endswith("/tiny-gpt-neox")
+    names = {f["name"] for f in model["files"]}
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= names
+    for entry in model["files"]:
+        path = host.file(f"/models/tiny-gpt-neox/{entry['name']}")
+        assert path.size == entry["bytes"] and path.sha256sum == entry["sha256"], entry["name"]
+    assert host.check_output("printenv MODEL_DIR") == "/models"
+    # the training code finds it offline, the way the FSDP job does
+    found = host.check_output(
+        "python -c \"from training.hf_model import resolve_model_dir as r; print(r('tiny-gpt-neox'))\""
+    )
+    assert found == "/models/tiny-gpt-neox"
+
+
+def test_the_sidecar_reports_no_gpu_cleanly(built_images):
+    result = podman("run", "--rm", built_images["gpu-metrics"], check=False, timeout=120)
+    assert result.returncode == 3, result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert "error: NVML is not available" in result.stderr and "no NVIDIA driver" in result.stderr
