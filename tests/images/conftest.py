@@ -17,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "test"
 BASE = "localhost/rayfleet-local-base:bookworm"
+INSTALL = "apt-get install podman buildah debootstrap runc"
 # testinfra's podman:// backend runs `podman exec` with this process's environment
 os.environ.setdefault("CONTAINERS_CONF", str(ROOT / "images" / "containers.conf"))
 
@@ -34,10 +35,8 @@ def podman(*args: str, check: bool = True, timeout: int = 600) -> subprocess.Com
 def built_images(tmp_path_factory) -> dict[str, str]:
     if shutil.which("podman") is None:
         if os.environ.get("RAYFLEET_REQUIRE_IMAGES"):
-            pytest.fail(
-                "podman is not installed, and RAYFLEET_REQUIRE_IMAGES=1 (apt-get install podman buildah debootstrap runc)"
-            )
-        pytest.skip("podman not installed: image tests need podman (apt-get install podman buildah debootstrap runc)")
+            pytest.fail(f"podman is not installed, and RAYFLEET_REQUIRE_IMAGES=1 ({INSTALL})")
+        pytest.skip(f"podman not installed: image tests need it ({INSTALL})")
     env = podman_env()
     subprocess.run([str(ROOT / "images" / "local-base.sh"), BASE], env=env, check=True, timeout=900)
     model = ROOT / "models" / "tiny-gpt-neox"

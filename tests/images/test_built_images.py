@@ -34,7 +34,7 @@ def test_the_user_is_not_root(running, image):
 @pytest.mark.parametrize("image", RAY_IMAGES)
 def test_ray_images_import_the_pinned_versions(running, image):
     want = pins("train.txt")
-    script = "import ray, torch, transformers, torchvision; print(ray.__version__, torch.__version__, transformers.__version__)"
+    script = "import ray, torch, transformers as t; print(ray.__version__, torch.__version__, t.__version__)"
     ray_v, torch_v, transformers_v = running[image].check_output(f'python -c "{script}"').split()
     assert ray_v == want["ray"]
     assert torch_v.split("+")[0] == want["torch"]
@@ -44,9 +44,8 @@ def test_ray_images_import_the_pinned_versions(running, image):
 def test_gpu_metrics_imports_its_pinned_versions_and_no_cuda(running):
     want = pins("monitoring.txt") | pins("aws.txt")
     host = running["gpu-metrics"]
-    out = host.check_output(
-        "python -c \"import pynvml, boto3, importlib.metadata as m; print(m.version('nvidia-ml-py'), boto3.__version__)\""
-    )
+    script = "import pynvml, boto3, importlib.metadata as m; print(m.version('nvidia-ml-py'), boto3.__version__)"
+    out = host.check_output(f'python -c "{script}"')
     assert out.split() == [want["nvidia-ml-py"], want["boto3"]]
     assert host.run('python -c "import torch"').rc != 0  # a small image: no torch, no CUDA toolkit
 
@@ -60,8 +59,12 @@ def test_the_entry_point_exists_and_is_executable(running, image):
 
 
 def test_image_configs_set_the_entry_points_and_token_mode(built_images):
-    expected = {"ray-head": (["rayfleet-node"], ["head"]), "ray-worker": (["rayfleet-node"], ["worker"]),
-                "trainer": (["rayfleet-node", "driver"], ["ddp"]), "gpu-metrics": (["python", "-m", "monitoring"], None)}  # fmt: skip
+    expected = {
+        "ray-head": (["rayfleet-node"], ["head"]),
+        "ray-worker": (["rayfleet-node"], ["worker"]),
+        "trainer": (["rayfleet-node", "driver"], ["ddp"]),
+        "gpu-metrics": (["python", "-m", "monitoring"], None),
+    }
     for image, ref in built_images.items():
         config = json.loads(podman("image", "inspect", ref).stdout)[0]["Config"]
         assert (config["Entrypoint"], config.get("Cmd")) == expected[image], image
@@ -87,8 +90,8 @@ def test_no_token_is_baked_into_any_image(built_images, running):
 
 
 def test_the_worker_gives_up_on_a_head_that_never_answers(built_images):
-    result = podman("run", "--rm", "-e", "RAYFLEET_HEAD_HOST=head.rayfleet-test.invalid", "-e", "RAYFLEET_HEAD_WAIT_S=4",
-                    built_images["ray-worker"], check=False, timeout=120)  # fmt: skip
+    env = ["-e", "RAYFLEET_HEAD_HOST=head.rayfleet-test.invalid", "-e", "RAYFLEET_HEAD_WAIT_S=4"]
+    result = podman("run", "--rm", *env, built_images["ray-worker"], check=False, timeout=120)
     assert result.returncode != 0
     assert "waiting for the head head.rayfleet-test.invalid:6379" in result.stdout
     assert "did not answer within 4s" in result.stderr

@@ -65,7 +65,7 @@ def test_labels_user_and_no_secrets(dockerfile):
 
 def test_the_build_context_carries_only_what_the_images_copy():
     ignore = (ROOT / ".dockerignore").read_text().splitlines()
-    assert ignore[[i for i, line in enumerate(ignore) if not line.startswith("#")][0]] == "**"
+    assert next(line for line in ignore if not line.startswith("#")) == "**"
     allowed = {line[1:].rstrip("/") for line in ignore if line.startswith("!")}
     for dockerfile in DOCKERFILES:
         for source in re.findall(r"^COPY (?!--from)(?:--\S+ )*(.+) \S+$", dockerfile.read_text(), flags=re.M):
