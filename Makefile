@@ -18,13 +18,16 @@ CMD     ?=
 OUTPUTS_FILE := .rayfleet/outputs.json
 TFVARS  ?=
 IMAGE_TAG ?= $(shell git rev-parse --short=12 HEAD 2>/dev/null)
+IMAGES  ?= ray-head,ray-worker,trainer,gpu-metrics
+MODELS  ?=
+export CONTAINERS_CONF ?= $(CURDIR)/images/containers.conf
 INFRA_ARGS = $(if $(TFVARS),--var-file $(TFVARS)) $(if $(IMAGE_TAG),--image-tag $(IMAGE_TAG))
 # Where train-ddp runs: ecs once `make deploy` has saved the Terraform outputs, else local. TARGET=local|ecs.
 DDP_WHERE = $(or $(filter local ecs,$(TARGET)),$(if $(wildcard $(OUTPUTS_FILE)),ecs,local))
 AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 
 .DEFAULT_GOAL := help
-.PHONY: launch logs status exec ray-status stop clean deploy plan lint-infra rotate-ray-token
+.PHONY: launch logs status exec ray-status stop clean deploy plan lint-infra rotate-ray-token build push
 .PHONY: text-data train-fsdp train-fsdp-local
 .PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data bench-fsdp bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
@@ -97,6 +100,12 @@ stop: setup ## Stop paying for GPUs: services to zero, trainer tasks stopped (id
 
 rotate-ray-token: setup ## New Ray auth token in Secrets Manager, then restart head, then workers (FORCE=1 during a job)
 	$(PY) -m scripts.rotate_ray_token $(if $(FORCE),--force)
+
+build: setup ## Build the images with docker or podman, tagged with the git commit (IMAGES=a,b; MODELS=hub/id)
+	$(PY) -m scripts.images build --images $(IMAGES) --tag $(IMAGE_TAG) $(if $(MODELS),--models $(MODELS))
+
+push: setup ## Log in to ECR (boto3) and push the built images to the repositories make deploy created
+	$(PY) -m scripts.images push --images $(IMAGES) --tag $(IMAGE_TAG)
 
 plan: setup ## Show what deploy would change (TFVARS=fsdp.tfvars for the FSDP shape; IMAGE_TAG=git commit)
 	$(PY) -m scripts.infra plan $(INFRA_ARGS)

@@ -5,14 +5,8 @@
 ARG BASE_IMAGE=rayproject/ray:2.60.0-py311-cu128
 FROM ${BASE_IMAGE}
 
-ARG REVISION=unknown
-ARG VERSION=dev
 # Build-time only: a pip.conf mounted by `make build` (local indexes, the host CA); never in a layer.
 ARG PIP_CONFIG_FILE=
-LABEL org.opencontainers.image.source="https://github.com/rayfleet/rayfleet" \
-      org.opencontainers.image.revision="${REVISION}" \
-      org.opencontainers.image.version="${VERSION}" \
-      org.opencontainers.image.title="rayfleet ray base"
 
 USER 0
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -34,3 +28,11 @@ COPY images/bin/rayfleet-node /usr/local/bin/rayfleet-node
 
 USER 1000
 WORKDIR /home/ray
+
+# Last: these change with every commit and must not invalidate the layers above.
+ARG REVISION=unknown
+ARG VERSION=dev
+LABEL org.opencontainers.image.source="https://github.com/rayfleet/rayfleet" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.title="rayfleet ray base"
