@@ -92,6 +92,8 @@ def resources(env: dict, cgroup: Path = Path("/sys/fs/cgroup"), shm: str = "/dev
     store = int(env.get("RAYFLEET_OBJECT_STORE_MIB") or 0) * MIB or int(shm_size * 0.8)
     store = min(store, shm_size - 64 * MIB)  # the store lives in /dev/shm: never ask for more than it holds
     memory = cgroup_memory(cgroup)
+    if memory is not None:  # shm pages count against the limit: leave the processes at least half of it
+        store = min(store, memory // 2)
     result = {"num_cpus": cpus, "num_gpus": gpus, "object_store_memory": max(store, 78 * MIB)}
     if memory is not None:
         # Ray's memory resource: what remains of the task's limit after the store (shm counts against it).
@@ -127,13 +129,17 @@ def resource_flags(res: dict[str, int]) -> list[str]:
     return [f"--{key.replace('_', '-')}={value}" for key, value in res.items()]
 
 
+def client_flag(spec: dict[str, dict]) -> list[str]:
+    return [f"--ray-client-server-port={spec['client']['from']}"] if "client" in spec else []
+
+
 def head_command(env: dict) -> list[str]:
     spec = ports(env)
     res = resources(env)
     res.update(num_cpus=int(env.get("RAYFLEET_NUM_CPUS") or 0), num_gpus=0)  # the head schedules, never trains
-    return ["ray", "start", "--head", "--block", f"--port={spec['gcs']['from']}", "--dashboard-host=0.0.0.0",
-            f"--dashboard-port={spec['dashboard']['from']}", *port_flags(spec), *resource_flags(res),
-            "--disable-usage-stats"]  # fmt: skip
+    head = ["--head", "--block", f"--port={spec['gcs']['from']}", "--dashboard-host=0.0.0.0",
+            f"--dashboard-port={spec['dashboard']['from']}", *client_flag(spec)]  # fmt: skip
+    return ["ray", "start", *head, *port_flags(spec), *resource_flags(res), "--disable-usage-stats"]
 
 
 def join_command(env: dict, head_ip: str, block: bool, driver_only: bool = False) -> list[str]:
