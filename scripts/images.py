@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import base64
 import configparser
-import json
 import os
 import shutil
 import subprocess
@@ -26,6 +25,7 @@ import time
 from pathlib import Path
 
 from scripts.aws import Aws, RayfleetError, run_cli
+from scripts.tf_outputs import Outputs
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGES = ("ray-head", "ray-worker", "trainer", "gpu-metrics")
@@ -132,24 +132,15 @@ def build(images: list[str], tag: str, models: str | None, say=print) -> list[st
     return built
 
 
-def repository_urls(outputs_path: Path) -> dict[str, str]:
-    if not outputs_path.is_file():
-        raise RayfleetError(f"{outputs_path} not found: run `make deploy` first (it creates the ECR repositories)")
-    raw = json.loads(outputs_path.read_text())
-    urls = raw.get("ecr_repository_urls")
-    urls = urls.get("value", urls) if isinstance(urls, dict) and "value" in urls else urls
-    if not urls:
-        raise RayfleetError(f"{outputs_path} has no ecr_repository_urls: re-run `make deploy` with this infra/")
-    return urls
-
-
-def push(images: list[str], tag: str, outputs_path: Path, region: str | None, say=print) -> list[str]:
+def push(images: list[str], tag: str, out: Outputs, say=print) -> list[str]:
     tool = engine()
-    urls = repository_urls(outputs_path)
+    urls = out.ecr_repository_urls
+    if not urls:
+        raise RayfleetError("the Terraform outputs have no ecr_repository_urls: re-run `make deploy` with this infra/")
     missing = [i for i in images if i not in urls]
     if missing:
         raise RayfleetError(f"no ECR repository for {', '.join(missing)} in the outputs")
-    auth = Aws(region).client("ecr").get_authorization_token()["authorizationData"][0]
+    auth = Aws(out.region).client("ecr").get_authorization_token()["authorizationData"][0]
     user, password = base64.b64decode(auth["authorizationToken"]).decode().split(":", 1)
     registry = auth["proxyEndpoint"].removeprefix("https://")
     login = subprocess.run([tool, "login", "--username", user, "--password-stdin", registry], input=password,
@@ -173,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--images", default=",".join(IMAGES), help="comma-separated subset of " + ", ".join(IMAGES))
     parser.add_argument("--tag", default=None, help="default: the git revision")
     parser.add_argument("--models", default=None, help="trainer's MODELS build argument (Hub ids or name=/dir)")
-    parser.add_argument("--outputs", default=str(ROOT / ".rayfleet" / "outputs.json"))
-    parser.add_argument("--region", default=None)
+    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
     opts = parser.parse_args(argv)
     images = [i.strip() for i in opts.images.split(",") if i.strip()]
     unknown = sorted(set(images) - set(IMAGES))
@@ -184,17 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     if opts.action == "build":
         build(images, tag, opts.models)
     else:
-        outputs = Path(os.environ.get("RAYFLEET_OUTPUTS") or opts.outputs)
-        region = opts.region or json_region(outputs)
-        push(images, tag, outputs, region)
+        push(images, tag, Outputs.load(opts.outputs))
     return 0
-
-
-def json_region(outputs: Path) -> str | None:
-    if not outputs.is_file():
-        return None
-    value = json.loads(outputs.read_text()).get("region")
-    return value.get("value") if isinstance(value, dict) else value
 
 
 if __name__ == "__main__":

@@ -33,6 +33,7 @@ class Outputs:
     head_container_name: str = "ray-head"
     worker_container_name: str = "ray-worker"
     ray_token_secret_arn: str = ""  # make rotate-ray-token needs it
+    ecr_repository_urls: dict | None = None  # make push needs it
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Outputs:
