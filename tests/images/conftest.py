@@ -44,8 +44,10 @@ def built_images(tmp_path_factory) -> dict[str, str]:
     subprocess.run([str(ROOT / "images" / "local-base.sh"), BASE], env=env, check=True, timeout=900)
     model = ROOT / "models" / "tiny-gpt-neox"
     if not (model / "config.json").is_file():
-        model = tmp_path_factory.mktemp("model") / "tiny-gpt-neox"
-        subprocess.run([sys.executable, "-m", "training.tiny_lm", str(model)], cwd=ROOT, check=True, timeout=300)
+        scratch = tmp_path_factory.mktemp("model")
+        model = scratch / "tiny-gpt-neox"
+        subprocess.run([sys.executable, "-m", "training.tiny_lm", str(model), "--text", str(scratch / "corpus.txt")],
+                       cwd=ROOT, check=True, timeout=300)  # fmt: skip
     build = subprocess.run(
         [sys.executable, "-m", "scripts.images", "build", "--tag", TAG, "--models", f"tiny-gpt-neox={model}"],
         cwd=ROOT, env={**env, "BASE_IMAGE": BASE, "PYTHON_BASE_IMAGE": BASE}, timeout=1800,
