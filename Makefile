@@ -28,7 +28,7 @@ AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 
 .DEFAULT_GOAL := help
 .PHONY: launch logs status exec ray-status stop clean deploy plan lint-infra rotate-ray-token build push
-.PHONY: text-data train-fsdp train-fsdp-local
+.PHONY: text-data train-fsdp train-fsdp-local run runs
 .PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data bench-fsdp bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
 
@@ -59,24 +59,39 @@ text-data: models/tiny-gpt-neox/config.json ## Generate a text corpus and a tiny
 demo: setup data ## Set up, start a local cluster, train the DDP job for a few epochs, print the summary, stop it
 	$(PY) -m training.ddp --config training/configs/demo.yaml data_dir=$(DATA_DIR) $(ARGS)
 
-train-ddp: setup ## Train the DDP job: on ECS once deployed, else locally (TARGET=local|ecs; ARGS; BUCKET)
+# Recipes (recipes/*.yaml): where they run follows TARGET, else ecs once deployed, else local.
+RECIPE  ?=
+SET     ?=
+RECIPE_TARGET = $(or $(filter local ecs,$(TARGET)),auto)
+RUN_RECIPE = $(AWS_ENV) $(PY) -m scripts.run_recipe --target $(RECIPE_TARGET) $(if $(RUN),--run-name $(RUN)) \
+	$(foreach s,$(SET),--set $(s)) $(if $(BUCKET),--set storage=s3://$(BUCKET)/runs)
+
+run: setup ## Run a recipe, locally or on ECS (RECIPE=recipes/x.yaml; ARGS to its entrypoint; SET="resources.workers=4")
+	@test -n "$(RECIPE)" || { echo "error: name the recipe: make run RECIPE=recipes/ddp.yaml (recipes/README.md)" >&2; exit 1; }
+	$(RUN_RECIPE) $(RECIPE) -- $(ARGS)
+
+runs: setup ## List recent runs, local and in S3: state, duration, where the results are
+	$(PY) -m scripts.runs $(ARGS)
+
+train-ddp: setup ## The DDP recipe (recipes/ddp.yaml): on ECS once deployed, else locally (TARGET; ARGS; BUCKET)
 ifeq ($(DDP_WHERE),ecs)
-	$(AWS_ENV) $(PY) -m scripts.launch ddp $(ARGS)
+	$(RUN_RECIPE) recipes/ddp.yaml -- $(ARGS)
 else
-	$(PY) -m training.ddp data_dir=$(DATA_DIR) $(if $(BUCKET),storage=s3://$(BUCKET)/runs) $(ARGS)
+	$(RUN_RECIPE) recipes/ddp.yaml -- data_dir=$(abspath $(DATA_DIR)) $(ARGS)
 endif
 
-train-ddp-local: setup ## The DDP job on RAY_ADDRESS, the running local cluster, or one of its own
+train-ddp-local: setup ## The DDP job directly (no Jobs API) on RAY_ADDRESS, the running local cluster, or its own
 	$(PY) -m training.ddp data_dir=$(DATA_DIR) $(if $(BUCKET),storage=s3://$(BUCKET)/runs) $(ARGS)
 
-train-fsdp: setup ## Fine-tune with FSDP2: on ECS once deployed (dolly-v2-7b), else the tiny local model
+train-fsdp: setup ## The FSDP recipe: recipes/fsdp.yaml (dolly-v2-7b) on ECS, else recipes/fsdp-tiny.yaml locally
 ifeq ($(DDP_WHERE),ecs)
-	$(AWS_ENV) $(PY) -m scripts.launch fsdp $(ARGS)
+	$(RUN_RECIPE) recipes/fsdp.yaml -- $(ARGS)
 else
-	$(MAKE) --no-print-directory train-fsdp-local
+	$(MAKE) --no-print-directory text-data
+	$(RUN_RECIPE) recipes/fsdp-tiny.yaml -- $(ARGS)
 endif
 
-train-fsdp-local: setup text-data ## The FSDP job on the local cluster: tiny GPT-NeoX, generated corpus, CPU (ARGS=...)
+train-fsdp-local: setup text-data ## The FSDP job directly (no Jobs API): tiny GPT-NeoX, generated corpus, CPU
 	$(PY) -m training.fsdp --config training/configs/fsdp-tiny.yaml $(ARGS)
 
 launch: setup ## Run JOB (ddp, fsdp, a module) on ECS and follow its log (ARGS="k=v --detach --run-name r")

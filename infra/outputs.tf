@@ -94,3 +94,8 @@ output "task_sizes_mib" {
   description = "Memory, shared memory and object store per task (MiB)."
   value       = module.ray.sizes_mib
 }
+
+output "worker_instance_type" {
+  description = "Instance type of the Ray workers (make run checks a recipe's resources against it)."
+  value       = var.workers.instance_type
+}

@@ -16,11 +16,12 @@ import json
 import sys
 from datetime import UTC, datetime
 
-from scripts.aws import Aws, PlacementFailed, run_cli
+from scripts.aws import Aws, PlacementFailed, RayfleetError, run_cli
 from scripts.cluster_tasks import STARTED_BY
 from scripts.logs import follow_task
 from scripts.tf_outputs import Outputs
 
+OVERRIDES_LIMIT = 8192  # RunTask: the JSON of all container overrides
 _REASONS = {
     "RESOURCE:GPU": "no registered container instance has a free GPU (are the GPU instances up? make status)",
     "RESOURCE:MEMORY": "no container instance has enough free memory for the trainer",
@@ -44,7 +45,11 @@ def build_command(job: str, args: list[str], bucket: str, run_name: str) -> list
     return [job, f"storage=s3://{bucket}/runs", f"run_name={run_name}", *args]
 
 
-def launch(aws: Aws, out: Outputs, job: str, args: list[str], run_name: str | None = None) -> dict:
+def launch(aws: Aws, out: Outputs, job: str, args: list[str], run_name: str | None = None, *,
+           command: list[str] | None = None, environment: dict[str, str] | None = None,
+           task_definition: str | None = None) -> dict:  # fmt: skip
+    """RunTask of the trainer; `command`, `environment` and `task_definition` replace the job's defaults
+    (a recipe run passes its own, scripts/run_recipe.py)."""
     run_name = run_name or f"{job}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     aws.check_cluster(out.cluster_name)
     network = {
@@ -56,17 +61,23 @@ def launch(aws: Aws, out: Outputs, job: str, args: list[str], run_name: str | No
     }
     container = {
         "name": out.trainer_container_name,
-        "command": build_command(job, args, out.results_bucket, run_name),
-        "environment": [{"name": "RAYFLEET_RUN_NAME", "value": run_name}],
+        "command": command or build_command(job, args, out.results_bucket, run_name),
+        "environment": [
+            {"name": k, "value": v} for k, v in {"RAYFLEET_RUN_NAME": run_name, **(environment or {})}.items()
+        ],
     }
+    overrides = {"containerOverrides": [container]}
+    if len(json.dumps(overrides)) > OVERRIDES_LIMIT:
+        raise RayfleetError(f"the task overrides are {len(json.dumps(overrides))} bytes, over ECS's {OVERRIDES_LIMIT}; "
+                            "shorten args and env (put large settings in a file in the code directory)")  # fmt: skip
     response = aws.client("ecs").run_task(
         cluster=out.cluster_name,
-        taskDefinition=out.trainer_task_definition,
+        taskDefinition=task_definition or out.trainer_task_definition,
         count=1,
         startedBy=STARTED_BY,
         enableExecuteCommand=True,
         networkConfiguration=network,
-        overrides={"containerOverrides": [container]},
+        overrides=overrides,
         tags=[{"key": "rayfleet:run", "value": run_name}, {"key": "rayfleet:job", "value": job}],
     )
     if response.get("failures") or not response.get("tasks"):
@@ -86,6 +97,31 @@ def launch(aws: Aws, out: Outputs, job: str, args: list[str], run_name: str | No
         Bucket=out.results_bucket, Key=f"runs/{run_name}/launch.json", Body=json.dumps(record, indent=2).encode()
     )
     return record
+
+
+_REGISTER_KEYS = ("family", "taskRoleArn", "executionRoleArn", "networkMode", "containerDefinitions", "volumes",
+                  "placementConstraints", "requiresCompatibilities", "cpu", "memory", "pidMode", "ipcMode",
+                  "runtimePlatform", "ephemeralStorage")  # fmt: skip
+
+
+def trainer_with_image(aws: Aws, out: Outputs, image: str) -> str:
+    """A revision of the trainer task definition whose trainer container runs `image`; returns its ARN.
+
+    Everything else (roles, secrets, sizes, logging) is the deployed definition's, so a custom image gets
+    the same token, network and limits. Revisions with the same image are reused, not registered twice."""
+    ecs = aws.client("ecs")
+    current = ecs.describe_task_definition(taskDefinition=out.trainer_task_definition)["taskDefinition"]
+    containers = [dict(c) for c in current["containerDefinitions"]]
+    trainer = next((c for c in containers if c["name"] == out.trainer_container_name), None)
+    if trainer is None:
+        raise RayfleetError(f"the trainer task definition has no container {out.trainer_container_name}")
+    if trainer["image"] == image:
+        return current["taskDefinitionArn"]
+    trainer["image"] = image
+    spec = {k: current[k] for k in _REGISTER_KEYS if current.get(k)}
+    spec["containerDefinitions"] = containers
+    registered = ecs.register_task_definition(**spec, tags=[{"key": "rayfleet:recipe-image", "value": image[:256]}])
+    return registered["taskDefinition"]["taskDefinitionArn"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
     python -m scripts.logs RUN [--since 10m] [--follow]      # make logs RUN=ddp-20261122-101500
 
-The run's task and log stream come from `runs/<RUN>/launch.json`, written by the launch verb.
+The run's task and log stream come from `runs/<RUN>/launch.json`, written by the launch verb. A local
+recipe run (./runs/<RUN>/run.json) prints its driver.log, or its Jobs API log while it still runs.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import re
 import sys
 import time
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from scripts.aws import Aws, RayfleetError, run_cli
+from scripts.run_dir import RunDir
 from scripts.tf_outputs import Outputs
 
 _SINCE = re.compile(r"^(\d+)([smhd])$")
@@ -98,6 +101,30 @@ def follow_task(aws: Aws, out: Outputs, task_arn: str, stream: str, write=print,
         time.sleep(poll_s)
 
 
+def local_run_log(run: str, follow: bool, runs_dir: str = "runs") -> int | None:
+    """A local recipe run's output: saved driver.log, or the Jobs API while it runs; None if not local."""
+    from scripts import local_cluster, ray_jobs
+
+    run_dir = RunDir(str(Path(runs_dir).resolve()), run)
+    record = run_dir.record()
+    if record.get("target") != "local":
+        return None
+    cluster = local_cluster.running()
+    if record.get("state") == "RUNNING" and cluster is not None and record.get("job_id"):
+        client = ray_jobs.client_for(cluster.dashboard_url)
+        if follow:
+            return ray_jobs.follow(client, record["job_id"]).exit_code
+        print(client.get_job_logs(record["job_id"]), end="")
+        return 0
+    text = run_dir.read("driver.log")
+    if text is None:
+        raise RayfleetError(
+            f"run {run} has no driver.log yet and its job is not reachable (state {record.get('state')})"
+        )
+    print(text, end="")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m scripts.logs", description=__doc__.split("\n")[0])
     parser.add_argument("run", help="run name (printed by the launch verb)")
@@ -105,6 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--follow", "-f", action="store_true", help="keep printing until the task stops")
     parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
     args = parser.parse_args(argv)
+    local = local_run_log(args.run, args.follow)
+    if local is not None:
+        return local
     out = Outputs.load(args.outputs)
     aws = Aws(out.region)
     record = launch_record(aws, out, args.run)

@@ -3,6 +3,7 @@
     rayfleet-node head                 # ray start --head --block, no CPUs or GPUs of its own (it schedules)
     rayfleet-node worker               # wait for the head's GCS, then ray start --block with the task's resources
     rayfleet-node driver JOB [ARGS]    # join as a node without resources, run the job, leave; exit code of the job
+    rayfleet-node driver recipe        # the same for a recipe run: submit it through the head's Jobs API
     rayfleet-node health               # exit 0 when this task's Ray node answers (the head's health check)
 
 Environment (set by infra/modules/ray): RAYFLEET_HEAD_HOST (Cloud Map name), RAYFLEET_RAY_PORTS (JSON of
@@ -145,15 +146,22 @@ def head_command(env: dict) -> list[str]:
 def join_command(env: dict, head_ip: str, block: bool, driver_only: bool = False) -> list[str]:
     spec = ports(env)
     res = resources(env)
+    custom = []
     if driver_only:  # the trainer joins so its driver has a local raylet; it offers nothing to schedule on
         res.update(num_cpus=0, num_gpus=0)
+        custom = [f"--resources={json.dumps({trainer_resource(env): 1})}"]  # except a recipe's entrypoint
     return ["ray", "start", f"--address={head_ip}:{spec['gcs']['from']}", *(["--block"] if block else []),
-            *port_flags(spec), *resource_flags(res), "--disable-usage-stats"]  # fmt: skip
+            *port_flags(spec), *resource_flags(res), *custom, "--disable-usage-stats"]  # fmt: skip
+
+
+def trainer_resource(env: dict) -> str:
+    """A Ray resource only this trainer task's node has: a recipe's Jobs API entrypoint asks for it."""
+    return f"rayfleet_trainer_{env.get('HOSTNAME') or socket.gethostname()}"
 
 
 def job_command(job: str, args: list[str]) -> list[str]:
     """`ddp` and `fsdp` name rayfleet's jobs; anything else is a module to run."""
-    module = {"ddp": "training.ddp", "fsdp": "training.fsdp"}.get(job, job)
+    module = {"ddp": "training.ddp", "fsdp": "training.fsdp", "recipe": "scripts.recipe_driver"}.get(job, job)
     return [sys.executable, "-m", module, *args]
 
 
@@ -196,7 +204,9 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     try:
         command = job_command(rest[0], rest[1:])
         say(" ".join(command))
-        return subprocess.run(command, env={**env, "RAY_ADDRESS": f"{head_ip}:{port}"}).returncode
+        job_env = {**env, "RAY_ADDRESS": f"{head_ip}:{port}", "RAYFLEET_TRAINER_RESOURCE": trainer_resource(env),
+                   "RAYFLEET_DASHBOARD_URL": f"http://{head_ip}:{ports(env)['dashboard']['from']}"}  # fmt: skip
+        return subprocess.run(command, env=job_env).returncode
     finally:
         subprocess.run(["ray", "stop"], check=False)
 

@@ -79,6 +79,19 @@ def _ray_view(aws: Aws, out: Outputs) -> dict | None:
         return None
 
 
+def task_state(ecs, out: Outputs, task_arn: str) -> str:
+    """A trainer task's state as a run state: PROVISIONING..RUNNING, SUCCEEDED or FAILED (exit N)."""
+    tasks = ecs.describe_tasks(cluster=out.cluster_name, tasks=[task_arn]).get("tasks", [])
+    if not tasks:
+        return "UNKNOWN"
+    task = tasks[0]
+    code = next((c.get("exitCode") for c in task.get("containers", []) if c["name"] == out.trainer_container_name),
+                None)  # fmt: skip
+    if task["lastStatus"] == "STOPPED":
+        return "SUCCEEDED" if code == 0 else f"FAILED (exit {code})"
+    return task["lastStatus"]
+
+
 def _runs(aws: Aws, out: Outputs, limit: int) -> list[dict]:
     s3, ecs = aws.client("s3"), aws.client("ecs")
     records = []
@@ -92,16 +105,7 @@ def _runs(aws: Aws, out: Outputs, limit: int) -> list[dict]:
     records.sort(key=lambda r: r["launched_at"], reverse=True)
     runs = []
     for record in records[:limit]:
-        tasks = ecs.describe_tasks(cluster=out.cluster_name, tasks=[record["task_arn"]]).get("tasks", [])
-        state = "UNKNOWN"
-        if tasks:
-            task = tasks[0]
-            state = task["lastStatus"]
-            code = next(
-                (c.get("exitCode") for c in task.get("containers", []) if c["name"] == out.trainer_container_name), None
-            )
-            if state == "STOPPED":
-                state = "SUCCEEDED" if code == 0 else f"FAILED (exit {code})"
+        state = task_state(ecs, out, record["task_arn"])
         listing = s3.list_objects_v2(
             Bucket=out.results_bucket, Prefix=f"runs/{record['run_name']}/checkpoint_", Delimiter="/"
         )

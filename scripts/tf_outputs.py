@@ -34,6 +34,7 @@ class Outputs:
     worker_container_name: str = "ray-worker"
     ray_token_secret_arn: str = ""  # make rotate-ray-token needs it
     ecr_repository_urls: dict | None = None  # make push needs it
+    worker_instance_type: str = ""  # make run checks a recipe's resources against it
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Outputs:
