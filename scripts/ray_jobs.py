@@ -38,8 +38,13 @@ class JobOutcome:
 
 
 def client_for(address: str):
+    """A Jobs API client for http://host:port. Ray prefers RAY_API_SERVER_ADDRESS, then RAY_ADDRESS, over the
+    address it is given; a driver environment has RAY_ADDRESS (the GCS), so name the API server explicitly."""
+    import os
+
     from ray.job_submission import JobSubmissionClient
 
+    os.environ["RAY_API_SERVER_ADDRESS"] = address
     return JobSubmissionClient(address)
 
 

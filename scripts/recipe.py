@@ -87,6 +87,24 @@ class Recipe(_Strict):
     pip: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
 
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_values(cls, value):
+        """Each value is a string or {secret: ...}: one message per bad value, not one per union member."""
+        if not isinstance(value, dict):
+            return value
+        parsed = {}
+        for key, item in value.items():
+            if isinstance(item, dict):
+                try:
+                    item = SecretRef.model_validate(item)
+                except ValidationError as exc:
+                    raise ValueError(f"{key}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+            elif not isinstance(item, str):
+                raise ValueError(f"{key}: {item!r} is neither a string nor {{secret: ...}} (quote numbers)")
+            parsed[key] = item
+        return parsed
+
     @field_validator("env")
     @classmethod
     def _env_names(cls, value: dict) -> dict:

@@ -152,16 +152,20 @@ def choose_target(target: str, outputs: str | None) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m scripts.run_recipe", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m scripts.run_recipe", description=__doc__.split("\n")[0],
+                                     epilog="Arguments after -- are appended to the recipe's args.")  # fmt: skip
     parser.add_argument("recipe", help="the recipe file (recipes/ddp.yaml, or your own)")
-    parser.add_argument("args", nargs="*", help="appended to the recipe's args (after --)")
     parser.add_argument("--target", choices=["auto", "local", "ecs"], default="auto")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a recipe field, as in resources.workers=4 (repeatable)")  # fmt: skip
     parser.add_argument("--run-name", help="default: <recipe name>-<UTC time>")
     parser.add_argument("--detach", action="store_true", help="ECS: return once the trainer task has started")
     parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    argv, extra_args = argv[:split], argv[split + 1 :]  # after --: the entrypoint's, verbatim
     opts = parser.parse_args(argv)
+    opts.args = extra_args
     try:
         loaded = load(opts.recipe, [s for item in opts.set for s in item.split()])
         target = choose_target(opts.target, opts.outputs)

@@ -70,7 +70,7 @@ def create(moto, directory: Path) -> dict:
         "region": REGION, "cluster_name": CLUSTER, "private_subnet_ids": subnets, "task_security_group_id": sg,
         "trainer_task_definition": trainer, "head_service_name": "rf-test-head",
         "worker_service_name": "rf-test-worker", "results_bucket": "rf-test-results", "trainer_log_group": log_group,
-        "ray_token_secret_arn": secret["ARN"],
+        "ray_token_secret_arn": secret["ARN"], "worker_instance_type": "g5.xlarge",
     }  # fmt: skip
     # The shape `terraform output -json` prints.
     path = directory / "outputs.json"

@@ -30,7 +30,7 @@ def free_port() -> int:
 
 
 @pytest.fixture(scope="session")
-def cluster_env(tmp_path_factory) -> dict:
+def cluster_env(tmp_path_factory, aws_stack) -> dict:
     base = tmp_path_factory.mktemp("cluster")
     token = ray_auth.ensure_token(base / "token")
     env = {
@@ -45,6 +45,9 @@ def cluster_env(tmp_path_factory) -> dict:
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
+        # S3 only (not ECS or CloudWatch): Ray's runtime-env agents fetch a recipe's code zip from the moto
+        # bucket the way ECS nodes fetch it from the results bucket. Jobs name their own endpoint otherwise.
+        "AWS_ENDPOINT_URL_S3": aws_stack["server"].url,
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("RAY_ADDRESS", None)

@@ -14,7 +14,7 @@ from tests.integration.conftest import REPO
 pytestmark = pytest.mark.integration
 
 # A plain Ray Train program: nothing from rayfleet, only the RAYFLEET_* variables every run gets.
-USER_SCRIPT = textwrap.dedent('''
+USER_SCRIPT = textwrap.dedent("""
     import json, os, sys
     import ray.train
     from ray.train import RunConfig, ScalingConfig
@@ -51,15 +51,15 @@ USER_SCRIPT = textwrap.dedent('''
     with open(os.path.join(os.environ["RAYFLEET_RUN_DIR"], "result.json"), "w") as f:
         json.dump(out, f)
     print("user script done:", out["metric"])
-''')
+""")
 
-FAILING_SCRIPT = textwrap.dedent('''
+FAILING_SCRIPT = textwrap.dedent("""
     def load_batches():
         raise ValueError("shard 7 is corrupt")
 
     print("about to fail")
     load_batches()
-''')
+""")
 
 SECRET = "s3cr3t-value-never-stored-0123456789"
 
