@@ -4,6 +4,7 @@ environment; the secret is KMS-encrypted and only the execution role may read it
 from __future__ import annotations
 
 import json
+import re
 
 from tests.infra.hcl import MODULES, load_dir, merged, resources
 
@@ -65,6 +66,10 @@ def test_the_execution_role_can_read_exactly_this_deployments_token():
     iam = merged(load_dir(MODULES / "iam"), "locals")
     policy = json.dumps(resources(load_dir(MODULES / "iam"), "aws_iam_role_policy")["execution"])
     assert "secret:${var.name}/ray-auth-token-*" in policy
-    assert iam["assume"]  # the roles exist; the task role gets no secretsmanager action:
+    assert iam["assume"]  # the roles exist; the task role reads recipe secrets only, never the token:
     task_policy = json.dumps(resources(load_dir(MODULES / "iam"), "aws_iam_role_policy")["task"])
-    assert "secretsmanager" not in task_policy
+    secret_arns = re.findall(r"arn:[^\"\\]*:secretsmanager:[^\"\\]*", task_policy)
+    assert secret_arns and all(arn.endswith(":secret:${var.name}/recipes/*") for arn in secret_arns)
+    assert "ray-auth-token" not in task_policy and '"secretsmanager:*"' not in task_policy
+    parameter_arns = re.findall(r"arn:[^\"\\]*:ssm:[^\"\\]*", task_policy)
+    assert parameter_arns and all(arn.endswith(":parameter/${var.name}/recipes/*") for arn in parameter_arns)

@@ -103,6 +103,20 @@ resource "aws_iam_role_policy" "task" {
         Resource = "${local.log_arn}:*"
       },
       { Sid = "EcsExecLogKey", Effect = "Allow", Action = ["kms:Decrypt", "kms:GenerateDataKey"], Resource = aws_kms_key.this.arn },
+      {
+        # make run: a recipe's `secretsmanager:` and `ssm:` env references, read by the trainer at submit time.
+        # Only under <name>/recipes/, which the Ray token (<name>/ray-auth-token-*) is not.
+        Sid      = "RecipeSecrets"
+        Effect   = "Allow"
+        Action   = "secretsmanager:GetSecretValue"
+        Resource = "arn:${local.partition}:secretsmanager:${local.region}:${local.account}:secret:${var.name}/recipes/*"
+      },
+      {
+        Sid      = "RecipeParameters"
+        Effect   = "Allow"
+        Action   = "ssm:GetParameter"
+        Resource = "arn:${local.partition}:ssm:${local.region}:${local.account}:parameter/${var.name}/recipes/*"
+      },
     ]
   })
 }
