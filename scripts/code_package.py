@@ -2,8 +2,8 @@
 
 The zip is reproducible: files in sorted order, fixed timestamps and modes, so the same tree always has the
 same sha256, which names the object in S3 and is recorded with the run. Left out: version control, caches,
-virtual environments, and what the recipe's `exclude` names (fnmatch patterns on the relative path or any
-of its parts). Ray refuses working directories over 500 MiB; this says so before anything is uploaded.
+virtual environments, and what the recipe's `exclude` names (as in .gitignore: `/data` is the top-level
+directory only, `data` and `*.ckpt` match at any depth). Ray refuses working directories over 500 MiB; this says so before anything is uploaded.
 """
 
 from __future__ import annotations
@@ -34,8 +34,15 @@ class CodePackage:
 
 
 def _excluded(rel: str, patterns: tuple[str, ...]) -> bool:
+    """As in .gitignore: `/data` is the top-level data only; `data` or `*.ckpt` match at any depth."""
     parts = rel.split("/")
-    return any(fnmatch.fnmatch(rel, p) or any(fnmatch.fnmatch(part, p) for part in parts) for p in patterns)
+    for pattern in patterns:
+        if pattern.startswith("/"):
+            if fnmatch.fnmatch(rel, pattern[1:]):
+                return True
+        elif fnmatch.fnmatch(rel, pattern) or any(fnmatch.fnmatch(part, pattern) for part in parts):
+            return True
+    return False
 
 
 def files_of(code_dir: Path, exclude: list[str] | tuple[str, ...] = ()) -> list[str]:

@@ -133,17 +133,18 @@ def test_command_per_entrypoint_kind(tmp_path):
 def test_code_package_is_reproducible_and_leaves_out_caches(tmp_path):
     code = tmp_path / "code"
     files = {"train.py": "x=1\n", "pkg/mod.py": "y=2\n", "pkg/__pycache__/mod.cpython-311.pyc": "junk",
-             ".git/HEAD": "ref", "data/big.bin": "0" * 100, "notes.ckpt": "w"}  # fmt: skip
+             ".git/HEAD": "ref", "data/big.bin": "0" * 100, "notes.ckpt": "w", "pkg/data/keep.py": "z=3\n"}  # fmt: skip
     for name, text in files.items():
         (code / name).parent.mkdir(parents=True, exist_ok=True)
         (code / name).write_text(text)
-    first = package(code, tmp_path / "a.zip", ["data", "*.ckpt"])
+    first = package(code, tmp_path / "a.zip", ["/data", "*.ckpt"])
     os.utime(code / "train.py", (1, 1))  # a newer mtime: same content, same zip
-    second = package(code, tmp_path / "b.zip", ["data", "*.ckpt"])
+    second = package(code, tmp_path / "b.zip", ["/data", "*.ckpt"])
     assert first.sha256 == second.sha256
-    assert sorted(zipfile.ZipFile(first.path).namelist()) == ["pkg/mod.py", "train.py"]
+    assert sorted(zipfile.ZipFile(first.path).namelist()) == ["pkg/data/keep.py", "pkg/mod.py", "train.py"]
+    assert "pkg/data/keep.py" not in zipfile.ZipFile(package(code, tmp_path / "d.zip", ["data"]).path).namelist()
     (code / "train.py").write_text("x=2\n")
-    assert package(code, tmp_path / "c.zip", ["data", "*.ckpt"]).sha256 != first.sha256
+    assert package(code, tmp_path / "c.zip", ["/data", "*.ckpt"]).sha256 != first.sha256
 
 
 def test_builtin_recipes_load_and_ship_only_code():
@@ -154,4 +155,5 @@ def test_builtin_recipes_load_and_ship_only_code():
 
     shipped = files_of(REPO, load(REPO / "recipes" / "ddp.yaml").recipe.exclude)
     assert "training/ddp.py" in shipped and "scripts/local_cluster.py" in shipped
+    assert "training/data/fashion_mnist.py" in shipped  # /data excludes the top-level data only
     assert not [f for f in shipped if f.startswith(("data/", "models/", "runs/", ".venv", "infra/", "tests/"))]
