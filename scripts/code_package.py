@@ -3,7 +3,8 @@
 The zip is reproducible: files in sorted order, fixed timestamps and modes, so the same tree always has the
 same sha256, which names the object in S3 and is recorded with the run. Left out: version control, caches,
 virtual environments, and what the recipe's `exclude` names (as in .gitignore: `/data` is the top-level
-directory only, `data` and `*.ckpt` match at any depth). Ray refuses working directories over 500 MiB; this says so before anything is uploaded.
+directory only, `data` and `*.ckpt` match at any depth). Ray refuses working directories over 500 MiB;
+this says so before anything is uploaded.
 """
 
 from __future__ import annotations
