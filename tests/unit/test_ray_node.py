@@ -9,6 +9,8 @@ import threading
 import time
 from pathlib import Path
 
+import subprocess
+
 import pytest
 
 from scripts import ray_node
@@ -81,6 +83,29 @@ def test_jobs_by_name_or_module_and_a_driver_that_offers_nothing():
     assert ray_node.job_command("my_pkg.train", ["x=1"])[1:] == ["-m", "my_pkg.train", "x=1"]
     command = ray_node.join_command({"RAYFLEET_NUM_GPUS": "8"}, "10.0.0.5", block=False, driver_only=True)
     assert "--address=10.0.0.5:6379" in command and "--num-gpus=0" in command and "--num-cpus=0" in command
+
+
+def test_a_recipe_driver_pins_the_jobs_entrypoint_to_its_own_node(monkeypatch):
+    assert ray_node.job_command("recipe", [])[1:] == ["-m", "scripts.recipe_driver"]
+    env = {"HOSTNAME": "ip-10-0-1-7"}
+    command = ray_node.join_command(env, "10.0.0.5", block=False, driver_only=True)
+    assert '--resources={"rayfleet_trainer_ip-10-0-1-7": 1}' in command  # only this trainer offers it
+    assert not [c for c in ray_node.join_command(env, "10.0.0.5", block=True) if c.startswith("--resources")]
+    seen = {}
+
+    def fake_run(cmd, env=None, check=False):
+        seen.setdefault("calls", []).append((cmd, env))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(ray_node, "wait_for_head", lambda host, port, timeout: "10.0.0.5")
+    monkeypatch.setattr(ray_node.subprocess, "run", fake_run)
+    task_env = {"RAY_AUTH_MODE": "token", "RAYFLEET_HEAD_HOST": "head.rf.local", "HOSTNAME": "ip-10-0-1-7"}
+    assert ray_node.main(["driver", "recipe"], env=task_env) == 0
+    job_cmd, job_env = seen["calls"][1]
+    assert job_cmd[1:] == ["-m", "scripts.recipe_driver"]
+    assert job_env["RAYFLEET_DASHBOARD_URL"] == "http://10.0.0.5:8265"
+    assert job_env["RAYFLEET_TRAINER_RESOURCE"] == "rayfleet_trainer_ip-10-0-1-7"
+    assert job_env["RAY_ADDRESS"] == "10.0.0.5:6379"
 
 
 def test_usage_and_missing_head_name(capsys):
