@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
-
-import subprocess
 
 import pytest
 
