@@ -168,7 +168,7 @@ def test_job_outcome_exit_codes_and_traceback_tail():
         "step 1\n",
         "Traceback (most recent call last):\n  File \"a.py\", line 1\nKeyError: 'x'\n",
         "retrying\nTraceback (most recent call last):\n",
-        "  File \"b.py\", line 9, in main\nValueError: bad\n",
+        '  File "b.py", line 9, in main\nValueError: bad\n',
     ]
     tail = JobOutcome("j", "FAILED", 1, log=log).traceback_tail()
     assert tail.startswith("Traceback") and tail.endswith("ValueError: bad") and "KeyError" not in tail
