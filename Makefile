@@ -29,7 +29,7 @@ AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 .DEFAULT_GOAL := help
 .PHONY: launch logs status exec ray-status stop clean deploy plan lint-infra rotate-ray-token build push
 .PHONY: text-data train-fsdp train-fsdp-local run runs
-.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data bench-fsdp bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
+.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data bench-fsdp bench-recipe bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
 
 help: ## List every target with what it does
@@ -139,6 +139,9 @@ bench-data: setup data ## Benchmark the data path alone: blueprint DataLoader+PI
 
 bench-fsdp: setup ## Benchmark the FSDP2 step: tokens/s, TFLOP/s, MFU (ARGS="--shape pythia-1.4b --seq-len 2048")
 	$(PY) -m bench.fsdp_throughput $(ARGS)
+
+bench-recipe: setup ## What a recipe run adds over running the same script as a Ray driver by hand (prints a table)
+	$(PY) -m bench.recipe_overhead $(ARGS)
 
 bench-sidecar: setup ## Measure the GPU-metrics sidecar's CPU and memory at its default intervals
 	$(PY) -m bench.sidecar_cost $(ARGS)

@@ -134,3 +134,19 @@ def test_env_secrets_are_refused_on_ecs(aws_stack, tmp_path):
                           resources={"workers": 1})  # fmt: skip
     result = run_recipe(aws_stack["env"], str(recipe), "--target", "ecs", "--run-name", "env-secret", "--detach")
     assert result.returncode == 1 and "env: secrets exist only where `make run` runs" in result.stderr
+
+
+def test_make_runs_lists_s3_runs_with_their_state(launched, aws_stack, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "scripts.runs", "--json", "--local-dir", str(tmp_path)],
+                            env=aws_stack["env"], cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    rows = {r["run"]: r for r in json.loads(result.stdout)}
+    row = rows["ecs-1"]
+    assert row["where"] == "ecs" and row["results"] == f"s3://{BUCKET}/runs/ecs-1/"
+    record = json.loads(_object(launched["s3"], "runs/ecs-1/run.json"))
+    expected = record["state"]
+    if expected == "SUBMITTED":  # before the trainer records the job, the task's own state is asked from ECS
+        expected = launched["ecs"].describe_tasks(cluster="rf-test", tasks=[record["task_arn"]])["tasks"][0][
+            "lastStatus"
+        ]
+    assert row["state"] == expected and expected != "SUBMITTED"

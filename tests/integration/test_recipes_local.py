@@ -168,3 +168,15 @@ def test_the_scripts_exit_code_is_the_runs(cluster_env, tmp_path):
     )  # fmt: skip
     assert result.returncode == 3, result.stderr
     assert json.loads((only_run(storage) / "run.json").read_text())["exit_code"] == 3
+
+
+def test_pinned_pip_packages_are_installed_for_the_job_only(cluster_env, tmp_path):
+    storage = tmp_path / "runs"
+    script = "import tabulate\nprint('tabulate', tabulate.__version__)\n"
+    recipe = write_recipe(tmp_path, script, storage, resources={"workers": 1, "cpus_per_worker": 1},
+                          pip=["tabulate==0.10.0"])  # fmt: skip
+    result = make_run(cluster_env, recipe)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "tabulate 0.10.0" in result.stdout
+    isolated = subprocess.run([str(REPO / ".venv/bin/python"), "-c", "import tabulate"], capture_output=True)
+    assert isolated.returncode != 0  # Ray's per-job environment, not the cluster's own

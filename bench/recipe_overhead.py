@@ -1,0 +1,93 @@
+"""What a recipe run costs on top of running the same script as a Ray driver yourself.
+
+    python -m bench.recipe_overhead [--repeats 3]          # make bench-recipe
+
+On one local cluster (the running `make cluster-up`, else one started for the benchmark), in the same run:
+  direct:  `python task.py` (ray.init to the cluster, one remote task, print), as a user would by hand;
+  recipe:  `python -m scripts.run_recipe` of a recipe with that script: validate, package, store the run
+           record, submit through the Jobs API, follow the log, save driver.log and run.json.
+Also the packaging of rayfleet's own ddp recipe (the whole repository's code). Medians of --repeats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from scripts import local_cluster
+from scripts.code_package import package
+from scripts.recipe import load
+
+REPO = Path(__file__).resolve().parents[1]
+TASK = """
+import ray
+ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+@ray.remote(num_cpus=1)
+def square(x):
+    return x * x
+print("result", ray.get(square.remote(7)))
+"""
+
+
+def timed(cmd: list[str], env: dict, cwd: Path) -> float:
+    start = time.perf_counter()
+    result = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0 or "result 49" not in result.stdout:
+        raise SystemExit(f"{cmd[:3]} failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    started = False
+    state = local_cluster.running()
+    if state is None:
+        print("starting a local cluster for the benchmark (2 workers x 1 CPU) ...", flush=True)
+        state = local_cluster.up(local_cluster.ClusterSpec.from_env(workers=2, cpus_per_worker=1.0), quiet=True)
+        started = True
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            (work / "code").mkdir()
+            (work / "code" / "task.py").write_text(TASK)
+            recipe = {"name": "bench", "code": "code", "entrypoint": "task.py", "storage": str(work / "runs"),
+                      "resources": {"workers": 1, "cpus_per_worker": 1}}  # fmt: skip
+            (work / "recipe.yaml").write_text(json.dumps(recipe))
+            env = {**os.environ, "RAY_ADDRESS": state.address, "PYTHONPATH": str(REPO)}
+            direct, via_recipe = [], []
+            for i in range(args.repeats):
+                print(f"repeat {i + 1}/{args.repeats} ...", flush=True)
+                direct.append(timed([sys.executable, "task.py"], env, work / "code"))
+                via_recipe.append(timed([sys.executable, "-m", "scripts.run_recipe", str(work / "recipe.yaml"),
+                                         "--target", "local"], env, REPO))  # fmt: skip
+            loaded = load(REPO / "recipes" / "ddp.yaml")
+            start = time.perf_counter()
+            pkg = package(loaded.code_dir, work / "ddp.zip", loaded.recipe.exclude)
+            package_s = time.perf_counter() - start
+    finally:
+        if started:
+            local_cluster.down(quiet=True)
+    d, r = statistics.median(direct), statistics.median(via_recipe)
+    print()
+    print(f"| {'what':<44} | {'median s':>9} | {'vs direct':>9} |")
+    print(f"|{'-' * 46}|{'-' * 11}|{'-' * 11}|")
+    print(f"| {'direct: python task.py (Ray driver)':<44} | {d:>9.2f} | {1.0:>8.2f}x |")
+    print(f"| {'recipe: run_recipe (package, Jobs API, log)':<44} | {r:>9.2f} | {r / d:>8.2f}x |")
+    print(f"| {'overhead per run':<44} | {r - d:>9.2f} | {'':>9} |")
+    print(f"\npackaging recipes/ddp.yaml: {pkg.files} files, {pkg.bytes / 1024:,.0f} KiB -> "
+          f"{pkg.path.stat().st_size / 1024:,.0f} KiB zip in {package_s * 1000:.0f} ms")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
