@@ -230,11 +230,12 @@ def command(recipe: Recipe, python: str, variables: dict[str, str], extra_args: 
     args = [expand(a, variables, "args") for a in [*recipe.args, *extra_args]]
     words = shlex.split(recipe.entrypoint)
     kind = entry_kind(recipe.entrypoint)
+    if recipe.pip:  # Ray's per-job virtualenv (over the cluster's packages) is first on PATH: use its python
+        python, prefix = "python", ""
+    else:  # the cluster's interpreter, and its bin first: torchrun, accelerate, deepspeed of the same environment
+        prefix = f'export PATH={shlex.quote(str(Path(python).parent))}:"$PATH"; '
     head = [python, *words] if kind in ("module", "script") else words
     main = shlex.join([*head, *args])
-    bindir = str(Path(python).parent)
-    # the interpreter's bin first: torchrun, accelerate and deepspeed of the same environment
-    prefix = f'export PATH={shlex.quote(bindir)}:"$PATH"; '
     setup = f"{recipe.setup} && " if recipe.setup else ""
     return f"{prefix}{setup}{main}"
 

@@ -125,6 +125,8 @@ def test_command_per_entrypoint_kind(tmp_path):
     torchrun = load(write(tmp_path, {**GOOD, "entrypoint": "torchrun --nproc-per-node 2 train.py"}))
     built = command(torchrun.recipe, "/venv/bin/python", variables, [])
     assert built.startswith("export PATH=/venv/bin:") and built.endswith("torchrun --nproc-per-node 2 train.py")
+    with_pip = load(write(tmp_path, {**GOOD, "pip": ["einops==0.8.1"]}))  # Ray's job virtualenv is on PATH
+    assert command(with_pip.recipe, "/venv/bin/python", variables, []) == "python train.py"
     typo = load(write(tmp_path, {**GOOD, "args": ["${RAYFLEET_RUNDIR}"]}))
     with pytest.raises(ConfigError, match="unknown variable 'RAYFLEET_RUNDIR'"):
         command(typo.recipe, "/venv/bin/python", variables, [])
