@@ -180,3 +180,27 @@ def test_pinned_pip_packages_are_installed_for_the_job_only(cluster_env, tmp_pat
     assert "tabulate 0.10.0" in result.stdout
     isolated = subprocess.run([str(REPO / ".venv/bin/python"), "-c", "import tabulate"], capture_output=True)
     assert isolated.returncode != 0  # Ray's per-job environment, not the cluster's own
+
+
+@pytest.mark.parametrize(
+    ("target", "args", "recipe"),
+    [
+        ("train-ddp", "epochs=1 eval_batch_size=600", "ddp"),
+        ("train-fsdp", "max_steps=3 warmup_steps=1 checkpoint_every=3 log_every=1", "fsdp-tiny"),
+    ],
+)
+def test_make_train_targets_are_shortcuts_for_the_builtin_recipes(cluster_env, tmp_path, small_dataset, target,
+                                                                   args, recipe):  # fmt: skip
+    storage = tmp_path / "runs"
+    result = subprocess.run(
+        ["make", "--no-print-directory", target, "TARGET=local", f"DATA_DIR={small_dataset}",
+         f"SET=storage={storage}", f"ARGS={args}", f"RUN={recipe}-shortcut"],
+        env=cluster_env, cwd=REPO, capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = only_run(storage)
+    record = json.loads((run / "run.json").read_text())
+    assert record["recipe"] == recipe and record["state"] == "SUCCEEDED"
+    assert record["recipe_file"].endswith(f"recipes/{recipe}.yaml")
+    assert (run / "metrics.jsonl").is_file() and list(run.glob("checkpoint_*"))  # the job wrote into the run dir
+    assert (run / "config.yaml").is_file() and (run / "recipe.yaml").is_file()
