@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import REPO
+from tests.integration.conftest import DASHBOARD_PORT, REPO
 
 pytestmark = pytest.mark.integration
 
@@ -204,3 +204,34 @@ def test_make_train_targets_are_shortcuts_for_the_builtin_recipes(cluster_env, t
     assert record["recipe_file"].endswith(f"recipes/{recipe}.yaml")
     assert (run / "metrics.jsonl").is_file() and list(run.glob("checkpoint_*"))  # the job wrote into the run dir
     assert (run / "config.yaml").is_file() and (run / "recipe.yaml").is_file()
+
+
+def test_ctrl_c_stops_the_job_and_keeps_its_record(cluster_env, tmp_path):
+    import signal
+    import time
+
+    storage = tmp_path / "runs"
+    script = "import time\nprint('started', flush=True)\ntime.sleep(600)\n"
+    recipe = write_recipe(tmp_path, script, storage, resources={"workers": 1, "cpus_per_worker": 1})
+    proc = subprocess.Popen(
+        [str(REPO / ".venv/bin/python"), "-m", "scripts.run_recipe", str(recipe), "--target", "local"],
+        env={**cluster_env, "TEST_API_KEY": SECRET}, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:
+        if line.strip() == "started":
+            break
+        assert time.monotonic() < deadline, "the job never started"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    record = json.loads((only_run(storage) / "run.json").read_text())
+    assert record["state"] == "STOPPED" and record["exit_code"] == 130
+    assert "started" in (only_run(storage) / "driver.log").read_text()
+    import urllib.request
+
+    request = urllib.request.Request(f"http://127.0.0.1:{DASHBOARD_PORT}/api/jobs/{record['job_id']}")
+    request.add_header("Authorization", f"Bearer {Path(cluster_env['RAY_AUTH_TOKEN_PATH']).read_text().strip()}")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert json.loads(response.read())["status"] == "STOPPED"  # the job itself, not only the follower
