@@ -134,8 +134,11 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     }
     record = launch(aws, out, recipe.name, extra_args, run_name, command=["recipe"], environment=environment,
                     task_definition=task_definition)  # fmt: skip
-    run_dir.update(state="SUBMITTED", task_arn=record["task_arn"], task_definition=task_definition or
-                   out.trainer_task_definition, log_stream=record["log_stream"])  # fmt: skip
+    fields = {"task_arn": record["task_arn"], "task_definition": task_definition or out.trainer_task_definition,
+              "log_stream": record["log_stream"]}  # fmt: skip
+    if run_dir.record().get("state") == "PENDING":  # the trainer may already have written RUNNING: keep it
+        fields["state"] = "SUBMITTED"
+    run_dir.update(**fields)
     print(f"run {run_name}: task {record['task_arn']}")
     print(f"  results   {run_dir.url}/")
     print(f"  log       {record['log_group']} {record['log_stream']}  (make logs RUN={run_name})")
