@@ -73,8 +73,6 @@ def follow(client, job_id: str, echo: Callable[[str], None] | None = None, poll_
     try:
         try:
             asyncio.run(_tail(client, job_id, sink))
-        except KeyboardInterrupt:
-            raise
         except Exception as exc:  # the log stream broke (head restart, network): the job may still run
             echo(f"[rayfleet] log stream interrupted ({type(exc).__name__}); waiting for the job to end\n")
         info = client.get_job_info(job_id)

@@ -40,13 +40,9 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     run_dir = RunDir(env["RAYFLEET_STORAGE"], env["RAYFLEET_RUN_NAME"])
     secrets = recipe_secrets.resolve(recipe.secret_refs())
     resource = env.get("RAYFLEET_TRAINER_RESOURCE")
-    try:
-        return run_job(recipe, run_dir, address=env["RAYFLEET_DASHBOARD_URL"], working_dir=env["RAYFLEET_CODE_URI"],
-                       extra_args=json.loads(env.get("RAYFLEET_EXTRA_ARGS") or "[]"), launch_dir=os.getcwd(),
-                       secrets=secrets, entrypoint_resources={resource: 1} if resource else None)  # fmt: skip
-    except BaseException:
-        run_dir.update(state="FAILED", message="the trainer's submitter stopped before the job ended")
-        raise
+    return run_job(recipe, run_dir, address=env["RAYFLEET_DASHBOARD_URL"], working_dir=env["RAYFLEET_CODE_URI"],
+                   extra_args=json.loads(env.get("RAYFLEET_EXTRA_ARGS") or "[]"), launch_dir=os.getcwd(),
+                   secrets=secrets, entrypoint_resources={resource: 1} if resource else None)  # fmt: skip
 
 
 if __name__ == "__main__":

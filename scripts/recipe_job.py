@@ -23,8 +23,20 @@ def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def run_job(recipe: Recipe, run_dir: RunDir, *, address: str, working_dir: str, extra_args: list[str],
-            launch_dir: str, secrets: dict[str, str], entrypoint_resources: dict | None = None) -> int:  # fmt: skip
+def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
+    """Submit and follow (keywords as `_submit_and_follow`); a submitter that dies or raises still leaves
+    run.json saying so, so no run stays RUNNING forever."""
+    try:
+        return _submit_and_follow(recipe, run_dir, **how)
+    except BaseException:
+        run_dir.update(state="FAILED", ended_at=now(), message="the submitter stopped before the job ended")
+        raise
+
+
+def _submit_and_follow(
+    recipe: Recipe, run_dir: RunDir, *, address: str, working_dir: str, extra_args: list[str], launch_dir: str,
+    secrets: dict[str, str], entrypoint_resources: dict | None = None,
+) -> int:  # fmt: skip
     variables = job_env(recipe, run_dir.run_name, run_dir.storage, launch_dir)
     entry = command(recipe, sys.executable, variables, extra_args)
     runtime_env: dict = {"working_dir": working_dir, "env_vars": {**variables, **plain_env(recipe, variables),

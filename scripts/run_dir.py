@@ -4,7 +4,8 @@
     run.json       target, job id, code sha256 and where it lives, state, times, exit code
     driver.log     the job's output, written when it ends (and on failure, so nothing is lost)
 
-S3 goes through boto3 and the standard chain (AWS_ENDPOINT_URL included), so it works against moto.
+S3 goes through boto3 and the standard chain (AWS_ENDPOINT_URL included), like every other AWS call of the
+scripts, so it works against moto; training/storage.py is the jobs' side (pyarrow, as Ray Train wants).
 """
 
 from __future__ import annotations

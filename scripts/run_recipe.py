@@ -99,9 +99,6 @@ def run_local(loaded: LoadedRecipe, extra_args: list[str], run_name: str, launch
         try:
             return run_job(recipe, run_dir, address=state.dashboard_url, working_dir=str(code["path"]),
                            extra_args=extra_args, launch_dir=str(launch_dir), secrets=secrets)  # fmt: skip
-        except BaseException:
-            run_dir.update(state="FAILED", ended_at=now(), message="the submitter stopped before the job ended")
-            raise
         finally:
             if started:
                 local_cluster.down(quiet=True)
