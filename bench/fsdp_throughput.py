@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 
 from training.flops import flops_per_token, non_embedding_params, peak_tflops
-from training.parallel import apply_activation_checkpointing, apply_compile_per_block, apply_fsdp
+from training.parallel import parallelize
 
 SHAPES = {  # GPT-NeoX configurations (hidden, layers, heads, vocab)
     "tiny": (64, 2, 4, 512),
@@ -42,11 +42,15 @@ def build(shape: str, seq_len: int, device: torch.device, ac: bool, compile_bloc
     with torch.device("meta"):
         model = GPTNeoXForCausalLM(config)
     blocks = list(model.gpt_neox.layers)
-    if ac:
-        apply_activation_checkpointing(blocks)
-    if compile_blocks:
-        apply_compile_per_block(blocks)
-    apply_fsdp(model, blocks, device, bf16=device.type == "cuda")
+    parallelize(
+        model,
+        device,
+        "fsdp",
+        blocks=blocks,
+        activation_checkpointing=ac,
+        compile_mode="default" if compile_blocks else None,
+        bf16=device.type == "cuda",
+    )
     model.to_empty(device=device)
     with torch.no_grad():
         for p in model.parameters():
@@ -70,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
     cuda = torch.cuda.is_available()
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
     os.environ.setdefault("MASTER_PORT", "29561")
-    dist.init_process_group("nccl" if cuda else "gloo", rank=int(os.environ.get("RANK", 0)),
-                            world_size=int(os.environ.get("WORLD_SIZE", 1)))  # fmt: skip
+    dist.init_process_group(
+        "nccl" if cuda else "gloo", rank=int(os.environ.get("RANK", 0)), world_size=int(os.environ.get("WORLD_SIZE", 1))
+    )
     rank, world = dist.get_rank(), dist.get_world_size()
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if cuda else torch.device("cpu")
     if cuda:
@@ -81,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     batch = torch.randint(0, config.vocab_size, (args.batch, args.seq_len), device=device)
 
     def step() -> None:
-        loss = model(input_ids=batch, labels=batch).loss
+        loss = model(input_ids=batch, labels=batch, use_cache=False).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
@@ -99,8 +104,13 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.synchronize()
     seconds = time.perf_counter() - start
     tokens_per_s_device = args.steps * args.batch * args.seq_len / seconds
-    per_token = flops_per_token(non_embedding_params(model), config.num_hidden_layers, config.num_attention_heads,
-                                config.hidden_size // config.num_attention_heads, args.seq_len)  # fmt: skip
+    per_token = flops_per_token(
+        non_embedding_params(model),
+        config.num_hidden_layers,
+        config.num_attention_heads,
+        config.hidden_size // config.num_attention_heads,
+        args.seq_len,
+    )
     tflops = tokens_per_s_device * per_token / 1e12
     name = torch.cuda.get_device_name(device) if cuda else "cpu"
     peak = peak_tflops(name)
@@ -110,9 +120,11 @@ def main(argv: list[str] | None = None) -> int:
         print("| shape | params | seq | batch/dev | devices | tokens/s/dev | TFLOP/s/dev | MFU | peak GiB | device |")
         print("|---|---|---|---|---|---|---|---|---|---|")
         mfu = f"{tflops / peak:.1%}" if peak else "n/a"
-        print(f"| {args.shape}{'' if not args.no_ac else ' (no AC)'}{' +compile' if args.compile else ''} "
-              f"| {params / 1e6:,.1f}M | {args.seq_len} | {args.batch} | {world} | {tokens_per_s_device:,.0f} "
-              f"| {tflops:.2f} | {mfu} | {memory} | {name} |")  # fmt: skip
+        print(
+            f"| {args.shape}{'' if not args.no_ac else ' (no AC)'}{' +compile' if args.compile else ''} "
+            f"| {params / 1e6:,.1f}M | {args.seq_len} | {args.batch} | {world} | {tokens_per_s_device:,.0f} "
+            f"| {tflops:.2f} | {mfu} | {memory} | {name} |"
+        )
     dist.destroy_process_group()
     return 0
 

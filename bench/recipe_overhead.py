@@ -4,7 +4,7 @@
 
 On one local cluster (the running `make cluster-up`, else one started for the benchmark), in the same run:
   direct:  `python task.py` (ray.init to the cluster, one remote task, print), as a user would by hand;
-  recipe:  `python -m scripts.run_recipe` of a recipe with that script: validate, package, store the run
+  recipe:  `python -m scripts.recipes.run` of a recipe with that script: validate, package, store the run
            record, submit through the Jobs API, follow the log, save driver.log and run.json.
 Also the packaging of rayfleet's own ddp recipe (the whole repository's code). Medians of --repeats.
 """
@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from scripts import local_cluster
-from scripts.code_package import package
-from scripts.recipe import load
+from scripts.local_cluster import cluster as local_cluster
+from scripts.recipes.package import package
+from scripts.recipes.schema import load
 
 REPO = Path(__file__).resolve().parents[1]
 TASK = """
@@ -60,16 +60,26 @@ def main(argv: list[str] | None = None) -> int:
             work = Path(tmp)
             (work / "code").mkdir()
             (work / "code" / "task.py").write_text(TASK)
-            recipe = {"name": "bench", "code": "code", "entrypoint": "task.py", "storage": str(work / "runs"),
-                      "resources": {"workers": 1, "cpus_per_worker": 1}}  # fmt: skip
+            recipe = {
+                "name": "bench",
+                "code": "code",
+                "entrypoint": "task.py",
+                "storage": str(work / "runs"),
+                "resources": {"workers": 1, "cpus_per_worker": 1},
+            }
             (work / "recipe.yaml").write_text(json.dumps(recipe))
             env = {**os.environ, "RAY_ADDRESS": state.address, "PYTHONPATH": str(REPO)}
             direct, via_recipe = [], []
             for i in range(args.repeats):
                 print(f"repeat {i + 1}/{args.repeats} ...", flush=True)
                 direct.append(timed([sys.executable, "task.py"], env, work / "code"))
-                via_recipe.append(timed([sys.executable, "-m", "scripts.run_recipe", str(work / "recipe.yaml"),
-                                         "--target", "local"], env, REPO))  # fmt: skip
+                via_recipe.append(
+                    timed(
+                        [sys.executable, "-m", "scripts.recipes.run", str(work / "recipe.yaml"), "--target", "local"],
+                        env,
+                        REPO,
+                    )
+                )
             loaded = load(REPO / "recipes" / "ddp.yaml")
             start = time.perf_counter()
             pkg = package(loaded.code_dir, work / "ddp.zip", loaded.recipe.exclude)
@@ -83,10 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| {'what':<44} | {'median s':>9} | {'vs direct':>9} |")
     print(f"|{'-' * 46}|{'-' * 11}|{'-' * 11}|")
     print(f"| {'direct: python task.py (Ray driver)':<44} | {d:>9.2f} | {1.0:>8.2f}x |")
-    print(f"| {'recipe: run_recipe (package, Jobs API, log)':<44} | {r:>9.2f} | {r / d:>8.2f}x |")
+    print(f"| {'recipe: scripts.recipes.run (package, Jobs API, log)':<44} | {r:>9.2f} | {r / d:>8.2f}x |")
     print(f"| {'overhead per run':<44} | {r - d:>9.2f} | {'':>9} |")
-    print(f"\npackaging recipes/ddp.yaml: {pkg.files} files, {pkg.bytes / 1024:,.0f} KiB -> "
-          f"{zip_bytes / 1024:,.0f} KiB zip in {package_s * 1000:.0f} ms")  # fmt: skip
+    print(
+        f"\npackaging recipes/ddp.yaml: {pkg.files} files, {pkg.bytes / 1024:,.0f} KiB -> "
+        f"{zip_bytes / 1024:,.0f} KiB zip in {package_s * 1000:.0f} ms"
+    )
     return 0
 
 

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.integration.conftest import MotoServer
+from tests.integration.helpers import MotoServer
 
 REPO = Path(__file__).resolve().parents[1]
 RUNNER = (
@@ -42,11 +42,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=8)
     args = parser.parse_args(argv)
     moto = MotoServer().start()
-    env = {**os.environ, "AWS_ENDPOINT_URL_CLOUDWATCH": moto.url, "AWS_ACCESS_KEY_ID": "bench",
-           "AWS_SECRET_ACCESS_KEY": "bench", "AWS_DEFAULT_REGION": "us-east-1", "RAYFLEET_CLUSTER_NAME": "bench",
-           "PYTHONPATH": str(REPO)}  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-c", RUNNER, str(args.gpus)], env=env, cwd=REPO,
-                            stdout=subprocess.DEVNULL)  # fmt: skip
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL_CLOUDWATCH": moto.url,
+        "AWS_ACCESS_KEY_ID": "bench",
+        "AWS_SECRET_ACCESS_KEY": "bench",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "RAYFLEET_CLUSTER_NAME": "bench",
+        "PYTHONPATH": str(REPO),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RUNNER, str(args.gpus)], env=env, cwd=REPO, stdout=subprocess.DEVNULL
+    )
     try:
         time.sleep(5)  # start-up (imports, first sample) is not steady state
         cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()

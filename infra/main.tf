@@ -24,6 +24,7 @@ locals {
       spot            = var.workers.spot
       placement_group = var.workers.placement_group
       root_volume_gb  = var.workers.root_volume_gb
+      efa_interfaces  = var.workers.efa ? local.worker.efa_devices : 0 # one EFA interface per EFA device
     }
   }
 }
@@ -42,6 +43,8 @@ module "iam" {
   bucket_prefixes  = module.storage.prefixes
   repository_arns  = values(module.registry.repository_arns)
   metric_namespace = module.observability.metric_namespace
+
+  create_autoscaling_service_linked_role = var.create_autoscaling_service_linked_role
 }
 
 module "network" {
@@ -54,6 +57,7 @@ module "network" {
   ray_ports               = local.ray_ports
   kms_key_arn             = module.iam.kms_key_arn
   flow_log_retention_days = var.log_retention_days
+  efa                     = var.workers.efa
 }
 
 module "storage" {
@@ -68,7 +72,7 @@ module "registry" {
   name         = var.name
   images       = local.image_names
   kms_key_arn  = module.iam.kms_key_arn
-  force_delete = var.results_force_destroy
+  force_delete = true # images are rebuilt from git (make build push); make clean empties the repositories first anyway
 }
 
 module "cluster" {
@@ -77,7 +81,7 @@ module "cluster" {
   node_groups            = local.node_groups
   subnet_ids             = module.network.private_subnet_ids
   security_group_ids     = [module.network.instance_security_group_id]
-  efa_security_group_ids = [module.network.task_security_group_id]
+  efa_security_group_ids = concat([module.network.task_security_group_id], var.workers.efa ? [module.network.efa_security_group_id] : [])
   instance_profile_arn   = module.iam.instance_profile_arn
   kms_key_arn            = module.iam.kms_key_arn
   log_retention_days     = var.log_retention_days
@@ -94,9 +98,10 @@ module "ray" {
   security_group_id     = module.network.task_security_group_id
   images                = { for i in local.image_names : i => "${module.registry.repository_urls[i]}:${var.image_tag}" }
   head_node             = { vcpus = local.head.vcpus, memory_mib = local.head.memory_mib, gpus = local.head.gpus }
-  worker_node           = { instance_type = var.workers.instance_type, vcpus = local.worker.vcpus, memory_mib = local.worker.memory_mib, gpus = local.worker.gpus, count = var.workers.count, efa = var.workers.efa }
+  worker_node           = { instance_type = var.workers.instance_type, vcpus = local.worker.vcpus, memory_mib = local.worker.memory_mib, gpus = local.worker.gpus, count = var.workers.count, efa = var.workers.efa, efa_devices = var.workers.efa ? local.worker.efa_devices : 0, efa_rdma = var.workers.efa && local.worker.efa_rdma }
   ray_ports             = local.ray_ports
   object_store_fraction = var.object_store_fraction
+  results_bucket        = module.storage.bucket_name
   execution_role_arn    = module.iam.execution_role_arn
   task_role_arn         = module.iam.task_role_arn
   kms_key_arn           = module.iam.kms_key_arn

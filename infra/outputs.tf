@@ -1,4 +1,4 @@
-# What the scripts read from .rayfleet/outputs.json (scripts/tf_outputs.py); tests/unit/test_infra_hcl.py
+# What the scripts read from .rayfleet/outputs.json (scripts/ecs/outputs.py); tests/infra/test_structure.py
 # checks that every field they need is here.
 output "region" {
   description = "Region of the deployment."
@@ -98,4 +98,9 @@ output "task_sizes_mib" {
 output "worker_instance_type" {
   description = "Instance type of the Ray workers (make run checks a recipe's resources against it)."
   value       = var.workers.instance_type
+}
+
+output "image_tag" {
+  description = "Tag of the images the services run (make push marks those images deployed-<tag>, which the ECR lifecycle never expires)."
+  value       = var.image_tag
 }

@@ -86,7 +86,7 @@ variable "object_store_fraction" {
 }
 
 variable "results_force_destroy" {
-  description = "Let make clean delete the results bucket and the ECR images even when they are not empty."
+  description = "Let a bare terraform destroy delete the results bucket with its objects (make clean empties it only with DELETE_RESULTS=1)."
   type        = bool
   default     = false
 }
@@ -113,4 +113,10 @@ variable "tags" {
   description = "Extra tags on every resource."
   type        = map(string)
   default     = {}
+}
+
+variable "create_autoscaling_service_linked_role" {
+  description = "Create Auto Scaling's service-linked role (the KMS key policy names it) in an account that has none, for plain-Terraform pipelines; make deploy creates a missing one itself and leaves this false."
+  type        = bool
+  default     = false
 }

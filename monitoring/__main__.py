@@ -2,7 +2,11 @@
 
     python -m monitoring                      # sample every 10 s, publish every 60 s, until SIGTERM
     python -m monitoring --once               # print one sample of every GPU as JSON and exit
-    python -m monitoring --idle-without-gpu   # on a CPU node group: log once, then idle until stopped
+    python -m monitoring --idle-without-gpu   # on a CPU node group: log once, then only follow the runs
+
+The run using this node's GPUs is read at every sample from the current-run files the training workers
+write in --run-dir (default $RAYFLEET_CURRENT_RUN_DIR; monitoring/current_run.py has the contract), and
+becomes the RunName of the per-run rollup. Each change is logged as `runs_changed`, also when idle.
 
 Exit codes: 0 stopped cleanly, 2 bad arguments, 3 no NVML library or no GPU (without --idle-without-gpu).
 Region and credentials come from the standard AWS chain (the task role on ECS).
@@ -12,11 +16,13 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
 
 from monitoring import spec as metric_spec
+from monitoring.current_run import current_runs, directory_from
 from monitoring.identity import discover
 from monitoring.log import log
 from monitoring.nvml_sampler import NoGPU, NvmlSampler
@@ -33,12 +39,30 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--high-resolution", action="store_true", help="store at 1 s resolution (costs more)")
     parser.add_argument("--max-buffered", type=int, default=20_000, help="datums kept while CloudWatch is away")
     parser.add_argument("--region", default=None, help="AWS region (default: the AWS chain)")
+    parser.add_argument(
+        "--run-dir",
+        default=directory_from(os.environ),
+        help="the current-run files of the training workers (default: $RAYFLEET_CURRENT_RUN_DIR)",
+    )
     args = parser.parse_args(argv)
     if args.interval <= 0 or args.publish_interval < args.interval:
         parser.error("need 0 < --interval <= --publish-interval")
     if args.max_buffered < 1:
         parser.error("--max-buffered must be at least 1")
     return args
+
+
+def follow_runs_idle(run_dir: str | None, interval: float, stop: threading.Event) -> None:
+    """Without a GPU nothing is published, but the runs on the node are still followed and logged."""
+    current: list[str] = []
+    while True:
+        runs = current_runs(run_dir)
+        if runs != current:
+            log("runs_changed", runs=runs, previous=current)
+            current = runs
+        if not run_dir or stop.wait(interval):
+            break
+    stop.wait()
 
 
 def main(argv: list[str] | None = None, nvml=None) -> int:
@@ -54,17 +78,24 @@ def main(argv: list[str] | None = None, nvml=None) -> int:
         if not args.idle_without_gpu:
             print(f"error: {exc}; run on a GPU instance, or pass --idle-without-gpu", file=sys.stderr)
             return EXIT_NO_GPU
-        log("no_gpu_idle", level="warning", reason=str(exc))
-        stop.wait()
+        log("no_gpu_idle", level="warning", reason=str(exc), run_dir=args.run_dir)
+        follow_runs_idle(args.run_dir, args.interval, stop)
         return 0
     identity = discover()
     if args.once:
         samples = sampler.sample()
-        print(json.dumps({
-            "identity": identity.__dict__,
-            "gpus": [{"index": s.index, "name": s.name, "throttle_reasons": s.throttle_reasons, **s.values}
-                     for s in samples],
-        }, indent=2))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "identity": identity.__dict__,
+                    "gpus": [
+                        {"index": s.index, "name": s.name, "throttle_reasons": s.throttle_reasons, **s.values}
+                        for s in samples
+                    ],
+                },
+                indent=2,
+            )
+        )
         sampler.close()
         return 0
 
@@ -82,7 +113,10 @@ def main(argv: list[str] | None = None, nvml=None) -> int:
         config=Config(retries={"total_max_attempts": 2, "mode": "standard"}, connect_timeout=3, read_timeout=10),
     )
     publisher = Publisher(client, spec.namespace, max_buffered=args.max_buffered)
-    sidecar = Sidecar(sampler, publisher, identity, spec, args.interval, args.publish_interval, args.high_resolution)
+    runs = (lambda: current_runs(args.run_dir)) if args.run_dir else None  # else RAYFLEET_RUN_NAME, fixed
+    sidecar = Sidecar(
+        sampler, publisher, identity, spec, args.interval, args.publish_interval, args.high_resolution, runs=runs
+    )
     try:
         sidecar.run(stop)
     finally:

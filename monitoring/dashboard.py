@@ -50,10 +50,16 @@ def render(spec: Spec) -> dict:
     for metric in spec.metrics:  # per GPU: one line per (instance, GPU)
         widgets.append(_widget(len(widgets), metric.title, [search(spec, metric.name, spec.gpu_dimensions)]))
     for metric in (m for m in spec.metrics if m.rollup):  # per cluster and per run
-        widgets.append(_widget(len(widgets), f"{metric.title}: cluster and runs", [
-            search(spec, metric.name, spec.cluster_dimensions, "Maximum"),
-            search(spec, metric.name, spec.run_dimensions),
-        ]))  # fmt: skip
+        widgets.append(
+            _widget(
+                len(widgets),
+                f"{metric.title}: cluster and runs",
+                [
+                    search(spec, metric.name, spec.cluster_dimensions, "Maximum"),
+                    search(spec, metric.name, spec.run_dimensions),
+                ],
+            )
+        )
     for metric in spec.sidecar_metrics:
         widgets.append(_widget(len(widgets), metric.title, [search(spec, metric.name, spec.cluster_dimensions, "Sum")]))
     return {"widgets": widgets}

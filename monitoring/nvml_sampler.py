@@ -65,11 +65,19 @@ class NvmlSampler:
                 ("GPUPowerLimit", n.nvmlDeviceGetEnforcedPowerLimit, (), 1e-3),
                 ("GPUTemperature", n.nvmlDeviceGetTemperature, (n.NVML_TEMPERATURE_GPU,), 1),
                 ("GPUSMClock", n.nvmlDeviceGetClockInfo, (n.NVML_CLOCK_SM,), 1),
-                ("GPUECCErrorsCorrected", n.nvmlDeviceGetTotalEccErrors,
-                 (n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC), 1),
-                ("GPUECCErrorsUncorrected", n.nvmlDeviceGetTotalEccErrors,
-                 (n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC), 1),
-            ):  # fmt: skip
+                (
+                    "GPUECCErrorsCorrected",
+                    n.nvmlDeviceGetTotalEccErrors,
+                    (n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC),
+                    1,
+                ),
+                (
+                    "GPUECCErrorsUncorrected",
+                    n.nvmlDeviceGetTotalEccErrors,
+                    (n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC),
+                    1,
+                ),
+            ):
                 value = self._optional(fn, handle, *args)
                 if value is not None:
                     values[metric] = float(value) * scale

@@ -22,10 +22,19 @@ from monitoring.log import log
 MAX_DATUMS_PER_REQUEST = 1000
 MAX_REQUEST_BYTES = 1_000_000
 _RETRYABLE_CODES = {
-    "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequestsException",
-    "InternalFailure", "InternalServiceError", "InternalServiceFault", "ServiceUnavailable",
-    "RequestTimeout", "RequestTimeoutException", "ExpiredToken", "ExpiredTokenException",
-}  # fmt: skip
+    "Throttling",
+    "ThrottlingException",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+    "InternalFailure",
+    "InternalServiceError",
+    "InternalServiceFault",
+    "ServiceUnavailable",
+    "RequestTimeout",
+    "RequestTimeoutException",
+    "ExpiredToken",
+    "ExpiredTokenException",
+}
 
 
 def is_retryable(exc: Exception) -> bool:
@@ -117,8 +126,14 @@ class Publisher:
                 self.failures += 1
                 delay = self.backoff_delay()
                 self.next_attempt = now + delay
-                log("publish_failed", level="warning", buffered=len(self.buffer), retry_in_s=round(delay, 2),
-                    failures=self.failures, error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+                log(
+                    "publish_failed",
+                    level="warning",
+                    buffered=len(self.buffer),
+                    retry_in_s=round(delay, 2),
+                    failures=self.failures,
+                    error=f"{type(exc).__name__}: {exc}",
+                )
                 return sent
             for _ in batch:
                 self.buffer.popleft()

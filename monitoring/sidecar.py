@@ -2,7 +2,10 @@
 
 Every `sample_interval` seconds every GPU is read and folded into statistic sets, per GPU
 (ClusterName, InstanceId, InstanceType, GpuIndex), per cluster for the rolled-up metrics (ClusterName; the
-idle alarm watches these) and per run when RAYFLEET_RUN_NAME is set (ClusterName, RunName). Every
+idle alarm watches these) and per run (ClusterName, RunName) for each run whose training workers are on
+this node at that sample: `runs` is asked every sample (monitoring/current_run.py reads the current-run
+files the workers write), so a long-lived sidecar follows the runs as they start and end; without it, the
+fixed RAYFLEET_RUN_NAME of the identity, if any. Every
 `publish_interval` seconds the sets become datums in the publisher's bounded buffer and go out. A stop
 (SIGTERM from ECS) closes the interval and flushes what is buffered before exiting.
 """
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from monitoring.aggregate import Aggregator
@@ -31,6 +35,7 @@ class Sidecar:
         sample_interval: float = 10.0,
         publish_interval: float = 60.0,
         high_resolution: bool = False,
+        runs: Callable[[], list[str]] | None = None,
     ):
         self.sampler, self.publisher, self.identity, self.spec = sampler, publisher, identity, spec
         self.sample_interval, self.publish_interval = sample_interval, publish_interval
@@ -39,27 +44,44 @@ class Sidecar:
         self.units = {m.name: m.unit for m in (*spec.metrics, *spec.sidecar_metrics)}
         self.rollups = {m.name for m in spec.metrics if m.rollup}
         self._dropped_logged = 0
+        self.runs = runs or (lambda: [identity.run_name] if identity.run_name else [])
+        self.current: list[str] = []
         publisher.drop_datum = self._drop_datum
 
-    def _dimensions(self, names: tuple[str, ...], gpu_index: int | None = None) -> dict[str, str]:
+    def _dimensions(
+        self, names: tuple[str, ...], gpu_index: int | None = None, run: str | None = None
+    ) -> dict[str, str]:
         values = {
             "ClusterName": self.identity.cluster_name,
             "InstanceId": self.identity.instance_id,
             "InstanceType": self.identity.instance_type,
-            "RunName": self.identity.run_name,
+            "RunName": run,
             "GpuIndex": None if gpu_index is None else str(gpu_index),
         }
         return {name: values[name] for name in names}
 
+    def follow_runs(self) -> list[str]:
+        """The runs on this node now; a change is logged (the rehearsal and an operator see it)."""
+        try:
+            runs = sorted(self.runs())
+        except OSError as exc:
+            log("runs_unreadable", level="warning", reason=str(exc))
+            runs = []
+        if runs != self.current:
+            log("runs_changed", runs=runs, previous=self.current)
+            self.current = runs
+        return runs
+
     def sample(self) -> None:
+        runs = self.follow_runs()
         for gpu in self.sampler.sample():
             per_gpu = self._dimensions(self.spec.gpu_dimensions, gpu.index)
             for metric, value in gpu.values.items():
                 self.aggregator.add(metric, per_gpu, value)
                 if metric in self.rollups:
                     self.aggregator.add(metric, self._dimensions(self.spec.cluster_dimensions), value)
-                    if self.identity.run_name:
-                        self.aggregator.add(metric, self._dimensions(self.spec.run_dimensions), value)
+                    for run in runs:
+                        self.aggregator.add(metric, self._dimensions(self.spec.run_dimensions, run=run), value)
 
     def close_interval(self) -> int:
         """Turn the interval's statistic sets into datums in the buffer; return how many."""
@@ -77,8 +99,13 @@ class Sidecar:
             for (metric, dims), stats in self.aggregator.drain().items()
         ]
         if self.publisher.dropped > self._dropped_logged:
-            log("samples_dropped", level="warning", dropped=self.publisher.dropped - self._dropped_logged,
-                total=self.publisher.dropped, buffered=len(self.publisher.buffer))  # fmt: skip
+            log(
+                "samples_dropped",
+                level="warning",
+                dropped=self.publisher.dropped - self._dropped_logged,
+                total=self.publisher.dropped,
+                buffered=len(self.publisher.buffer),
+            )
             self._dropped_logged = self.publisher.dropped
         self.publisher.enqueue(datums)
         return len(datums)
@@ -93,9 +120,14 @@ class Sidecar:
         }
 
     def run(self, stop: threading.Event, flush_timeout_s: float = 20.0) -> None:
-        log("started", gpus=self.sampler.count, cluster=self.identity.cluster_name,
-            instance=self.identity.instance_id, sample_interval_s=self.sample_interval,
-            publish_interval_s=self.publish_interval)  # fmt: skip
+        log(
+            "started",
+            gpus=self.sampler.count,
+            cluster=self.identity.cluster_name,
+            instance=self.identity.instance_id,
+            sample_interval_s=self.sample_interval,
+            publish_interval_s=self.publish_interval,
+        )
         next_publish = time.monotonic() + self.publish_interval
         while not stop.is_set():
             started = time.monotonic()
@@ -117,5 +149,9 @@ class Sidecar:
             self.publisher.flush(force=True)
             if self.publisher.buffer:
                 time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-        log("stopped", published=self.publisher.published, unsent=len(self.publisher.buffer),
-            dropped=self.publisher.dropped)  # fmt: skip
+        log(
+            "stopped",
+            published=self.publisher.published,
+            unsent=len(self.publisher.buffer),
+            dropped=self.publisher.dropped,
+        )

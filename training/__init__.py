@@ -1,6 +1,3 @@
-"""rayfleet training jobs: the DDP job (training.ddp) and what the jobs share."""
+"""rayfleet's training library: the jobs (ddp, fsdp) and what they share; the shared core is training.core.
 
-from scripts.ray_auth import use_token_auth
-
-# Before any training module imports ray: Ray reads its auth mode once, at import time.
-use_token_auth()
+Importing it changes nothing: entry points set up Ray token auth (training.core.ray_auth) before Ray is imported."""

@@ -1,20 +1,57 @@
-"""The narrow checkpoint API over Ray Train: `save(epoch, state, metrics)` and `load_latest()`.
+"""The one checkpoint helper over Ray Train, used by DDP, FSDP2 and DeepSpeed: `report` and `latest`.
 
 Ray Train owns where checkpoints go (the run's storage, local or S3), keeps the last k
 (CheckpointConfig.num_to_keep) and hands the latest one back after a failure or to a re-run of the same
-run name. Checkpoint directories are named `checkpoint_<epoch, zero-padded>` so they sort and read as
-epochs. The state is a plain dict saved with torch.save; `write_state`/`read_state` work without Ray.
+run name. Every rank that writes files reports its own temporary directory; Ray Train merges them into
+one checkpoint directory. Names sort and read as progress: `checkpoint_<epoch>` (DDP) and
+`checkpoint_step_<step>` (FSDP, DeepSpeed). Whole-model state is a plain dict saved with torch.save and
+loaded with `weights_only=True`; the small train state beside sharded files is JSON.
 """
 
 from __future__ import annotations
 
+import json
 import tempfile
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import ray.train
 import torch
 
 STATE_FILE = "state.pt"
+TRAIN_STATE = "train_state.json"
+
+
+def checkpoint_name(epoch: int) -> str:
+    return f"checkpoint_{epoch:06d}"
+
+
+def step_checkpoint_name(step: int) -> str:
+    return f"checkpoint_step_{step:07d}"
+
+
+def report(metrics: dict, name: str, write: Callable[[Path], None] | None) -> None:
+    """Report this rank's metrics; with `write`, also this rank's files of checkpoint `name`.
+
+    `write` fills a fresh local directory; ranks that pass None report metrics only."""
+    if write is None:
+        ray.train.report(metrics)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        write(Path(tmp))
+        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp), checkpoint_dir_name=name)
+
+
+@contextmanager
+def latest() -> Iterator[Path | None]:
+    """The latest checkpoint as a local directory while the block runs, or None on a fresh start."""
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint is None:
+        yield None
+        return
+    with checkpoint.as_directory() as directory:
+        yield Path(directory)
 
 
 def write_state(directory: str | Path, state: dict) -> Path:
@@ -28,8 +65,12 @@ def read_state(directory: str | Path) -> dict:
     return torch.load(Path(directory) / STATE_FILE, map_location="cpu", weights_only=True)
 
 
-def checkpoint_name(epoch: int) -> str:
-    return f"checkpoint_{epoch:06d}"
+def write_train_state(directory: Path, train_state: dict) -> None:
+    (directory / TRAIN_STATE).write_text(json.dumps(train_state))
+
+
+def read_train_state(directory: Path) -> dict:
+    return json.loads((directory / TRAIN_STATE).read_text())
 
 
 def rng_state() -> dict:
@@ -43,26 +84,3 @@ def set_rng_state(state: dict) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
-
-
-def save(epoch: int, state: dict, metrics: dict, rank: int) -> None:
-    """Report this epoch's metrics from every rank; rank 0 also uploads the checkpoint."""
-    if rank != 0:
-        ray.train.report(metrics)
-        return
-    with tempfile.TemporaryDirectory() as tmp:
-        write_state(tmp, state)
-        ray.train.report(
-            metrics,
-            checkpoint=ray.train.Checkpoint.from_directory(tmp),
-            checkpoint_dir_name=checkpoint_name(epoch),
-        )
-
-
-def load_latest() -> dict | None:
-    """The latest checkpoint's state, or None on a fresh start."""
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is None:
-        return None
-    with checkpoint.as_directory() as directory:
-        return read_state(directory)

@@ -6,7 +6,7 @@ Local, on a laptop (starts its own Ray cluster unless one runs; `make data` firs
     make train-ddp-local ARGS="epochs=3"
 On a running Ray cluster (make cluster-up, or any cluster with token auth):
     RAY_ADDRESS=127.0.0.1:6390 python -m training.ddp storage=s3://my-bucket/runs
-On ECS (the trainer task runs this module inside the VPC; see scripts/launch):
+On ECS (the trainer task runs this module inside the VPC; see scripts/ecs/launch.py):
     make train-ddp BUCKET=my-bucket
 Re-running with the same run_name resumes from that run's latest checkpoint.
 """
@@ -28,15 +28,17 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from training import checkpoint
-from training.config import ConfigError, load_config
+from training.core.config import ConfigError, load_config
+from training.core.errors import EXIT_BAD_INPUT
+from training.core.run_dir import RunDir
 from training.data import fashion_mnist
 from training.data.device_batches import DeviceSplit, steps_per_epoch
 from training.ddp_config import DDPConfig
 from training.metrics import MetricsLog, format_epoch
 from training.models.resnet import resnet18_grayscale
-from training.parallel import apply_compile, apply_ddp
+from training.parallel import parallelize
+from training.precision import wants_bf16
 from training.ray_connect import quiet_report_logs
-from training.storage import Storage
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "ddp.yaml"
 
@@ -51,9 +53,8 @@ class Runtime:
 
     @classmethod
     def resolve(cls, cfg: DDPConfig, device: torch.device) -> Runtime:
-        on_gpu = device.type == "cuda"
-        bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and on_gpu)
-        return cls(device, torch.bfloat16 if bf16 else None, cfg.channels_last and on_gpu)
+        bf16 = wants_bf16(cfg.precision, device)
+        return cls(device, torch.bfloat16 if bf16 else None, cfg.channels_last and device.type == "cuda")
 
     def autocast(self):
         if self.amp_dtype is None:
@@ -126,7 +127,8 @@ def train_loop(loop_config: dict) -> None:
         model = model.to(memory_format=torch.channels_last)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
 
-    state = checkpoint.load_latest()
+    with checkpoint.latest() as directory:
+        state = checkpoint.read_state(directory) if directory else None
     start_epoch, attempt = 1, 0
     if state is not None:
         model.load_state_dict(state["model"])
@@ -136,12 +138,10 @@ def train_loop(loop_config: dict) -> None:
         if rank == 0:
             print(f"resuming {run_name} from the checkpoint of epoch {state['epoch']} (attempt {attempt})", flush=True)
 
-    # Fixed order (DESIGN.md): activation checkpointing (none for this CNN), compile, then DDP.
-    compiled = apply_compile(model, cfg.compile_mode) if cfg.compile else model
-    ddp_model = apply_ddp(compiled, rt.device)
+    ddp_model = parallelize(model, rt.device, "ddp", compile_mode=cfg.compile_mode if cfg.compile else None)
 
-    storage = Storage(cfg.storage, cfg.s3_endpoint_url)
-    log = MetricsLog(storage, run_name, start_epoch) if rank == 0 else None
+    run_dir = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url)
+    log = MetricsLog(run_dir, start_epoch) if rank == 0 else None
     if rank == 0 and start_epoch == 1:
         steps = steps_per_epoch(len(train_data), world, cfg.batch_size)
         precision = "bf16" if rt.amp_dtype else "fp32"
@@ -159,7 +159,7 @@ def train_loop(loop_config: dict) -> None:
         train_loss, seen = _train_epoch(ddp_model, optimizer, train_data, cfg, rt, epoch, rank, world)
         rt.sync()
         train_s = time.perf_counter() - t0
-        test_loss, correct, tested = _evaluate(compiled, test_data, cfg, rt, rank, world)
+        test_loss, correct, tested = _evaluate(ddp_model.module, test_data, cfg, rt, rank, world)
         g_train_loss, g_seen, g_test_loss, g_correct, g_tested = _all_sum(
             train_loss, seen, test_loss, correct, tested, device=rt.device
         )
@@ -189,7 +189,8 @@ def train_loop(loop_config: dict) -> None:
             "seed": cfg.seed,
             "rng": checkpoint.rng_state(),
         }
-        checkpoint.save(epoch, state, row, rank)
+        write = (lambda directory, state=state: checkpoint.write_state(directory, state)) if rank == 0 else None
+        checkpoint.report(row, checkpoint.checkpoint_name(epoch), write)  # rank 0 uploads the whole model
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -204,14 +205,14 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training.launch import run_job
+    from training.trainer import run_job
 
     args = _parse_args(argv)
     try:
         cfg = load_config(DDPConfig, args.config, args.overrides)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_BAD_INPUT
     run_name = cfg.run_name or f"ddp-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     # The imported module's function, not __main__'s: pickled by reference, so workers import it.
     from training.ddp import train_loop as loop

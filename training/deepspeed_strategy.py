@@ -9,14 +9,12 @@ and, for tests and laptops, on CPU (gloo).
 
 from __future__ import annotations
 
-import json
-import tempfile
 from pathlib import Path
 
-import ray.train
 import torch
 
-from training.sharded_checkpoint import TRAIN_STATE, checkpoint_name
+from training import checkpoint
+from training.precision import wants_bf16
 
 TAG = "state"
 
@@ -50,9 +48,8 @@ class DeepSpeedStrategy:
         from transformers.integrations import HfDeepSpeedConfig
 
         self.cfg, self.rank = cfg, rank
-        bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
-        self.bf16 = bf16
-        self.ds_config = deepspeed_config(cfg, bf16)
+        self.bf16 = wants_bf16(cfg.precision, device)
+        self.ds_config = deepspeed_config(cfg, self.bf16)
         # Ray Train already set up torch.distributed (gloo or NCCL); DeepSpeed joins that process group.
         deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
         self._hf_ds = HfDeepSpeedConfig(self.ds_config)  # must stay alive: from_pretrained partitions under it
@@ -77,7 +74,7 @@ class DeepSpeedStrategy:
             group["lr"] = lr
 
     def micro_step(self, batch: torch.Tensor) -> float:
-        loss = self.engine(input_ids=batch, labels=batch).loss
+        loss = self.engine(input_ids=batch, labels=batch, use_cache=False).loss  # training needs no KV cache
         self.engine.backward(loss)  # scaled by 1/grad_accum inside
         self.engine.step()  # steps the optimizer only at the accumulation boundary
         return loss.item()
@@ -90,20 +87,19 @@ class DeepSpeedStrategy:
         return sum(p.ds_tensor.numel() * p.ds_tensor.element_size() for p in self.engine.module.parameters())
 
     def save(self, step: int, train_state: dict, metrics: dict) -> None:
-        with tempfile.TemporaryDirectory() as tmp:
-            self.engine.save_checkpoint(tmp, tag=TAG)  # every rank writes its own partitions
+        def write(directory: Path) -> None:
+            self.engine.save_checkpoint(str(directory), tag=TAG)  # every rank writes its own partitions
             if self.rank == 0:
-                (Path(tmp) / TRAIN_STATE).write_text(json.dumps({**train_state, "step": step}))
-            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
-                             checkpoint_dir_name=checkpoint_name(step))  # fmt: skip
+                checkpoint.write_train_state(directory, {**train_state, "step": step})
+
+        checkpoint.report(metrics, checkpoint.step_checkpoint_name(step), write)
 
     def load(self) -> dict | None:
-        checkpoint = ray.train.get_checkpoint()
-        if checkpoint is None:
-            return None
-        with checkpoint.as_directory() as directory:
-            self.engine.load_checkpoint(directory, tag=TAG)
-            return json.loads((Path(directory) / TRAIN_STATE).read_text())
+        with checkpoint.latest() as directory:
+            if directory is None:
+                return None
+            self.engine.load_checkpoint(str(directory), tag=TAG)
+            return checkpoint.read_train_state(directory)
 
     @torch.no_grad()
     def gather_for_export(self, probe: torch.Tensor) -> tuple[dict, torch.Tensor]:

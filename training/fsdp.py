@@ -25,7 +25,9 @@ import ray.train.torch
 import torch
 import torch.distributed as dist
 
-from training.config import ConfigError, load_config
+from training.core.config import ConfigError, load_config
+from training.core.errors import EXIT_BAD_INPUT
+from training.core.run_dir import RunDir
 from training.data.text import PackedBlocks, pack, read_text, tokenize
 from training.flops import flops_per_token, peak_tflops
 from training.fsdp_config import FSDPConfig
@@ -33,7 +35,6 @@ from training.hf_export import write_and_verify
 from training.hf_model import ModelNotFound, resolve_model_dir
 from training.metrics import MetricsLog
 from training.ray_connect import quiet_report_logs
-from training.storage import Storage
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "fsdp.yaml"
 
@@ -65,9 +66,13 @@ def _step_metrics(cfg, model_info, loss_sum, tokens, seconds, device, world) -> 
     peak = model_info["peak"]
     memory = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     return {
-        "loss": loss, "tokens_per_s": tokens_per_s, "tokens_per_s_per_device": tokens_per_s / world,
-        "tflops_per_device": tflops, "mfu": tflops / peak if peak else None, "peak_memory_gib": memory,
-    }  # fmt: skip
+        "loss": loss,
+        "tokens_per_s": tokens_per_s,
+        "tokens_per_s_per_device": tokens_per_s / world,
+        "tflops_per_device": tflops,
+        "mfu": tflops / peak if peak else None,
+        "peak_memory_gib": memory,
+    }
 
 
 def _progress_line(row: dict, max_steps: int) -> str:
@@ -94,25 +99,33 @@ def train_loop(loop_config: dict) -> None:
     strategy = make_strategy(cfg, model_dir, device, rank)
     state = strategy.load()
     start, attempt = (state["step"], state["attempt"] + 1) if state else (0, 0)
-    storage = Storage(cfg.storage, cfg.s3_endpoint_url)
-    log = MetricsLog(storage, run_name, start + 1, key="step") if rank == 0 else None
+    run_dir = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url)
+    log = MetricsLog(run_dir, start + 1, key="step") if rank == 0 else None
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     mc = strategy.config
     info = {
-        "flops_per_token": flops_per_token(strategy.non_embedding_params, mc.num_hidden_layers,
-                                           mc.num_attention_heads, mc.hidden_size // mc.num_attention_heads,
-                                           cfg.seq_len),
-        "peak": peak_tflops(device_name), "steps": 0,
-    }  # fmt: skip
+        "flops_per_token": flops_per_token(
+            strategy.non_embedding_params,
+            mc.num_hidden_layers,
+            mc.num_attention_heads,
+            mc.hidden_size // mc.num_attention_heads,
+            cfg.seq_len,
+        ),
+        "peak": peak_tflops(device_name),
+        "steps": 0,
+    }
     local_bytes = torch.tensor([strategy.local_param_bytes()], dtype=torch.float64, device=device)
     shard_bytes = [torch.zeros_like(local_bytes) for _ in range(world)]
     dist.all_gather(shard_bytes, local_bytes)
     info["shard_bytes"] = [int(b.item()) for b in shard_bytes]
     if rank == 0:
         what = f"resuming at step {start + 1} (attempt {attempt})" if state else "starting"
-        print(f"{run_name}: {what} with {cfg.strategy}; {len(data):,} blocks of {cfg.seq_len} tokens, "
-              f"{data.steps_per_epoch(world, cfg.micro_batch_size, cfg.grad_accum)} steps/epoch, "
-              f"{world} x {device_name}", flush=True)  # fmt: skip
+        print(
+            f"{run_name}: {what} with {cfg.strategy}; {len(data):,} blocks of {cfg.seq_len} tokens, "
+            f"{data.steps_per_epoch(world, cfg.micro_batch_size, cfg.grad_accum)} steps/epoch, "
+            f"{world} x {device_name}",
+            flush=True,
+        )
 
     last = min(cfg.max_steps, cfg.stop_at_step or cfg.max_steps)
     window_start, loss_sum, tokens = time.perf_counter(), 0.0, 0
@@ -127,9 +140,14 @@ def train_loop(loop_config: dict) -> None:
         done = step + 1
         if done % cfg.log_every == 0 or done % cfg.checkpoint_every == 0 or done == last:
             seconds = time.perf_counter() - window_start
-            row = {"step": done, "lr": lr_at(cfg, step), "grad_norm": grad_norm, "attempt": attempt,
-                   "param_bytes_per_rank": info["shard_bytes"],
-                   **_step_metrics(cfg, info, loss_sum, tokens, seconds, device, world)}  # fmt: skip
+            row = {
+                "step": done,
+                "lr": lr_at(cfg, step),
+                "grad_norm": grad_norm,
+                "attempt": attempt,
+                "param_bytes_per_rank": info["shard_bytes"],
+                **_step_metrics(cfg, info, loss_sum, tokens, seconds, device, world),
+            }
             if log is not None:
                 log.append(row)
                 print(_progress_line(row, cfg.max_steps), flush=True)
@@ -140,9 +158,11 @@ def train_loop(loop_config: dict) -> None:
         probe = data.blocks[:1].to(device)
         full, logits = strategy.gather_for_export(probe)
         if rank == 0:
-            result = write_and_verify(full, logits, probe, tokenizer, model_dir, storage, run_name, strategy.bf16)
-            print(f"exported {result['export']} (max |logit diff| vs sharded: {result['export_max_logit_diff']:.2e})",
-                  flush=True)  # fmt: skip
+            result = write_and_verify(full, logits, probe, tokenizer, model_dir, run_dir, strategy.bf16)
+            print(
+                f"exported {result['export']} (max |logit diff| vs sharded: {result['export_max_logit_diff']:.2e})",
+                flush=True,
+            )
 
 
 def check_before_start(cfg: FSDPConfig) -> Path:
@@ -169,7 +189,7 @@ def check_before_start(cfg: FSDPConfig) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from training.launch import run_job
+    from training.trainer import run_job
 
     parser = argparse.ArgumentParser(prog="python -m training.fsdp", description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
@@ -180,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
         model_dir = check_before_start(cfg)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_BAD_INPUT
     run_name = cfg.run_name or f"fsdp-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     # The imported module's function, not __main__'s: pickled by reference, so workers import it.
     from training.fsdp import train_loop as loop

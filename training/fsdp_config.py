@@ -7,15 +7,10 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from training.config import JobConfig
-from training.ddp_config import absolute_storage
+from training.job_config import JobConfig
 
 
 class FSDPConfig(JobConfig):
-    # Cluster shape
-    num_workers: int = Field(2, ge=1)
-    cpus_per_worker: float = Field(1.0, gt=0)
-    device: Literal["auto", "cpu", "cuda"] = "auto"
     strategy: Literal["fsdp", "deepspeed"] = Field("fsdp", description="FSDP2, or DeepSpeed ZeRO-3")
     # Model and data
     model: str = Field("databricks/dolly-v2-7b", description="Hub id or local directory; $MODEL_DIR/<id> first")
@@ -32,22 +27,13 @@ class FSDPConfig(JobConfig):
     stop_at_step: int | None = Field(None, ge=1, description="end this invocation after this step (checkpointed)")
     weight_decay: float = Field(0.0, ge=0)
     grad_clip: float = Field(1.0, gt=0)
-    seed: int = Field(0, ge=0)
     # Speed and memory
-    precision: Literal["auto", "bf16", "fp32"] = "auto"
     activation_checkpointing: bool = True
     compile: bool = False
-    # Checkpoints, metrics, storage
+    # Checkpoints, metrics, export
     checkpoint_every: int = Field(50, ge=1, description="steps; also at the end")
-    keep_checkpoints: int = Field(2, ge=1)
     log_every: int = Field(10, ge=1)
     export: bool = Field(True, description="write a consolidated Hugging Face folder at the end")
-    storage: str = "runs"
-    s3_endpoint_url: str | None = None
-    run_name: str | None = Field(None, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-    max_failures: int = Field(3, ge=0)
-
-    _absolute_storage = field_validator("storage")(absolute_storage)
 
     @field_validator("data")
     @classmethod
@@ -64,6 +50,4 @@ class FSDPConfig(JobConfig):
             )
         if self.warmup_steps >= self.max_steps:
             raise ValueError(f"warmup_steps: {self.warmup_steps} must be below max_steps ({self.max_steps})")
-        if self.s3_endpoint_url and not self.storage.startswith("s3://"):
-            raise ValueError("s3_endpoint_url: only meaningful with an s3:// storage")
         return self

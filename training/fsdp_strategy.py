@@ -16,7 +16,8 @@ from training.hf_model import (
     materialize,
     transformer_blocks,
 )
-from training.parallel import apply_activation_checkpointing, apply_compile_per_block, apply_fsdp
+from training.parallel import parallelize
+from training.precision import wants_bf16
 
 
 class FSDPStrategy:
@@ -26,14 +27,16 @@ class FSDPStrategy:
         self.non_embedding_params = non_embedding_params(model)
         renames = checkpoint_key_renames(model)  # before sharding changes the class
         blocks = transformer_blocks(model)
-        # Fixed order (DESIGN.md): activation checkpointing, then compile, then sharding.
-        if cfg.activation_checkpointing:
-            apply_activation_checkpointing(blocks)
-        if cfg.compile:
-            apply_compile_per_block(blocks)
-        bf16 = cfg.precision == "bf16" or (cfg.precision == "auto" and device.type == "cuda")
-        self.bf16 = bf16
-        apply_fsdp(model, blocks, device, bf16)
+        self.bf16 = wants_bf16(cfg.precision, device)
+        parallelize(
+            model,
+            device,
+            "fsdp",
+            blocks=blocks,
+            activation_checkpointing=cfg.activation_checkpointing,
+            compile_mode="default" if cfg.compile else None,
+            bf16=self.bf16,
+        )
         materialize(model, device)
         load_weights_from_rank0(model, model_dir, rank, renames)
         self.model = model
@@ -50,7 +53,7 @@ class FSDPStrategy:
             group["lr"] = lr
 
     def micro_step(self, batch: torch.Tensor) -> float:
-        loss = self.model(input_ids=batch, labels=batch).loss
+        loss = self.model(input_ids=batch, labels=batch, use_cache=False).loss  # training needs no KV cache
         (loss / self.cfg.grad_accum).backward()
         return loss.item()
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
-import pyarrow.fs as pafs
 import torch
 
-from training.storage import Storage
+from training.core.run_dir import RunDir
 
 # Largest logit difference, relative to the largest logit, that still counts as the same model: fp32
 # everywhere must match to rounding; bf16 compute or 16-bit storage leaves about 2-3 significant digits.
@@ -22,8 +21,15 @@ TOLERANCE_FP32, TOLERANCE_16BIT = 1e-5, 2e-2
 
 
 @torch.no_grad()
-def write_and_verify(full: dict, sharded_logits: torch.Tensor, probe: torch.Tensor, tokenizer, model_dir: Path,
-                     storage: Storage, run_name: str, bf16_compute: bool = False) -> dict:  # fmt: skip
+def write_and_verify(
+    full: dict,
+    sharded_logits: torch.Tensor,
+    probe: torch.Tensor,
+    tokenizer,
+    model_dir: Path,
+    run_dir: RunDir,
+    bf16_compute: bool = False,
+) -> dict:
     """Rank 0 only."""
     from safetensors.torch import save_file
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -39,13 +45,12 @@ def write_and_verify(full: dict, sharded_logits: torch.Tensor, probe: torch.Tens
         reloaded = AutoModelForCausalLM.from_pretrained(tmp, dtype=torch.float32)
         diff = (reloaded(input_ids=probe.cpu()).logits.float() - sharded_logits.cpu()).abs().max().item()
         torch.save({"probe": probe.cpu(), "logits": sharded_logits.cpu()}, f"{tmp}/probe_logits.pt")
-        destination = storage.run_path(run_name, "export")
-        fs = storage.filesystem()
-        fs.create_dir(destination, recursive=True)
-        pafs.copy_files(tmp, destination, source_filesystem=pafs.LocalFileSystem(), destination_filesystem=fs)
+        run_dir.upload("export", Path(tmp))
     relative = diff / max(1.0, sharded_logits.abs().max().item())
     tolerance = TOLERANCE_FP32 if dtype == torch.float32 and not bf16_compute else TOLERANCE_16BIT
     if not relative <= tolerance:  # NaN fails too
-        raise RuntimeError(f"export check failed: logits differ by {diff:.3g} ({relative:.2e} relative) "
-                           f"from the sharded model's, above {tolerance:g}")  # fmt: skip
-    return {"export": storage.display(run_name, "export"), "export_max_logit_diff": diff}
+        raise RuntimeError(
+            f"export check failed: logits differ by {diff:.3g} ({relative:.2e} relative) "
+            f"from the sharded model's, above {tolerance:g}"
+        )
+    return {"export": run_dir.display("export"), "export_max_logit_diff": diff}

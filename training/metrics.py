@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from training.storage import Storage
+from training.core.run_dir import RunDir
 
 METRICS_FILE = "metrics.jsonl"
 
@@ -16,18 +16,17 @@ class MetricsLog:
     appears exactly once in the final file.
     """
 
-    def __init__(self, storage: Storage, run_name: str, resume_epoch: int, key: str = "epoch"):
-        self.storage = storage
-        self.path = storage.run_path(run_name, METRICS_FILE)
-        self.rows = [row for row in read_rows(storage, run_name) if row[key] < resume_epoch]
+    def __init__(self, run_dir: RunDir, resume_epoch: int, key: str = "epoch"):
+        self.run_dir = run_dir
+        self.rows = [row for row in read_rows(run_dir) if row[key] < resume_epoch]
 
     def append(self, row: dict) -> None:
         self.rows.append(row)
-        self.storage.write_text(self.path, "".join(json.dumps(r) + "\n" for r in self.rows))
+        self.run_dir.write(METRICS_FILE, "".join(json.dumps(r) + "\n" for r in self.rows))
 
 
-def read_rows(storage: Storage, run_name: str) -> list[dict]:
-    text = storage.read_text(storage.run_path(run_name, METRICS_FILE)) or ""
+def read_rows(run_dir: RunDir) -> list[dict]:
+    text = run_dir.read(METRICS_FILE) or ""
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 

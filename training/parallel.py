@@ -1,11 +1,39 @@
-"""Parallelism applied by small functions, in torchtitan's order: activation checkpointing, then compile,
-then data parallelism (DDP) or sharding (FSDP2). Compiling before wrapping keeps the communication hooks
-outside the compiled graphs."""
+"""Parallelism in one place: `parallelize()` owns the order, torchtitan's: activation checkpointing, then
+compile, then data parallelism (DDP) or sharding (FSDP2). Checkpointing wraps the plain blocks; compiling
+before wrapping keeps the communication hooks outside the compiled graphs. The jobs call `parallelize`
+only; the small `apply_*` steps are its parts."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Literal
+
 import torch
 from torch.nn.parallel import DistributedDataParallel
+
+
+def parallelize(
+    model: torch.nn.Module,
+    device: torch.device,
+    data_parallel: Literal["ddp", "fsdp"],
+    *,
+    blocks: Sequence[torch.nn.Module] = (),
+    activation_checkpointing: bool = False,
+    compile_mode: str | None = None,
+    bf16: bool = False,
+) -> torch.nn.Module:
+    """Apply AC (to `blocks`), then compile (the whole model for DDP, each block for FSDP2), then DDP or
+    FSDP2 sharding (bf16 parameters, fp32 reduction when `bf16`). Returns the module to train: the DDP
+    wrapper (its `.module` is the compiled model, for evaluation) or the sharded model itself."""
+    if activation_checkpointing:
+        apply_activation_checkpointing(list(blocks))
+    if data_parallel == "fsdp":
+        if compile_mode:
+            apply_compile_per_block(list(blocks))
+        apply_fsdp(model, list(blocks), device, bf16)
+        return model
+    compiled = apply_compile(model, compile_mode) if compile_mode else model
+    return apply_ddp(compiled, device)
 
 
 def apply_compile(model: torch.nn.Module, mode: str) -> torch.nn.Module:

@@ -1,11 +1,13 @@
-"""Connect a job's driver to Ray: RAY_ADDRESS, else the running rayfleet cluster, else a cluster of its own.
+"""Connect a job's driver to Ray: RAY_ADDRESS, else the rayfleet local cluster this checkout started.
 
-A cluster the job starts itself is the same shape as `make cluster-up` and is stopped when the job ends.
-Token auth is set up by training/__init__.py before Ray is imported (Ray reads it once, at import).
+The library never starts a cluster itself: on a laptop, `python -m scripts.local_cluster run -- CMD` (what
+`make demo` and `make train-ddp-local` use) starts one for the command when none runs, and stops it after.
+The entry point calls `use_token_auth()` before Ray is imported (Ray reads its auth mode once, at import).
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,31 +15,45 @@ from pathlib import Path
 
 import ray
 
-from scripts import local_cluster, ray_auth
+from training.core import ray_auth
+from training.core.errors import RayfleetError
+
+LOCAL_STATE = Path(__file__).resolve().parents[1] / ".rayfleet" / "cluster" / "state.json"  # scripts.local_cluster
+
+
+class NoCluster(RayfleetError):
+    pass
+
+
+def cluster_address() -> str:
+    """RAY_ADDRESS, else the address recorded by `make cluster-up` ($RAYFLEET_STATE_DIR or ./.rayfleet)."""
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    state_dir = os.environ.get("RAYFLEET_STATE_DIR")
+    state = Path(state_dir) / "cluster" / "state.json" if state_dir else LOCAL_STATE
+    if state.is_file():
+        return json.loads(state.read_text())["address"]
+    raise NoCluster(
+        "no Ray cluster: start one with `make cluster-up` (or run the job through "
+        "`python -m scripts.local_cluster run -- ...`), or set RAY_ADDRESS"
+    )
 
 
 @contextmanager
-def ray_session(workers: int, cpus_per_worker: float) -> Iterator[str]:
+def ray_session() -> Iterator[str]:
     if os.environ.get("RAY_AUTH_TOKEN_PATH") and not os.environ.get("RAY_AUTH_TOKEN"):
-        ray_auth.ensure_token(Path(os.environ["RAY_AUTH_TOKEN_PATH"]))  # set by training/__init__.py
-    address = os.environ.get("RAY_ADDRESS")
-    started = False
-    if not address:
-        state = local_cluster.running()
-        if state is None:
-            print("no Ray cluster running: starting a local one for this job (stopped when it ends)", flush=True)
-            state = local_cluster.up(
-                local_cluster.ClusterSpec.from_env(workers=workers, cpus_per_worker=cpus_per_worker)
-            )
-            started = True
-        address = state.address
+        ray_auth.ensure_token(Path(os.environ["RAY_AUTH_TOKEN_PATH"]))  # set by the entry point's use_token_auth
+    address = cluster_address()
+    if not (os.environ.get("RAY_AUTH_MODE") or os.environ.get("RAY_AUTH_TOKEN")):
+        raise NoCluster(
+            "Ray token auth is not set up in this shell: run the job through make, or first "
+            'eval "$(.venv/bin/python -m scripts.local_cluster env)"'
+        )
     try:
         ray.init(address=address, logging_level="WARNING", log_to_driver=True)
         yield address
     finally:
         ray.shutdown()
-        if started:
-            local_cluster.down(quiet=True)
 
 
 def placeable_workers(cpus_per_worker: float, gpus_per_worker: int) -> int:
@@ -67,7 +83,7 @@ def quiet_report_logs() -> None:
     import logging
 
     try:
-        from ray.train.v2._internal.execution import context
+        from ray.train.v2._internal.execution import context  # noqa: PLC2701 (the logger is named by this file)
     except ImportError:  # moved in another Ray version: the lines are noise, not a failure
         return
     logging.getLogger(context.__file__).setLevel(logging.WARNING)

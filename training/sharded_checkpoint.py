@@ -1,46 +1,81 @@
-"""Sharded checkpoints for FSDP: torch.distributed.checkpoint (DCP) files, one set per rank, in one Ray checkpoint.
+"""FSDP2's checkpoint files: torch.distributed.checkpoint (DCP) shards, one set per rank.
 
-Every rank writes only its own shards (`__<rank>_0.distcp`; rank 0 adds `.metadata` and `train_state.json`)
-into a local temporary directory and reports it; Ray Train merges all ranks' files into the same
-`checkpoint_step_<step>` directory of the run's storage (local or S3) and keeps the last k. Loading reads
-that directory back through DCP, which also reshards if the number of workers changed.
+Every rank writes only its own shards (`__<rank>_0.distcp`; rank 0 adds `.metadata` and the train state)
+and reports them through training.checkpoint, which merges all ranks' files into one
+`checkpoint_step_<step>` directory. Loading reads that directory back through DCP, which also reshards if
+the number of workers changed.
+
+Loading unpickles nothing arbitrary: whoever can write the run's storage must not get code execution on
+every rank. DCP's own reader unpickles `.metadata` with plain pickle and its planner loads non-tensor
+items with `torch.load(weights_only=False)`; `SafeReader` admits only DCP's metadata classes (and
+torch.Size, dtypes, layouts, paths) and `SafePlanner` loads those items with `weights_only=True`.
 """
 
 from __future__ import annotations
 
-import json
-import tempfile
-from pathlib import Path
+import io
+import pickle
 
-import ray.train
+import torch
 import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
+from torch.distributed.checkpoint._traverse import set_element  # noqa: PLC2701 (what DCP's planner uses)
+from torch.distributed.checkpoint.metadata import StorageMeta
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-TRAIN_STATE = "train_state.json"
+from training import checkpoint
+
+_METADATA_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
+_ALLOWED = {("torch", "Size"), ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "Path")}
 
 
-def checkpoint_name(step: int) -> str:
-    return f"checkpoint_step_{step:07d}"
+class _MetadataUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if module in _METADATA_MODULES or (module, name) in _ALLOWED:
+            return super().find_class(module, name)
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
+        raise pickle.UnpicklingError(f"checkpoint metadata refers to {module}.{name}, which a checkpoint never holds")
+
+
+class SafeReader(FileSystemReader):
+    def read_metadata(self, *args, **kwargs):
+        rank = kwargs.get("rank")
+        with self.fs.create_stream(self._get_metadata_path(rank), "rb") as stream:
+            metadata = _MetadataUnpickler(stream).load()
+        if getattr(metadata, "storage_meta", None) is None:
+            metadata.storage_meta = StorageMeta()
+        metadata.storage_meta.load_id = self.load_id
+        return metadata
+
+
+class SafePlanner(DefaultLoadPlanner):
+    def load_bytes(self, read_item, value: io.BytesIO) -> None:
+        loaded = torch.load(value, weights_only=True)  # plain data (lr, betas, flags), never objects
+        if self.flatten_state_dict:
+            set_element(self.original_state_dict, self.mappings[read_item.dest_index.fqn], loaded)
+        else:
+            self.state_dict[read_item.dest_index.fqn] = loaded
 
 
 def save(step: int, model, optimizer, train_state: dict, metrics: dict, rank: int) -> None:
     model_sd, optim_sd = get_state_dict(model, optimizer)
-    with tempfile.TemporaryDirectory() as tmp:
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=tmp)
+
+    def write(directory):
+        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=directory)
         if rank == 0:
-            (Path(tmp) / TRAIN_STATE).write_text(json.dumps({**train_state, "step": step}))
-        ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp),
-                         checkpoint_dir_name=checkpoint_name(step))  # fmt: skip
+            checkpoint.write_train_state(directory, {**train_state, "step": step})
+
+    checkpoint.report(metrics, checkpoint.step_checkpoint_name(step), write)
 
 
 def load_latest(model, optimizer) -> dict | None:
     """Restore model and optimizer shards from the latest checkpoint; return its train state, or None."""
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is None:
-        return None
-    with checkpoint.as_directory() as directory:
+    with checkpoint.latest() as directory:
+        if directory is None:
+            return None
         model_sd, optim_sd = get_state_dict(model, optimizer)  # also creates the optimizer's state to fill
         state = {"model": model_sd, "optim": optim_sd}
-        dcp.load(state, checkpoint_id=directory)
+        dcp.load(state, storage_reader=SafeReader(directory), planner=SafePlanner())
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        return json.loads((Path(directory) / TRAIN_STATE).read_text())
+        return checkpoint.read_train_state(directory)

@@ -31,8 +31,16 @@ def corpus(lines: int = 6000, seed: int = 0) -> str:
     return "\n".join(out)
 
 
-def build(model_dir: Path, text: str, hidden: int = 64, layers: int = 2, heads: int = 4, vocab: int = 512,
-          max_positions: int = 512, seed: int = 0) -> Path:  # fmt: skip
+def build(
+    model_dir: Path,
+    text: str,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    vocab: int = 512,
+    max_positions: int = 512,
+    seed: int = 0,
+) -> Path:
     import torch
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import GPTNeoXConfig, GPTNeoXForCausalLM, PreTrainedTokenizerFast
@@ -40,15 +48,22 @@ def build(model_dir: Path, text: str, hidden: int = 64, layers: int = 2, heads: 
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
     tokenizer.train_from_iterator(text.splitlines(), trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<|endoftext|>", bos_token="<|endoftext|>")
     config = GPTNeoXConfig(
-        vocab_size=vocab, hidden_size=hidden, num_hidden_layers=layers, num_attention_heads=heads,
-        intermediate_size=4 * hidden, max_position_embeddings=max_positions, eos_token_id=fast.eos_token_id,
-        bos_token_id=fast.eos_token_id, tie_word_embeddings=False,
-    )  # fmt: skip
+        vocab_size=vocab,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=4 * hidden,
+        max_position_embeddings=max_positions,
+        eos_token_id=fast.eos_token_id,
+        bos_token_id=fast.eos_token_id,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(seed)
     model = GPTNeoXForCausalLM(config)
     model_dir.mkdir(parents=True, exist_ok=True)

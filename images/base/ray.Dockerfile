@@ -23,7 +23,11 @@ ENV PATH=/opt/rayfleet/venv/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
     RAY_USAGE_STATS_ENABLED=0 \
     RAY_AUTH_MODE=token
-COPY scripts/__init__.py scripts/ray_node.py scripts/ray_auth.py /opt/rayfleet/src/scripts/
+# The container-side code and the shared core it uses (training/core: token auth, the AWS adapter).
+COPY scripts/__init__.py /opt/rayfleet/src/scripts/
+COPY scripts/container/ /opt/rayfleet/src/scripts/container/
+COPY training/__init__.py /opt/rayfleet/src/training/
+COPY training/core/ /opt/rayfleet/src/training/core/
 COPY images/bin/rayfleet-node /usr/local/bin/rayfleet-node
 
 USER 1000

@@ -1,7 +1,8 @@
 """Build the four images once per test session, for real, with podman on a local debootstrap base (the
 default bases cannot be pulled here; the Dockerfiles are the same), and hand tests testinfra hosts.
 
-Without podman the image tests skip, unless RAYFLEET_REQUIRE_IMAGES=1 (set by .ci/run), where they fail."""
+Without podman the image tests skip, unless RAYFLEET_REQUIRE_IMAGES=1 (set by .ci/run), where they fail.
+podman itself, as a command, is in helpers.py."""
 
 from __future__ import annotations
 
@@ -10,25 +11,10 @@ import shutil
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-TAG = "test"
-BASE = "localhost/rayfleet-local-base:bookworm"
-INSTALL = "apt-get install podman buildah debootstrap runc"
-# testinfra's podman:// backend runs `podman exec` with this process's environment
-os.environ.setdefault("CONTAINERS_CONF", str(ROOT / "images" / "containers.conf"))
-
-
-def podman_env() -> dict:
-    return {**os.environ, "CONTAINERS_CONF": str(ROOT / "images" / "containers.conf"), "RAYFLEET_ENGINE": "podman"}
-
-
-def podman(*args: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
-    return subprocess.run(["podman", *args], env=podman_env(), capture_output=True, text=True, timeout=timeout,
-                          check=check)  # fmt: skip
+from tests.images.helpers import BASE, INSTALL, ROOT, TAG, podman, podman_env
 
 
 @pytest.fixture(scope="session")
@@ -46,12 +32,18 @@ def built_images(tmp_path_factory) -> dict[str, str]:
     if not (model / "config.json").is_file():
         scratch = tmp_path_factory.mktemp("model")
         model = scratch / "tiny-gpt-neox"
-        subprocess.run([sys.executable, "-m", "training.tiny_lm", str(model), "--text", str(scratch / "corpus.txt")],
-                       cwd=ROOT, check=True, timeout=300)  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "training.tiny_lm", str(model), "--text", str(scratch / "corpus.txt")],
+            cwd=ROOT,
+            check=True,
+            timeout=300,
+        )
     build = subprocess.run(
-        [sys.executable, "-m", "scripts.images", "build", "--tag", TAG, "--models", f"tiny-gpt-neox={model}"],
-        cwd=ROOT, env={**env, "BASE_IMAGE": BASE, "PYTHON_BASE_IMAGE": BASE}, timeout=1800,
-    )  # fmt: skip
+        [sys.executable, "-m", "scripts.deploy.images", "build", "--tag", TAG, "--models", f"tiny-gpt-neox={model}"],
+        cwd=ROOT,
+        env={**env, "BASE_IMAGE": BASE, "PYTHON_BASE_IMAGE": BASE},
+        timeout=1800,
+    )
     assert build.returncode == 0, "make build failed (output above)"
     return names
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.images.conftest import ROOT, podman
+from tests.images.helpers import ROOT, podman
 
 pytestmark = pytest.mark.integration
 RAY_IMAGES = ("ray-head", "ray-worker", "trainer")
@@ -84,8 +84,23 @@ def test_no_token_is_baked_into_any_image(built_images, running):
         found = host.run("find / -xdev \\( -name 'ray-auth-token' -o -name 'auth_token' \\) -print 2>/dev/null")
         assert not found.stdout.strip(), (image, found.stdout)
         for token in tokens:  # the developer's own token must not have leaked into a layer
-            leaked = podman("run", "--rm", "--user", "0", "--entrypoint", "grep", built_images[image], "-rlF", token,
-                            "/opt", "/home", "/etc", "/root", "/tmp", check=False)  # fmt: skip
+            leaked = podman(
+                "run",
+                "--rm",
+                "--user",
+                "0",
+                "--entrypoint",
+                "grep",
+                built_images[image],
+                "-rlF",
+                token,
+                "/opt",
+                "/home",
+                "/etc",
+                "/root",
+                "/tmp",
+                check=False,
+            )
             assert leaked.returncode == 1 and not leaked.stdout, (image, leaked.stdout)
 
 

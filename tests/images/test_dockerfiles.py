@@ -31,8 +31,9 @@ def test_the_four_images_and_the_shared_base_exist():
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(IMAGES)))
 def test_hadolint_finds_nothing(dockerfile):
-    result = subprocess.run([str(HADOLINT), "--config", str(IMAGES / ".hadolint.yaml"), str(dockerfile)],
-                            capture_output=True, text=True)  # fmt: skip
+    result = subprocess.run(
+        [str(HADOLINT), "--config", str(IMAGES / ".hadolint.yaml"), str(dockerfile)], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stdout + result.stderr
 
 

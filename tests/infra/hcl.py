@@ -86,8 +86,15 @@ class Evaluator:
             def __getattr__(self, name: str):
                 return wrap(evaluator.local(name))
 
-        self.names = {"var": Namespace(variables), "local": Locals(), "floor": math.floor, "ceil": math.ceil,
-                      "min": min, "max": max, "tostring": lambda v: str(v)}  # fmt: skip
+        self.names = {
+            "var": Namespace(variables),
+            "local": Locals(),
+            "floor": math.floor,
+            "ceil": math.ceil,
+            "min": min,
+            "max": max,
+            "tostring": lambda v: str(v),
+        }
 
     def local(self, name: str):
         if name not in self.cache:

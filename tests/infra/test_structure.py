@@ -4,13 +4,11 @@ every output the scripts read, every image a task uses built by images/."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 from dataclasses import fields
 
 import pytest
 
-from scripts.tf_outputs import Outputs
+from scripts.ecs.outputs import Outputs
 from tests.infra.hcl import INFRA, MODULES, load_dir, merged
 
 MODULE_DIRS = sorted(p for p in MODULES.iterdir() if p.is_dir())
@@ -58,25 +56,17 @@ def test_every_output_the_scripts_read_exists():
     ray_outputs = merged(load_dir(MODULES / "ray"), "output")
     names = ray_outputs["container_names"]["value"]
     locals_ = merged(load_dir(MODULES / "ray"), "locals")
-    for role, field in (("head", "head_container_name"), ("worker", "worker_container_name"),
-                        ("trainer", "trainer_container_name")):  # fmt: skip
+    for role, field in (
+        ("head", "head_container_name"),
+        ("worker", "worker_container_name"),
+        ("trainer", "trainer_container_name"),
+    ):
         container = locals_[f"{role}_container"]
         assert names[role] == f"${{local.{role}_container.name}}"
         assert container["name"] == Outputs.__dataclass_fields__[field].default
     prefix = Outputs.__dataclass_fields__["trainer_log_stream_prefix"].default
     assert outputs["trainer_log_stream_prefix"]["value"] == prefix
     assert locals_["logging"]  # the stream prefix is the container's name: trainer/trainer/<task id>
-
-
-def test_every_image_a_task_uses_is_built_by_images():
-    text = "".join(p.read_text() for p in (MODULES / "ray").glob("*.tf"))
-    used = set(re.findall(r'var\.images\["([\w-]+)"\]', text))
-    assert used == {"ray-head", "ray-worker", "trainer", "gpu-metrics"}
-    built = {p.parent.name for p in (INFRA.parent / "images").glob("*/Dockerfile")}
-    assert used <= built, sorted(used - built)
-    # and the registry holds exactly what images/ builds: the root derives the list from the directory
-    root = merged(load_dir(INFRA), "locals")
-    assert 'fileset("${path.module}/../images", "*/Dockerfile")' in root["image_names"]
 
 
 def test_fsdp_variable_file_sets_only_known_worker_fields():
@@ -97,11 +87,3 @@ def test_every_checkov_skip_is_inline_with_a_reason():
             if "checkov:skip" in line:
                 match = re.search(r"#\s*checkov:skip=(CKV2?_AWS_\d+):\s*(\S.{15,})", line)
                 assert match, f"{tf.name}: skip without an ID and a reason: {line.strip()}"
-
-
-@pytest.mark.skipif(shutil.which("terraform") is None, reason="terraform not installed (the infra workflow runs fmt)")
-def test_terraform_fmt_is_clean():
-    env = {"TF_CLI_CONFIG_FILE": "/dev/null", "PATH": "/usr/bin:/usr/local/bin"}
-    command = ["terraform", "fmt", "-check", "-recursive", "-list=true", str(INFRA)]
-    result = subprocess.run(command, capture_output=True, text=True, env=env)
-    assert result.returncode == 0, f"run terraform fmt -recursive infra: {result.stdout}{result.stderr}"

@@ -23,10 +23,8 @@ PROTOTYPES_PER_CLASS = 3
 def _smooth(field: np.ndarray, passes: int) -> np.ndarray:
     for _ in range(passes):
         field = (
-            field
-            + np.roll(field, 1, -1) + np.roll(field, -1, -1)
-            + np.roll(field, 1, -2) + np.roll(field, -1, -2)
-        ) / 5.0  # fmt: skip
+            field + np.roll(field, 1, -1) + np.roll(field, -1, -1) + np.roll(field, 1, -2) + np.roll(field, -1, -2)
+        ) / 5.0
     return field
 
 

@@ -18,10 +18,10 @@ from training.data.order import epoch_shard
 
 def read_text(source: str, s3_endpoint_url: str | None = None) -> str:
     if source.startswith("s3://"):
-        import boto3
+        from training.core.aws import Aws
 
         bucket, _, key = source.removeprefix("s3://").partition("/")
-        s3 = boto3.client("s3", endpoint_url=s3_endpoint_url)  # the same store as the run's storage
+        s3 = Aws().client("s3", endpoint_url=s3_endpoint_url)  # the same store as the run's storage
         return s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode()
     if source.startswith("hf://"):
         from huggingface_hub import hf_hub_download
@@ -63,8 +63,9 @@ class PackedBlocks:
     def steps_per_epoch(self, world: int, micro_batch: int, grad_accum: int) -> int:
         return (len(self) // world) // (micro_batch * grad_accum)
 
-    def micro_batch(self, step: int, micro: int, rank: int, world: int, seed: int, micro_batch: int,
-                    grad_accum: int) -> torch.Tensor:  # fmt: skip
+    def micro_batch(
+        self, step: int, micro: int, rank: int, world: int, seed: int, micro_batch: int, grad_accum: int
+    ) -> torch.Tensor:
         """The `micro`-th micro-batch of global step `step` (0-based) for this rank: a pure function of the
         step, so a resumed run continues exactly where the checkpoint left off."""
         per_epoch = self.steps_per_epoch(world, micro_batch, grad_accum)

@@ -62,10 +62,14 @@ resource "aws_launch_template" "this" {
   # With EFA the interfaces are declared here; otherwise the ASG's subnets and these groups apply.
   vpc_security_group_ids = each.value.efa ? null : var.security_group_ids
 
+  # One EFA interface per EFA device of the type (the catalog's efa_devices): network card 0 carries the primary
+  # interface (device 0), every further card one more EFA interface (device 1), so the workers can map every
+  # /dev/infiniband/uverbsN (infra/modules/ray).
   dynamic "network_interfaces" {
-    for_each = each.value.efa ? [1] : []
+    for_each = each.value.efa ? range(max(each.value.efa_interfaces, 1)) : []
     content {
-      device_index          = 0
+      network_card_index    = network_interfaces.value
+      device_index          = network_interfaces.value == 0 ? 0 : 1
       interface_type        = "efa"
       security_groups       = concat(var.security_group_ids, var.efa_security_group_ids)
       delete_on_termination = true
@@ -83,9 +87,9 @@ resource "aws_launch_template" "this" {
     }
   }
 
-  # IMDSv2 only, one hop: bridge-mode containers cannot reach it; awsvpc and host-mode tasks can (the
-  # gpu-metrics sidecar reads its instance id there), and the instance role they would find holds only
-  # what the ECS agent needs.
+  # IMDSv2 only, one hop. No container reaches it: the agent blocks it for awsvpc tasks, the user data's guard
+  # for bridge and host-network containers (user_data.sh.tftpl); the sidecar reads its instance from a file
+  # the guard writes. The instance role holds only the ECS agent's rights in this cluster (infra/modules/iam).
   metadata_options {
     http_endpoint               = "enabled"
     http_tokens                 = "required"
@@ -101,6 +105,7 @@ resource "aws_launch_template" "this" {
     node_group = each.key
     gpu        = each.value.gpus > 0
     spot       = each.value.spot
+    efa        = each.value.efa # EFA workers run in host networking: the agent serves them their task role
   }))
 
   tag_specifications {

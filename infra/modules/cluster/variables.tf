@@ -4,7 +4,7 @@ variable "name" {
 }
 
 variable "node_groups" {
-  description = "Per node group (head, worker): instance type and its catalog facts, instance count, root volume, Spot, EFA and placement group."
+  description = "Per node group (head, worker): instance type and its catalog facts, instance count, root volume, Spot, EFA (and its EFA interfaces, one per EFA device of the type) and placement group."
   type = map(object({
     instance_type   = string
     count           = number
@@ -13,6 +13,7 @@ variable "node_groups" {
     spot            = bool
     placement_group = bool
     root_volume_gb  = number
+    efa_interfaces  = optional(number, 0)
   }))
 
   validation {
@@ -32,7 +33,7 @@ variable "security_group_ids" {
 }
 
 variable "efa_security_group_ids" {
-  description = "Extra security groups on an EFA interface (the Ray tasks' group, whose members must reach each other on every port for EFA)."
+  description = "Extra security groups on the EFA interfaces: the Ray tasks' group (Ray's ports) and the EFA group (all traffic among the EFA interfaces, which EFA requires)."
   type        = list(string)
   default     = []
 }

@@ -7,6 +7,24 @@ locals {
   region    = data.aws_region.current.name
   partition = data.aws_partition.current.partition
   log_arn   = "arn:${local.partition}:logs:${local.region}:${local.account}:log-group:/rayfleet/${var.name}/*"
+  # The ECS cluster is named after the deployment (infra/modules/cluster); known here without depending on it.
+  cluster_arn = "arn:${local.partition}:ecs:${local.region}:${local.account}:cluster/${var.name}"
+}
+
+# Auto Scaling's service-linked role, which the key policy names. AWS creates it with an account's first Auto
+# Scaling group, so a fresh account has none, and KMS refuses a key policy naming a principal that does not
+# exist (MalformedPolicyDocumentException). `make deploy` creates a missing one before Terraform runs
+# (scripts/deploy/infra.py); a pipeline that runs Terraform alone sets create = true in a fresh account, and the
+# key policy then references the role, so the key comes after it. Only one may exist per account.
+resource "aws_iam_service_linked_role" "autoscaling" {
+  count            = var.create_autoscaling_service_linked_role ? 1 : 0
+  aws_service_name = "autoscaling.amazonaws.com"
+  description      = "Auto Scaling (created by rayfleet ${var.name} in an account that had none)"
+}
+
+locals {
+  # A reference when Terraform creates the role, so the key (and its policy) is created after it.
+  autoscaling_role_arn = var.create_autoscaling_service_linked_role ? aws_iam_service_linked_role.autoscaling[0].arn : "arn:${local.partition}:iam::${local.account}:role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling"
 }
 
 # One key for the deployment's logs, bucket, images, volumes and the Ray token secret.
@@ -36,7 +54,7 @@ resource "aws_kms_key" "this" {
         # Auto Scaling launches instances with encrypted root volumes on the caller's behalf.
         Sid       = "AutoScalingVolumes"
         Effect    = "Allow"
-        Principal = { AWS = "arn:${local.partition}:iam::${local.account}:role/aws-service-role/autoscaling.amazonaws.com/AWSServiceRoleForAutoScaling" }
+        Principal = { AWS = local.autoscaling_role_arn }
         Action    = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey", "kms:CreateGrant"]
         Resource  = "*"
       },

@@ -121,16 +121,50 @@ resource "aws_iam_role_policy" "task" {
   })
 }
 
-# Instance role: the ECS agent only (AWS's managed policy for container instances; no ReadOnlyAccess).
+# Instance role: the ECS agent of this deployment's cluster only. AWS's AmazonEC2ContainerServiceforEC2Role
+# grants the same actions on "*" (every cluster's container instances, every repository and log group of
+# the account); here each action names this deployment's resources wherever the Service Authorization
+# Reference gives it a resource type. Left out: ecs:CreateCluster (the cluster exists before any instance),
+# ec2:DescribeTags and ecs:TagResource (no ECS_CONTAINER_INSTANCE_PROPAGATE_TAGS_FROM / instance tags here).
+# No container can use this role: IMDS is closed to them (infra/modules/cluster/user_data.sh.tftpl).
 resource "aws_iam_role" "instance" {
   name               = "${var.name}-instance"
   assume_role_policy = local.assume["ec2"]
   tags               = local.tags
 }
 
-resource "aws_iam_role_policy_attachment" "instance_ecs" {
-  role       = aws_iam_role.instance.name
-  policy_arn = "arn:${local.partition}:iam::aws:policy/service-role/AmazonEC2ContainerServiceforEC2Role"
+resource "aws_iam_role_policy" "instance" {
+  name = "ecs-agent"
+  role = aws_iam_role.instance.id
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [
+      {
+        # resource type: cluster
+        Sid      = "AgentOfThisCluster"
+        Effect   = "Allow"
+        Action   = ["ecs:RegisterContainerInstance", "ecs:DeregisterContainerInstance", "ecs:SubmitAttachmentStateChanges", "ecs:SubmitContainerStateChange", "ecs:SubmitTaskStateChange"]
+        Resource = local.cluster_arn
+      },
+      {
+        # resource type: container-instance, whose ARN names its cluster (UpdateContainerInstancesState: Spot draining)
+        Sid      = "AgentOfItsInstances"
+        Effect   = "Allow"
+        Action   = ["ecs:Poll", "ecs:StartTelemetrySession", "ecs:UpdateContainerInstancesState"]
+        Resource = "arn:${local.partition}:ecs:${local.region}:${local.account}:container-instance/${var.name}/*"
+      },
+      { Sid = "DiscoverPollEndpoint", Effect = "Allow", Action = "ecs:DiscoverPollEndpoint", Resource = "*" }, # no resource type
+      { Sid = "EcrAuth", Effect = "Allow", Action = "ecr:GetAuthorizationToken", Resource = "*" },             # no resource type
+      {
+        # Tasks pull with the execution role; the agent uses these only for a task without one.
+        Sid      = "PullOwnImages"
+        Effect   = "Allow"
+        Action   = ["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"]
+        Resource = var.repository_arns
+      },
+      { Sid = "Logs", Effect = "Allow", Action = ["logs:CreateLogStream", "logs:PutLogEvents"], Resource = "${local.log_arn}:*" },
+    ]
+  })
 }
 
 resource "aws_iam_instance_profile" "instance" {

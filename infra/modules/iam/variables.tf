@@ -23,6 +23,12 @@ variable "metric_namespace" {
   type        = string
 }
 
+variable "create_autoscaling_service_linked_role" {
+  description = "Create Auto Scaling's service-linked role, which the key policy names: true only in an account that has none yet."
+  type        = bool
+  default     = false
+}
+
 variable "tags" {
   description = "Tags for every taggable resource."
   type        = map(string)

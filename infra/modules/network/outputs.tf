@@ -22,3 +22,8 @@ output "availability_zones" {
   description = "Zones the subnets are in."
   value       = local.azs
 }
+
+output "efa_security_group_id" {
+  description = "The EFA group (all traffic among the EFA interfaces), or null without EFA."
+  value       = one(aws_security_group.efa[*].id)
+}

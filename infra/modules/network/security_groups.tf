@@ -92,3 +92,37 @@ resource "aws_vpc_security_group_ingress_rule" "endpoints" {
   description                  = "HTTPS from the cluster's ${each.key}"
   tags                         = local.tags
 }
+
+# EFA's OS-bypass traffic (SRD) is neither TCP nor UDP: AWS requires the group of EFA interfaces to allow all
+# traffic from and to itself. The one all-traffic pair of rules in rayfleet, only in the EFA shape, only on
+# this group, which only the workers' EFA interfaces carry (tests/infra/test_security_groups.py names it).
+resource "aws_security_group" "efa" {
+  # checkov:skip=CKV2_AWS_5: attached in the cluster module (the workers' EFA interfaces), which this check cannot follow
+  count       = var.efa ? 1 : 0
+  name_prefix = "${var.name}-efa-"
+  description = "EFA interfaces of ${var.name}'s workers: all traffic, only among themselves (EFA requirement)"
+  vpc_id      = aws_vpc.this.id
+  tags        = merge(local.tags, { Name = "${var.name}-efa" })
+
+  lifecycle {
+    create_before_destroy = true
+  }
+}
+
+resource "aws_vpc_security_group_ingress_rule" "efa" {
+  count                        = var.efa ? 1 : 0
+  security_group_id            = aws_security_group.efa[0].id
+  referenced_security_group_id = aws_security_group.efa[0].id
+  ip_protocol                  = "-1"
+  description                  = "EFA: all traffic from the EFA group itself (AWS requirement for EFA)"
+  tags                         = local.tags
+}
+
+resource "aws_vpc_security_group_egress_rule" "efa" {
+  count                        = var.efa ? 1 : 0
+  security_group_id            = aws_security_group.efa[0].id
+  referenced_security_group_id = aws_security_group.efa[0].id
+  ip_protocol                  = "-1"
+  description                  = "EFA: all traffic to the EFA group itself (AWS requirement for EFA)"
+  tags                         = local.tags
+}

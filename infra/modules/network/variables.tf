@@ -37,6 +37,12 @@ variable "ray_ports" {
   type        = map(object({ from = number, to = number }))
 }
 
+variable "efa" {
+  description = "Make the EFA group: all traffic among the workers' EFA interfaces, which EFA requires (only for the EFA shape)."
+  type        = bool
+  default     = false
+}
+
 variable "flow_log_retention_days" {
   description = "Days to keep VPC flow logs."
   type        = number

@@ -2,15 +2,15 @@
 # agent need some, so tasks take 90%. Ray's object store lives in /dev/shm, and tmpfs pages count against
 # the container's memory limit: shared memory = object store + 1 GiB (DataLoader workers, NCCL's shm
 # transport), and it must leave at least 2 GiB of the limit to the processes themselves (preconditions in
-# main.tf; tests/unit/test_infra_sizing.py evaluates these same expressions for every catalog type).
+# main.tf; tests/infra/test_sizing.py evaluates these same expressions for every catalog type).
 locals {
-  sidecar_memory_mib = 256
+  sidecar_memory_mib = 256 # gpu-metrics beside each worker; ray-snapshot beside the head
   shm_headroom_mib   = 1024
   process_floor_mib  = 2048
 
   head_instance_memory_mib = floor(var.head_node.memory_mib * 0.9)
-  # The head instance also hosts the trainer (the job driver): 60% head, 40% trainer.
-  head_memory_mib          = floor(local.head_instance_memory_mib * 0.6)
+  # The head instance also hosts the trainer (the job driver): 60% head (less its ray-snapshot sidecar), 40% trainer.
+  head_memory_mib          = floor(local.head_instance_memory_mib * 0.6) - local.sidecar_memory_mib
   head_object_store_mib    = floor(local.head_memory_mib * min(var.object_store_fraction, 0.25)) # schedules, holds few objects
   head_shm_mib             = local.head_object_store_mib + local.shm_headroom_mib
   trainer_memory_mib       = floor(local.head_instance_memory_mib * 0.4)

@@ -12,9 +12,16 @@ locals {
     { name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.worker_object_store_mib) },
     { name = "RAYFLEET_NUM_CPUS", value = tostring(local.worker_cpus) },
     { name = "RAYFLEET_NUM_GPUS", value = tostring(local.worker_gpus) },
+    { name = "RAYFLEET_CURRENT_RUN_DIR", value = local.current_run_dir },
   ]
-  ray_secrets = [{ name = "RAY_AUTH_TOKEN", valueFrom = aws_secretsmanager_secret.ray_token.arn }]
-  ulimits     = [{ name = "nofile", softLimit = 65536, hardLimit = 65536 }] # Ray opens a socket per worker and object
+  # The run using a worker's GPUs, for the gpu-metrics sidecar's per-run rollup: each Ray Train worker writes
+  # its run's name into this task volume (training/current_run.py), the sidecar reads it at every sample
+  # (monitoring/current_run.py). Read-write in ray-worker, read-only in gpu-metrics; the worker image owns the
+  # directory (ECS copies a Dockerfile VOLUME's owner into the task's empty volume).
+  current_run_dir   = "/run/rayfleet"
+  current_run_mount = { sourceVolume = "current-run", containerPath = local.current_run_dir }
+  ray_secrets       = [{ name = "RAY_AUTH_TOKEN", valueFrom = aws_secretsmanager_secret.ray_token.arn }]
+  ulimits           = [{ name = "nofile", softLimit = 65536, hardLimit = 65536 }] # Ray opens a socket per worker and object
 
   logging = { for c in local.components : c => {
     logDriver = "awslogs"
@@ -46,6 +53,39 @@ locals {
     }
   }
 
+  # Beside the head: Ray's view (nodes, resources, jobs) every 30 s to s3://<bucket>/cluster/ray-status.json,
+  # where `make status` reads it (scripts/container/head_snapshot.py). The head image with the snapshot as its
+  # entry point; it reads the head's dashboard on 127.0.0.1 (awsvpc: the task's containers share the network)
+  # with the token, joins no Ray node. Not essential: losing the snapshot must never stop the head.
+  snapshot_container = {
+    name             = "ray-snapshot"
+    image            = var.images["ray-head"]
+    essential        = false
+    entryPoint       = ["python", "-m", "scripts.container.head_snapshot"]
+    command          = ["--bucket", var.results_bucket, "--interval", "30"]
+    memory           = local.sidecar_memory_mib
+    environment      = [{ name = "RAYFLEET_RAY_PORTS", value = jsonencode(var.ray_ports) }]
+    secrets          = local.ray_secrets
+    dependsOn        = [{ containerName = "ray-head", condition = "HEALTHY" }]
+    logConfiguration = local.logging["ray-head"] # stream ray-head/ray-snapshot/<task id>
+    stopTimeout      = 10
+  }
+
+  # EFA (issue 15 item 9): every EFA device of the instance type (one per EFA interface the launch template
+  # attaches), NCCL through libfabric's EFA provider (the EFA worker image's aws-ofi-nccl), fork-safe under
+  # Ray's forked workers, NCCL's own bootstrap off loopback and docker0, GPUDirect RDMA only where the type has
+  # it (libfabric refuses FI_EFA_USE_DEVICE_RDMA=1 on a device without RDMA read, such as g5's), and memlock
+  # unlimited, since libfabric pins the buffers it registers with the device.
+  efa_devices = [for i in range(var.worker_node.efa_devices) : {
+    hostPath = "/dev/infiniband/uverbs${i}", containerPath = "/dev/infiniband/uverbs${i}", permissions = ["read", "write", "mknod"]
+  }]
+  efa_environment = var.worker_node.efa ? concat(
+    [{ name = "FI_PROVIDER", value = "efa" }, { name = "FI_EFA_FORK_SAFE", value = "1" }],
+    var.worker_node.efa_rdma ? [{ name = "FI_EFA_USE_DEVICE_RDMA", value = "1" }] : [],
+    [{ name = "NCCL_SOCKET_IFNAME", value = "^lo,docker" }],
+  ) : []
+  efa_ulimits = var.worker_node.efa ? [{ name = "memlock", softLimit = -1, hardLimit = -1 }] : []
+
   worker_container = {
     name                 = "ray-worker"
     image                = var.images["ray-worker"]
@@ -53,13 +93,14 @@ locals {
     command              = ["worker"]
     memory               = local.worker_memory_mib
     resourceRequirements = [{ type = "GPU", value = tostring(local.worker_gpus) }]
-    environment          = concat(local.ray_environment, local.worker_environment)
+    environment          = concat(local.ray_environment, local.worker_environment, local.efa_environment)
     secrets              = local.ray_secrets
-    ulimits              = local.ulimits
+    ulimits              = concat(local.ulimits, local.efa_ulimits)
     linuxParameters = merge(
       { sharedMemorySize = local.worker_shm_mib, initProcessEnabled = true },
-      var.worker_node.efa ? { devices = [{ hostPath = "/dev/infiniband/uverbs0", containerPath = "/dev/infiniband/uverbs0", permissions = ["read", "write", "mknod"] }] } : {},
+      var.worker_node.efa ? { devices = local.efa_devices } : {},
     )
+    mountPoints      = [merge(local.current_run_mount, { readOnly = false })]
     logConfiguration = local.logging["ray-worker"]
     stopTimeout      = 120
   }
@@ -74,6 +115,13 @@ locals {
     environment = [
       { name = "RAYFLEET_CLUSTER_NAME", value = var.name },
       { name = "RAYFLEET_INSTANCE_TYPE", value = var.worker_node.instance_type },
+      { name = "RAYFLEET_IDENTITY_FILE", value = "/etc/rayfleet/identity.json" },
+      { name = "RAYFLEET_CURRENT_RUN_DIR", value = local.current_run_dir },
+    ]
+    # The instance id, from the file the host writes at boot: no container may reach IMDS (issue 15 item 1).
+    mountPoints = [
+      { sourceVolume = "instance-identity", containerPath = "/etc/rayfleet", readOnly = true },
+      merge(local.current_run_mount, { readOnly = true }),
     ]
     logConfiguration = local.logging["gpu-metrics"]
   }
@@ -99,7 +147,7 @@ resource "aws_ecs_task_definition" "head" {
   network_mode             = "awsvpc"
   execution_role_arn       = var.execution_role_arn
   task_role_arn            = var.task_role_arn
-  container_definitions    = jsonencode([local.head_container])
+  container_definitions    = jsonencode([local.head_container, local.snapshot_container])
   tags                     = local.tags
 
   lifecycle {
@@ -118,6 +166,17 @@ resource "aws_ecs_task_definition" "worker" {
   task_role_arn            = var.task_role_arn
   container_definitions    = jsonencode([local.worker_container, local.gpu_metrics_container])
   tags                     = local.tags
+
+  # Written by the instance's guard at boot (infra/modules/cluster/user_data.sh.tftpl); the sidecar's only mount.
+  volume {
+    name      = "instance-identity"
+    host_path = "/etc/rayfleet"
+  }
+
+  # Task-scoped and empty at start (no host path): the current-run files of this task's training workers.
+  volume {
+    name = "current-run"
+  }
 
   lifecycle {
     precondition {

@@ -1,9 +1,16 @@
-# Ray's token auth: no request reaches the GCS, dashboard or Jobs API without this token. It is generated
-# here, kept only in Secrets Manager (and Terraform state, which must therefore be an encrypted backend),
-# and handed to containers through the task definitions' `secrets`, never `environment`.
-resource "random_password" "ray_token" {
-  length  = 48
-  special = false
+# Ray's token auth: no request reaches the GCS, dashboard or Jobs API without this token. Terraform makes the
+# secret and its policy and never touches the value: the AWS provider reads a secret version back with
+# GetSecretValue on create and on every refresh, which the policy below denies to all but the execution
+# role, and a version in state would be re-created as current after rotations. `make deploy` seeds the first
+# value (PutSecretValue, only while no version is current: scripts/ecs/rotate_token.py `seed_token`),
+# `make rotate-ray-token` writes the next ones; ECS hands it to containers through the task definitions'
+# `secrets`, never `environment`. The token is in no state file.
+data "aws_caller_identity" "current" {}
+
+# The principal running Terraform as IAM names it (an assumed role's role ARN, path included), which is
+# what `aws:PrincipalArn` matches when `make deploy` seeds the token as that principal.
+data "aws_iam_session_context" "deployer" {
+  arn = data.aws_caller_identity.current.arn
 }
 
 resource "aws_secretsmanager_secret" "ray_token" {
@@ -15,18 +22,9 @@ resource "aws_secretsmanager_secret" "ray_token" {
   tags                    = merge(var.tags, { Component = "ray" })
 }
 
-resource "aws_secretsmanager_secret_version" "ray_token" {
-  secret_id     = aws_secretsmanager_secret.ray_token.id
-  secret_string = random_password.ray_token.result
-
-  lifecycle {
-    # `make rotate-ray-token` writes newer versions; an apply must not roll them back.
-    ignore_changes = [secret_string, version_stages]
-  }
-}
-
-# Only the task execution role may read the token; everyone else, account admins included, is denied
-# GetSecretValue. Writing a new version (rotation) stays with the account's IAM policies.
+# Only the task execution role may read the token; everyone else, account admins and the deployer included,
+# is denied GetSecretValue. The deploying principal may write a version (the seed, and rotations), and
+# nothing else; other principals write only as far as the account's IAM policies let them.
 resource "aws_secretsmanager_secret_policy" "ray_token" {
   secret_arn = aws_secretsmanager_secret.ray_token.arn
   policy = jsonencode({
@@ -47,6 +45,33 @@ resource "aws_secretsmanager_secret_policy" "ray_token" {
         Resource  = "*"
         Condition = { StringNotEquals = { "aws:PrincipalArn" = var.execution_role_arn } }
       },
+      {
+        Sid       = "DeployerWrites"
+        Effect    = "Allow"
+        Principal = { AWS = data.aws_iam_session_context.deployer.issuer_arn }
+        Action    = "secretsmanager:PutSecretValue"
+        Resource  = "*"
+      },
     ]
   })
+}
+
+# Deployments made before the token left Terraform hold these two in state: forget them, never destroy them
+# (destroying the version would read it back with GetSecretValue, which the policy denies). Where even the
+# refresh is denied, run once: terraform state rm module.ray.aws_secretsmanager_secret_version.ray_token
+# module.ray.random_password.ray_token (infra/README.md).
+removed {
+  from = aws_secretsmanager_secret_version.ray_token
+
+  lifecycle {
+    destroy = false
+  }
+}
+
+removed {
+  from = random_password.ray_token
+
+  lifecycle {
+    destroy = false
+  }
 }

@@ -44,8 +44,11 @@ variable "head_node" {
 }
 
 variable "worker_node" {
-  description = "Worker node group: instance type and its facts, instance count, and whether it uses EFA."
-  type        = object({ instance_type = string, vcpus = number, memory_mib = number, gpus = number, count = number, efa = bool })
+  description = "Worker node group: instance type and its facts, instance count, whether it uses EFA, its EFA devices and whether they do GPUDirect RDMA."
+  type = object({
+    instance_type = string, vcpus = number, memory_mib = number, gpus = number, count = number, efa = bool,
+    efa_devices   = optional(number, 0), efa_rdma = optional(bool, false)
+  })
 }
 
 variable "ray_ports" {
@@ -62,6 +65,11 @@ variable "object_store_fraction" {
     condition     = var.object_store_fraction >= 0.05 && var.object_store_fraction <= 0.5
     error_message = "object_store_fraction must be between 0.05 and 0.5."
   }
+}
+
+variable "results_bucket" {
+  description = "Name of the results bucket: the head's ray-snapshot container writes cluster/ray-status.json there for make status."
+  type        = string
 }
 
 variable "execution_role_arn" {

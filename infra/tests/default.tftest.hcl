@@ -1,0 +1,521 @@
+# The DDP shape, infra/'s defaults (m5.xlarge head, 2 x g5.xlarge workers), planned and applied with mocked
+# providers: Terraform evaluates every expression, jsonencode and precondition of the root and its modules,
+# and these assertions read what it rendered. Run: `terraform test -var-file=fsdp.tfvars` in a directory
+# initialised with the stand-in providers (tests/infra/test_terraform_test.py does both); this file pins
+# `workers` to the default, so the var-file only reaches fsdp.tftest.hcl.
+#
+# Test assertions can read the root module's resources and outputs, not a child module's resources, so
+# the task definitions are read in runs of ./modules/ray itself, given the inputs the root gives it for
+# this shape (the catalog's facts); `output.sizes_mib == run.root.task_sizes_mib` ties the two together.
+
+mock_provider "aws" {
+  source = "./tests"
+}
+
+mock_provider "random" {}
+
+variables {
+  image_tag = "0123456789ab"
+  workers   = {}
+  catalog   = jsondecode(file("catalog/instance_types.json")).instance_types
+  ray_ports = jsondecode(file("catalog/ray_ports.json"))
+  images = {
+    "ray-head"    = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rayfleet/ray-head:0123456789ab"
+    "ray-worker"  = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rayfleet/ray-worker:0123456789ab"
+    "trainer"     = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rayfleet/trainer:0123456789ab"
+    "gpu-metrics" = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rayfleet/gpu-metrics:0123456789ab"
+  }
+  execution_role_arn = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
+  task_role_arn      = "arn:aws:iam::123456789012:role/rayfleet-task"
+  kms_key_arn        = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
+  results_bucket     = "rayfleet-results-0123456789" # the ray module's ray-snapshot writes here
+  token_secret_arn   = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/ray-auth-token-20250601-AbCdEf"
+}
+
+run "root" {
+  command = apply
+
+  assert {
+    condition     = output.worker_instance_type == "g5.xlarge"
+    error_message = "The default worker type is g5.xlarge, got ${output.worker_instance_type}."
+  }
+
+  assert {
+    condition = output.task_sizes_mib == {
+      head    = { memory = 8591, shm = 3171, object_store = 2147 }
+      trainer = { memory = 5898, shm = 2498, object_store = 1474 }
+      worker  = { memory = 14489, shm = 5370, object_store = 4346 }
+    }
+    error_message = "Task sizes of the default shape changed: ${jsonencode(output.task_sizes_mib)}"
+  }
+
+  assert {
+    condition = output.log_groups == {
+      "ray-head"    = "/rayfleet/rayfleet/ray-head"
+      "ray-worker"  = "/rayfleet/rayfleet/ray-worker"
+      "trainer"     = "/rayfleet/rayfleet/trainer"
+      "gpu-metrics" = "/rayfleet/rayfleet/gpu-metrics"
+    }
+    error_message = "One log group per container, named /rayfleet/<name>/<container>."
+  }
+
+  assert {
+    condition     = [output.head_container_name, output.worker_container_name, output.trainer_container_name] == ["ray-head", "ray-worker", "trainer"]
+    error_message = "The container names the scripts use (scripts/ecs/outputs.py) changed."
+  }
+
+  assert {
+    condition     = output.trainer_log_stream_prefix == "trainer" && output.head_dns_name == "head.rayfleet.rayfleet.internal"
+    error_message = "The trainer's stream prefix or the head's private DNS name changed."
+  }
+
+  assert {
+    condition     = output.cluster_name == "rayfleet" && output.head_service_name == "rayfleet-ray-head" && output.worker_service_name == "rayfleet-ray-worker"
+    error_message = "Cluster and service names follow var.name."
+  }
+
+  assert {
+    condition     = toset(keys(output.ecr_repository_urls)) == toset(["gpu-metrics", "ray-head", "ray-worker", "trainer"])
+    error_message = "The registry holds exactly the images images/ builds: ${jsonencode(keys(output.ecr_repository_urls))}"
+  }
+
+  assert {
+    condition     = length(output.private_subnet_ids) == 1 && output.region == "us-east-1"
+    error_message = "One zone by default (az_count = 1), in us-east-1."
+  }
+
+  assert {
+    condition     = output.ray_token_secret_arn == var.token_secret_arn
+    error_message = "The token's secret ARN is an output (make rotate-ray-token writes to it)."
+  }
+
+  assert {
+    condition     = output.trainer_task_definition == "rayfleet-trainer:1"
+    error_message = "The launch script runs family:revision of the trainer: ${output.trainer_task_definition}"
+  }
+}
+
+run "ray" {
+  command = apply
+
+  module {
+    source = "./modules/ray"
+  }
+
+  variables {
+    name               = "rayfleet"
+    region             = "us-east-1"
+    vpc_id             = "vpc-0123456789abcdef0"
+    cluster_arn        = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"
+    capacity_providers = { head = "rayfleet-head", worker = "rayfleet-worker" }
+    subnet_ids         = ["subnet-0123456789abcdef0"]
+    security_group_id  = "sg-0000000000000ray0"
+    head_node          = { vcpus = var.catalog["m5.xlarge"].vcpus, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = var.catalog["m5.xlarge"].gpus }
+    worker_node = {
+      instance_type = "g5.xlarge"
+      vcpus         = var.catalog["g5.xlarge"].vcpus
+      memory_mib    = var.catalog["g5.xlarge"].memory_mib
+      gpus          = var.catalog["g5.xlarge"].gpus
+      count         = 2
+      efa           = false
+    }
+  }
+
+  override_resource {
+    target = aws_secretsmanager_secret.ray_token
+    values = {
+      arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/ray-auth-token-20250601-AbCdEf"
+      id  = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/ray-auth-token-20250601-AbCdEf"
+    }
+  }
+
+  assert {
+    condition     = output.sizes_mib == run.root.task_sizes_mib
+    error_message = "This run's inputs differ from what the root gives the ray module for the default shape."
+  }
+
+  # ---- the head ---------------------------------------------------------------------------------------
+  assert {
+    condition     = [for c in jsondecode(aws_ecs_task_definition.head.container_definitions) : c.name] == ["ray-head", "ray-snapshot"]
+    error_message = "The head task runs the head and its ray-snapshot sidecar."
+  }
+
+  assert {
+    condition = jsondecode(aws_ecs_task_definition.head.container_definitions)[1] == {
+      name        = "ray-snapshot"
+      image       = var.images["ray-head"]
+      essential   = false
+      entryPoint  = ["python", "-m", "scripts.container.head_snapshot"]
+      command     = ["--bucket", var.results_bucket, "--interval", "30"]
+      memory      = 256
+      environment = [{ name = "RAYFLEET_RAY_PORTS", value = jsonencode(var.ray_ports) }]
+      secrets     = [{ name = "RAY_AUTH_TOKEN", valueFrom = var.token_secret_arn }]
+      dependsOn   = [{ containerName = "ray-head", condition = "HEALTHY" }]
+      logConfiguration = {
+        logDriver = "awslogs"
+        options   = { awslogs-group = "/rayfleet/rayfleet/ray-head", awslogs-region = "us-east-1", awslogs-stream-prefix = "ray-head" }
+      }
+      stopTimeout = 10
+    }
+    error_message = "ray-snapshot: the head image running scripts.container.head_snapshot into the results bucket, with the token, once the head is healthy, never essential: ${jsonencode(jsondecode(aws_ecs_task_definition.head.container_definitions)[1])}"
+  }
+
+  assert {
+    condition = {
+      for k, v in jsondecode(aws_ecs_task_definition.head.container_definitions)[0] : k => v
+      if contains(["name", "image", "essential", "command", "memory", "stopTimeout"], k)
+      } == {
+      name        = "ray-head"
+      image       = var.images["ray-head"]
+      essential   = true
+      command     = ["head"]
+      memory      = 8591
+      stopTimeout = 120
+    }
+    error_message = "Head container: ${aws_ecs_task_definition.head.container_definitions}"
+  }
+
+  assert {
+    condition = {
+      for e in jsondecode(aws_ecs_task_definition.head.container_definitions)[0].environment : e.name => e.value
+      } == {
+      RAY_AUTH_MODE             = "token"
+      RAYFLEET_HEAD_HOST        = "head.rayfleet.rayfleet.internal"
+      RAYFLEET_RAY_PORTS        = jsonencode(var.ray_ports)
+      RAYFLEET_OBJECT_STORE_MIB = "2147"
+    }
+    error_message = "Head environment: ${jsonencode(jsondecode(aws_ecs_task_definition.head.container_definitions)[0].environment)}"
+  }
+
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.head.container_definitions)[0].secrets == [{ name = "RAY_AUTH_TOKEN", valueFrom = var.token_secret_arn }]
+    error_message = "The head reads RAY_AUTH_TOKEN from the token's secret, as an ECS secret."
+  }
+
+  assert {
+    condition = jsondecode(aws_ecs_task_definition.head.container_definitions)[0].linuxParameters == {
+      sharedMemorySize = 3171, initProcessEnabled = true
+    }
+    error_message = "Head shared memory is its object store + 1 GiB, with an init process."
+  }
+
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.head.container_definitions)[0].ulimits == [{ name = "nofile", softLimit = 65536, hardLimit = 65536 }]
+    error_message = "Ray needs 65536 open files."
+  }
+
+  assert {
+    condition = jsondecode(aws_ecs_task_definition.head.container_definitions)[0].healthCheck == {
+      command = ["CMD", "rayfleet-node", "health"], interval = 15, timeout = 5, retries = 4, startPeriod = 60
+    }
+    error_message = "The head's health check runs rayfleet-node health."
+  }
+
+  assert {
+    condition = jsondecode(aws_ecs_task_definition.head.container_definitions)[0].logConfiguration == {
+      logDriver = "awslogs"
+      options = {
+        awslogs-group         = "/rayfleet/rayfleet/ray-head"
+        awslogs-region        = "us-east-1"
+        awslogs-stream-prefix = "ray-head"
+      }
+    }
+    error_message = "The head logs to its own group with awslogs."
+  }
+
+  assert {
+    condition     = !can(jsondecode(aws_ecs_task_definition.head.container_definitions)[0].resourceRequirements)
+    error_message = "The head schedules, it does not train: no GPU reservation."
+  }
+
+  assert {
+    condition = (
+      aws_ecs_task_definition.head.network_mode == "awsvpc" && aws_ecs_task_definition.head.requires_compatibilities == toset(["EC2"]) &&
+      aws_ecs_task_definition.head.execution_role_arn == var.execution_role_arn && aws_ecs_task_definition.head.task_role_arn == var.task_role_arn
+    )
+    error_message = "The head task: awsvpc on EC2, the execution role pulls and reads the token, the task role runs."
+  }
+
+  # ---- the workers --------------------------------------------------------------------------------------
+  assert {
+    condition     = [for c in jsondecode(aws_ecs_task_definition.worker.container_definitions) : c.name] == ["ray-worker", "gpu-metrics"]
+    error_message = "A worker task is the Ray worker and the GPU-metrics sidecar."
+  }
+
+  assert {
+    condition = {
+      for k, v in jsondecode(aws_ecs_task_definition.worker.container_definitions)[0] : k => v
+      if contains(["image", "essential", "command", "memory", "resourceRequirements", "stopTimeout"], k)
+      } == {
+      image                = var.images["ray-worker"]
+      essential            = true
+      command              = ["worker"]
+      memory               = 14489
+      resourceRequirements = [{ type = "GPU", value = "1" }]
+      stopTimeout          = 120
+    }
+    error_message = "Worker container: ${jsonencode(jsondecode(aws_ecs_task_definition.worker.container_definitions)[0])}"
+  }
+
+  assert {
+    condition = {
+      for e in jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].environment : e.name => e.value
+      } == {
+      RAY_AUTH_MODE             = "token"
+      RAYFLEET_HEAD_HOST        = "head.rayfleet.rayfleet.internal"
+      RAYFLEET_RAY_PORTS        = jsonencode(var.ray_ports)
+      RAYFLEET_OBJECT_STORE_MIB = "4346"
+      RAYFLEET_NUM_CPUS         = "4"
+      RAYFLEET_NUM_GPUS         = "1"
+      RAYFLEET_CURRENT_RUN_DIR  = "/run/rayfleet"
+    }
+    error_message = "Worker environment: ${jsonencode(jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].environment)}"
+  }
+
+  assert {
+    condition = (
+      jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].secrets == [{ name = "RAY_AUTH_TOKEN", valueFrom = var.token_secret_arn }] &&
+      jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].linuxParameters == { sharedMemorySize = 5370, initProcessEnabled = true } &&
+      jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].ulimits == [{ name = "nofile", softLimit = 65536, hardLimit = 65536 }]
+    )
+    error_message = "Worker: the token secret, shared memory = object store + 1 GiB and no EFA device, 65536 files."
+  }
+
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].logConfiguration.options["awslogs-group"] == "/rayfleet/rayfleet/ray-worker"
+    error_message = "Workers log to their own group."
+  }
+
+  assert {
+    condition = jsondecode(aws_ecs_task_definition.worker.container_definitions)[1] == {
+      name      = "gpu-metrics"
+      image     = var.images["gpu-metrics"]
+      essential = false
+      memory    = 256
+      environment = [
+        { name = "RAYFLEET_CLUSTER_NAME", value = "rayfleet" },
+        { name = "RAYFLEET_INSTANCE_TYPE", value = "g5.xlarge" },
+        { name = "RAYFLEET_IDENTITY_FILE", value = "/etc/rayfleet/identity.json" },
+        { name = "RAYFLEET_CURRENT_RUN_DIR", value = "/run/rayfleet" },
+      ]
+      mountPoints = [
+        { sourceVolume = "instance-identity", containerPath = "/etc/rayfleet", readOnly = true },
+        { sourceVolume = "current-run", containerPath = "/run/rayfleet", readOnly = true },
+      ]
+      logConfiguration = {
+        logDriver = "awslogs"
+        options = {
+          awslogs-group         = "/rayfleet/rayfleet/gpu-metrics"
+          awslogs-region        = "us-east-1"
+          awslogs-stream-prefix = "gpu-metrics"
+        }
+      }
+    }
+    error_message = "The sidecar: not essential, 256 MiB, no GPU reservation, no secrets: ${jsonencode(jsondecode(aws_ecs_task_definition.worker.container_definitions)[1])}"
+  }
+
+  assert {
+    condition     = aws_ecs_task_definition.worker.network_mode == "awsvpc"
+    error_message = "Without EFA the workers use awsvpc networking."
+  }
+
+  # issue 15 item 1: IMDS is closed to tasks, so the sidecar learns its instance from a file the host writes
+  # at boot (infra/modules/cluster/user_data.sh.tftpl), mounted read-only into the sidecar only.
+  assert {
+    condition = (
+      [for v in aws_ecs_task_definition.worker.volume : v.name] == ["instance-identity", "current-run"] &&
+      [for v in aws_ecs_task_definition.worker.volume : v.host_path if v.name == "instance-identity"] == ["/etc/rayfleet"] &&
+      [for m in jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].mountPoints : m.sourceVolume] == ["current-run"] &&
+      length(aws_ecs_task_definition.head.volume) == 0 && length(aws_ecs_task_definition.trainer.volume) == 0
+    )
+    error_message = "Only the worker task has the host's /etc/rayfleet, and only the sidecar mounts it."
+  }
+
+  # issue 15 item 11: the sidecar follows the run using its GPUs through a task volume the training workers
+  # write their run's name into (training/current_run.py -> monitoring/current_run.py): empty, task-scoped,
+  # read-write in ray-worker, read-only in gpu-metrics, the same directory named to both.
+  assert {
+    condition = (
+      [for v in aws_ecs_task_definition.worker.volume : v.name if v.host_path == null] == ["current-run"] &&
+      jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].mountPoints == [{ sourceVolume = "current-run", containerPath = "/run/rayfleet", readOnly = false }]
+    )
+    error_message = "The current-run volume: no host path, read-write for the worker: ${jsonencode(aws_ecs_task_definition.worker.volume)}"
+  }
+
+  # ---- the trainer (the job driver) ---------------------------------------------------------------------
+  assert {
+    condition = {
+      for k, v in jsondecode(aws_ecs_task_definition.trainer.container_definitions)[0] : k => v
+      if contains(["name", "image", "command", "memory", "secrets", "linuxParameters"], k)
+      } == {
+      name            = "trainer"
+      image           = var.images["trainer"]
+      command         = ["ddp"]
+      memory          = 5898
+      secrets         = [{ name = "RAY_AUTH_TOKEN", valueFrom = var.token_secret_arn }]
+      linuxParameters = { sharedMemorySize = 2498, initProcessEnabled = true }
+    }
+    error_message = "Trainer container: ${aws_ecs_task_definition.trainer.container_definitions}"
+  }
+
+  assert {
+    condition = (
+      !can(jsondecode(aws_ecs_task_definition.trainer.container_definitions)[0].resourceRequirements) &&
+      { for e in jsondecode(aws_ecs_task_definition.trainer.container_definitions)[0].environment : e.name => e.value }["RAYFLEET_OBJECT_STORE_MIB"] == "1474"
+    )
+    error_message = "The trainer reserves no GPU and starts Ray with its own object store size."
+  }
+
+  # ---- the token: in Secrets Manager only, never in Terraform (no version, no value: tests/infra/test_token_auth.py)
+  assert {
+    condition     = aws_secretsmanager_secret.ray_token.kms_key_id == var.kms_key_arn
+    error_message = "The token's secret is encrypted with the deployment's key."
+  }
+
+  assert {
+    condition = jsondecode(aws_secretsmanager_secret_policy.ray_token.policy).Statement == [
+      {
+        Sid       = "ExecutionRoleReads"
+        Effect    = "Allow"
+        Principal = { AWS = var.execution_role_arn }
+        Action    = "secretsmanager:GetSecretValue"
+        Resource  = "*"
+      },
+      {
+        Sid       = "NobodyElseReads"
+        Effect    = "Deny"
+        Principal = "*"
+        Action    = "secretsmanager:GetSecretValue"
+        Resource  = "*"
+        Condition = { StringNotEquals = { "aws:PrincipalArn" = var.execution_role_arn } }
+      },
+      {
+        Sid       = "DeployerWrites"
+        Effect    = "Allow"
+        Principal = { AWS = "arn:aws:iam::123456789012:user/ci" }
+        Action    = "secretsmanager:PutSecretValue"
+        Resource  = "*"
+      },
+    ]
+    error_message = "Only the execution role reads the token: ${aws_secretsmanager_secret_policy.ray_token.policy}"
+  }
+
+  # ---- the services -------------------------------------------------------------------------------------
+  assert {
+    condition = (
+      aws_ecs_service.head.desired_count == 1 && aws_ecs_service.head.deployment_minimum_healthy_percent == 0 &&
+      aws_ecs_service.head.deployment_maximum_percent == 100 && aws_ecs_service.head.enable_execute_command &&
+      [for s in aws_ecs_service.head.capacity_provider_strategy : s.capacity_provider] == ["rayfleet-head"] &&
+      aws_ecs_service.head.task_definition == aws_ecs_task_definition.head.arn
+    )
+    error_message = "One head, replaced rather than doubled, on the head capacity provider, with ECS Exec."
+  }
+
+  assert {
+    condition = (
+      aws_ecs_service.worker.desired_count == 2 && [for s in aws_ecs_service.worker.capacity_provider_strategy : s.capacity_provider] == ["rayfleet-worker"] &&
+      toset([for p in aws_ecs_service.worker.placement_constraints : p.type]) == toset(["memberOf", "distinctInstance"]) &&
+      length(aws_ecs_service.worker.network_configuration) == 1 &&
+      aws_ecs_service.worker.network_configuration[0].security_groups == toset(["sg-0000000000000ray0"])
+    )
+    error_message = "Two workers, one per instance, in the Ray security group (awsvpc)."
+  }
+}
+
+run "cluster" {
+  command = apply
+
+  module {
+    source = "./modules/cluster"
+  }
+
+  variables {
+    name = "rayfleet"
+    node_groups = {
+      head   = { instance_type = "m5.xlarge", count = 1, gpus = 0, efa = false, spot = false, placement_group = false, root_volume_gb = 100 }
+      worker = { instance_type = "g5.xlarge", count = 2, gpus = 1, efa = false, spot = false, placement_group = false, root_volume_gb = 200 }
+    }
+    subnet_ids             = ["subnet-0123456789abcdef0"]
+    security_group_ids     = ["sg-00000000instances"]
+    efa_security_group_ids = ["sg-0000000000000ray0"]
+    instance_profile_arn   = "arn:aws:iam::123456789012:instance-profile/rayfleet-instance"
+    kms_key_arn            = var.kms_key_arn
+  }
+
+  assert {
+    condition = strcontains(base64decode(aws_launch_template.this["worker"].user_data), <<-EOT
+      cat >> /etc/ecs/ecs.config <<CONFIG
+      ECS_CLUSTER=rayfleet
+      ECS_INSTANCE_ATTRIBUTES={"rayfleet.node-group":"worker"}
+      ECS_ENABLE_TASK_IAM_ROLE=true
+      ECS_ENABLE_TASK_IAM_ROLE_NETWORK_HOST=false
+      ECS_AWSVPC_BLOCK_IMDS=true
+      ECS_CONTAINER_STOP_TIMEOUT=120s
+      ECS_ENABLE_GPU_SUPPORT=true
+      ECS_ENABLE_SPOT_INSTANCE_DRAINING=false
+      CONFIG
+    EOT
+    )
+    error_message = "Worker user data: ${base64decode(aws_launch_template.this["worker"].user_data)}"
+  }
+
+  # issue 15 item 1: no container reaches the instance role through IMDS; the sidecar reads a file instead.
+  assert {
+    condition = alltrue([
+      for g in ["head", "worker"] : alltrue([
+        !strcontains(base64decode(aws_launch_template.this[g].user_data), "ECS_AWSVPC_BLOCK_IMDS=false"),
+        strcontains(base64decode(aws_launch_template.this[g].user_data), "ECS_AWSVPC_BLOCK_IMDS=true\n"),
+        strcontains(base64decode(aws_launch_template.this[g].user_data), "iptables -I DOCKER-USER 1 -d 169.254.169.254/32 -j DROP"),
+        strcontains(base64decode(aws_launch_template.this[g].user_data), "iptables -I OUTPUT 1 -d 169.254.169.254/32 -m owner ! --uid-owner 0 -j REJECT"),
+        strcontains(base64decode(aws_launch_template.this[g].user_data), ":-/etc/rayfleet}") && strcontains(base64decode(aws_launch_template.this[g].user_data), "/identity.json"),
+        strcontains(base64decode(aws_launch_template.this[g].user_data), "systemctl enable --now rayfleet-imds-guard.service"),
+      ])
+    ])
+    error_message = "Every node group blocks IMDS for awsvpc tasks (agent), bridge containers (DOCKER-USER) and non-root host-network processes (OUTPUT), and writes the identity file."
+  }
+
+  assert {
+    condition     = strcontains(base64decode(aws_launch_template.this["head"].user_data), "ECS_ENABLE_GPU_SUPPORT=false\n") && strcontains(base64decode(aws_launch_template.this["head"].user_data), "\"rayfleet.node-group\":\"head\"")
+    error_message = "The head joins as the head node group, without GPU support."
+  }
+
+  assert {
+    condition = (
+      aws_launch_template.this["worker"].instance_type == "g5.xlarge" && aws_launch_template.this["head"].instance_type == "m5.xlarge" &&
+      aws_launch_template.this["worker"].vpc_security_group_ids == toset(["sg-00000000instances"]) &&
+      length(aws_launch_template.this["worker"].network_interfaces) == 0
+    )
+    error_message = "Without EFA the launch template takes the instances' security group, no interface of its own."
+  }
+
+  assert {
+    condition = (
+      aws_launch_template.this["worker"].metadata_options[0].http_tokens == "required" &&
+      aws_launch_template.this["worker"].metadata_options[0].http_put_response_hop_limit == 1 &&
+      aws_launch_template.this["worker"].block_device_mappings[0].ebs[0].encrypted == "true" &&
+      aws_launch_template.this["worker"].block_device_mappings[0].ebs[0].volume_size == 200 &&
+      aws_launch_template.this["head"].block_device_mappings[0].ebs[0].volume_size == 100
+    )
+    error_message = "IMDSv2 with one hop; encrypted gp3 root volumes of the node group's size."
+  }
+
+  assert {
+    condition     = aws_launch_template.this["worker"].image_id == "ami-0123456789abcdef0" && data.aws_ssm_parameter.ami["gpu"].name == "/aws/service/ecs/optimized-ami/amazon-linux-2023/gpu/recommended/image_id"
+    error_message = "GPU groups boot the ECS GPU-optimized AMI."
+  }
+
+  assert {
+    condition = (
+      aws_autoscaling_group.this["worker"].min_size == 0 && aws_autoscaling_group.this["worker"].max_size == 2 &&
+      aws_autoscaling_group.this["worker"].protect_from_scale_in &&
+      aws_autoscaling_group.this["worker"].mixed_instances_policy[0].instances_distribution[0].on_demand_percentage_above_base_capacity == 100 &&
+      length(aws_placement_group.this) == 0
+    )
+    error_message = "Workers scale 0..count on demand, protected from scale-in; no placement group without EFA."
+  }
+
+  assert {
+    condition     = aws_ecs_capacity_provider.this["worker"].auto_scaling_group_provider[0].managed_scaling[0].maximum_scaling_step_size == 2
+    error_message = "The capacity provider may add all workers at once."
+  }
+}

@@ -1,0 +1,135 @@
+# The IAM module's roles, policy statements and key policy as Terraform renders them (mocked providers:
+# account 123456789012, us-east-1, partition aws): least privilege per role, and the Ray token readable by
+# the execution role only.
+
+mock_provider "aws" {
+  source = "./tests"
+}
+
+variables {
+  name             = "rayfleet"
+  bucket_arn       = "arn:aws:s3:::rayfleet-results-20250601"
+  bucket_prefixes  = ["runs/", "cluster/", "data/"]
+  repository_arns  = ["arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/ray-head", "arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/trainer"]
+  metric_namespace = "Rayfleet/GPU"
+}
+
+run "iam" {
+  command = apply
+
+  module {
+    source = "./modules/iam"
+  }
+
+  assert {
+    condition = jsonencode({
+      for s in jsondecode(aws_iam_role_policy.execution.policy).Statement : s.Sid => [s.Action, s.Resource]
+      }) == jsonencode({
+      EcrAuth               = ["ecr:GetAuthorizationToken", "*"]
+      PullOwnImages         = [["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"], var.repository_arns]
+      Logs                  = [["logs:CreateLogStream", "logs:PutLogEvents"], "arn:aws:logs:us-east-1:123456789012:log-group:/rayfleet/rayfleet/*:*"]
+      RayToken              = ["secretsmanager:GetSecretValue", "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/ray-auth-token-*"]
+      DecryptTokenAndImages = ["kms:Decrypt", aws_kms_key.this.arn]
+    })
+    error_message = "Execution role: ${aws_iam_role_policy.execution.policy}"
+  }
+
+  assert {
+    condition = [
+      for s in jsondecode(aws_iam_role_policy.execution.policy).Statement : s.Condition if s.Sid == "DecryptTokenAndImages"
+    ] == [{ StringEquals = { "kms:ViaService" = ["secretsmanager.us-east-1.amazonaws.com", "ecr.us-east-1.amazonaws.com"] } }]
+    error_message = "The execution role decrypts only through Secrets Manager and ECR."
+  }
+
+  assert {
+    condition = {
+      for s in jsondecode(aws_iam_role_policy.task.policy).Statement : s.Sid => s.Resource
+      } == {
+      ListOwnPrefixes      = var.bucket_arn
+      ReadWriteOwnPrefixes = ["arn:aws:s3:::rayfleet-results-20250601/runs/*", "arn:aws:s3:::rayfleet-results-20250601/cluster/*", "arn:aws:s3:::rayfleet-results-20250601/data/*"]
+      BucketKey            = aws_kms_key.this.arn
+      GpuMetrics           = "*"
+      EcsExecChannel       = "*"
+      EcsExecSessionLog    = "arn:aws:logs:us-east-1:123456789012:log-group:/rayfleet/rayfleet/*:*"
+      EcsExecLogKey        = aws_kms_key.this.arn
+      RecipeSecrets        = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/recipes/*"
+      RecipeParameters     = "arn:aws:ssm:us-east-1:123456789012:parameter/rayfleet/recipes/*"
+    }
+    error_message = "Task role: ${aws_iam_role_policy.task.policy}"
+  }
+
+  assert {
+    condition = alltrue([
+      for s in jsondecode(aws_iam_role_policy.task.policy).Statement :
+      !strcontains(jsonencode(s.Resource), "ray-auth-token") && !contains(flatten([s.Action]), "secretsmanager:*")
+    ])
+    error_message = "The task role can never read the Ray token (only recipe secrets under <name>/recipes/)."
+  }
+
+  assert {
+    condition = alltrue([
+      for p in [aws_iam_role_policy.execution.policy, aws_iam_role_policy.task.policy] : alltrue([
+        for s in jsondecode(p).Statement : s.Effect == "Allow" && alltrue([for a in flatten([s.Action]) : !endswith(a, ":*") && a != "*"])
+      ])
+    ])
+    error_message = "No wildcard actions in the roles' policies."
+  }
+
+  assert {
+    condition = (
+      [for s in jsondecode(aws_iam_role_policy.task.policy).Statement : s.Condition if s.Sid == "GpuMetrics"] == [{ StringEquals = { "cloudwatch:namespace" = "Rayfleet/GPU" } }] &&
+      [for s in jsondecode(aws_iam_role_policy.task.policy).Statement : s.Condition if s.Sid == "ListOwnPrefixes"] == [{ StringLike = { "s3:prefix" = ["runs/", "cluster/", "data/", "runs/*", "cluster/*", "data/*"] } }]
+    )
+    error_message = "Metrics only into the module's namespace; listing only under the deployment's prefixes."
+  }
+
+  assert {
+    condition = (
+      jsondecode(aws_iam_role.execution.assume_role_policy).Statement == [{
+        Effect    = "Allow"
+        Principal = { Service = "ecs-tasks.amazonaws.com" }
+        Action    = "sts:AssumeRole"
+        Condition = { StringEquals = { "aws:SourceAccount" = "123456789012" } }
+      }] &&
+      aws_iam_role.task.assume_role_policy == aws_iam_role.execution.assume_role_policy &&
+      jsondecode(aws_iam_role.instance.assume_role_policy).Statement[0].Principal == { Service = "ec2.amazonaws.com" }
+    )
+    error_message = "Task roles are assumed by ECS tasks of this account only; the instance role by EC2."
+  }
+
+  # issue 15 item 1: the instance role is the ECS agent's for this cluster only, not AWS's account-wide managed
+  # policy. Resource types per action from the Service Authorization Reference (Amazon ECS, Amazon ECR,
+  # CloudWatch Logs); "*" only where the action has no resource type.
+  assert {
+    condition = jsonencode({
+      for s in jsondecode(aws_iam_role_policy.instance.policy).Statement : s.Sid => [s.Action, s.Resource]
+      }) == jsonencode({
+      AgentOfThisCluster   = [["ecs:RegisterContainerInstance", "ecs:DeregisterContainerInstance", "ecs:SubmitAttachmentStateChanges", "ecs:SubmitContainerStateChange", "ecs:SubmitTaskStateChange"], "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"]
+      AgentOfItsInstances  = [["ecs:Poll", "ecs:StartTelemetrySession", "ecs:UpdateContainerInstancesState"], "arn:aws:ecs:us-east-1:123456789012:container-instance/rayfleet/*"]
+      DiscoverPollEndpoint = ["ecs:DiscoverPollEndpoint", "*"]
+      EcrAuth              = ["ecr:GetAuthorizationToken", "*"]
+      PullOwnImages        = [["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"], var.repository_arns]
+      Logs                 = [["logs:CreateLogStream", "logs:PutLogEvents"], "arn:aws:logs:us-east-1:123456789012:log-group:/rayfleet/rayfleet/*:*"]
+    })
+    error_message = "Instance role: ${aws_iam_role_policy.instance.policy}"
+  }
+
+  assert {
+    condition = (
+      aws_iam_instance_profile.instance.role == aws_iam_role.instance.name && aws_iam_role_policy.instance.role == aws_iam_role.instance.id &&
+      alltrue([for s in jsondecode(aws_iam_role_policy.instance.policy).Statement : s.Effect == "Allow" && alltrue([for a in flatten([s.Action]) : !strcontains(a, "*")])]) &&
+      !contains(flatten([for s in jsondecode(aws_iam_role_policy.instance.policy).Statement : s.Action]), "ecs:CreateCluster")
+    )
+    error_message = "The instances get only the agent's actions, none by wildcard, and cannot create clusters."
+  }
+
+  assert {
+    condition = (
+      aws_kms_key.this.enable_key_rotation && aws_kms_alias.this.name == "alias/rayfleet-rayfleet" &&
+      [for s in jsondecode(aws_kms_key.this.policy).Statement : s.Sid] == ["AccountAdministers", "LogsOfThisDeployment", "AutoScalingVolumes"] &&
+      jsondecode(aws_kms_key.this.policy).Statement[0].Principal == { AWS = "arn:aws:iam::123456789012:root" } &&
+      jsondecode(aws_kms_key.this.policy).Statement[1].Condition == { ArnLike = { "kms:EncryptionContext:aws:logs:arn" = "arn:aws:logs:us-east-1:123456789012:log-group:/rayfleet/rayfleet/*" } }
+    )
+    error_message = "Key policy: ${aws_kms_key.this.policy}"
+  }
+}

@@ -1,0 +1,172 @@
+# What Terraform must refuse: impossible task sizes (the ray module's preconditions, infra/modules/ray/
+# task_definitions.tf with the arithmetic of sizing.tf), invalid inputs (variable validations of the root
+# and the modules), and EFA on a type without it (the root's check). Each run expects exactly the named
+# failure; a run that plans without it, or fails on something else, fails.
+# Preconditions of a child module's resources can only be expected in a run of that module, so the size
+# refusals run ./modules/ray with the catalog's facts of the types the root would give it.
+
+mock_provider "aws" {
+  source = "./tests"
+}
+
+mock_provider "random" {}
+
+variables {
+  image_tag = "0123456789ab"
+  catalog   = jsondecode(file("catalog/instance_types.json")).instance_types
+  # the ray module's inputs other than the node shapes
+  name               = "rayfleet"
+  region             = "us-east-1"
+  vpc_id             = "vpc-0123456789abcdef0"
+  cluster_arn        = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"
+  capacity_providers = { head = "rayfleet-head", worker = "rayfleet-worker" }
+  subnet_ids         = ["subnet-0123456789abcdef0"]
+  security_group_id  = "sg-0000000000000ray0"
+  ray_ports          = jsondecode(file("catalog/ray_ports.json"))
+  images             = { "ray-head" = "h:1", "ray-worker" = "w:1", "trainer" = "t:1", "gpu-metrics" = "g:1" }
+  execution_role_arn = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
+  task_role_arn      = "arn:aws:iam::123456789012:role/rayfleet-task"
+  kms_key_arn        = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
+  results_bucket     = "rayfleet-results-0123456789" # the ray module's ray-snapshot writes here
+  g5_xlarge_workers  = { instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, count = 2, efa = false }
+}
+
+# ---- task sizes ---------------------------------------------------------------------------------------------
+run "a_head_of_8_gib_leaves_the_trainer_too_little" {
+  command = plan
+  module {
+    source = "./modules/ray"
+  }
+  variables {
+    head_node   = { vcpus = var.catalog["m5.large"].vcpus, memory_mib = var.catalog["m5.large"].memory_mib, gpus = 0 }
+    worker_node = var.g5_xlarge_workers
+  }
+  expect_failures = [aws_ecs_task_definition.trainer]
+}
+
+run "a_worker_type_without_a_gpu" {
+  command = plan
+  module {
+    source = "./modules/ray"
+  }
+  variables {
+    head_node   = { vcpus = 4, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = 0 }
+    worker_node = { instance_type = "m5.2xlarge", vcpus = 8, memory_mib = var.catalog["m5.2xlarge"].memory_mib, gpus = var.catalog["m5.2xlarge"].gpus, count = 2, efa = false }
+  }
+  expect_failures = [aws_ecs_task_definition.worker]
+}
+
+run "a_gpu_worker_whose_store_and_processes_do_not_fit" {
+  command = plan
+  module {
+    source = "./modules/ray"
+  }
+  variables {
+    head_node             = { vcpus = 4, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = 0 }
+    worker_node           = { instance_type = "tiny.gpu", vcpus = 2, memory_mib = 4096, gpus = 1, count = 1, efa = false }
+    object_store_fraction = 0.5
+  }
+  expect_failures = [aws_ecs_task_definition.worker]
+}
+
+run "the_smallest_head_that_fits_and_the_largest_worker" {
+  command = plan
+  module {
+    source = "./modules/ray"
+  }
+  variables {
+    head_node             = { vcpus = 4, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = 0 }
+    worker_node           = { instance_type = "p5.48xlarge", vcpus = 192, memory_mib = var.catalog["p5.48xlarge"].memory_mib, gpus = 8, count = 2, efa = true }
+    object_store_fraction = 0.5
+  }
+  assert {
+    condition     = output.sizes_mib.worker.shm + 2048 <= output.sizes_mib.worker.memory && output.sizes_mib.trainer.shm + 2048 <= output.sizes_mib.trainer.memory
+    error_message = "m5.xlarge head and p5.48xlarge workers fit: ${jsonencode(output.sizes_mib)}"
+  }
+}
+
+run "an_object_store_fraction_out_of_range" {
+  command = plan
+  module {
+    source = "./modules/ray"
+  }
+  variables {
+    head_node             = { vcpus = 4, memory_mib = 16384, gpus = 0 }
+    worker_node           = var.g5_xlarge_workers
+    object_store_fraction = 0.6
+  }
+  expect_failures = [var.object_store_fraction]
+}
+
+# ---- the root's inputs ----------------------------------------------------------------------------------------
+run "no_workers" {
+  command = plan
+  variables {
+    workers = { count = 0 }
+  }
+  expect_failures = [var.workers]
+}
+
+run "a_name_that_cannot_name_resources" {
+  command = plan
+  variables {
+    name = "Ray_Fleet"
+  }
+  expect_failures = [var.name]
+}
+
+run "the_latest_tag" {
+  command = plan
+  variables {
+    image_tag = "latest"
+  }
+  expect_failures = [var.image_tag]
+}
+
+run "efa_on_a_type_without_it" {
+  command = plan
+  variables {
+    workers = { instance_type = "g5.xlarge", efa = true }
+  }
+  expect_failures = [check.efa_supported]
+}
+
+# ---- the modules' inputs --------------------------------------------------------------------------------------
+run "a_root_volume_smaller_than_the_gpu_ami" {
+  command = plan
+  module {
+    source = "./modules/cluster"
+  }
+  variables {
+    node_groups = {
+      worker = { instance_type = "g5.xlarge", count = 1, gpus = 1, efa = false, spot = false, placement_group = false, root_volume_gb = 20 }
+    }
+    subnet_ids           = ["subnet-0123456789abcdef0"]
+    security_group_ids   = ["sg-00000000instances"]
+    instance_profile_arn = "arn:aws:iam::123456789012:instance-profile/rayfleet-instance"
+  }
+  expect_failures = [var.node_groups]
+}
+
+run "five_zones" {
+  command = plan
+  module {
+    source = "./modules/network"
+  }
+  variables {
+    az_count = 5
+  }
+  expect_failures = [var.az_count]
+}
+
+run "an_idle_alarm_not_in_5_minute_steps" {
+  command = plan
+  module {
+    source = "./modules/observability"
+  }
+  variables {
+    cluster_name = "rayfleet"
+    idle_minutes = 7
+  }
+  expect_failures = [var.idle_minutes]
+}

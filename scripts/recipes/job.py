@@ -1,0 +1,160 @@
+"""One recipe run as a Ray job: submit, follow, keep the record. Used where the job is submitted from:
+`make run` for a local cluster, the trainer task on ECS (scripts/recipes/driver.py).
+
+The job runs `recipe.command` in its unpacked code (`working_dir`: a local zip, or the zip's S3 URI), with
+the RAYFLEET_* variables, the recipe's env and the recipe's pinned pip packages as Ray's per-job pip
+environment. Secrets go as references only (RAYFLEET_SECRET_REFS); the entrypoint then starts with
+`python -m scripts.recipes.job_entry`, which resolves them in the job's own process
+(scripts/recipes/secrets.py). Its output is echoed as it comes and saved as driver.log in the run
+directory as it is written (scripts/recipes/log_spool.py); run.json gets the job id, state, exit code, times
+and who follows the job (`submitter`). A failure prints the traceback tail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from scripts.recipes import jobs_api
+from scripts.recipes.log_spool import LogSpool
+from scripts.recipes.schema import Recipe, command, job_env, plain_env
+from scripts.recipes.secrets import REFS_VAR
+from training.core.run_dir import RunDir
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, /proc/<pid>/stat field 22): with the pid, it
+    names one process, not whichever later reuses the pid. None where there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def submitter() -> dict:
+    """Who follows the run: recorded in run.json so that a reader can tell when nobody does any more."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _process_start(os.getpid())}
+
+
+def submitter_gone(record: dict) -> bool:
+    """True when run.json names a submitter on this host whose process no longer exists; False when it
+    lives or when it runs elsewhere (on ECS the trainer task's state decides: scripts/recipes/runs.py)."""
+    who = record.get("submitter") or {}
+    if who.get("host") != socket.gethostname() or not who.get("pid"):
+        return False
+    return _process_start(int(who["pid"])) != who.get("pid_start")
+
+
+def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
+    """Submit and follow (keywords as `_submit_and_follow`). The job's output goes to driver.log as it comes
+    (scripts/recipes/log_spool.py). SIGTERM stops the job and records STOPPED (exit 143); a submitter that
+    raises still leaves run.json FAILED. One that is killed outright (SIGKILL, the task's instance lost)
+    writes nothing: `make runs` and `make status` then mark the run LOST (scripts/recipes/runs.py)."""
+    spool = LogSpool(run_dir)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _submit_and_follow(recipe, run_dir, spool=spool, **how)
+    except BaseException as exc:
+        why = exc.signame if isinstance(exc, jobs_api.Terminated) else type(exc).__name__
+        try:
+            spool.close()
+        finally:
+            run_dir.update(
+                state="FAILED", ended_at=now(), message=f"the submitter stopped ({why}) before the job ended"
+            )
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        spool.close()
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise jobs_api.Terminated("SIGTERM")
+
+
+def _submit_and_follow(
+    recipe: Recipe,
+    run_dir: RunDir,
+    *,
+    address: str,
+    working_dir: str,
+    extra_args: list[str],
+    launch_dir: str,
+    secret_refs: dict[str, str],
+    spool: LogSpool,
+    entrypoint_resources: dict | None = None,
+) -> int:
+    variables = job_env(recipe, run_dir.run_name, run_dir.storage, launch_dir)
+    entry = command(recipe, sys.executable, variables, extra_args)
+    env_vars = {**variables, **plain_env(recipe, variables)}
+    if secret_refs:  # references only: Ray logs, stores and serves runtime_env and the entrypoint
+        env_vars[REFS_VAR] = json.dumps(secret_refs, sort_keys=True)
+        entry = f"{shlex.quote(sys.executable)} -m scripts.recipes.job_entry {shlex.quote(entry)}"
+    runtime_env: dict = {"working_dir": working_dir, "env_vars": env_vars}
+    if recipe.pip:
+        runtime_env["pip"] = {"packages": list(recipe.pip), "pip_check": False}
+    job_id = f"rayfleet-{run_dir.run_name}-{uuid.uuid4().hex[:6]}"  # a resumed run gets a new job
+    client = jobs_api.client_for(address)
+    started = time.monotonic()
+    jobs_api.submit(
+        client,
+        job_id=job_id,
+        entrypoint=entry,
+        runtime_env=runtime_env,
+        metadata={"rayfleet_run": run_dir.run_name, "recipe": recipe.name},
+        entrypoint_resources=entrypoint_resources,
+    )
+    run_dir.update(
+        job_id=job_id,
+        state="RUNNING",
+        entrypoint=entry,
+        extra_args=extra_args,
+        submitted_at=now(),
+        submitter=submitter(),
+    )
+    print(f"[rayfleet] run {run_dir.run_name}: job {job_id} on {address}; results in {run_dir.url}", flush=True)
+    outcome = jobs_api.follow(client, job_id, spool=spool)
+    log_url = spool.close()
+    exit_code, message = outcome.exit_code, outcome.message
+    if outcome.interrupted_by == "SIGTERM":
+        exit_code = 128 + signal.SIGTERM
+        message = f"the submitter got SIGTERM and stopped the job ({outcome.status}). {message}".strip()
+    run_dir.update(
+        state=outcome.status,
+        exit_code=exit_code,
+        message=message,
+        ended_at=now(),
+        duration_s=round(time.monotonic() - started, 1),
+    )
+    if exit_code:
+        reason = outcome.message.strip().splitlines()[0].rstrip(":,") if outcome.message.strip() else ""
+        print(
+            f"error: run {run_dir.run_name} {outcome.status.lower()} (exit {exit_code}): {reason}",
+            file=sys.stderr,
+        )
+        print(outcome.traceback_tail(), file=sys.stderr)
+        print(f"full log: {log_url}", file=sys.stderr)
+    else:
+        print(
+            f"[rayfleet] run {run_dir.run_name} succeeded in {time.monotonic() - started:.0f} s; "
+            f"results in {run_dir.url}",
+            flush=True,
+        )
+    return exit_code

@@ -1,0 +1,252 @@
+"""Run a recipe (recipes/*.yaml, see recipes/README.md): on the local Ray cluster, or on the ECS cluster.
+
+    python -m scripts.recipes.run recipes/ddp.yaml [--target auto|local|ecs] [--set resources.workers=4] [-- ARGS]
+    make run RECIPE=recipes/ddp.yaml ARGS="epochs=3" SET="resources.workers=4"
+
+The target is ECS once `make deploy` has saved the Terraform outputs, else local (or --target).
+Everything that can be wrong with the recipe (its schema, its code directory, its pins, whether its
+resources fit the target) is reported before anything is packaged, uploaded or submitted.
+
+local: the code is zipped into the run directory (./runs/<run> unless the recipe says `storage:`) and
+       submitted through Ray's Jobs API to the running `make cluster-up` cluster, or to one started for
+       this run and stopped after it; the job's output is followed and its exit code is this command's.
+ecs:   the zip goes to s3://<results bucket>/runs/<run>/code-<sha>.zip beside the resolved recipe; the
+       trainer task (RunTask, the recipe in its overrides) submits it to the head through the Jobs API,
+       follows it and exits with its result, which this command follows from CloudWatch Logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+from scripts.ecs.launch import launch, trainer_with_image
+from scripts.ecs.logs import follow_task
+from scripts.ecs.outputs import DEFAULT_FILE, Outputs
+from scripts.local_cluster import cluster as local_cluster
+from scripts.recipes import secrets as recipe_secrets
+from scripts.recipes.job import now, run_job, submitter
+from scripts.recipes.package import PackageError, package
+from scripts.recipes.schema import Capacity, LoadedRecipe, check_fits, load
+from training.core import ray_auth
+from training.core.aws import Aws, run_cli
+from training.core.catalog import INSTANCE_TYPES
+from training.core.config import ConfigError
+from training.core.errors import EXIT_BAD_INPUT, EXIT_FAILED
+from training.core.run_dir import RunDir
+
+
+def machine_gpus() -> int:
+    return sum(1 for p in Path("/dev").glob("nvidia[0-9]*"))
+
+
+def local_capacity(loaded: LoadedRecipe, state: local_cluster.ClusterState | None) -> Capacity:
+    if state is not None:
+        spec = state.spec
+        return Capacity(
+            "the running local cluster (make cluster-up)",
+            float(spec["cpus_per_worker"]),
+            int(spec.get("gpus_per_worker", 0)),
+            None,
+            int(spec["workers"]),
+        )
+    res = loaded.recipe.resources  # a cluster started for this run is sized to the recipe
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
+    return Capacity("this machine", res.cpus_per_worker, machine_gpus(), memory_gib, None)
+
+
+def ecs_capacity(out: Outputs) -> Capacity | None:
+    shape = INSTANCE_TYPES.get(out.worker_instance_type)
+    if shape is None:
+        return None
+    where = f"the ECS workers ({out.worker_instance_type})"
+    return Capacity(where, float(shape["vcpus"]), int(shape["gpus"]), shape["memory_mib"] / 1024, None)
+
+
+def package_into(loaded: LoadedRecipe, run_dir: RunDir, tmp: Path, target: str, extra_args: list[str]) -> dict:
+    """Zip the code, store zip + resolved recipe in the run directory, start run.json; return the zip's facts."""
+    recipe = loaded.recipe
+    pkg = package(loaded.code_dir, tmp / "code.zip", recipe.exclude)
+    print(
+        f"[rayfleet] packaged {pkg.files} files ({pkg.bytes / 1024:,.0f} KiB) from {loaded.code_dir}, "
+        f"sha256 {pkg.sha256[:12]}",
+        flush=True,
+    )
+    if pkg.left_out:
+        shown = ", ".join(pkg.left_out[:5]) + (f" and {len(pkg.left_out) - 5} more" if len(pkg.left_out) > 5 else "")
+        print(f"[rayfleet] left out {len(pkg.left_out)} file(s) that look like state or keys: {shown}", flush=True)
+    code_url = run_dir.upload(f"code-{pkg.sha256[:12]}.zip", pkg.path)
+    run_dir.write("recipe.yaml", recipe.to_yaml())
+    run_dir.update(
+        run_name=run_dir.run_name,
+        recipe=recipe.name,
+        recipe_file=str(loaded.path),
+        target=target,
+        code=code_url,
+        code_sha256=pkg.sha256,
+        code_files=pkg.files,
+        extra_args=extra_args,
+        state="PENDING",
+        created_at=now(),
+        submitter=submitter(),
+    )
+    return {"path": pkg.path, "url": code_url}
+
+
+def run_local(loaded: LoadedRecipe, extra_args: list[str], run_name: str, launch_dir: Path) -> int:
+    recipe = loaded.recipe
+    state = local_cluster.running()
+    check_fits(recipe, local_capacity(loaded, state))
+    storage = recipe.storage or "runs"
+    if not storage.startswith("s3://"):
+        storage = str((launch_dir / storage).resolve())
+    if recipe.image:
+        print(f"[rayfleet] image {recipe.image} applies on ECS only; local runs use this environment", flush=True)
+    run_dir = RunDir(storage, run_name)
+    with (
+        recipe_secrets.handoff(recipe.secret_refs()) as secret_refs,
+        tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp,
+    ):
+        code = package_into(loaded, run_dir, Path(tmp), "local", extra_args)
+        started = False
+        if state is None:
+            print(
+                f"[rayfleet] no local Ray cluster running: starting one for this run ({recipe.resources.workers} "
+                "workers; stopped when it ends)",
+                flush=True,
+            )
+            res = recipe.resources
+            spec = local_cluster.ClusterSpec.from_env(
+                workers=res.workers, cpus_per_worker=res.cpus_per_worker, gpus_per_worker=res.gpus_per_worker
+            )
+            state = local_cluster.up(spec)
+            started = True
+        try:
+            return run_job(
+                recipe,
+                run_dir,
+                address=state.dashboard_url,
+                working_dir=str(code["path"]),
+                extra_args=extra_args,
+                launch_dir=str(launch_dir),
+                secret_refs=secret_refs,
+            )
+        finally:
+            if started:
+                local_cluster.down(quiet=True)
+
+
+def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs: str | None, detach: bool) -> int:
+    recipe = loaded.recipe
+    out = Outputs.load(outputs)
+    capacity = ecs_capacity(out)
+    if capacity is None:
+        print(
+            f"[rayfleet] warning: worker instance type {out.worker_instance_type or '?'} is not in the catalog; "
+            "resources not checked",
+            file=sys.stderr,
+        )
+    else:
+        check_fits(recipe, capacity)
+    recipe_secrets.check_target(recipe.secret_refs(), "ecs")
+    storage = recipe.storage or f"s3://{out.results_bucket}/runs"
+    if not storage.startswith("s3://"):
+        raise ConfigError(f"storage: {storage} is a local path; on ECS runs keep results in s3://bucket/prefix")
+    aws = Aws(out.region)
+    aws.check_cluster(out.cluster_name)
+    run_dir = RunDir(storage, run_name, region=out.region)
+    with tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp:
+        code = package_into(loaded, run_dir, Path(tmp), "ecs", extra_args)
+    task_definition = trainer_with_image(aws, out, recipe.image) if recipe.image else None
+    environment = {
+        "RAYFLEET_RECIPE": recipe.model_dump_json(exclude_none=True),  # references only, never secret values
+        "RAYFLEET_CODE_URI": code["url"],
+        "RAYFLEET_STORAGE": storage,
+        "RAYFLEET_EXTRA_ARGS": json.dumps(extra_args),
+    }
+    record = launch(
+        aws,
+        out,
+        recipe.name,
+        extra_args,
+        run_name,
+        command=["recipe"],
+        environment=environment,
+        task_definition=task_definition,
+    )
+    fields = {
+        "task_arn": record["task_arn"],
+        "task_definition": task_definition or out.trainer_task_definition,
+        "log_stream": record["log_stream"],
+    }
+    if run_dir.record().get("state") == "PENDING":  # the trainer may already have written RUNNING: keep it
+        fields["state"] = "SUBMITTED"
+    run_dir.update(**fields)
+    print(f"run {run_name}: task {record['task_arn']}")
+    print(f"  results   {run_dir.url}/")
+    print(f"  log       {record['log_group']} {record['log_stream']}  (make logs RUN={run_name})")
+    if detach:
+        return 0
+    return follow_task(aws, out, record["task_arn"], record["log_stream"])
+
+
+def choose_target(target: str, outputs: str | None) -> str:
+    if target != "auto":
+        return target
+    deployed = Path(outputs or os.environ.get("RAYFLEET_OUTPUTS") or DEFAULT_FILE).is_file()
+    return "ecs" if deployed else "local"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ray_auth.use_token_auth()  # first: Ray reads its auth mode once, when it is imported
+    parser = argparse.ArgumentParser(
+        prog="python -m scripts.recipes.run",
+        description=__doc__.split("\n")[0],
+        epilog="Arguments after -- are appended to the recipe's args.",
+    )
+    parser.add_argument("recipe", help="the recipe file (recipes/ddp.yaml, or your own)")
+    parser.add_argument(
+        "--target",
+        choices=["auto", "local", "ecs"],
+        default="auto",
+        help="auto: ecs once `make deploy` saved the outputs, else local (the one place that decides)",
+    )
+    parser.add_argument("--local-recipe", help="the recipe to run instead when the run goes to the local cluster")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a recipe field, as in resources.workers=4 (repeatable)",
+    )
+    parser.add_argument("--run-name", help="default: <recipe name>-<UTC time>")
+    parser.add_argument("--detach", action="store_true", help="ECS: return once the trainer task has started")
+    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
+    argv = sys.argv[1:] if argv is None else argv
+    split = argv.index("--") if "--" in argv else len(argv)
+    argv, extra_args = argv[:split], argv[split + 1 :]  # after --: the entrypoint's, verbatim
+    opts = parser.parse_args(argv)
+    opts.args = extra_args
+    try:
+        target = choose_target(opts.target, opts.outputs)
+        recipe = opts.local_recipe if target == "local" and opts.local_recipe else opts.recipe
+        loaded = load(recipe, [s for item in opts.set for s in item.split()])
+        run_name = opts.run_name or f"{loaded.recipe.name}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+        if target == "local":
+            return run_local(loaded, opts.args, run_name, Path.cwd())
+        return run_ecs(loaded, opts.args, run_name, opts.outputs, opts.detach)
+    except (ConfigError, PackageError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except local_cluster.ClusterError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,301 @@
+"""The recipe: one YAML file that says how to run a user's training code on the cluster, locally or on ECS.
+
+    name: resnet-sweep
+    code: .                         # directory packaged and shipped (relative to this file; default: its dir)
+    entrypoint: -m my_pkg.train     # a module (-m ...), a script in `code` (train.py), or a command
+    args: [--epochs, "3"]
+    env:
+      WANDB_MODE: offline
+      HF_TOKEN: {secret: "secretsmanager:rayfleet/recipes/hf-token"}   # resolved in the job's process, never stored
+    resources: {workers: 2, cpus_per_worker: 4, gpus_per_worker: 1, memory_per_worker_gib: 16}
+    storage: s3://bucket/prefix     # default: the run's prefix in the results bucket, or ./runs locally
+    image: 123.dkr.ecr.../custom:v1 # ECS only; default: the trainer image
+    setup: python -c "import my_pkg"
+    pip: [einops==0.8.1]            # pinned only
+    exclude: ["*.ckpt"]             # more patterns the code package leaves out
+
+Validation is as strict as the job configs (training/core/config.py): unknown keys, wrong types, a missing
+entrypoint, a code directory or script that does not exist and unpinned pip packages are each one clear
+error, before anything is packaged or submitted. Whether the resources fit is checked against the target
+(`check_fits`), also before submission.
+
+The job sees where it runs through RAYFLEET_* variables (`job_env`), and `${RAYFLEET_...}` in args and
+plain env values is replaced by the same values, so a recipe can say `storage=${RAYFLEET_STORAGE}`.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from packaging.requirements import InvalidRequirement, Requirement
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from training.core.config import ConfigError, describe_error, load_yaml, merge, parse_overrides
+
+SECRET_SCHEMES = ("secretsmanager:", "ssm:", "env:")
+JOB_VARS = (
+    "RAYFLEET_RUN_NAME",
+    "RAYFLEET_STORAGE",
+    "RAYFLEET_RUN_DIR",
+    "RAYFLEET_LAUNCH_DIR",
+    "RAYFLEET_NUM_WORKERS",
+    "RAYFLEET_CPUS_PER_WORKER",
+    "RAYFLEET_GPUS_PER_WORKER",
+    "RAYFLEET_MEMORY_PER_WORKER_GIB",
+)
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class SecretRef(_Strict):
+    """A value that is looked up in the job's own process (scripts/recipes/job_entry.py), never written into
+    the recipe, the run record or anything Ray keeps."""
+
+    secret: str = Field(description="secretsmanager:<name or ARN>, ssm:<parameter name> or env:<VARIABLE>")
+
+    @field_validator("secret")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        if not value.startswith(SECRET_SCHEMES) or value.endswith(":"):
+            raise ValueError(
+                f"{value!r} is not a secret reference; write one of "
+                "secretsmanager:<name>, ssm:<parameter>, env:<VARIABLE>"
+            )
+        return value
+
+
+class Resources(_Strict):
+    workers: int = Field(2, ge=1, le=512, description="Ray Train workers")
+    cpus_per_worker: float = Field(1.0, gt=0)
+    gpus_per_worker: int = Field(0, ge=0, le=16)
+    memory_per_worker_gib: float | None = Field(None, gt=0)
+
+    @field_validator("cpus_per_worker", "memory_per_worker_gib", mode="before")
+    @classmethod
+    def _int_is_a_float(cls, value):
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class Recipe(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,39}$", description="lower case, digits, dashes; names runs")
+    code: str = Field(".", description="directory to package, relative to the recipe file")
+    entrypoint: str = Field(min_length=1, description="-m module, a script in code, or a command")
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str | SecretRef] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    storage: str | None = Field(None, description="a local directory or s3://bucket/prefix")
+    image: str | None = None
+    setup: str | None = None
+    pip: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_values(cls, value):
+        """Each value is a string or {secret: ...}: one message per bad value, not one per union member."""
+        if not isinstance(value, dict):
+            return value
+        parsed = {}
+        for key, item in value.items():
+            if isinstance(item, dict):
+                try:
+                    item = SecretRef.model_validate(item)
+                except ValidationError as exc:
+                    raise ValueError(f"{key}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+            elif not isinstance(item, str):
+                raise ValueError(f"{key}: {item!r} is neither a string nor {{secret: ...}} (quote numbers)")
+            parsed[key] = item
+        return parsed
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict) -> dict:
+        for key in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"{key!r} is not an environment variable name")
+            if key in JOB_VARS or key == "RAYFLEET_SECRET_REFS":
+                raise ValueError(f"{key} is set by rayfleet for every run; choose another name")
+        return value
+
+    @field_validator("pip")
+    @classmethod
+    def _pinned(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                req = Requirement(entry)
+            except InvalidRequirement as exc:
+                raise ValueError(f"{entry!r} is not a requirement ({exc})") from None
+            specs = list(req.specifier)
+            if req.url or len(specs) != 1 or specs[0].operator not in ("==", "===") or "*" in specs[0].version:
+                raise ValueError(
+                    f"{entry!r} is not pinned; write an exact version, as in "
+                    f"{req.name}==1.2.3 (runs must be reproducible)"
+                )
+        return value
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, value: str | None) -> str | None:
+        if value is not None and value.startswith("s3://") and len(value.rstrip("/")) <= len("s3://"):
+            raise ValueError("s3:// needs a bucket, as in s3://bucket/prefix")
+        return value
+
+    def secret_refs(self) -> dict[str, str]:
+        return {k: v.secret for k, v in self.env.items() if isinstance(v, SecretRef)}
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json", exclude_none=True), sort_keys=False)
+
+
+@dataclass(frozen=True)
+class LoadedRecipe:
+    recipe: Recipe
+    path: Path  # the recipe file
+    code_dir: Path  # absolute
+
+    def entry_kind(self) -> Literal["module", "script", "command"]:
+        return entry_kind(self.recipe.entrypoint)
+
+
+def entry_kind(entrypoint: str) -> Literal["module", "script", "command"]:
+    words = shlex.split(entrypoint)
+    if words[0] == "-m":
+        return "module"
+    if len(words) == 1 and words[0].endswith(".py"):
+        return "script"
+    return "command"
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> LoadedRecipe:
+    """Read, validate and check a recipe file; `overrides` are key=value settings (resources.workers=4)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"recipe {path} does not exist")
+    try:
+        data = load_yaml(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"recipe {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"recipe {path}: the top level must be a mapping of keys to values")
+    data = merge(data, parse_overrides(overrides or []))
+    if "entrypoint" not in data:
+        raise ConfigError(
+            f"invalid recipe {path}:\n  entrypoint: missing; say what to run "
+            "(-m package.module, a script such as train.py, or a command)"
+        )
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as exc:
+        problems = "\n  ".join(describe_error(e) for e in exc.errors())
+        raise ConfigError(f"invalid recipe {path}:\n  {problems}") from None
+    code_dir = (path.parent / recipe.code).resolve()
+    if not code_dir.is_dir():
+        raise ConfigError(f"invalid recipe {path}:\n  code: {recipe.code} is not a directory ({code_dir})")
+    try:
+        words = shlex.split(recipe.entrypoint)
+    except ValueError as exc:
+        raise ConfigError(f"invalid recipe {path}:\n  entrypoint: {exc}") from None
+    if words[0] == "-m" and len(words) != 2:
+        raise ConfigError(f"invalid recipe {path}:\n  entrypoint: -m takes one module name (arguments go in args)")
+    loaded = LoadedRecipe(recipe, path, code_dir)
+    if loaded.entry_kind() == "script" and not (code_dir / words[0]).is_file():
+        raise ConfigError(f"invalid recipe {path}:\n  entrypoint: {words[0]} is not a file in {code_dir}")
+    return loaded
+
+
+# --- what the job sees ------------------------------------------------------------------------------------
+
+
+def job_env(recipe: Recipe, run_name: str, storage: str, launch_dir: str) -> dict[str, str]:
+    res = recipe.resources
+    values = {
+        "RAYFLEET_RUN_NAME": run_name,
+        "RAYFLEET_STORAGE": storage,
+        "RAYFLEET_RUN_DIR": f"{storage.rstrip('/')}/{run_name}",
+        "RAYFLEET_LAUNCH_DIR": launch_dir,
+        "RAYFLEET_NUM_WORKERS": str(res.workers),
+        "RAYFLEET_CPUS_PER_WORKER": f"{res.cpus_per_worker:g}",
+        "RAYFLEET_GPUS_PER_WORKER": str(res.gpus_per_worker),
+    }
+    if res.memory_per_worker_gib is not None:
+        values["RAYFLEET_MEMORY_PER_WORKER_GIB"] = f"{res.memory_per_worker_gib:g}"
+    return values
+
+
+def expand(text: str, variables: dict[str, str], where: str) -> str:
+    """${RAYFLEET_...} -> its value; any other ${...} is an error (a typo would silently stay in)."""
+    try:
+        return string.Template(text).substitute(variables)
+    except (KeyError, ValueError) as exc:
+        known = ", ".join(f"${{{k}}}" for k in variables)
+        raise ConfigError(f"{where}: {text!r} uses an unknown variable {exc}; known: {known}") from None
+
+
+def command(recipe: Recipe, python: str, variables: dict[str, str], extra_args: list[str]) -> str:
+    """The shell command the Ray job runs in the unpacked code directory."""
+    args = [expand(a, variables, "args") for a in [*recipe.args, *extra_args]]
+    words = shlex.split(recipe.entrypoint)
+    kind = entry_kind(recipe.entrypoint)
+    if recipe.pip:  # Ray's per-job virtualenv (over the cluster's packages) is first on PATH: use its python
+        python, prefix = "python", ""
+    else:  # the cluster's interpreter, and its bin first: torchrun, accelerate, deepspeed of the same environment
+        prefix = f'export PATH={shlex.quote(str(Path(python).parent))}:"$PATH"; '
+    head = [python, *words] if kind in ("module", "script") else words
+    main = shlex.join([*head, *args])
+    setup = f"{recipe.setup} && " if recipe.setup else ""
+    return f"{prefix}{setup}{main}"
+
+
+def plain_env(recipe: Recipe, variables: dict[str, str]) -> dict[str, str]:
+    return {k: expand(v, variables, f"env.{k}") for k, v in recipe.env.items() if isinstance(v, str)}
+
+
+# --- does it fit ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What one worker node of the target offers, and how many there are (None: scales on demand)."""
+
+    where: str
+    cpus: float
+    gpus: int
+    memory_gib: float | None
+    nodes: int | None
+
+
+def check_fits(recipe: Recipe, cap: Capacity) -> None:
+    res = recipe.resources
+    problems = []
+    if res.gpus_per_worker > cap.gpus:
+        problems.append(
+            f"resources.gpus_per_worker: {res.gpus_per_worker} GPUs, but a worker of {cap.where} has {cap.gpus}"
+        )
+    if res.cpus_per_worker > cap.cpus:
+        problems.append(
+            f"resources.cpus_per_worker: {res.cpus_per_worker:g} CPUs, but a worker of {cap.where} has {cap.cpus:g}"
+        )
+    if res.memory_per_worker_gib and cap.memory_gib and res.memory_per_worker_gib > cap.memory_gib:
+        problems.append(
+            f"resources.memory_per_worker_gib: {res.memory_per_worker_gib:g} GiB, but a worker of "
+            f"{cap.where} has {cap.memory_gib:.0f} GiB"
+        )
+    if not problems and cap.nodes is not None:
+        per_node = int(cap.cpus // res.cpus_per_worker + 1e-9)
+        if res.gpus_per_worker:
+            per_node = min(per_node, cap.gpus // res.gpus_per_worker)
+        if res.workers > per_node * cap.nodes:
+            problems.append(
+                f"resources.workers: {res.workers} workers do not fit {cap.where}, which holds "
+                f"{per_node * cap.nodes} of this size"
+            )
+    if problems:
+        raise ConfigError(f"recipe {recipe.name} does not fit:\n  " + "\n  ".join(problems))

@@ -1,0 +1,28 @@
+"""A rehearsal of the ECS deployment on one machine: the task definitions Terraform renders run as podman
+containers the way ECS would start them, against a moto server standing in for AWS, and the laptop verbs
+(make train-ddp/run/launch, status, logs, stop) work against it through the same outputs file.
+
+picture.py   the deployment picture in AWS API shapes, from Terraform's rendered state (the one place)
+cloud.py     moto in this process, and the picture created in it (network, cluster, instances, secret...)
+host.py      what changes to fit one host (sizes, CPUs, GPUs, ulimits), said in one line
+agent.py     the ECS agent and service scheduler: moto's tasks as pods and containers, logs, health
+rehearsal.py up (foreground; Ctrl-C or `down` stops everything) and down
+
+What it adds that ECS does not have: AWS_ENDPOINT_URL (moto) and test credentials in every container (ECS
+gives the task role's), and with --data a FashionMNIST directory mounted read-only at /home/ray/data in the
+worker and trainer containers (on ECS a job downloads it: ARGS=download=true; this host has no internet).
+
+What moto cannot record, and the rehearsal writes into moto's backend instead (cloud.Moto): a task's
+status (moto says RUNNING from RunTask on, not PENDING until the containers run), health and, once
+stopped, exit code (moto reports 0 for every container); a service's runningCount
+(moto sets it to desiredCount); an instance's registered CPU, memory and GPUs. Still not recorded: the
+exit codes of a task's second container (moto keeps only the first container definition), service
+events, and the deployments' own counts (a forced new deployment is followed: its tasks replace the old).
+
+What it cannot show: IAM (roles, the secret's resource policy: moto does not enforce them, and every
+container gets the same credentials), VPC routing, NAT, security groups and VPC endpoints (all tasks share
+one podman bridge network), GPUs and the NVIDIA runtime (dropped without GPUs; untested with them), EFA
+and host networking (the fsdp shape runs on the bridge network), capacity providers and Auto Scaling
+(instances are registered up front), ECS Exec, Cloud Map health checks and TTLs (a podman network alias),
+image pulls from ECR (local images), and real instance sizes (everything is scaled to share this host).
+"""

@@ -1,0 +1,125 @@
+"""What the integration tests share besides fixtures: the test cluster's ports, a restartable moto_server,
+and the job and verb commands run as real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from scripts.local_cluster import cluster as local_cluster
+
+REPO = Path(__file__).resolve().parents[2]
+RAY_PORT, DASHBOARD_PORT = 6490, 8365
+# The verbs as the Makefile names them, and the module each runs (python -m ...).
+VERBS = {
+    "launch": "scripts.ecs.launch",
+    "logs": "scripts.ecs.logs",
+    "status": "scripts.ecs.status",
+    "teardown": "scripts.ecs.teardown",
+    "exec": "scripts.ecs.shell",
+    "infra": "scripts.deploy.infra",
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MotoServer:
+    """A real `moto_server` process on 127.0.0.1 that a test can stop and start again on the same port."""
+
+    def __init__(self, port: int | None = None):
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def command(self) -> list[str]:
+        return [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(self.port)]
+
+    def start(self) -> MotoServer:
+        self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(self.url, timeout=1)
+                return self
+            except OSError:
+                if time.monotonic() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError("moto_server did not start") from None
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+            self.proc = None
+
+    def client(self, service: str):
+        import boto3
+
+        return boto3.client(
+            service,
+            endpoint_url=self.url,
+            region_name="us-east-1",
+            aws_access_key_id="testing",
+            aws_secret_access_key="testing",
+        )
+
+
+def run_ddp(env: dict, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "training.ddp", *overrides],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def train_worker_pids(env: dict) -> list[int]:
+    """The Ray Train worker processes of the test cluster."""
+    state_file = Path(env["RAYFLEET_STATE_DIR"]) / "cluster" / "state.json"
+    state = local_cluster.ClusterState(**json.loads(state_file.read_text()))
+    pids = []
+    for pid in local_cluster.find_cluster_pids(state.cluster_id, state.pids):
+        try:
+            if Path(f"/proc/{pid}/cmdline").read_bytes().startswith(b"ray::RayTrainWorker"):
+                pids.append(pid)
+        except OSError:
+            continue
+    return pids
+
+
+def run_verb(env: dict, verb: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", VERBS[verb], *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def verbs_env(endpoint: str, outputs_file: str, region: str, **extra: str) -> dict:
+    """The environment that points the verbs at a moto stack: its endpoint, test credentials, the outputs."""
+    env = {k: v for k, v in os.environ.items() if k != "AWS_PROFILE"}
+    return {
+        **env,
+        "AWS_ENDPOINT_URL": endpoint,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": region,
+        "RAYFLEET_OUTPUTS": outputs_file,
+        "PYTHONUNBUFFERED": "1",
+        **extra,
+    }

@@ -1,0 +1,205 @@
+"""The rehearsal (`python -m scripts.rehearsal up`) as a test runs it: a real subprocess in the foreground,
+its output collected, stopped with SIGINT as Ctrl-C stops it; and what it may leave behind, looked up.
+
+The images are the ones tests/images builds (localhost/rayfleet/<image>:test): reused when all four
+exist, built the same way otherwise, so a full `make test` builds them once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import REPO
+
+TAG = "test"  # tests/images/helpers.py
+IMAGES = ("ray-head", "ray-worker", "trainer", "gpu-metrics")
+BASE = "localhost/rayfleet-local-base:bookworm"
+LABEL = "rayfleet.rehearsal"
+INSTALL = "apt-get install podman buildah debootstrap runc"
+
+
+def podman_env() -> dict:
+    return {**os.environ, "CONTAINERS_CONF": str(REPO / "images" / "containers.conf"), "RAYFLEET_ENGINE": "podman"}
+
+
+def podman(*args: str, check: bool = False, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["podman", *args], env=podman_env(), capture_output=True, text=True, timeout=timeout, check=check
+    )
+
+
+def require_podman() -> None:
+    if shutil.which("podman") is None:
+        if os.environ.get("RAYFLEET_REQUIRE_IMAGES"):
+            pytest.fail(f"podman is not installed, and RAYFLEET_REQUIRE_IMAGES=1 ({INSTALL})")
+        pytest.skip(f"podman not installed: the rehearsal runs the task definitions with it ({INSTALL})")
+
+
+def ensure_images(scratch: Path) -> None:
+    """The four images with the tag tests/images gives them: reused if present, else built as it builds them."""
+    if all(podman("image", "exists", f"localhost/rayfleet/{i}:{TAG}").returncode == 0 for i in IMAGES):
+        return
+    env = podman_env()
+    subprocess.run([str(REPO / "images" / "local-base.sh"), BASE], env=env, check=True, timeout=900)
+    model = REPO / "models" / "tiny-gpt-neox"
+    if not (model / "config.json").is_file():
+        model = scratch / "tiny-gpt-neox"
+        subprocess.run(
+            [sys.executable, "-m", "training.tiny_lm", str(model), "--text", str(scratch / "corpus.txt")],
+            cwd=REPO,
+            check=True,
+            timeout=300,
+        )
+    build = subprocess.run(
+        [sys.executable, "-m", "scripts.deploy.images", "build", "--tag", TAG, "--models", f"tiny-gpt-neox={model}"],
+        cwd=REPO,
+        env={**env, "BASE_IMAGE": BASE, "PYTHON_BASE_IMAGE": BASE},
+        timeout=1800,
+    )
+    assert build.returncode == 0, "make build failed (output above)"
+
+
+def rehearsal_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "scripts.rehearsal", *args],
+        cwd=REPO,
+        env=env or podman_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+class Rehearsal:
+    """`python -m scripts.rehearsal up` running in the background of a test."""
+
+    def __init__(self, state_dir: Path, *args: str):
+        self.state_dir = state_dir
+        self.lines: list[str] = []
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "scripts.rehearsal", "up", "--tag", TAG, "--state-dir", str(state_dir), *args],
+            cwd=REPO,
+            env={**podman_env(), "PYTHONUNBUFFERED": "1"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    @property
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def wait_for(self, text: str, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = [line for line in self.lines if text in line]
+            if found:
+                return found[0]
+            if self.proc.poll() is not None:
+                time.sleep(0.5)  # the reader's last lines
+                raise AssertionError(f"the rehearsal exited ({self.proc.returncode}) before {text!r}:\n{self.output}")
+            time.sleep(0.5)
+        raise AssertionError(f"no {text!r} within {timeout:.0f}s:\n{self.output}")
+
+    @property
+    def state(self) -> dict:
+        return json.loads((self.state_dir / "state.json").read_text())
+
+    def env(self) -> dict:
+        """The laptop verbs' environment, from `python -m scripts.rehearsal env`."""
+        result = rehearsal_cli("env", "--state-dir", str(self.state_dir))
+        assert result.returncode == 0, result.stderr
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("AWS_PROFILE", None)
+        for line in result.stdout.splitlines():
+            if line.startswith("export "):
+                key, _, value = line.removeprefix("export ").partition("=")
+                env[key] = value
+        return env
+
+    def interrupt(self, timeout: float = 240) -> int:
+        """Ctrl-C, as a terminal sends it; the exit code."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        try:
+            return self.proc.wait(timeout=timeout)
+        finally:
+            self._reader.join(timeout=10)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+
+def left_behind(rid: str) -> list[str]:
+    """Whatever podman still holds with the rehearsal's label or secret prefix."""
+    selector = f"label={LABEL}={rid}"
+    found = [
+        f"container {n}" for n in podman("ps", "-a", "--filter", selector, "--format", "{{.Names}}").stdout.split()
+    ]
+    found += [f"pod {n}" for n in podman("pod", "ps", "--filter", selector, "--format", "{{.Name}}").stdout.split()]
+    found += [
+        f"network {n}" for n in podman("network", "ls", "--filter", selector, "--format", "{{.Name}}").stdout.split()
+    ]
+    found += [
+        f"secret {n}"
+        for n in podman("secret", "ls", "--format", "{{.Name}}").stdout.split()
+        if n.startswith(f"rayfleet-rehearsal-{rid}-")
+    ]
+    return found
+
+
+def containers(rid: str, suffix: str = "", running: bool = True) -> list[str]:
+    args = ["ps", "--filter", f"label={LABEL}={rid}", "--format", "{{.Names}}"]
+    if not running:
+        args.insert(1, "-a")
+    return sorted(n for n in podman(*args).stdout.split() if n.endswith(suffix))
+
+
+def ray_nodes_alive(head_container: str, token_env: str = "RAY_AUTH_TOKEN") -> int:
+    """Alive Ray nodes as the head's dashboard lists them (asked from inside the head container)."""
+    script = (
+        "import json,os,urllib.request;"
+        "r=urllib.request.Request('http://127.0.0.1:8265/nodes?view=summary',"
+        f"headers={{'Authorization':'Bearer '+os.environ['{token_env}']}});"
+        "d=json.load(urllib.request.urlopen(r,timeout=5));"
+        "print(sum(n.get('raylet',{}).get('state')=='ALIVE' for n in d['data']['summary']))"
+    )
+    result = podman("exec", head_container, "python", "-c", script, timeout=60)
+    assert result.returncode == 0, result.stderr
+    return int(result.stdout.strip().splitlines()[-1])
+
+
+def run_verb(env: dict, module: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def start_verb(env: dict, module: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )

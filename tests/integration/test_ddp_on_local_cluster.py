@@ -1,0 +1,100 @@
+"""The DDP job on a real local Ray cluster: trains, checkpoints, resumes, refuses what cannot run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.integration.helpers import REPO, train_worker_pids
+from tests.integration.helpers import run_ddp as run
+from training.checkpoint import read_state
+from training.core.run_dir import RunDir
+from training.metrics import read_rows
+
+pytestmark = pytest.mark.integration
+
+
+def small(data, storage, *extra):
+    return [f"data_dir={data}", f"storage={storage}", "eval_batch_size=600", *extra]
+
+
+def test_two_workers_learn_and_checkpoint(cluster_env, small_dataset, tmp_path):
+    result = run(cluster_env, *small(small_dataset, tmp_path, "epochs=3", "run_name=basic"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_rows(RunDir(str(tmp_path), "basic"))
+    assert [r["epoch"] for r in rows] == [1, 2, 3]
+    assert rows[-1]["train_loss"] < rows[0]["train_loss"] * 0.7
+    assert rows[-1]["test_accuracy"] > 0.5  # chance is 0.1
+    assert all(r["workers"] == 2 and r["test_images"] == 600 for r in rows)
+    run_dir = tmp_path / "basic"
+    # keep_checkpoints=2: the last two epochs remain, with their state.
+    assert sorted(p.name for p in run_dir.glob("checkpoint_0*")) == ["checkpoint_000002", "checkpoint_000003"]
+    assert read_state(run_dir / "checkpoint_000003")["epoch"] == 3
+    assert "epochs: 3" in (run_dir / "config.yaml").read_text()
+    # One progress line per epoch (not one per rank), and the summary.
+    out = result.stdout
+    assert [out.count(f"epoch {e}/3 ") for e in (1, 2, 3)] == [1, 1, 1]
+    assert "test accuracy" in out and str(run_dir / "checkpoint_000003") in out
+
+    # Re-running the same run name resumes from its latest checkpoint instead of starting over.
+    again = run(cluster_env, *small(small_dataset, tmp_path, "epochs=4", "run_name=basic"))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "resuming basic from the checkpoint of epoch 3" in again.stdout
+    rows = read_rows(RunDir(str(tmp_path), "basic"))
+    assert [(r["epoch"], r["attempt"]) for r in rows] == [(1, 0), (2, 0), (3, 0), (4, 1)]
+
+
+def test_killed_worker_resumes_from_last_checkpoint(cluster_env, small_dataset, tmp_path):
+    job = subprocess.Popen(
+        [sys.executable, "-m", "training.ddp", *small(small_dataset, tmp_path, "epochs=4", "run_name=fault")],
+        env=cluster_env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Registered, not merely written: Ray resumes only from checkpoints its controller has recorded.
+        snapshot = tmp_path / "fault" / "checkpoint_manager_snapshot.json"
+        deadline = time.monotonic() + 300
+        while not (snapshot.exists() and "checkpoint_000001" in snapshot.read_text()):
+            assert job.poll() is None, job.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no checkpoint within 300 s"
+            time.sleep(0.2)
+        victims = train_worker_pids(cluster_env)
+        assert len(victims) == 2
+        signal_sent_during_epoch = len(read_rows(RunDir(str(tmp_path), "fault")))
+        os.kill(victims[0], signal.SIGKILL)
+        out, err = job.communicate(timeout=600)
+    finally:
+        job.kill()
+    assert job.returncode == 0, err[-3000:]
+    assert signal_sent_during_epoch < 4  # the kill landed mid-run
+    rows = read_rows(RunDir(str(tmp_path), "fault"))
+    assert [r["epoch"] for r in rows] == [1, 2, 3, 4]  # each epoch exactly once
+    resumed = [r for r in rows if r["attempt"] >= 1]
+    assert resumed, "the job never restarted"
+    assert resumed[0]["epoch"] >= 2 and rows[0]["attempt"] == 0  # continued, did not start over
+    assert "resuming fault from the checkpoint of epoch" in out
+
+
+def test_rejects_more_workers_than_the_cluster_can_place(cluster_env, small_dataset, tmp_path):
+    started = time.monotonic()
+    result = run(cluster_env, *small(small_dataset, tmp_path, "num_workers=5", "run_name=toomany"), timeout=120)
+    assert result.returncode == 2  # refused before anything ran (training.core.errors.EXIT_BAD_INPUT)
+    assert "num_workers: 5 workers of 1 CPU each do not fit this cluster, which can place 2" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert time.monotonic() - started < 60
+    assert not (tmp_path / "toomany").exists()  # rejected before anything was written or started
+
+
+def test_bad_config_fails_before_connecting(cluster_env, small_dataset, tmp_path):
+    result = run(cluster_env, *small(small_dataset, tmp_path, "lr=-1", "epochs=zero"), timeout=60)
+    assert result.returncode == 2  # refused before anything ran (training.core.errors.EXIT_BAD_INPUT)
+    assert "lr: Input should be greater than 0" in result.stderr and "epochs:" in result.stderr
+    assert "Traceback" not in result.stderr

@@ -1,0 +1,141 @@
+"""make rotate-ray-token on a real moto_server: a new secret version, the head replaced before the workers
+are restarted, jobs protected, the token never printed.
+
+moto accepts UpdateService(forceNewDeployment) but replaces no task, so a small stand-in for the ECS
+service scheduler does it: when the verb announces a restart, it stops the service's tasks and starts new
+ones (group service:<name>) after a delay, recording when."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from tests.integration import aws_stack as stack
+from tests.integration.helpers import verbs_env
+
+pytestmark = pytest.mark.integration
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture
+def deployed(ecs_moto, tmp_path):
+    outputs = stack.create(ecs_moto, tmp_path, trainer_slots=1)  # Terraform's sizes: the head and one trainer
+    env = verbs_env(ecs_moto.url, outputs["outputs_file"], stack.REGION)
+    return {"moto": ecs_moto, "outputs": outputs, "env": env}
+
+
+def service_tasks(ecs, service: str, cluster: str) -> list[dict]:
+    arns = ecs.list_tasks(cluster=cluster, desiredStatus="RUNNING")["taskArns"]
+    tasks = ecs.describe_tasks(cluster=cluster, tasks=arns)["tasks"] if arns else []
+    return [t for t in tasks if t.get("group") == f"service:{service}"]
+
+
+def replace_tasks(deployed, service: str, delay: float, events: list) -> None:
+    moto, out = deployed["moto"], deployed["outputs"]
+    ecs, cluster = moto.client("ecs"), out["cluster_name"]
+    time.sleep(delay)
+    old = service_tasks(ecs, service, cluster)
+    for task in old:
+        ecs.stop_task(cluster=cluster, task=task["taskArn"], reason="new deployment")
+    definition = old[0]["taskDefinitionArn"]
+    network = {
+        "awsvpcConfiguration": {
+            "subnets": out["private_subnet_ids"],
+            "securityGroups": [out["task_security_group_id"]],
+            "assignPublicIp": "DISABLED",
+        }
+    }
+    started = ecs.run_task(
+        cluster=cluster,
+        taskDefinition=definition,
+        count=len(old),
+        group=f"service:{service}",
+        startedBy="ecs-svc/1",
+        networkConfiguration=network,
+    )
+    for task in started["tasks"]:  # the manual transition leaves them PROVISIONING; ECS would get them RUNNING
+        for _ in range(3):
+            ecs.describe_tasks(cluster=cluster, tasks=[task["taskArn"]])
+    events.append(("replaced", service, time.monotonic()))
+
+
+def run_rotation(deployed, *args: str, delay: float = 2.0):
+    """Run the verb; act as the ECS scheduler for each service it restarts."""
+    events = []
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scripts.ecs.rotate_token", "--poll", "0.5", *args],
+        cwd=REPO,
+        env=deployed["env"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    threads, lines = [], []
+    for line in proc.stdout:
+        lines.append(line)
+        if line.startswith("restarting "):
+            service = line.split()[1]
+            events.append(("restarting", service, time.monotonic()))
+            thread = threading.Thread(target=replace_tasks, args=(deployed, service, delay, events))
+            thread.start()
+            threads.append(thread)
+    for thread in threads:
+        thread.join()
+    stderr = proc.stderr.read()
+    return proc.wait(timeout=60), "".join(lines), stderr, events
+
+
+def test_rotation_writes_a_new_version_and_restarts_head_then_workers(deployed):
+    sm, ecs = deployed["moto"].client("secretsmanager"), deployed["moto"].client("ecs")
+    out = deployed["outputs"]
+    cluster, head, worker = out["cluster_name"], out["head_service_name"], out["worker_service_name"]
+    arn = out["ray_token_secret_arn"]
+    before = sm.get_secret_value(SecretId=arn)
+    # moto moves tasks on describe; make the initial service tasks RUNNING as ECS would have
+    for service in (head, worker):
+        for task in service_tasks(ecs, service, cluster):
+            for _ in range(3):
+                ecs.describe_tasks(cluster=cluster, tasks=[task["taskArn"]])
+    old_head = {t["taskArn"] for t in service_tasks(ecs, head, cluster)}
+    code, stdout, stderr, events = run_rotation(deployed)
+    assert code == 0, stderr
+    after = sm.get_secret_value(SecretId=arn)
+    assert after["VersionId"] != before["VersionId"] and after["SecretString"] != before["SecretString"]
+    assert len(after["SecretString"]) == 64
+    assert after["SecretString"] not in stdout + stderr and before["SecretString"] not in stdout + stderr
+    order = [(kind, service) for kind, service, _ in events]
+    assert order == [("restarting", head), ("replaced", head), ("restarting", worker), ("replaced", worker)]
+    head_replaced = events[1][2]
+    workers_restarting = events[2][2]
+    assert workers_restarting >= head_replaced  # the workers wait for the new head
+    assert not old_head & {t["taskArn"] for t in service_tasks(ecs, head, cluster)}
+    assert len(service_tasks(ecs, worker, cluster)) == 2
+
+
+def test_rotation_refuses_while_a_job_runs(deployed):
+    moto, out = deployed["moto"], deployed["outputs"]
+    ecs = moto.client("ecs")
+    started = ecs.run_task(
+        cluster=out["cluster_name"],
+        taskDefinition=out["trainer_task_definition"],
+        startedBy="rayfleet",
+        networkConfiguration={
+            "awsvpcConfiguration": {
+                "subnets": out["private_subnet_ids"],
+                "securityGroups": [out["task_security_group_id"]],
+            }
+        },
+    )
+    assert len(started["tasks"]) == 1, started["failures"]  # beside the head, as Terraform sizes them
+    arn = deployed["outputs"]["ray_token_secret_arn"]
+    before = moto.client("secretsmanager").get_secret_value(SecretId=arn)["VersionId"]
+    code, _, stderr, events = run_rotation(deployed)
+    assert code == 1
+    assert stderr.strip() == "error: 1 job(s) running would lose the cluster: wait, `make stop`, or --force"
+    assert not events
+    assert moto.client("secretsmanager").get_secret_value(SecretId=arn)["VersionId"] == before

@@ -1,0 +1,195 @@
+"""A recipe run on ECS, against moto_server: the launcher's half (code zip and resolved recipe in the bucket,
+RunTask overrides carrying the recipe, a custom image as a task-definition revision), then the trainer's
+half (scripts/recipes/driver.py) for real: it submits the uploaded zip by its S3 URI to the real local
+Ray cluster, whose runtime-env agents download it from the moto bucket, and records the result in S3."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import sys
+import zipfile
+
+import pytest
+import yaml
+
+from tests.integration.helpers import DASHBOARD_PORT, REPO
+
+pytestmark = pytest.mark.integration
+# Under <name>/recipes/, the only secrets the task role may read (infra/modules/iam); <name>: the default var.name.
+SECRET_NAME = "rayfleet/recipes/hf-token"
+SECRET_VALUE = "hf_not-a-real-token-but-secret-all-the-same"
+IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/custom-trainer:v7"
+SCRIPT = """
+import json, os, sys
+print("recipe on ecs:", sys.argv[1:], "token length", len(os.environ["HF_TOKEN"]), "in", os.environ["RAYFLEET_RUN_DIR"])
+import helper
+print("helper says", helper.VALUE)
+"""
+
+
+def write_recipe(tmp_path, **extra):
+    code = tmp_path / "code"
+    code.mkdir(exist_ok=True)
+    (code / "train.py").write_text(SCRIPT)
+    (code / "helper.py").write_text("VALUE = 'shipped'\n")
+    recipe = {
+        "name": "ecs-job",
+        "code": "code",
+        "entrypoint": "train.py",
+        "args": ["--lr", "0.1"],
+        "env": {"HF_TOKEN": {"secret": f"secretsmanager:{SECRET_NAME}"}, "MODE": "fast"},
+        "resources": {"workers": 2, "cpus_per_worker": 2, "gpus_per_worker": 1},
+        **extra,
+    }
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def run_recipe(env, *args, timeout=180):
+    return subprocess.run(
+        [sys.executable, "-m", "scripts.recipes.run", *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.fixture(scope="module")
+def launched(aws_stack, tmp_path_factory):
+    server = aws_stack["server"]
+    assert SECRET_NAME.startswith(f"{aws_stack['outputs']['cluster_name']}/recipes/")
+    server.client("secretsmanager").create_secret(Name=SECRET_NAME, SecretString=SECRET_VALUE)
+    # The user's own repository, tags immutable: scripts/ecs/image_policy.py accepts the image by its tag.
+    server.client("ecr").create_repository(repositoryName="custom-trainer", imageTagMutability="IMMUTABLE")
+    recipe = write_recipe(tmp_path_factory.mktemp("recipe"), image=IMAGE, pip=["einops==0.8.1"])
+    result = run_recipe(
+        aws_stack["env"], str(recipe), "--target", "ecs", "--run-name", "ecs-1", "--detach", "--", "--epochs", "2"
+    )
+    assert result.returncode == 0, result.stderr
+    return {
+        "result": result,
+        "server": server,
+        "s3": server.client("s3"),
+        "ecs": server.client("ecs"),
+        "bucket": aws_stack["outputs"]["results_bucket"],
+        "cluster": aws_stack["outputs"]["cluster_name"],
+    }
+
+
+def _object(launched, key) -> bytes:
+    return launched["s3"].get_object(Bucket=launched["bucket"], Key=key)["Body"].read()
+
+
+def test_code_zip_and_resolved_recipe_land_under_the_run_prefix(launched):
+    record = json.loads(_object(launched, "runs/ecs-1/run.json"))
+    assert record["target"] == "ecs" and record["state"] == "SUBMITTED"
+    body = _object(launched, f"runs/ecs-1/code-{record['code_sha256'][:12]}.zip")
+    assert hashlib.sha256(body).hexdigest() == record["code_sha256"]
+    assert record["code"] == f"s3://{launched['bucket']}/runs/ecs-1/code-{record['code_sha256'][:12]}.zip"
+    assert sorted(zipfile.ZipFile(io.BytesIO(body)).namelist()) == ["helper.py", "train.py"]
+    resolved = yaml.safe_load(_object(launched, "runs/ecs-1/recipe.yaml"))
+    assert resolved["env"]["HF_TOKEN"] == {"secret": f"secretsmanager:{SECRET_NAME}"}
+    assert resolved["resources"] == {"workers": 2, "cpus_per_worker": 2.0, "gpus_per_worker": 1}
+    assert resolved["image"] == IMAGE and resolved["pip"] == ["einops==0.8.1"]
+    for key in ("runs/ecs-1/run.json", "runs/ecs-1/recipe.yaml"):
+        assert SECRET_VALUE.encode() not in _object(launched, key)
+
+
+def test_runtask_overrides_carry_the_recipe_and_the_image_revision(launched, aws_stack):
+    ecs = launched["ecs"]
+    record = json.loads(_object(launched, "runs/ecs-1/run.json"))
+    task = ecs.describe_tasks(cluster=launched["cluster"], tasks=[record["task_arn"]])["tasks"][0]
+    override = task["overrides"]["containerOverrides"][0]
+    assert override["command"] == ["recipe"]
+    env = {e["name"]: e["value"] for e in override["environment"]}
+    assert env["RAYFLEET_RUN_NAME"] == "ecs-1" and env["RAYFLEET_CODE_URI"] == record["code"]
+    assert env["RAYFLEET_STORAGE"] == f"s3://{launched['bucket']}/runs"
+    assert json.loads(env["RAYFLEET_EXTRA_ARGS"]) == ["--epochs", "2"]
+    carried = json.loads(env["RAYFLEET_RECIPE"])
+    assert carried == yaml.safe_load(_object(launched, "runs/ecs-1/recipe.yaml"))  # the same resolved recipe
+    assert SECRET_VALUE not in json.dumps(override)
+    definition = ecs.describe_task_definition(taskDefinition=task["taskDefinitionArn"])["taskDefinition"]
+    # Terraform's output names the deployed definition as family:revision (rayfleet-trainer:1), not an ARN
+    deployed = ecs.describe_task_definition(taskDefinition=aws_stack["outputs"]["trainer_task_definition"])
+    assert task["taskDefinitionArn"] == record["task_definition"] != deployed["taskDefinition"]["taskDefinitionArn"]
+    assert definition["containerDefinitions"][0]["image"] == IMAGE
+    assert definition["family"] == "rayfleet-trainer"  # Terraform's family: <name>-trainer
+
+
+def test_trainer_submits_the_s3_code_to_the_cluster_and_records_the_result(launched, aws_stack, cluster_env):
+    ecs = launched["ecs"]
+    record = json.loads(_object(launched, "runs/ecs-1/run.json"))
+    task = ecs.describe_tasks(cluster=launched["cluster"], tasks=[record["task_arn"]])["tasks"][0]
+    overrides = {e["name"]: e["value"] for e in task["overrides"]["containerOverrides"][0]["environment"]}
+    recipe = json.loads(overrides["RAYFLEET_RECIPE"])
+    recipe.pop("pip")  # a per-job pip environment needs an index on the nodes; the rest is what the task gets
+    # The job resolves its secret in its own process (scripts/recipes/job_entry.py): on ECS that process is in
+    # the trainer container, with its task role; here it is on a node of the local cluster, told where moto is.
+    recipe["env"]["AWS_ENDPOINT_URL_SECRETS_MANAGER"] = aws_stack["env"]["AWS_ENDPOINT_URL"]
+    overrides["RAYFLEET_RECIPE"] = json.dumps(recipe)
+    env = {
+        **aws_stack["env"],
+        **cluster_env,
+        **overrides,
+        "AWS_ENDPOINT_URL": aws_stack["env"]["AWS_ENDPOINT_URL"],
+        "RAYFLEET_DASHBOARD_URL": f"http://127.0.0.1:{DASHBOARD_PORT}",
+    }  # set by rayfleet-node on ECS
+    result = subprocess.run(
+        [sys.executable, "-m", "scripts.recipes.driver"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert f"token length {len(SECRET_VALUE)}" in result.stdout and "helper says shipped" in result.stdout
+    assert "['--lr', '0.1', '--epochs', '2']" in result.stdout
+    done = json.loads(_object(launched, "runs/ecs-1/run.json"))
+    assert done["state"] == "SUCCEEDED" and done["exit_code"] == 0 and done["job_id"].startswith("rayfleet-ecs-1-")
+    assert done["code_sha256"] == record["code_sha256"]  # the launcher's fields survive the trainer's update
+    log = _object(launched, "runs/ecs-1/driver.log").decode()
+    assert f"s3://{launched['bucket']}/runs/ecs-1" in log and "helper says shipped" in log
+    assert SECRET_VALUE not in log + result.stdout + result.stderr
+
+
+def test_recipe_beyond_the_worker_instance_is_refused_before_upload(aws_stack, tmp_path):
+    recipe = write_recipe(tmp_path, resources={"workers": 1, "gpus_per_worker": 4})
+    result = run_recipe(aws_stack["env"], str(recipe), "--target", "ecs", "--run-name", "too-big", "--detach")
+    assert result.returncode == 2
+    assert "gpus_per_worker: 4 GPUs, but a worker of the ECS workers (g5.xlarge) has 1" in result.stderr
+    listed = (
+        aws_stack["server"]
+        .client("s3")
+        .list_objects_v2(Bucket=aws_stack["outputs"]["results_bucket"], Prefix="runs/too-big/")
+    )
+    assert listed.get("KeyCount", 0) == 0
+
+
+def test_env_secrets_are_refused_on_ecs(aws_stack, tmp_path):
+    recipe = write_recipe(tmp_path, env={"HF_TOKEN": {"secret": "env:HF_TOKEN"}}, resources={"workers": 1})
+    result = run_recipe(aws_stack["env"], str(recipe), "--target", "ecs", "--run-name", "env-secret", "--detach")
+    assert result.returncode == 1 and "env: secrets exist only where `make run` runs" in result.stderr
+
+
+def test_make_runs_lists_s3_runs_with_their_state(launched, aws_stack, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "scripts.recipes.runs", "--json", "--local-dir", str(tmp_path)],
+        env=aws_stack["env"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    rows = {r["run"]: r for r in json.loads(result.stdout)}
+    row = rows["ecs-1"]
+    assert row["where"] == "ecs" and row["results"] == f"s3://{launched['bucket']}/runs/ecs-1/"
+    record = json.loads(_object(launched, "runs/ecs-1/run.json"))
+    expected = record["state"]
+    if expected == "SUBMITTED":  # before the trainer records the job, the task's own state is asked from ECS
+        expected = launched["ecs"].describe_tasks(cluster=launched["cluster"], tasks=[record["task_arn"]])["tasks"][0][
+            "lastStatus"
+        ]
+    assert row["state"] == expected and expected != "SUBMITTED"

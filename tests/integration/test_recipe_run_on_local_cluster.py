@@ -1,0 +1,272 @@
+"""`make run` with a user's own Ray Train program, on the real local test cluster, through the Jobs API."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import DASHBOARD_PORT, REPO
+
+pytestmark = pytest.mark.integration
+
+# A plain Ray Train program: nothing from rayfleet, only the RAYFLEET_* variables every run gets.
+USER_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    import ray.train
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    import helper  # a module next to the script: the whole code directory is shipped
+
+    setup_ran = os.path.exists(os.path.join(os.environ["RAYFLEET_RUN_DIR"], "setup.txt"))  # before this script
+
+    def loop(config):
+        import tempfile
+        import torch
+        import torch.distributed as dist
+        import ray.train
+        ctx = ray.train.get_context()
+        x = torch.tensor([float(ctx.get_world_rank() + 1)])
+        dist.all_reduce(x)
+        metrics = {"sum_of_ranks": x.item(), "world_size": ctx.get_world_size()}
+        with tempfile.TemporaryDirectory() as d:
+            checkpoint = None
+            if ctx.get_world_rank() == 0:
+                torch.save({"x": x}, os.path.join(d, "state.pt"))
+                checkpoint = ray.train.Checkpoint.from_directory(d)
+            ray.train.report(metrics, checkpoint=checkpoint)
+
+    workers = int(os.environ["RAYFLEET_NUM_WORKERS"])
+    scaling = ScalingConfig(num_workers=workers,
+                            resources_per_worker={"CPU": float(os.environ["RAYFLEET_CPUS_PER_WORKER"])})
+    result = TorchTrainer(loop, scaling_config=scaling,
+                          run_config=RunConfig(name="train", storage_path=os.environ["RAYFLEET_RUN_DIR"])).fit()
+    out = {"metric": result.metrics["sum_of_ranks"], "world_size": result.metrics["world_size"],
+           "argv": sys.argv[1:], "greeting": os.environ["GREETING"], "api_key_length": len(os.environ["API_KEY"]),
+           "helper": helper.VALUE, "setup_ran": setup_ran}
+    with open(os.path.join(os.environ["RAYFLEET_RUN_DIR"], "result.json"), "w") as f:
+        json.dump(out, f)
+    print("user script done:", out["metric"])
+""")
+
+FAILING_SCRIPT = textwrap.dedent("""
+    def load_batches():
+        raise ValueError("shard 7 is corrupt")
+
+    print("about to fail")
+    load_batches()
+""")
+
+SECRET = "s3cr3t-value-never-stored-0123456789"
+
+
+def write_recipe(directory: Path, script: str, storage: Path, **extra) -> Path:
+    code = directory / "code"
+    code.mkdir()
+    (code / "train.py").write_text(script)
+    (code / "helper.py").write_text("VALUE = 41 + 1\n")
+    (code / "big.ckpt").write_bytes(b"x" * 1024)  # excluded by the recipe
+    recipe = {
+        "name": "user-job",
+        "code": "code",
+        "entrypoint": "train.py",
+        "args": ["--run-dir", "${RAYFLEET_RUN_DIR}"],
+        "env": {"GREETING": "hello from ${RAYFLEET_RUN_NAME}", "API_KEY": {"secret": "env:TEST_API_KEY"}},
+        "resources": {"workers": 2, "cpus_per_worker": 1},
+        "storage": str(storage),
+        "setup": 'echo ready > "$RAYFLEET_RUN_DIR/setup.txt"',
+        "exclude": ["*.ckpt"],
+        **extra,
+    }
+    path = directory / "recipe.yaml"
+    path.write_text(json.dumps(recipe))  # JSON is YAML
+    return path
+
+
+def make_run(env: dict, recipe: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["make", "--no-print-directory", "run", f"RECIPE={recipe}", "TARGET=local", *args],
+        env={**env, "TEST_API_KEY": SECRET},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def only_run(storage: Path) -> Path:
+    runs = [p for p in storage.iterdir() if p.is_dir()]
+    assert len(runs) == 1, runs
+    return runs[0]
+
+
+def test_user_train_script_runs_from_a_recipe(cluster_env, tmp_path):
+    storage = tmp_path / "runs"
+    recipe = write_recipe(tmp_path, USER_SCRIPT, storage)
+    result = make_run(cluster_env, recipe, "ARGS=--extra 7", "RUN=user-job-ok")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "user script done: 3.0" in result.stdout  # followed live: the job's own output
+    run = only_run(storage)
+    assert run.name == "user-job-ok"
+    out = json.loads((run / "result.json").read_text())
+    assert out["metric"] == 3.0 and out["world_size"] == 2  # ranks 1 + 2, all-reduced over 2 workers
+    assert out["argv"] == ["--run-dir", str(run), "--extra", "7"]
+    assert out["greeting"] == "hello from user-job-ok"
+    assert out["api_key_length"] == len(SECRET) and out["helper"] == 42 and out["setup_ran"]
+    # Ray Train's own checkpoint, with the reported metric, is in the run directory too
+    assert list(run.glob("train/checkpoint_*/state.pt")), sorted(str(p) for p in run.rglob("*"))
+    record = json.loads((run / "run.json").read_text())
+    assert record["state"] == "SUCCEEDED" and record["exit_code"] == 0 and record["target"] == "local"
+    assert record["job_id"].startswith("rayfleet-user-job-ok-")
+    code_zip = run / f"code-{record['code_sha256'][:12]}.zip"
+    import hashlib
+    import zipfile
+
+    assert hashlib.sha256(code_zip.read_bytes()).hexdigest() == record["code_sha256"]
+    assert sorted(zipfile.ZipFile(code_zip).namelist()) == ["helper.py", "train.py"]
+    assert "user script done" in (run / "driver.log").read_text()
+    resolved = (run / "recipe.yaml").read_text()
+    assert "env:TEST_API_KEY" in resolved
+    for name in ("run.json", "recipe.yaml", "driver.log"):
+        assert SECRET not in (run / name).read_text(), f"secret value in {name}"
+    assert SECRET not in result.stdout + result.stderr
+
+    listing = subprocess.run(
+        [str(REPO / ".venv/bin/python"), "-m", "scripts.recipes.runs", "--local-dir", str(storage), "--json"],
+        env={**cluster_env, "RAYFLEET_OUTPUTS": str(tmp_path / "none.json")},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    rows = json.loads(listing.stdout)
+    assert [(r["run"], r["where"], r["state"]) for r in rows] == [("user-job-ok", "local", "SUCCEEDED")]
+    assert rows[0]["duration_s"] > 0 and rows[0]["results"] == str(run)
+    logs = subprocess.run(
+        [str(REPO / ".venv/bin/python"), "-m", "scripts.ecs.logs", "user-job-ok"],
+        env={**cluster_env, "PYTHONPATH": str(REPO)},
+        cwd=storage.parent,
+        capture_output=True,
+        text=True,
+    )
+    assert logs.returncode == 0 and "user script done" in logs.stdout, logs.stderr
+
+
+def test_failing_script_fails_make_run_with_its_traceback(cluster_env, tmp_path):
+    storage = tmp_path / "runs"
+    recipe = write_recipe(tmp_path, FAILING_SCRIPT, storage, resources={"workers": 1, "cpus_per_worker": 1})
+    result = make_run(cluster_env, recipe)
+    assert result.returncode != 0
+    assert "ValueError: shard 7 is corrupt" in result.stderr  # the traceback tail, on stderr
+    assert "in load_batches" in result.stderr
+    record = json.loads((only_run(storage) / "run.json").read_text())
+    assert record["state"] == "FAILED" and record["exit_code"] == 1
+    assert "shard 7 is corrupt" in (only_run(storage) / "driver.log").read_text()
+
+
+def test_the_scripts_exit_code_is_the_runs(cluster_env, tmp_path):
+    storage = tmp_path / "runs"
+    recipe = write_recipe(
+        tmp_path,
+        "import sys; print('giving up'); sys.exit(3)\n",
+        storage,
+        resources={"workers": 1, "cpus_per_worker": 1},
+    )
+    result = subprocess.run(
+        [str(REPO / ".venv/bin/python"), "-m", "scripts.recipes.run", str(recipe), "--target", "local"],
+        env={**cluster_env, "TEST_API_KEY": SECRET},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 3, result.stderr
+    assert json.loads((only_run(storage) / "run.json").read_text())["exit_code"] == 3
+
+
+def test_pinned_pip_packages_are_installed_for_the_job_only(cluster_env, tmp_path):
+    storage = tmp_path / "runs"
+    script = "import tabulate\nprint('tabulate', tabulate.__version__)\n"
+    recipe = write_recipe(
+        tmp_path, script, storage, resources={"workers": 1, "cpus_per_worker": 1}, pip=["tabulate==0.10.0"]
+    )
+    result = make_run(cluster_env, recipe)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "tabulate 0.10.0" in result.stdout
+    isolated = subprocess.run([str(REPO / ".venv/bin/python"), "-c", "import tabulate"], capture_output=True)
+    assert isolated.returncode != 0  # Ray's per-job environment, not the cluster's own
+
+
+@pytest.mark.parametrize(
+    ("target", "args", "recipe"),
+    [
+        ("train-ddp", "epochs=1 eval_batch_size=600", "ddp"),
+        ("train-fsdp", "max_steps=3 warmup_steps=1 checkpoint_every=3 log_every=1", "fsdp-tiny"),
+    ],
+)
+def test_make_train_targets_are_shortcuts_for_the_builtin_recipes(
+    cluster_env, tmp_path, small_dataset, target, args, recipe
+):
+    storage = tmp_path / "runs"
+    result = subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            target,
+            "TARGET=local",
+            f"DATA_DIR={small_dataset}",
+            f"SET=storage={storage}",
+            f"ARGS={args}",
+            f"RUN={recipe}-shortcut",
+        ],
+        env=cluster_env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = only_run(storage)
+    record = json.loads((run / "run.json").read_text())
+    assert record["recipe"] == recipe and record["state"] == "SUCCEEDED"
+    assert record["recipe_file"].endswith(f"recipes/{recipe}.yaml")
+    assert (run / "metrics.jsonl").is_file() and list(run.glob("checkpoint_*"))  # the job wrote into the run dir
+    assert (run / "config.yaml").is_file() and (run / "recipe.yaml").is_file()
+
+
+def test_ctrl_c_stops_the_job_and_keeps_its_record(cluster_env, tmp_path):
+    import signal
+    import time
+
+    storage = tmp_path / "runs"
+    script = "import time\nprint('started', flush=True)\ntime.sleep(600)\n"
+    recipe = write_recipe(tmp_path, script, storage, resources={"workers": 1, "cpus_per_worker": 1})
+    proc = subprocess.Popen(
+        [str(REPO / ".venv/bin/python"), "-m", "scripts.recipes.run", str(recipe), "--target", "local"],
+        env={**cluster_env, "TEST_API_KEY": SECRET},
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    for line in proc.stdout:
+        if line.strip() == "started":
+            break
+        assert time.monotonic() < deadline, "the job never started"
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    record = json.loads((only_run(storage) / "run.json").read_text())
+    assert record["state"] == "STOPPED" and record["exit_code"] == 130
+    assert "started" in (only_run(storage) / "driver.log").read_text()
+    import urllib.request
+
+    request = urllib.request.Request(f"http://127.0.0.1:{DASHBOARD_PORT}/api/jobs/{record['job_id']}")
+    request.add_header("Authorization", f"Bearer {Path(cluster_env['RAY_AUTH_TOKEN_PATH']).read_text().strip()}")
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert json.loads(response.read())["status"] == "STOPPED"  # the job itself, not only the follower

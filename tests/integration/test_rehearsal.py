@@ -1,0 +1,564 @@
+"""`make rehearse` end to end: the task definitions Terraform renders, run with podman on this host against
+moto, used through the laptop verbs as on ECS.
+
+One rehearsal for the module (the four images of tests/images, tag `test`): the cluster forms with token
+auth through the secret; a DDP recipe run goes through the trainer image to SUCCEEDED with checkpoints in
+S3 and `status` reads it back; the head's ray-snapshot container puts Ray's view (nodes, resources, jobs)
+where `status` prints it; each worker's gpu-metrics sidecar sees the run training on its node through the
+task's current-run volume, and nothing once it ends; a worker container stopped mid-run is replaced by the
+service and the job resumes from its last checkpoint; the head container stopped mid-run is replaced with a
+new IP, the same worker containers rejoin it, and the run resubmitted under its name resumes; a worker
+started with another token is kept out, and `make
+rotate-ray-token` brings every node back; `make stop` twice;
+Ctrl-C leaves nothing. Before it, bad input: one line each, nothing left running.
+
+Skipped without podman unless RAYFLEET_REQUIRE_IMAGES=1 (then failed), as tests/images.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import boto3
+import pytest
+
+from scripts.rehearsal.host import engine_ulimits
+from tests.integration.helpers import REPO
+from tests.integration.rehearsal_helpers import (
+    LABEL,
+    TAG,
+    Rehearsal,
+    containers,
+    ensure_images,
+    left_behind,
+    podman,
+    ray_nodes_alive,
+    rehearsal_cli,
+    require_podman,
+    run_verb,
+    start_verb,
+)
+
+pytestmark = pytest.mark.integration
+SMALL = ["epochs=2", "train_subset=600", "test_subset=200"]
+
+
+@pytest.fixture(scope="module")
+def images(tmp_path_factory):
+    require_podman()
+    ensure_images(tmp_path_factory.mktemp("images"))
+
+
+def labelled() -> set[str]:
+    """Every podman object any rehearsal labelled (containers, pods, networks)."""
+    names = set(podman("ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}").stdout.split())
+    names |= set(podman("pod", "ps", "--filter", f"label={LABEL}", "--format", "{{.Name}}").stdout.split())
+    names |= set(podman("network", "ls", "--filter", f"label={LABEL}", "--format", "{{.Name}}").stdout.split())
+    return names
+
+
+def has_gpu() -> bool:
+    return any(Path("/dev").glob("nvidia[0-9]*"))
+
+
+def processes(text: str) -> list[str]:
+    """Command lines of this machine's processes that mention `text`."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            command = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in command:
+            found.append(command)
+    return found
+
+
+def error_lines(result: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.strip()]
+
+
+# -- bad input: one clear line, nothing left ------------------------------------------------------------
+
+
+def test_no_podman_is_one_line(tmp_path):
+    env = {**os.environ, "PATH": str(tmp_path)}  # a PATH without podman
+    result = rehearsal_cli("up", "--tag", TAG, "--state-dir", str(tmp_path / "state"), env=env, timeout=120)
+    assert result.returncode == 1
+    assert error_lines(result) == [error_lines(result)[0]]
+    assert error_lines(result)[0].startswith("error: podman is not installed")
+
+
+def test_images_not_built_names_make_build(images, tmp_path):
+    before = labelled()
+    result = rehearsal_cli("up", "--tag", "no-such-build", "--state-dir", str(tmp_path / "state"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    (line,) = error_lines(result)
+    assert line.startswith("error: images not built: localhost/rayfleet/gpu-metrics:no-such-build")
+    assert "`make build IMAGE_TAG=no-such-build`" in line
+    assert labelled() == before
+
+
+def test_port_taken_is_one_line(images, tmp_path):
+    before = labelled()
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = rehearsal_cli("up", "--tag", TAG, "--port", str(port), "--state-dir", str(tmp_path / "state"))
+    assert result.returncode == 1, result.stdout + result.stderr
+    (line,) = error_lines(result)
+    assert line.startswith(f"error: port {port} is already taken")
+    assert labelled() == before
+    assert not (tmp_path / "state" / "state.json").exists()
+
+
+def test_moto_unreachable_from_containers_is_one_line(images, tmp_path):
+    before = labelled()
+    result = rehearsal_cli(
+        "up", "--tag", TAG, "--container-endpoint", "http://192.0.2.1:9", "--state-dir", str(tmp_path / "state")
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    (line,) = error_lines(result)
+    assert line.startswith("error: moto at http://192.0.2.1:9 is not reachable from the containers")
+    assert "stopped: 0 task(s), 0 container(s)" in result.stdout
+    assert labelled() == before
+
+
+def test_down_with_nothing_running_is_safe(tmp_path):
+    for _ in range(2):
+        result = rehearsal_cli("down", "--state-dir", str(tmp_path / "state"))
+        assert result.returncode == 0, result.stderr
+        assert "nothing to stop" in result.stdout
+
+
+# -- one rehearsal, used as ECS is used ---------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def rehearsal(images, tmp_path_factory):
+    scratch = tmp_path_factory.mktemp("rehearsal")
+    data = scratch / "data"
+    subprocess.run([sys.executable, "-m", "training.data.synthetic", str(data)], cwd=REPO, check=True, timeout=300)
+    started = time.monotonic()
+    running = Rehearsal(scratch / "state", "--data", str(data))
+    try:
+        running.wait_for("cluster formed", timeout=600)
+        running.wait_for("Ctrl-C (or `make rehearse-down`)", timeout=60)
+        running.started_s = time.monotonic() - started
+        running.rid = running.state["rid"]
+        yield running
+    finally:
+        running.interrupt()
+        running.kill()
+        rehearsal_cli("down", "--state-dir", str(scratch / "state"))  # a safety net: the test below checks
+
+
+@pytest.fixture(scope="module")
+def aws(rehearsal):
+    env = rehearsal.env()
+    outputs = {k: v["value"] for k, v in json.loads(Path(env["RAYFLEET_OUTPUTS"]).read_text()).items()}
+
+    def client(service):
+        return boto3.client(
+            service,
+            endpoint_url=env["AWS_ENDPOINT_URL"],
+            region_name=env["AWS_DEFAULT_REGION"],
+            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        )
+
+    return {"env": env, "outputs": outputs, "client": client}
+
+
+def head_container(rid: str) -> str:
+    (head,) = containers(rid, "-ray-head")
+    return head
+
+
+def run_record(aws, run: str) -> dict:
+    body = aws["client"]("s3").get_object(Bucket=aws["outputs"]["results_bucket"], Key=f"runs/{run}/run.json")["Body"]
+    return json.loads(body.read())
+
+
+def metrics(aws, run: str) -> list[dict]:
+    key = f"runs/{run}/metrics.jsonl"
+    body = aws["client"]("s3").get_object(Bucket=aws["outputs"]["results_bucket"], Key=key)["Body"]
+    return [json.loads(line) for line in body.read().decode().splitlines() if line.strip()]
+
+
+def keys(aws, prefix: str) -> list[str]:
+    listing = aws["client"]("s3").list_objects_v2(Bucket=aws["outputs"]["results_bucket"], Prefix=prefix)
+    return [o["Key"] for o in listing.get("Contents", [])]
+
+
+def log_text(aws, component: str) -> str:
+    logs = aws["client"]("logs")
+    group = f"/rayfleet/{aws['outputs']['cluster_name']}/{component}"
+    events = logs.filter_log_events(logGroupName=group)["events"]
+    return "\n".join(e["message"] for e in events)
+
+
+def wait_for_log(aws, component: str, text: str, timeout_s: float = 20) -> str:
+    """The component's CloudWatch Logs once `text` is in them (the shipper sends within about a second)."""
+    deadline = time.monotonic() + timeout_s
+    while text not in (out := log_text(aws, component)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    return out
+
+
+def test_cluster_forms_as_the_task_definitions_say(rehearsal, aws):
+    out = rehearsal.output
+    print(f"rehearsal ready in {rehearsal.started_s:.0f}s")
+    adapted = [line for line in out.splitlines() if "adapted to this host" in line]
+    assert len(adapted) == 1, out  # every change to the task definitions, in one line
+    if not has_gpu():
+        assert "GPU resourceRequirements dropped and RAYFLEET_NUM_GPUS 1→0" in adapted[0]
+        assert "gpu-metrics runs --idle-without-gpu" in adapted[0]
+    assert "Terraform's offline apply of infra/" in out
+    rid = rehearsal.rid
+    head = head_container(rid)
+    workers = containers(rid, "-ray-worker")
+    assert len(workers) == 2 and len(containers(rid, "-gpu-metrics")) == 2
+    # The token: resolved from Secrets Manager by the secret's ARN into the environment (as the ECS agent does).
+    secret = aws["client"]("secretsmanager").get_secret_value(SecretId=aws["outputs"]["ray_token_secret_arn"])
+    token = secret["SecretString"]
+    assert podman("exec", head, "printenv", "RAY_AUTH_TOKEN").stdout.strip() == token
+    # Cloud Map: the head's name resolves to the head task, from a worker.
+    name = aws["outputs"]["head_dns_name"]
+    resolved = podman("exec", workers[0], "getent", "hosts", name).stdout.split()
+    assert resolved and resolved[0] in podman("exec", head, "hostname", "-I").stdout.split(), resolved
+    # Shared memory, ulimits, health check.
+    shm_mib = int(podman("exec", workers[0], "df", "-m", "--output=size", "/dev/shm").stdout.split()[-1])
+    assert shm_mib > 256  # the task definition's sharedMemorySize (scaled), not podman's 64 MB default
+    nofile = int(podman("exec", workers[0], "sh", "-c", "ulimit -n").stdout.strip())
+    assert nofile == min(65536, engine_ulimits().get("nofile", (65536, 65536))[1])
+    health = json.loads(podman("inspect", "--format", "{{json .State.Health}}", head).stdout or "{}")
+    assert health.get("Status") == "healthy"
+    # Each container's output in CloudWatch Logs, as the awslogs driver names it.
+    assert "is using /tmp/ray instead of /dev/shm" not in log_text(aws, "ray-worker")
+    assert has_gpu() or "no_gpu_idle" in wait_for_log(aws, "gpu-metrics", "no_gpu_idle")
+    assert ray_nodes_alive(head) == 3
+
+
+def test_ddp_recipe_through_the_trainer_succeeds_and_status_reads_it_back(rehearsal, aws):
+    started = time.monotonic()
+    run = "rehearsal-ddp"
+    result = run_verb(
+        aws["env"], "scripts.recipes.run", "recipes/ddp.yaml", "--target", "ecs", "--run-name", run, "--", *SMALL
+    )
+    took = time.monotonic() - started
+    print(f"DDP run through the trainer: {took:.0f}s")
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert f"run {run} succeeded" in result.stdout  # the trainer's log, followed from CloudWatch Logs
+    assert "[rayfleet] trainer task is STOPPED" in result.stderr
+    record = run_record(aws, run)
+    assert record["state"] == "SUCCEEDED" and record["exit_code"] == 0 and record["target"] == "ecs"
+    assert f"runs/{run}/checkpoint_000002/state.pt" in keys(aws, f"runs/{run}/")
+    assert [r["epoch"] for r in metrics(aws, run)] == [1, 2]
+    status = run_verb(aws["env"], "scripts.ecs.status", "--json", timeout=120)
+    assert status.returncode == 0, status.stderr
+    shown = json.loads(status.stdout)
+    services = {s["name"]: (s["desired"], s["running"]) for s in shown["services"]}
+    assert services == {aws["outputs"]["head_service_name"]: (1, 1), aws["outputs"]["worker_service_name"]: (2, 2)}
+    roles = sorted(t["role"] for t in shown["tasks"])
+    assert roles == ["head", "worker", "worker"]  # the trainer task has stopped
+    assert [t["health"] for t in shown["tasks"] if t["role"] == "head"] == ["HEALTHY"]  # its health check
+    runs = {r["run"]: r for r in shown["runs"]}
+    assert runs[run]["state"] == "SUCCEEDED"
+    human = run_verb(aws["env"], "scripts.ecs.status", timeout=120)
+    assert human.returncode == 0 and aws["outputs"]["worker_service_name"] in human.stdout
+
+
+def ray_snapshot(aws) -> dict | None:
+    s3 = aws["client"]("s3")
+    try:
+        body = s3.get_object(Bucket=aws["outputs"]["results_bucket"], Key="cluster/ray-status.json")["Body"]
+    except s3.exceptions.NoSuchKey:
+        return None
+    return json.loads(body.read())
+
+
+def test_status_shows_rays_view_from_the_heads_snapshot(rehearsal, aws):
+    """issue 15 item 10: the head task's ray-snapshot container (the head image, head_snapshot as its entry
+    point) writes Ray's view to s3://<bucket>/cluster/ray-status.json, and `make status` prints it: the
+    nodes, their resources and the jobs, here the DDP run of the test above."""
+    assert len(containers(rehearsal.rid, "-ray-snapshot")) == 1  # beside the head, in the head's task
+    deadline = time.monotonic() + 120  # it writes every 30 s
+    while True:
+        snap = ray_snapshot(aws)
+        jobs = [j for j in (snap or {}).get("jobs", []) if (j.get("submission_id") or "").startswith("rayfleet-")]
+        if jobs and all(j["status"] == "SUCCEEDED" for j in jobs):
+            break
+        assert time.monotonic() < deadline, (snap, log_text(aws, "ray-head")[-3000:])
+        time.sleep(3)
+    alive = [n for n in snap["nodes"] if n["alive"]]
+    assert len(alive) == 3 and [n["head"] for n in alive].count(True) == 1  # the head and both workers
+    workers = [n for n in alive if not n["head"]]
+    assert snap["total"]["CPU"] == sum(n["resources"]["CPU"] for n in workers) >= 2  # the head offers none
+    assert snap["available"]["CPU"] == snap["total"]["CPU"]  # nothing runs now
+    assert any(j["submission_id"].startswith("rayfleet-rehearsal-ddp-") for j in jobs)
+    shown = run_verb(aws["env"], "scripts.ecs.status", "--json", timeout=120)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["ray"]["taken_at"] >= snap["taken_at"]
+    human = run_verb(aws["env"], "scripts.ecs.status", timeout=120)
+    assert human.returncode == 0, human.stderr
+    assert "3 nodes alive (1 head, 2 workers)" in human.stdout, human.stdout
+    assert f"CPU {snap['total']['CPU']:g}/{snap['total']['CPU']:g} free" in human.stdout, human.stdout
+    assert "rayfleet-rehearsal-ddp-" in human.stdout and "SUCCEEDED" in human.stdout, human.stdout
+    assert "no snapshot" not in human.stdout
+    assert "head-snapshot: first snapshot written" in log_text(aws, "ray-head")  # its log, beside the head's
+
+
+CURRENT_RUNS = (
+    "import json; from monitoring.current_run import current_runs; print(json.dumps(current_runs('/run/rayfleet')))"
+)
+
+
+def test_each_gpu_sidecar_follows_the_run_on_its_node(rehearsal, aws):
+    """issue 15 item 11: while a run trains, each worker task's gpu-metrics container sees that run's name
+    through the task's current-run volume (written by the Ray Train workers in ray-worker, read by the
+    sidecar's own reader in its own container, read-only), and nothing once it has ended. On this host the
+    sidecars idle without GPUs, so they publish no metrics, but they still follow the runs and log each
+    change; the RunName rollup itself is shown with a stand-in NVML (tests/integration/
+    test_sidecar_to_cloudwatch.py)."""
+    run = "rehearsal-current-run"
+    sidecars = containers(rehearsal.rid, "-gpu-metrics")
+    assert len(sidecars) == 2
+    follow = start_verb(
+        aws["env"],
+        "scripts.recipes.run",
+        "recipes/ddp.yaml",
+        "--target",
+        "ecs",
+        "--run-name",
+        run,
+        "--",
+        "epochs=8",
+        "train_subset=600",
+        "test_subset=200",
+    )
+    seen: set[str] = set()
+    try:
+        deadline = time.monotonic() + 400
+        while seen != set(sidecars):
+            assert time.monotonic() < deadline and follow.poll() is None, f"the run was seen by {seen} only"
+            for sidecar in set(sidecars) - seen:
+                result = podman("exec", sidecar, "python", "-c", CURRENT_RUNS, timeout=60)
+                assert result.returncode == 0, result.stderr
+                if json.loads(result.stdout) == [run]:
+                    seen.add(sidecar)
+            time.sleep(1)
+        output, _ = follow.communicate(timeout=600)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+    assert follow.returncode == 0, output[-6000:]
+    for sidecar in sidecars:  # the run ended: its workers removed their files
+        assert json.loads(podman("exec", sidecar, "python", "-c", CURRENT_RUNS, timeout=60).stdout) == []
+        assert podman("exec", sidecar, "touch", "/run/rayfleet/x", timeout=60).returncode != 0  # read-only there
+    ended = f'"runs": [], "previous": ["{run}"]'
+    logged = wait_for_log(aws, "gpu-metrics", ended, timeout_s=30)  # the idle sidecar polls every 10 s
+    assert logged.count(f'"event": "runs_changed", "runs": ["{run}"]') == 2, logged[-3000:]  # one per node
+    assert logged.count(ended) == 2, logged[-3000:]
+
+
+def test_a_worker_stopped_mid_run_is_replaced_and_the_job_resumes(rehearsal, aws):
+    run = "rehearsal-resume"
+    epochs = 15
+    follow = start_verb(
+        aws["env"],
+        "scripts.recipes.run",
+        "recipes/ddp.yaml",
+        "--target",
+        "ecs",
+        "--run-name",
+        run,
+        "--",
+        f"epochs={epochs}",
+        "train_subset=600",
+        "test_subset=200",
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while f"runs/{run}/checkpoint_000001/state.pt" not in keys(aws, f"runs/{run}/"):
+            assert time.monotonic() < deadline and follow.poll() is None, "no first checkpoint"
+            time.sleep(0.5)
+        victim = containers(rehearsal.rid, "-ray-worker")[0]
+        stopped_at = time.monotonic()
+        podman("stop", "-t", "10", victim, timeout=120)  # the container stops, as on a Spot interruption
+        output, _ = follow.communicate(timeout=600)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+    print(f"resumed run finished {time.monotonic() - stopped_at:.0f}s after the worker stopped")
+    assert follow.returncode == 0, output[-8000:]
+    resumed = re.search(rf"resuming {run} from the checkpoint of epoch (\d+) \(attempt 1\)", output)
+    assert resumed, output[-8000:]
+    last = int(resumed.group(1))
+    rows = metrics(aws, run)
+    assert [r["epoch"] for r in rows] == list(range(1, epochs + 1))  # the epoch count continues
+    assert all(r["attempt"] == 1 for r in rows if r["epoch"] > last)
+    assert run_record(aws, run)["state"] == "SUCCEEDED"
+    # The service replaced the stopped task; ECS's record of the stopped one says why.
+    assert (
+        f"stopping task worker {victim.split('-worker-')[1][:8]}: Essential container in task exited"
+        in rehearsal.output
+    )
+    ecs = aws["client"]("ecs")
+    service = ecs.describe_services(
+        cluster=aws["outputs"]["cluster_name"], services=[aws["outputs"]["worker_service_name"]]
+    )
+    assert service["services"][0]["runningCount"] == 2
+    assert len(containers(rehearsal.rid, "-ray-worker")) == 2
+
+
+def ray_status_nodes(head: str) -> list[str]:
+    """The node lines of `ray status` on the head (Active: ... lines naming nodes)."""
+    result = podman("exec", head, "ray", "status", timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return [line.strip() for line in result.stdout.splitlines() if line.strip().startswith(("1 node_", "node_"))]
+
+
+def test_a_replaced_head_is_rejoined_by_the_same_workers_and_a_resubmitted_run_resumes(rehearsal, aws):
+    """The head container stops mid-run (its instance lost): the service starts a new head with a new IP,
+    the same worker containers (same IDs, never restarted) resolve the head's Cloud Map name again and
+    rejoin it, and the run, resubmitted under its name, resumes from its last checkpoint. Without Ray's GCS
+    fault tolerance (an external Redis) the running job itself does not survive the head."""
+    rid, run, epochs = rehearsal.rid, "rehearsal-head-replaced", 12
+    old_head = head_container(rid)
+    old_ip = podman("exec", old_head, "hostname", "-I").stdout.split()
+    workers = {
+        name: podman("inspect", "--format", "{{.Id}}", name).stdout.strip() for name in containers(rid, "-ray-worker")
+    }
+    assert len(workers) == 2 and ray_nodes_alive(old_head) == 3
+    args = ["recipes/ddp.yaml", "--target", "ecs", "--run-name", run, "--", f"epochs={epochs}", *SMALL[1:]]
+    follow = start_verb(aws["env"], "scripts.recipes.run", *args)
+    try:
+        deadline = time.monotonic() + 300
+        while f"runs/{run}/checkpoint_000001/state.pt" not in keys(aws, f"runs/{run}/"):
+            assert time.monotonic() < deadline and follow.poll() is None, "no first checkpoint"
+            time.sleep(0.5)
+        stopped_at = time.monotonic()
+        # StopTask's SIGTERM, with time for Ray's 30 s drain (the task definition's stopTimeout is 120 s)
+        podman("stop", "-t", "60", old_head, timeout=180)
+        # The new head, and the same workers in it.
+        deadline = time.monotonic() + 600
+        while True:
+            heads = [h for h in containers(rid, "-ray-head") if h != old_head]
+            with contextlib.suppress(AssertionError, ValueError, subprocess.TimeoutExpired):
+                if heads and ray_nodes_alive(heads[0]) == 3:  # fails while its dashboard starts
+                    break
+            assert time.monotonic() < deadline, rehearsal.output[-4000:]
+            time.sleep(2)
+        rejoined_s = time.monotonic() - stopped_at
+        new_head = heads[0]
+        print(f"head stopped -> new head with both workers in Ray: {rejoined_s:.0f}s")
+        try:
+            output, _ = follow.communicate(timeout=300)  # the job lost its cluster: it ends, and not well
+        except subprocess.TimeoutExpired:
+            follow.kill()
+            output, _ = follow.communicate()
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+    assert follow.returncode != 0, output[-4000:]
+    assert f"task head {old_head.split('-head-')[1][:8]}: container ray-head exited (0)" in rehearsal.output  # stopped
+    new_ip = podman("exec", new_head, "hostname", "-I").stdout.split()
+    assert new_ip and new_ip != old_ip, (old_ip, new_ip)
+    assert {
+        n: podman("inspect", "--format", "{{.Id}}", n).stdout.strip() for n in containers(rid, "-ray-worker")
+    } == workers
+    nodes = ray_status_nodes(new_head)
+    assert len(nodes) == 3, nodes  # `ray status` on the new head: itself and the two workers
+    worker_log = wait_for_log(aws, "ray-worker", "again")
+    assert "resolving" in worker_log and "again" in worker_log, worker_log[-3000:]
+    # Resubmitted under its name, the run resumes from its last checkpoint on the rejoined workers.
+    resumed = run_verb(aws["env"], "scripts.recipes.run", *args, timeout=900)
+    assert resumed.returncode == 0, resumed.stdout[-6000:] + resumed.stderr[-3000:]
+    found = re.search(rf"resuming {run} from the checkpoint of epoch (\d+)", resumed.stdout)
+    assert found and int(found.group(1)) >= 1, resumed.stdout[-6000:]
+    assert [r["epoch"] for r in metrics(aws, run)][-1] == epochs
+    assert run_record(aws, run)["state"] == "SUCCEEDED"
+    print(f"resumed from epoch {found.group(1)} after the head was replaced; workers rejoined in {rejoined_s:.0f}s")
+
+
+def test_a_worker_with_another_token_is_kept_out(rehearsal, aws):
+    """The secret changes and one worker task is replaced without the head (a rotation done halfway): the new
+    worker gets the new token from Secrets Manager and the head refuses it."""
+    out, ecs = aws["outputs"], aws["client"]("ecs")
+    cluster = out["cluster_name"]
+    aws["client"]("secretsmanager").put_secret_value(SecretId=out["ray_token_secret_arn"], SecretString="y" * 48)
+    group = f"service:{out['worker_service_name']}"
+    arns = ecs.list_tasks(cluster=cluster, desiredStatus="RUNNING")["taskArns"]
+    workers = [t for t in ecs.describe_tasks(cluster=cluster, tasks=arns)["tasks"] if t.get("group") == group]
+    victim = workers[0]["taskArn"]
+    ecs.stop_task(cluster=cluster, task=victim, reason="token test")
+    logs = aws["client"]("logs")
+    deadline = time.monotonic() + 240
+    refused = []
+    while not refused:
+        assert time.monotonic() < deadline, rehearsal.output[-3000:]
+        events = logs.filter_log_events(logGroupName=f"/rayfleet/{cluster}/ray-worker")["events"]
+        refused = [
+            e
+            for e in events
+            if "InvalidAuthToken" in e["message"] and not e["logStreamName"].endswith(victim.rsplit("/", 1)[-1])
+        ]
+        time.sleep(2)
+    head = head_container(rehearsal.rid)
+    deadline = time.monotonic() + 120  # the stopped worker's node leaves Ray's view first
+    while ray_nodes_alive(head) != 2:
+        assert time.monotonic() < deadline, "the stopped worker's node stayed alive in Ray"
+        time.sleep(3)
+    time.sleep(10)  # the new worker keeps retrying with its token, and stays out
+    assert ray_nodes_alive(head) == 2  # the head and the worker that kept its token
+
+
+def test_rotate_ray_token_brings_every_node_back(rehearsal, aws):
+    """After the half-done rotation above, `make rotate-ray-token` restarts the head, then the workers (forced
+    new deployments), and all of them join with the new token."""
+    result = run_verb(aws["env"], "scripts.ecs.rotate_token", timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "head: 1 new task(s) running" in result.stdout and "worker: 2 new task(s) running" in result.stdout
+    secret = aws["client"]("secretsmanager").get_secret_value(SecretId=aws["outputs"]["ray_token_secret_arn"])
+    deadline = time.monotonic() + 240
+    while True:
+        head = containers(rehearsal.rid, "-ray-head")
+        if len(head) == 1 and ray_nodes_alive(head[0]) == 3:
+            break
+        assert time.monotonic() < deadline, rehearsal.output[-3000:]
+        time.sleep(3)
+    assert podman("exec", head[0], "printenv", "RAY_AUTH_TOKEN").stdout.strip() == secret["SecretString"]
+    assert "(forceNewDeployment)" in rehearsal.output
+
+
+def test_make_stop_twice_stops_the_containers(rehearsal, aws):
+    for attempt in range(2):
+        result = run_verb(aws["env"], "scripts.ecs.teardown", timeout=600)
+        assert result.returncode == 0, (attempt, result.stdout, result.stderr)
+        assert "services at 0" in result.stdout
+    deadline = time.monotonic() + 240
+    while containers(rehearsal.rid, "-ray-worker") or containers(rehearsal.rid, "-ray-head"):
+        assert time.monotonic() < deadline, rehearsal.output[-3000:]
+        time.sleep(2)
+
+
+def test_ctrl_c_leaves_nothing_running(rehearsal, aws):
+    port = rehearsal.state["moto_port"]
+    assert rehearsal.interrupt() == 0, rehearsal.output[-3000:]
+    assert "nothing of this rehearsal is left running" in rehearsal.output
+    assert left_behind(rehearsal.rid) == []
+    assert processes(f"rf-{rehearsal.rid}-") == []  # no `podman logs -f` follower either
+    assert not (rehearsal.state_dir / "state.json").exists()
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=3)

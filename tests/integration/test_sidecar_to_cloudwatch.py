@@ -1,0 +1,250 @@
+"""The sidecar against a real moto_server: published statistic sets read back intact, outages survived
+within the buffer bound, a flush on SIGTERM, and a dashboard that shows exactly what is published."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from monitoring import dashboard
+from monitoring import spec as metric_spec
+from monitoring.identity import Identity
+from monitoring.nvml_sampler import NvmlSampler
+from monitoring.publisher import Publisher
+from monitoring.sidecar import Sidecar
+from tests.fakes.fake_nvml import FakeNvml
+from tests.integration.helpers import REPO
+
+pytestmark = pytest.mark.integration
+SPEC = metric_spec.load()
+IDENTITY = Identity("rf-test", "i-0123456789", "p5.48xlarge", run_name="run-42")
+
+
+def sidecar_for(server, gpus=2, max_buffered=20_000, identity=IDENTITY) -> Sidecar:
+    publisher = Publisher(server.client("cloudwatch"), SPEC.namespace, max_buffered=max_buffered, backoff_base_s=0.01)
+    return Sidecar(NvmlSampler(FakeNvml(gpus=gpus)), publisher, identity, SPEC)
+
+
+def intervals_while_down(moto, sidecar: Sidecar, intervals: int, samples_per_interval: int = 1) -> None:
+    """Stop the server, then run publish intervals against it: every flush fails and the data stays buffered."""
+    moto.stop()
+    for _ in range(intervals):
+        for _ in range(samples_per_interval):
+            sidecar.sample()
+        sidecar.close_interval()
+        assert sidecar.publisher.flush(force=True) == 0
+
+
+def gpu_dims(index: int, identity: Identity = IDENTITY) -> list[dict]:
+    values = {
+        "ClusterName": identity.cluster_name,
+        "InstanceId": identity.instance_id,
+        "InstanceType": identity.instance_type,
+        "GpuIndex": str(index),
+    }
+    return [{"Name": name, "Value": values[name]} for name in SPEC.gpu_dimensions]
+
+
+def read_stats(cloudwatch, metric: str, dims: list[dict]) -> dict[str, float]:
+    now = datetime.now(UTC)
+    queries = [
+        {
+            "Id": stat.lower(),
+            "MetricStat": {
+                "Metric": {"Namespace": SPEC.namespace, "MetricName": metric, "Dimensions": dims},
+                "Period": 3600,
+                "Stat": stat,
+            },
+        }
+        for stat in ("SampleCount", "Sum", "Minimum", "Maximum")
+    ]
+    result = cloudwatch.get_metric_data(
+        MetricDataQueries=queries, StartTime=now - timedelta(hours=1), EndTime=now + timedelta(hours=1)
+    )
+    return {
+        r["Id"]: sum(r["Values"]) if r["Id"] in ("samplecount", "sum") else (r["Values"] or [None])[0]
+        for r in result["MetricDataResults"]
+    }
+
+
+def test_published_statistic_sets_read_back_with_dimensions_intact(moto):
+    sidecar = sidecar_for(moto)
+    for _ in range(4):
+        sidecar.sample()
+    sidecar.close_interval()
+    assert sidecar.publisher.flush() > 0 and not sidecar.publisher.buffer
+    cloudwatch = moto.client("cloudwatch")
+    # GPU 0 read 0, 10, 20, 30 %; GPU 1 read 20, 30, 40, 50 % (the stand-in's script).
+    assert read_stats(cloudwatch, "GPUUtilization", gpu_dims(0)) == {
+        "samplecount": 4.0,
+        "sum": 60.0,
+        "minimum": 0.0,
+        "maximum": 30.0,
+    }
+    assert read_stats(cloudwatch, "GPUUtilization", gpu_dims(1))["sum"] == 140.0
+    cluster = read_stats(cloudwatch, "GPUUtilization", [{"Name": "ClusterName", "Value": "rf-test"}])
+    assert cluster["samplecount"] == 8.0 and cluster["maximum"] == 50.0
+    assert read_stats(cloudwatch, "GPUMemoryTotal", gpu_dims(1))["maximum"] == 81559.0
+
+
+def test_outage_loses_nothing_within_the_buffer_bound(moto):
+    sidecar = sidecar_for(moto, gpus=1)
+    intervals_while_down(moto, sidecar, intervals=3, samples_per_interval=2)
+    buffered = len(sidecar.publisher.buffer)
+    assert buffered > 0 and sidecar.publisher.failures == 3 and sidecar.publisher.dropped == 0
+    moto.start()  # same port, empty store
+    assert sidecar.publisher.flush(force=True) == buffered
+    stats = read_stats(moto.client("cloudwatch"), "GPUUtilization", gpu_dims(0))
+    assert stats["samplecount"] == 6.0 and stats["sum"] == sum(range(0, 60, 10))  # every sample arrived
+
+
+def test_a_long_outage_drops_the_oldest_and_says_so(moto):
+    sidecar = sidecar_for(moto, gpus=1, max_buffered=30)
+    intervals_while_down(moto, sidecar, intervals=5)
+    assert len(sidecar.publisher.buffer) == 30 and sidecar.publisher.dropped > 0
+    moto.start()
+    sidecar.publisher.flush(force=True)
+    cloudwatch = moto.client("cloudwatch")
+    dropped = read_stats(cloudwatch, "SidecarDroppedSamples", [{"Name": "ClusterName", "Value": "rf-test"}])
+    assert dropped["sum"] == sidecar.publisher.dropped
+
+
+def test_sigterm_flushes_a_real_sidecar_process(moto):
+    runner = (
+        "import sys; from tests.fakes.fake_nvml import FakeNvml; from monitoring.__main__ import main; "
+        "sys.exit(main(sys.argv[1:], nvml=FakeNvml(gpus=2)))"
+    )
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL_CLOUDWATCH": moto.url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "RAYFLEET_CLUSTER_NAME": "rf-proc",
+        "RAYFLEET_INSTANCE_ID": "i-proc",
+        "RAYFLEET_INSTANCE_TYPE": "g5.xlarge",
+        "PYTHONPATH": str(REPO),
+    }
+    env.pop("ECS_CONTAINER_METADATA_URI_V4", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", runner, "--interval", "0.2", "--publish-interval", "3600"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert json.loads(proc.stdout.readline())["event"] == "started"
+        time.sleep(1.5)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    stopped = json.loads(out.strip().splitlines()[-1])
+    assert stopped["event"] == "stopped" and stopped["unsent"] == 0 and stopped["published"] > 0
+    identity = Identity("rf-proc", "i-proc", "g5.xlarge")
+    stats = read_stats(moto.client("cloudwatch"), "GPUUtilization", gpu_dims(1, identity))
+    assert stats["samplecount"] >= 3  # the hour-long interval was flushed on SIGTERM
+
+
+def test_dashboard_shows_exactly_what_the_sidecar_publishes(moto):
+    # Two intervals of 26 datums (2 GPUs) into a buffer of 40 while CloudWatch is away: the oldest 12 are
+    # dropped, the newest interval survives whole, and the drop report goes out with it.
+    sidecar = sidecar_for(moto, gpus=2, max_buffered=40)
+    intervals_while_down(moto, sidecar, intervals=2)
+    assert sidecar.publisher.dropped == 12
+    moto.start()
+    sidecar.publisher.flush(force=True)
+    listed = moto.client("cloudwatch").list_metrics(Namespace=SPEC.namespace)["Metrics"]
+    published = {(m["MetricName"], tuple(sorted(d["Name"] for d in m["Dimensions"]))) for m in listed}
+    shown = set()
+    for expression in dashboard.expressions(dashboard.render(SPEC)):
+        namespace, metric, dims = dashboard.parse_search(expression)
+        assert namespace == SPEC.namespace
+        shown.add((metric, dims))
+    # Every dashboard line finds data, and every published (metric, dimensions) has a dashboard line.
+    assert shown == published, f"only shown: {shown - published}; only published: {published - shown}"
+
+
+def test_real_nvml_without_a_driver_exits_3_or_idles_until_sigterm():
+    """This host has no NVIDIA driver: the real pynvml shows the no-GPU paths of the real CLI."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    failed = subprocess.run([sys.executable, "-m", "monitoring"], env=env, cwd=REPO, capture_output=True, text=True)
+    assert failed.returncode == 3
+    assert "NVML is not available" in failed.stderr and "--idle-without-gpu" in failed.stderr
+    idle = subprocess.Popen(
+        [sys.executable, "-m", "monitoring", "--idle-without-gpu"], env=env, cwd=REPO, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert json.loads(idle.stdout.readline())["event"] == "no_gpu_idle"
+        time.sleep(0.5)
+        assert idle.poll() is None  # idling, not exiting: ECS would restart an exiting sidecar forever
+        idle.send_signal(signal.SIGTERM)
+        assert idle.wait(timeout=10) == 0
+    finally:
+        idle.kill()
+
+
+def test_a_long_lived_sidecar_follows_the_runs_on_its_node(moto, tmp_path):
+    """The worker task's sidecar starts before any run and outlives them: the training side's current-run
+    files (training/current_run.py, the writer Ray Train workers use) give each sample its run, and the
+    per-run rollup reaches CloudWatch under each run's name in turn."""
+    from training import current_run
+
+    runner = (
+        "import sys; from tests.fakes.fake_nvml import FakeNvml; from monitoring.__main__ import main; "
+        "sys.exit(main(sys.argv[1:], nvml=FakeNvml(gpus=2)))"
+    )
+    env = {
+        **os.environ,
+        "AWS_ENDPOINT_URL_CLOUDWATCH": moto.url,
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "RAYFLEET_CLUSTER_NAME": "rf-runs",
+        "RAYFLEET_INSTANCE_ID": "i-runs",
+        "RAYFLEET_INSTANCE_TYPE": "g5.xlarge",
+        "RAYFLEET_CURRENT_RUN_DIR": str(tmp_path),  # as the worker task definition sets it
+        "PYTHONPATH": str(REPO),
+    }
+    env.pop("ECS_CONTAINER_METADATA_URI_V4", None)
+    env.pop("RAYFLEET_RUN_NAME", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", runner, "--interval", "0.1", "--publish-interval", "0.3"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert json.loads(proc.stdout.readline())["event"] == "started"
+        time.sleep(0.5)  # idle node: no run
+        with current_run.marked("run-a", tmp_path):
+            time.sleep(1.0)
+        time.sleep(0.5)
+        with current_run.marked("run-b", tmp_path):
+            time.sleep(1.0)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0
+    events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [e["runs"] for e in events if e["event"] == "runs_changed"] == [["run-a"], [], ["run-b"], []]
+    cloudwatch = moto.client("cloudwatch")
+    for run in ("run-a", "run-b"):
+        dims = [{"Name": "ClusterName", "Value": "rf-runs"}, {"Name": "RunName", "Value": run}]
+        stats = read_stats(cloudwatch, "GPUUtilization", dims)
+        assert stats["samplecount"] >= 4, (run, stats)  # 2 GPUs x at least 2 samples while it ran
+    listed = cloudwatch.list_metrics(Namespace=SPEC.namespace, MetricName="GPUUtilization")["Metrics"]
+    runs = {d["Value"] for m in listed for d in m["Dimensions"] if d["Name"] == "RunName"}
+    assert runs == {"run-a", "run-b"}

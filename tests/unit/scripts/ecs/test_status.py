@@ -1,0 +1,90 @@
+"""`make status`: GPU counts from the ECS agent or the catalog, and the report of an empty cluster."""
+
+from __future__ import annotations
+
+from scripts.ecs.status import registered_gpus, render
+from training.core.catalog import gpus_of
+
+
+def test_gpus_from_the_ecs_agent_or_the_catalog():
+    gpu = {"name": "GPU", "type": "STRINGSET", "stringSetValue": ["GPU-a", "GPU-b"]}
+    real_ecs = {"registeredResources": [{"name": "CPU", "type": "INTEGER", "integerValue": 4096}, gpu]}
+    assert registered_gpus(real_ecs) == 2
+    assert registered_gpus({"registeredResources": [{"name": "CPU", "type": "INTEGER"}]}) is None
+    assert gpus_of("p5.48xlarge") == 8 and gpus_of("x9.huge") is None
+
+
+def test_status_renders_an_empty_cluster():
+    text = render(
+        {
+            "cluster": "c",
+            "region": "r",
+            "services": [],
+            "instances": [],
+            "tasks": [],
+            "ray": None,
+            "runs": [],
+            "cost_per_hour_usd": 0.0,
+            "cost_unknown_types": [],
+            "prices_as_of": "x",
+        }
+    )
+    assert "(none running)" in text and "no snapshot" in text and "$0.00/hour for 0 instance(s)" in text
+
+
+def test_last_checkpoint_ignores_rays_snapshot_file(tmp_path):
+    from scripts.ecs.status import last_checkpoint
+    from training.core.run_dir import RunDir
+
+    run_dir = RunDir(str(tmp_path), "r")
+    for name in ("checkpoint_000002/state.pt", "checkpoint_000010/state.pt", "checkpoint_manager_snapshot.json"):
+        run_dir.write(name, "x")
+    assert last_checkpoint(run_dir) == "checkpoint_000010"
+
+
+def test_status_renders_rays_view_nodes_resources_and_jobs():
+    ray = {
+        "taken_at": "2026-11-23T12:00:00+00:00",
+        "nodes": [
+            {"node_id": "a" * 12, "alive": True, "head": True, "address": "10.0.0.1", "resources": {}},
+            {
+                "node_id": "b" * 12,
+                "alive": True,
+                "head": False,
+                "address": "10.0.0.2",
+                "resources": {"CPU": 4.0, "GPU": 1.0},
+            },
+            {"node_id": "c" * 12, "alive": False, "head": False, "address": "10.0.0.3", "resources": {"CPU": 4.0}},
+        ],
+        "total": {"CPU": 4.0, "GPU": 1.0, "memory": 8e9},
+        "available": {"CPU": 3.0, "GPU": 0.0, "memory": 8e9},
+        "jobs": [
+            {
+                "submission_id": "ddp-1",
+                "job_id": "02000000",
+                "type": "SUBMISSION",
+                "status": "RUNNING",
+                "start_time": 1795435200000,
+                "end_time": None,
+                "metadata": {},
+            }
+        ],
+    }
+    text = render(
+        {
+            "cluster": "c",
+            "region": "r",
+            "services": [],
+            "instances": [],
+            "tasks": [],
+            "ray": ray,
+            "runs": [],
+            "cost_per_hour_usd": 0.0,
+            "cost_unknown_types": [],
+            "prices_as_of": "x",
+        }
+    )
+    assert "ray (as the head reports it, 2026-11-23T12:00:00+00:00)" in text
+    assert "2 nodes alive (1 head, 1 worker), 1 dead; CPU 3/4 free, GPU 0/1 free, memory 7.5/7.5 GiB free" in text
+    assert "10.0.0.2" in text and "CPU 4, GPU 1" in text
+    assert "ddp-1" in text and "RUNNING" in text

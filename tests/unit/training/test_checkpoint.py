@@ -1,0 +1,54 @@
+"""Checkpoint state round trip and names."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from training import checkpoint
+from training.models.resnet import resnet18_grayscale
+
+
+def _step(model, optimizer, seed):
+    torch.manual_seed(seed)
+    x, y = torch.randn(8, 1, 28, 28), torch.randint(0, 10, (8,))
+    loss = F.cross_entropy(model(x), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.item()
+
+
+def test_state_round_trip_continues_training_identically(tmp_path):
+    torch.manual_seed(0)
+    model = resnet18_grayscale()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    _step(model, optimizer, seed=1)
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "epoch": 3,
+        "attempt": 0,
+        "seed": 0,
+        "rng": checkpoint.rng_state(),
+    }
+    checkpoint.write_state(tmp_path, state)
+    expected_next = _step(model, optimizer, seed=2)
+
+    restored = resnet18_grayscale()
+    restored_opt = torch.optim.Adam(restored.parameters(), lr=1e-3)
+    loaded = checkpoint.read_state(tmp_path)
+    restored.load_state_dict(loaded["model"])
+    restored_opt.load_state_dict(loaded["optimizer"])
+    checkpoint.set_rng_state(loaded["rng"])
+    assert loaded["epoch"] == 3
+    assert _step(restored, restored_opt, seed=2) == expected_next
+
+
+def test_checkpoint_names_are_zero_padded_epochs():
+    assert checkpoint.checkpoint_name(7) == "checkpoint_000007"
+    assert sorted(checkpoint.checkpoint_name(e) for e in (10, 9, 100)) == [
+        "checkpoint_000009",
+        "checkpoint_000010",
+        "checkpoint_000100",
+    ]

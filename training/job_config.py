@@ -1,0 +1,54 @@
+"""The keys every job shares, and their checks: one base that DDPConfig and FSDPConfig extend.
+
+Cluster shape (num_workers, cpus_per_worker, device), numerics (precision, seed), where results go
+(storage, s3_endpoint_url, run_name) and fault tolerance (max_failures, keep_checkpoints). A job adds only
+its own keys; a check written here holds for every job.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from training.core.config import StrictModel
+
+RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+
+
+class JobConfig(StrictModel):
+    # Cluster shape
+    num_workers: int = Field(2, ge=1, description="Ray Train workers (one process, one GPU each on GPU)")
+    cpus_per_worker: float = Field(1.0, gt=0)
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when the cluster has GPUs")
+    # Numerics
+    precision: Literal["auto", "bf16", "fp32"] = Field("auto", description="auto: bf16 on GPU, fp32 on CPU")
+    seed: int = Field(0, ge=0)
+    # Where results go
+    storage: str = Field("runs", description="a local directory or s3://bucket/prefix")
+    s3_endpoint_url: str | None = Field(None, description="for S3-compatible stores (MinIO, moto)")
+    run_name: str | None = Field(None, pattern=RUN_NAME_PATTERN)
+    # Fault tolerance
+    max_failures: int = Field(3, ge=0, description="worker-group restarts, each resuming from the last checkpoint")
+    keep_checkpoints: int = Field(2, ge=1)
+
+    @field_validator("storage")
+    @classmethod
+    def _absolute_storage(cls, value: str) -> str:
+        """Local storage as an absolute path (Ray workers run elsewhere); s3:// as given; nothing else."""
+        if "://" in value:
+            if not value.startswith("s3://"):
+                raise ValueError(f"only local paths and s3:// are supported (got {value!r})")
+            if not value.removeprefix("s3://").strip("/"):
+                raise ValueError("s3:// needs a bucket, as in s3://bucket/prefix")
+            return value.rstrip("/")
+        return str(Path(value).expanduser().resolve())
+
+    @model_validator(mode="after")
+    def _check_storage(self) -> JobConfig:
+        if self.s3_endpoint_url and not self.storage.startswith("s3://"):
+            raise ValueError("s3_endpoint_url: only meaningful with an s3:// storage")
+        if self.s3_endpoint_url and not self.s3_endpoint_url.startswith(("http://", "https://")):
+            raise ValueError(f"s3_endpoint_url: must start with http:// or https:// (got {self.s3_endpoint_url!r})")
+        return self
