@@ -26,6 +26,9 @@ ENV PATH=/opt/rayfleet/venv/bin:${PATH} \
 # The container-side code and the shared core it uses (training/core: token auth, the AWS adapter).
 COPY scripts/__init__.py /opt/rayfleet/src/scripts/
 COPY scripts/container/ /opt/rayfleet/src/scripts/container/
+# A launcher recipe's node processes start through scripts.recipes.job_entry (secret references resolved
+# on the node, never by Ray): the recipes package comes along, the laptop-side verbs in it unused here.
+COPY scripts/recipes/ /opt/rayfleet/src/scripts/recipes/
 COPY training/__init__.py /opt/rayfleet/src/training/
 COPY training/core/ /opt/rayfleet/src/training/core/
 COPY images/bin/rayfleet-node /usr/local/bin/rayfleet-node

@@ -103,7 +103,10 @@ def _submit_and_follow(
 ) -> int:
     variables = job_env(recipe, run_dir.run_name, run_dir.storage, launch_dir)
     entry = command(recipe, sys.executable, variables, extra_args)
-    env_vars = {**variables, **plain_env(recipe, variables)}
+    # Ray Train moves its workers into a per-run directory unless told not to: recipe runs keep them in the
+    # unpacked code, as the README promises, so `open("data/x")` in a train function works (a recipe may
+    # set RAY_CHDIR_TO_TRIAL_DIR itself).
+    env_vars = {"RAY_CHDIR_TO_TRIAL_DIR": "0", **variables, **plain_env(recipe, variables)}
     if secret_refs:  # references only: Ray logs, stores and serves runtime_env and the entrypoint
         env_vars[REFS_VAR] = json.dumps(secret_refs, sort_keys=True)
         entry = f"{shlex.quote(sys.executable)} -m scripts.recipes.job_entry {shlex.quote(entry)}"

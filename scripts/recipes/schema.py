@@ -4,6 +4,9 @@
     code: .                         # directory packaged and shipped (relative to this file; default: its dir)
     entrypoint: -m my_pkg.train     # a module (-m ...), a script in `code` (train.py), or a command
     args: [--epochs, "3"]
+    launcher: torchrun              # optional: torchrun | accelerate, one per worker node (multinode.py)
+    launcher_args: [--max-restarts=0]   # the launcher's own options; rayfleet sets nodes, ranks, rendezvous
+    max_restarts: 1                 # launcher runs: launch all nodes again after a failure, this many times
     env:
       WANDB_MODE: offline
       HF_TOKEN: {secret: "secretsmanager:rayfleet/recipes/hf-token"}   # resolved in the job's process, never stored
@@ -51,6 +54,26 @@ JOB_VARS = (
 )
 
 
+# Launcher options rayfleet sets itself from `resources` (scripts/recipes/multinode.py), in torchrun's and
+# accelerate's spellings ('_' read as '-').
+RAYFLEET_SETS = {
+    "--nnodes",
+    "--node-rank",
+    "--nproc-per-node",
+    "--master-addr",
+    "--master-port",
+    "--rdzv-endpoint",
+    "--rdzv-backend",
+    "--standalone",
+    "--num-machines",
+    "--machine-rank",
+    "--num-processes",
+    "--main-process-ip",
+    "--main-process-port",
+    "--multi-gpu",
+}
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -93,6 +116,11 @@ class Recipe(_Strict):
     resources: Resources = Field(default_factory=Resources)
     storage: str | None = Field(None, description="a local directory or s3://bucket/prefix")
     image: str | None = None
+    launcher: Literal["torchrun", "accelerate"] | None = Field(
+        None, description="run the script under this launcher on every worker node (not as the driver)"
+    )
+    launcher_args: list[str] = Field(default_factory=list, description="the launcher's own options")
+    max_restarts: int = Field(0, ge=0, le=100, description="launcher runs: relaunch every node after a failure")
     setup: str | None = None
     pip: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
@@ -146,6 +174,15 @@ class Recipe(_Strict):
     def _storage(cls, value: str | None) -> str | None:
         if value is not None and value.startswith("s3://") and len(value.rstrip("/")) <= len("s3://"):
             raise ValueError("s3:// needs a bucket, as in s3://bucket/prefix")
+        return value
+
+    @field_validator("launcher_args")
+    @classmethod
+    def _launcher_options(cls, value: list[str]) -> list[str]:
+        for option in value:
+            name = option.split("=", 1)[0]
+            if name.replace("_", "-") in RAYFLEET_SETS:
+                raise ValueError(f"{name} is set by rayfleet from resources (one launcher per worker node)")
         return value
 
     def secret_refs(self) -> dict[str, str]:
@@ -208,7 +245,71 @@ def load(path: str | Path, overrides: list[str] | None = None) -> LoadedRecipe:
     loaded = LoadedRecipe(recipe, path, code_dir)
     if loaded.entry_kind() == "script" and not (code_dir / words[0]).is_file():
         raise ConfigError(f"invalid recipe {path}:\n  entrypoint: {words[0]} is not a file in {code_dir}")
+    problem = launcher_problem(loaded)
+    if problem:
+        raise ConfigError(f"invalid recipe {path}:\n  {problem}")
     return loaded
+
+
+def launcher_problem(loaded: LoadedRecipe) -> str | None:
+    """What is wrong with a recipe's launcher settings, or None."""
+    recipe = loaded.recipe
+    if not recipe.launcher:
+        if recipe.launcher_args or recipe.max_restarts:
+            key = "launcher_args" if recipe.launcher_args else "max_restarts"
+            return f"{key}: only with a launcher (launcher: torchrun or accelerate)"
+        return None
+    if loaded.entry_kind() == "command":
+        return (
+            f"entrypoint: with launcher {recipe.launcher}, name the script (train.py) or module (-m pkg.train) "
+            "it runs, not a command; the launcher's options go in launcher_args"
+        )
+    problem = launcher_options_problem(recipe.launcher, recipe.launcher_args)
+    if not problem and recipe.launcher == "accelerate":
+        problem = accelerate_problem(recipe.launcher_args, loaded.code_dir)
+    return problem
+
+
+def launcher_options_problem(launcher: str, options: list[str]) -> str | None:
+    """launcher_args as the launcher's own argument parser reads them (where it is installed here)."""
+    try:
+        if launcher == "torchrun":
+            from torch.distributed.run import get_args_parser as make_parser
+        else:
+            from accelerate.commands.launch import launch_command_parser as make_parser
+    except ImportError:  # a laptop without the training packages: the node's launcher checks them
+        return None
+    parser = make_parser()
+
+    def fail(message: str):
+        raise ValueError(message)
+
+    parser.error = fail
+    try:
+        _, unknown = parser.parse_known_args([*options, "train.py"])
+    except ValueError as exc:
+        return f"launcher_args: {launcher}: {exc}"
+    if unknown:
+        return f"launcher_args: {launcher} has no option {unknown[0]}"
+    return None
+
+
+def accelerate_problem(options: list[str], code_dir: Path) -> str | None:
+    """accelerate launch without a config falls back to whatever `accelerate config` left on the node."""
+    pairs = [o.split("=", 1) for o in options]
+    names = [p[0].replace("-", "_") for p in pairs]
+    if "__config_file" in names:
+        i = names.index("__config_file")
+        value = pairs[i][1] if len(pairs[i]) == 2 else (options[i + 1] if i + 1 < len(options) else "")
+        if not (code_dir / value).is_file():
+            return f"launcher_args: --config_file {value} is not a file in {code_dir}"
+        return None
+    if "__mixed_precision" not in names:
+        return (
+            "launcher_args: accelerate needs its config: --config_file <a file in code> or at least "
+            "--mixed_precision=no|fp16|bf16 (otherwise each node reads its own default config)"
+        )
+    return None
 
 
 # --- what the job sees ------------------------------------------------------------------------------------
@@ -248,7 +349,13 @@ def command(recipe: Recipe, python: str, variables: dict[str, str], extra_args: 
         python, prefix = "python", ""
     else:  # the cluster's interpreter, and its bin first: torchrun, accelerate, deepspeed of the same environment
         prefix = f'export PATH={shlex.quote(str(Path(python).parent))}:"$PATH"; '
-    head = [python, *words] if kind in ("module", "script") else words
+    if recipe.launcher:  # the driver places one launcher per worker node (scripts/recipes/multinode.py)
+        head = [python, "-m", "scripts.recipes.multinode", "--launcher", recipe.launcher]
+        head += ["--max-restarts", str(recipe.max_restarts)]
+        head += [f"--launcher-arg={option}" for option in recipe.launcher_args]
+        head += ["--", *words]
+    else:
+        head = [python, *words] if kind in ("module", "script") else words
     main = shlex.join([*head, *args])
     setup = f"{recipe.setup} && " if recipe.setup else ""
     return f"{prefix}{setup}{main}"
@@ -287,6 +394,11 @@ def check_fits(recipe: Recipe, cap: Capacity) -> None:
         problems.append(
             f"resources.memory_per_worker_gib: {res.memory_per_worker_gib:g} GiB, but a worker of "
             f"{cap.where} has {cap.memory_gib:.0f} GiB"
+        )
+    if not problems and cap.nodes is not None and recipe.launcher and res.workers > cap.nodes:
+        problems.append(
+            f"resources.workers: launcher {recipe.launcher} runs one node per worker; {res.workers} workers "
+            f"need {res.workers} worker nodes, but {cap.where} has {cap.nodes}"
         )
     if not problems and cap.nodes is not None:
         per_node = int(cap.cpus // res.cpus_per_worker + 1e-9)

@@ -123,3 +123,28 @@ def verbs_env(endpoint: str, outputs_file: str, region: str, **extra: str) -> di
         "PYTHONUNBUFFERED": "1",
         **extra,
     }
+
+
+# Run in a fresh process because Ray reads RAY_AUTH_MODE once per process, at import, and the test
+# process may have imported ray (through another test) before any token was in its environment.
+_JOBS_API_CALL = """
+import sys
+from scripts.recipes import jobs_api
+client = jobs_api.client_for(sys.argv[1])
+answer = getattr(client, sys.argv[2])(*sys.argv[3:])
+print(answer if isinstance(answer, str) else repr(answer))
+"""
+
+
+def jobs_api_call(env: dict, method: str, *args: str) -> str:
+    """What the test cluster's Jobs API answers to `method(*args)`, asked with the token in `env`."""
+    result = subprocess.run(
+        [sys.executable, "-c", _JOBS_API_CALL, f"http://127.0.0.1:{DASHBOARD_PORT}", method, *args],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, f"Jobs API {method}{args}: {result.stderr[-2000:]}"
+    return result.stdout.strip()

@@ -10,7 +10,6 @@ run whose trainer task has stopped is LOST.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -20,7 +19,7 @@ import time
 
 import pytest
 
-from tests.integration.helpers import DASHBOARD_PORT, REPO
+from tests.integration.helpers import REPO, jobs_api_call
 
 pytestmark = pytest.mark.integration
 PYTHON = str(REPO / ".venv/bin/python")
@@ -87,14 +86,6 @@ def s3_text(aws_stack, bucket: str, key: str) -> str | None:
         return None
 
 
-def job_client(cluster_env):
-    os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ["RAY_AUTH_TOKEN_PATH"] = cluster_env["RAY_AUTH_TOKEN_PATH"]
-    from scripts.recipes import jobs_api
-
-    return jobs_api.client_for(f"http://127.0.0.1:{DASHBOARD_PORT}")
-
-
 def runs_listing(aws_stack, tmp_path) -> dict:
     result = subprocess.run(
         [PYTHON, "-m", "scripts.recipes.runs", "--json", "--local-dir", str(tmp_path / "no-local-runs")],
@@ -124,7 +115,7 @@ def test_sigterm_stops_the_job_and_the_record_says_so(cluster_env, aws_stack, bu
     assert record["ended_at"]
     log = s3_text(aws_stack, bucket, f"runs/{run}/driver.log")
     assert "printed before the kill 4" in log and "ready" in log
-    assert str(job_client(cluster_env).get_job_info(record["job_id"]).status) == "STOPPED"  # not left running
+    assert jobs_api_call(cluster_env, "get_job_status", record["job_id"]) == "STOPPED"  # not left running
 
 
 def test_sigkill_leaves_the_log_in_s3_and_the_listing_marks_the_run_lost(cluster_env, aws_stack, bucket, tmp_path):
@@ -146,7 +137,7 @@ def test_sigkill_leaves_the_log_in_s3_and_the_listing_marks_the_run_lost(cluster
         record = json.loads(s3_text(aws_stack, bucket, f"runs/{run}/run.json"))
         assert record["state"] == "LOST" and "is gone" in record["message"] and record["ended_at"]
     finally:
-        job_client(cluster_env).stop_job(record["job_id"])  # the orphaned job: not on the shared cluster
+        jobs_api_call(cluster_env, "stop_job", record["job_id"])  # the orphaned job: not on the shared cluster
 
 
 def test_a_chatty_job_keeps_the_driver_memory_bounded(cluster_env, aws_stack, bucket, tmp_path):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import DASHBOARD_PORT, REPO
+from tests.integration.helpers import REPO, jobs_api_call
 
 pytestmark = pytest.mark.integration
 
@@ -126,16 +126,11 @@ def test_secret_values_reach_the_job_but_never_ray(cluster_env, aws_stack, tmp_p
     )
 
     # The Jobs API's answers, as any token holder gets them.
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")
-    monkeypatch.setenv("RAY_AUTH_TOKEN_PATH", cluster_env["RAY_AUTH_TOKEN_PATH"])
-    from scripts.recipes import jobs_api
-
-    client = jobs_api.client_for(f"http://127.0.0.1:{DASHBOARD_PORT}")
-    record = json.loads((storage / f"probe-{tag[:8]}" / "run.json").read_text())
+    job_id = json.loads((storage / f"probe-{tag[:8]}" / "run.json").read_text())["job_id"]
     answers = {
-        "job info": repr(client.get_job_info(record["job_id"])),
-        "job list": repr(client.list_jobs()),
-        "job logs": client.get_job_logs(record["job_id"]),
+        "job info": jobs_api_call(cluster_env, "get_job_info", job_id),
+        "job list": jobs_api_call(cluster_env, "list_jobs"),
+        "job logs": jobs_api_call(cluster_env, "get_job_logs", job_id),
     }
     leaks += [f"Jobs API {what}: {name}" for what, text in answers.items() for name, v in values.items() if v in text]
     # and what the submitter printed and wrote

@@ -26,6 +26,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
 import boto3
@@ -293,11 +294,14 @@ def test_status_shows_rays_view_from_the_heads_snapshot(rehearsal, aws):
     point) writes Ray's view to s3://<bucket>/cluster/ray-status.json, and `make status` prints it: the
     nodes, their resources and the jobs, here the DDP run of the test above."""
     assert len(containers(rehearsal.rid, "-ray-snapshot")) == 1  # beside the head, in the head's task
-    deadline = time.monotonic() + 120  # it writes every 30 s
+    # The test above saw the trainer task stop, its Ray node with it: wait for a snapshot written after that
+    # (it writes every 30 s), so the trainer's node is not in it.
+    since = datetime.now(UTC).isoformat(timespec="seconds")
+    deadline = time.monotonic() + 120
     while True:
         snap = ray_snapshot(aws)
         jobs = [j for j in (snap or {}).get("jobs", []) if (j.get("submission_id") or "").startswith("rayfleet-")]
-        if jobs and all(j["status"] == "SUCCEEDED" for j in jobs):
+        if snap and snap["taken_at"] > since and jobs and all(j["status"] == "SUCCEEDED" for j in jobs):
             break
         assert time.monotonic() < deadline, (snap, log_text(aws, "ray-head")[-3000:])
         time.sleep(3)
@@ -478,7 +482,9 @@ def test_a_replaced_head_is_rejoined_by_the_same_workers_and_a_resubmitted_run_r
     assert {
         n: podman("inspect", "--format", "{{.Id}}", n).stdout.strip() for n in containers(rid, "-ray-worker")
     } == workers
-    nodes = ray_status_nodes(new_head)
+    deadline = time.monotonic() + 60  # `ray status` reads the autoscaler's view, refreshed every few seconds
+    while len(nodes := ray_status_nodes(new_head)) != 3 and time.monotonic() < deadline:
+        time.sleep(2)
     assert len(nodes) == 3, nodes  # `ray status` on the new head: itself and the two workers
     worker_log = wait_for_log(aws, "ray-worker", "again")
     assert "resolving" in worker_log and "again" in worker_log, worker_log[-3000:]

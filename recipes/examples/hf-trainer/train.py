@@ -1,0 +1,120 @@
+"""Hugging Face Trainer, nothing from rayfleet: torchrun's environment in, files under RAYFLEET_RUN_DIR out.
+
+    torchrun --nproc-per-node 2 train.py --model DIR --text FILE      # by hand
+    launcher: torchrun                                              # the same script from a recipe, across worker nodes
+
+Fine-tunes a causal LM (a Hub-style directory: save_pretrained weights and tokenizer, such as the tiny
+GPT-NeoX of `python -m training.tiny_lm`) on a text file cut into fixed-length blocks, for --max-steps steps.
+The Trainer sets up the process group itself from torchrun's variables (gloo on CPU). Every process writes
+what it saw, with the logged losses, to ranks/rank-<R>.json. --fail-rank R --fail-at-step S raises on that
+rank to show how a failure ends a run.
+"""
+
+import argparse
+import json
+import os
+import socket
+import tempfile
+
+import torch
+from pyarrow import fs
+from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
+
+
+def storage(path: str):
+    """(filesystem, path) for a local directory or s3://bucket/prefix."""
+    if "://" in path:
+        return fs.FileSystem.from_uri(path)
+    return fs.LocalFileSystem(), os.path.abspath(path)
+
+
+def write(path: str, data: bytes) -> None:
+    filesystem, where = storage(path)
+    filesystem.create_dir(os.path.dirname(where), recursive=True)
+    with filesystem.open_output_stream(where) as out:
+        out.write(data)
+
+
+class Blocks(torch.utils.data.Dataset):
+    """The text's tokens, concatenated and cut into blocks of `size`: the labels are the inputs (the model
+    shifts them)."""
+
+    def __init__(self, tokenizer, text: str, size: int):
+        ids = tokenizer(text)["input_ids"]
+        self.blocks = torch.tensor(ids[: len(ids) // size * size]).view(-1, size)
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"input_ids": self.blocks[i], "labels": self.blocks[i]}
+
+
+class FailAt(TrainerCallback):
+    def __init__(self, rank: int, step: int):
+        self.rank, self.step = rank, step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if args.process_index == self.rank and state.global_step == self.step:
+            raise RuntimeError(f"injected failure on rank {self.rank} at step {self.step}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--model", required=True, help="a directory with save_pretrained weights and tokenizer")
+    parser.add_argument("--text", required=True, help="a text file to train on")
+    parser.add_argument("--max-steps", type=int, default=10)
+    parser.add_argument("--block-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--lr", type=float, default=3e-3)
+    parser.add_argument("--fail-rank", type=int, default=-1)
+    parser.add_argument("--fail-at-step", type=int, default=-1)
+    args = parser.parse_args()
+
+    run_dir = os.environ.get("RAYFLEET_RUN_DIR", "out")
+    local = "://" not in run_dir
+    output_dir = os.path.join(os.path.abspath(run_dir), "trainer") if local else tempfile.mkdtemp()
+    cuda = torch.cuda.is_available()
+    training = TrainingArguments(
+        output_dir=output_dir,
+        max_steps=args.max_steps,
+        per_device_train_batch_size=args.batch_size,
+        learning_rate=args.lr,
+        warmup_steps=0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=not cuda,
+        ddp_backend=None if cuda else "gloo",
+        ddp_find_unused_parameters=False,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        seed=0,
+    )
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(args.model)
+    with open(args.text) as f:
+        dataset = Blocks(tokenizer, f.read(), args.block_size)
+    callbacks = [FailAt(args.fail_rank, args.fail_at_step)] if args.fail_rank >= 0 else []
+    trainer = Trainer(model=model, args=training, train_dataset=dataset, callbacks=callbacks)
+    trainer.train()
+
+    rank, world = training.process_index, training.world_size
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    seen = {
+        "rank": rank,
+        "world_size": world,
+        **{k: os.environ.get(k) for k in ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")},
+        **{k: os.environ.get(k) for k in ("RAYFLEET_NODE_RANK", "RAYFLEET_RAY_NODE_ID", "RAYFLEET_ATTEMPT")},
+        "host": socket.gethostname(),
+        "cwd": os.getcwd(),
+        "blocks": len(dataset),
+        "losses": losses,
+    }
+    write(f"{run_dir}/ranks/rank-{rank}.json", json.dumps(seen).encode())
+    if trainer.is_world_process_zero() and losses:
+        print(f"done: {len(losses)} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""`make run` with `launcher:` recipes of unmodified Hugging Face scripts (recipes/examples/accelerate and
+hf-trainer) on the real local test cluster: one launcher per worker node, ranks on both worker nodes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+
+from tests.integration.helpers import DASHBOARD_PORT, REPO
+
+pytestmark = pytest.mark.integration
+
+EXAMPLES = REPO / "recipes" / "examples"
+RAY = str(Path(sys.executable).parent / "ray")
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory) -> dict:
+    """The tiny GPT-NeoX and its corpus (training.tiny_lm); the corpus has a name of its own, so `pgrep -f`
+    finds exactly the processes of these runs."""
+    base = tmp_path_factory.mktemp("tiny-lm")
+    text = base / f"corpus-{uuid.uuid4().hex[:12]}.txt"
+    subprocess.run(
+        [sys.executable, "-m", "training.tiny_lm", str(base / "model"), "--text", str(text)],
+        cwd=REPO,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return {"model": base / "model", "text": text}
+
+
+def worker_node_ids(env: dict) -> set[str]:
+    """The cluster's alive non-head nodes, asked in a subprocess: Ray reads RAY_AUTH_MODE once per process."""
+    listed = subprocess.run(
+        [RAY, "list", "nodes", "--format", "json", "--address", f"http://127.0.0.1:{DASHBOARD_PORT}"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    nodes = json.loads(listed.stdout)
+    return {n["node_id"] for n in nodes if n["state"] == "ALIVE" and not n["is_head_node"]}
+
+
+def make_run(env: dict, recipe: Path, storage: Path, run: str, args: str = "") -> subprocess.CompletedProcess:
+    command = ["make", "--no-print-directory", "run", f"RECIPE={recipe}", "TARGET=local", f"RUN={run}"]
+    command += [f"SET=storage={storage}", *([f"ARGS={args}"] if args else [])]
+    return subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
+
+
+def check_ranks_on_both_workers(env: dict, result: subprocess.CompletedProcess, run_dir: Path) -> None:
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ranks = [json.loads((run_dir / "ranks" / f"rank-{r}.json").read_text()) for r in (0, 1)]
+    assert [r["rank"] for r in ranks] == [0, 1] and {r["world_size"] for r in ranks} == {2}
+    assert [r["RAYFLEET_NODE_RANK"] for r in ranks] == ["0", "1"]
+    assert {r["RAYFLEET_ATTEMPT"] for r in ranks} == {"1"}
+    nodes = [r["RAYFLEET_RAY_NODE_ID"] for r in ranks]
+    assert nodes[0] != nodes[1] and set(nodes) == worker_node_ids(env)  # one per worker node, not the head
+    for r in ranks:
+        assert r["LOCAL_RANK"] == "0" and r["LOCAL_WORLD_SIZE"] == "1"
+        assert r["losses"] and r["losses"][-1] < r["losses"][0], r["losses"]
+    assert "[node 0] " in result.stdout and "[node 1] " in result.stdout
+    assert "[node 0] done:" in result.stdout  # rank 0's own last line, followed live
+    assert "[node 0] done:" in (run_dir / "driver.log").read_text()
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["state"] == "SUCCEEDED" and record["exit_code"] == 0
+
+
+def test_accelerate_script_runs_on_both_worker_nodes(cluster_env, tmp_path):
+    storage = tmp_path / "runs"
+    result = make_run(cluster_env, EXAMPLES / "accelerate" / "recipe.yaml", storage, "accelerate-ok")
+    check_ranks_on_both_workers(cluster_env, result, storage / "accelerate-ok")
+    rank = json.loads((storage / "accelerate-ok" / "ranks" / "rank-1.json").read_text())
+    assert rank["distributed_type"] == "DistributedType.MULTI_CPU"  # ACCELERATE_USE_CPU: gloo across nodes
+    assert len(rank["losses"]) == 40
+
+
+def test_hf_trainer_runs_on_both_worker_nodes(cluster_env, tiny_lm, tmp_path):
+    storage = tmp_path / "runs"
+    args = f"--model {tiny_lm['model']} --text {tiny_lm['text']}"
+    result = make_run(cluster_env, EXAMPLES / "hf-trainer" / "recipe.yaml", storage, "hf-trainer-ok", args)
+    check_ranks_on_both_workers(cluster_env, result, storage / "hf-trainer-ok")
+    rank = json.loads((storage / "hf-trainer-ok" / "ranks" / "rank-0.json").read_text())
+    assert len(rank["losses"]) == 10  # logging_steps=1, --max-steps 10
+
+
+def test_hf_trainer_failing_rank_fails_the_run_and_leaves_no_processes(cluster_env, tiny_lm, tmp_path):
+    storage = tmp_path / "runs"
+    args = f"--model {tiny_lm['model']} --text {tiny_lm['text']} --fail-rank 1 --fail-at-step 2"
+    result = make_run(cluster_env, EXAMPLES / "hf-trainer" / "recipe.yaml", storage, "hf-trainer-fails", args)
+    assert result.returncode != 0, result.stdout[-3000:]
+    run_dir = storage / "hf-trainer-fails"
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["state"] == "FAILED" and record["exit_code"] != 0
+    assert "injected failure on rank 1" in (run_dir / "driver.log").read_text()
+    assert not (run_dir / "ranks" / "rank-1.json").exists()
+    left = subprocess.run(["pgrep", "-af", tiny_lm["text"].name], capture_output=True, text=True)
+    assert left.returncode == 1, f"processes left after the run:\n{left.stdout}"
+    # the failing rank's own traceback, not only its launcher's or the other node's, is what make run prints
+    assert "[node 1] [rank1]: RuntimeError: injected failure on rank 1 at step 2" in result.stdout
+    assert "RuntimeError: injected failure on rank 1 at step 2" in result.stderr, result.stderr[-5000:]
+    assert "Traceback (most recent call last)" in result.stderr
