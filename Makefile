@@ -27,7 +27,7 @@ AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 .DEFAULT_GOAL := help
 .PHONY: launch logs status exec ray-status stop clean deploy plan lint-infra rotate-ray-token build push
 .PHONY: text-data train-fsdp train-fsdp-local run runs
-.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data bench-fsdp bench-recipe bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
+.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data bench-fsdp bench-recipe bench-launcher bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
 
 help: ## List every target with what it does
@@ -161,6 +161,9 @@ bench-fsdp: setup ## Benchmark the FSDP2 step: tokens/s, TFLOP/s, MFU (ARGS="--s
 
 bench-recipe: setup ## What a recipe run adds over running the same script as a Ray driver by hand (prints a table)
 	$(PY) -m bench.recipe_overhead $(ARGS)
+
+bench-launcher: setup ## What a `launcher: torchrun` recipe adds over torchrun by hand (prints a table)
+	$(PY) -m bench.launcher_overhead $(ARGS)
 
 bench-sidecar: setup ## Measure the GPU-metrics sidecar's CPU and memory at its default intervals
 	$(PY) -m bench.sidecar_cost $(ARGS)

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 
 PR_SET_PDEATHSIG = 1
 TAIL_LINES = 200
@@ -92,10 +93,12 @@ class NodeLauncher:
                 self.new.append(line.rstrip("\n"))
                 self.tail.append(line.rstrip("\n"))
 
-    def wait(self) -> int:
+    def wait(self) -> tuple[int, float]:
+        """The launcher's exit code and when it exited (wall clock: the driver compares nodes)."""
         code = self.proc.wait()
+        ended_at = time.time()
         self.reader.join(timeout=10)  # the last lines are in `new` before the exit code is known
-        return code
+        return code, ended_at
 
     def read(self) -> list[str]:
         with self.lock:

@@ -171,22 +171,49 @@ def pump(run: Attempt) -> None:
             print(f"[node {rank}] {line}", flush=True)
 
 
-def follow(run: Attempt) -> tuple[int, int | None]:
-    """Until every launcher has exited 0, or one has not: (exit code, the failed node's rank or None)."""
+@dataclass(frozen=True)
+class Failure:
+    rank: int
+    code: int
+    ended_at: float  # wall clock on the node: which node failed first
+    tail: list[str]
+
+
+GRACE_S = 3.0  # after one node fails, how long to collect the others' exits before choosing the first
+
+
+def follow(run: Attempt) -> Failure | None:
+    """Until every launcher has exited 0 (None), or one has not: the node that failed first. When one
+    rank raises, the others fail too (their peer is gone); the first to exit is the cause."""
     import ray
 
-    while run.running:
+    failures: list[Failure] = []
+    deadline = None
+    while run.running and (deadline is None or time.monotonic() < deadline):
         done, _ = ray.wait(list(run.running), num_returns=1, timeout=POLL_S)
         pump(run)
         for ref in done:
-            rank = run.running.pop(ref)
-            try:
-                code = ray.get(ref)
-            except ray.exceptions.RayActorError:
-                code = LOST
-            if code != 0:
-                return code, rank
-    return 0, None
+            failure = exited(run, run.running.pop(ref), ref)
+            if failure:
+                failures.append(failure)
+                deadline = deadline or time.monotonic() + GRACE_S
+    return min(failures, key=lambda f: f.ended_at) if failures else None
+
+
+def exited(run: Attempt, rank: int, ref) -> Failure | None:
+    import ray
+
+    try:
+        code, ended_at = ray.get(ref)
+    except ray.exceptions.RayActorError:
+        return Failure(rank, LOST, time.time(), [])
+    if code == 0:
+        return None
+    try:  # asked before anything is stopped: the stop would add the launcher's own shutdown
+        tail = ray.get(run.actors[rank].last_lines.remote(), timeout=30)
+    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+        tail = []
+    return Failure(rank, code, ended_at, tail)
 
 
 def finish(run: Attempt) -> None:
@@ -205,37 +232,51 @@ def finish(run: Attempt) -> None:
         remove_placement_group(run.group)
 
 
-def report_failure(run: Attempt, rank: int, code: int) -> None:
-    import ray
-
-    if code == LOST:
-        print(f"[rayfleet] error: node {rank} was lost (its Ray actor died)", file=sys.stderr, flush=True)
+def report(failure: Failure) -> None:
+    """Last in the job's output, after the other nodes have stopped: the failed node's traceback and last
+    lines, then the script's traceback unprefixed, so the tail `make run` prints is the script's own."""
+    if failure.code == LOST:
+        print(f"[rayfleet] error: node {failure.rank} was lost (its Ray actor died)", file=sys.stderr, flush=True)
         return
-    try:
-        tail = ray.get(run.actors[rank].last_lines.remote(), timeout=30)
-    except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
-        tail = []
-    print(f"[rayfleet] error: node {rank} exited {code}; its traceback and last lines:", file=sys.stderr, flush=True)
-    for line in excerpt(tail):
+    rank, shown, own = failure.rank, excerpt(failure.tail), script_traceback(failure.tail)
+    print(f"[rayfleet] error: node {rank} exited {failure.code}; its output:", file=sys.stderr, flush=True)
+    for line in shown:
         print(f"[node {rank}] {line}", file=sys.stderr, flush=True)
+    if own:
+        print(f"[rayfleet] node {rank}: the script's traceback", file=sys.stderr, flush=True)
+        print("\n".join(own), file=sys.stderr, flush=True)
 
 
 RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")  # torchrun's prefix on its workers' stderr
+TRACEBACK = "Traceback (most recent call last)"
 
 
-def excerpt(lines: list[str], last: int = 12) -> list[str]:
-    """The first traceback in a node's output (the script's own: the launcher's comes after it) and the
-    last lines (the launcher's summary: which rank, which exit code)."""
+def traceback_bounds(lines: list[str]) -> tuple[int, int] | None:
+    """[start, end) of the first traceback (the script's own: a launcher's comes after it), through the
+    exception's line; None if there is none."""
     plain = [RANK_PREFIX.sub("", line) for line in lines]
-    start = next((i for i, line in enumerate(plain) if line.startswith("Traceback (most recent call last)")), None)
+    start = next((i for i, line in enumerate(plain) if line.startswith(TRACEBACK)), None)
     if start is None:
-        return lines[-40:]
+        return None
     end = start + 1
     while end < len(plain) and (plain[end].startswith((" ", "\t")) or not plain[end].strip()):
         end += 1
-    block = lines[start : end + 1]  # through the exception's own line
-    rest = lines[max(end + 1, len(lines) - last) :]
-    return block + (["..."] if end + 1 < len(lines) - last else []) + rest
+    return start, min(end + 1, len(lines))
+
+
+def script_traceback(lines: list[str]) -> list[str]:
+    bounds = traceback_bounds(lines)
+    return [RANK_PREFIX.sub("", line) for line in lines[slice(*bounds)]] if bounds else []
+
+
+def excerpt(lines: list[str], last: int = 12) -> list[str]:
+    """The first traceback and the last lines (the launcher's summary: which rank, which exit code)."""
+    bounds = traceback_bounds(lines)
+    if bounds is None:
+        return lines[-40:]
+    start, end = bounds
+    rest = lines[max(end, len(lines) - last) :]
+    return lines[start:end] + (["..."] if end < len(lines) - last else []) + rest
 
 
 def raise_stopped(signum, frame) -> None:
@@ -250,26 +291,26 @@ def run(launcher: str, max_restarts: int, options: list[str], target: list[str],
     ray.init(log_to_driver=False)  # the launchers' output comes back through `read`, once per line
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, raise_stopped)
-    code = 1
+    failure = None
     for attempt in range(1, max_restarts + 2):
         current = None
         try:
             current = start_attempt(launcher, shape, attempt, options, target)
-            code, rank = follow(current)
-            if code == 0:
-                say(f"all {shape.nodes} node(s) finished")
-                return 0
-            report_failure(current, rank, code)
+            failure = follow(current)
         except Stopped as stop:
             say(f"{stop}: stopping every node's processes")
             return 128 + stop.signum
         finally:
             if current is not None:
                 finish(current)
+        if failure is None:
+            say(f"all {shape.nodes} node(s) finished")
+            return 0
+        report(failure)
         if attempt <= max_restarts:
             say(f"attempt {attempt} failed; launching again ({attempt}/{max_restarts} restarts)")
             time.sleep(1)
-    return 1 if code == LOST else code
+    return 1 if failure.code == LOST else failure.code
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

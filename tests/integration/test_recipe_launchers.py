@@ -104,10 +104,13 @@ def test_a_failing_rank_stops_every_node_and_fails_with_its_traceback(cluster_en
     result = make_run(cluster_env, recipe, "torch-rank1-fails")
     print(f"\nfailure to exit: {time.monotonic() - started:.0f}s")
     assert result.returncode != 0, result.stdout[-3000:] + result.stderr[-3000:]
-    report = result.stdout.split("[rayfleet] error: node 1 exited 1; its traceback and last lines:", 1)[1]
-    # rank 1's own traceback first, then torchrun's summary naming it
+    report = result.stdout.split("[rayfleet] error: node 1 exited 1; its output:", 1)[1]
+    # rank 1's own traceback first, then torchrun's summary naming it, after the other node has stopped
     assert "[node 1] [rank1]: RuntimeError: injected failure on rank 1 at step 3" in report
     assert "raise RuntimeError" in report and "[node 1]   rank      : 1 (local_rank: 0)" in report
+    assert "[node 0]" not in report
+    # and the traceback make run prints on stderr is the script's own, unprefixed
+    assert "\nRuntimeError: injected failure on rank 1 at step 3" in result.stderr, result.stderr[-3000:]
     record = json.loads((tmp_path / "runs" / "torch-rank1-fails" / "run.json").read_text())
     assert record["state"] == "FAILED" and record["exit_code"] == 1
     assert not (tmp_path / "runs" / "torch-rank1-fails" / "ranks").exists()  # rank 0 never finished its 400 steps

@@ -117,3 +117,17 @@ def test_a_failed_nodes_report_starts_with_the_scripts_own_traceback():
     assert shown[:4] == lines[1:5] and shown[4] == "..."
     assert shown[5:] == ["ChildFailedError:", *[f"summary {i}" for i in range(5)]]
     assert excerpt(["a", "b"]) == ["a", "b"]  # no traceback: the last lines
+
+
+def test_the_scripts_traceback_loses_torchruns_prefix():
+    from scripts.recipes.multinode import script_traceback
+
+    lines = [
+        "x",
+        "[rank1]: Traceback (most recent call last):",
+        "[rank1]:   File 'a.py'",
+        "[rank1]: KeyError: 'k'",
+        "y",
+    ]
+    assert script_traceback(lines) == ["Traceback (most recent call last):", "  File 'a.py'", "KeyError: 'k'"]
+    assert script_traceback(["no trace"]) == []

@@ -1,0 +1,92 @@
+"""What a `launcher: torchrun` recipe costs on top of starting the same script with torchrun by hand.
+
+    python -m bench.launcher_overhead [--repeats 2] [--steps 20]      # make bench-launcher
+
+Interleaved in one run, on one local cluster (the running `make cluster-up`, else one of 2 workers x 1 CPU
+started for the benchmark), the unmodified recipes/examples/torch-ddp/train.py:
+  by hand:  `torchrun --nproc-per-node 2 train.py` on this machine (two local processes, gloo);
+  recipe:   `python -m scripts.recipes.run` of the example's recipe: validate, package, Jobs API, place one
+            bundle per worker node, one torchrun per node (world size 2), follow, record.
+Prints wall seconds (medians of --repeats), the overhead per run and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from scripts.local_cluster import cluster as local_cluster
+
+REPO = Path(__file__).resolve().parents[1]
+EXAMPLE = REPO / "recipes" / "examples" / "torch-ddp"
+
+
+def timed(cmd: list[str], env: dict, cwd: Path, expect: str) -> float:
+    start = time.perf_counter()
+    result = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
+    elapsed = time.perf_counter() - start
+    if result.returncode != 0 or expect not in result.stdout:
+        raise SystemExit(f"{cmd[:4]} failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args(argv)
+    started = False
+    state = local_cluster.running()
+    if state is None:
+        print("starting a local cluster for the benchmark (2 workers x 1 CPU) ...", flush=True)
+        state = local_cluster.up(local_cluster.ClusterSpec.from_env(workers=2, cpus_per_worker=1.0), quiet=True)
+        started = True
+    expect = f"done: {args.steps} steps"
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            shutil.copytree(EXAMPLE, work / "code")
+            recipe = {
+                "name": "bench-launcher",
+                "code": "code",
+                "entrypoint": "train.py",
+                "launcher": "torchrun",
+                "args": ["--steps", str(args.steps)],
+                "storage": str(work / "runs"),
+                "resources": {"workers": 2, "cpus_per_worker": 1},
+            }
+            (work / "recipe.yaml").write_text(json.dumps(recipe))
+            env = {**os.environ, "RAY_ADDRESS": state.address, "PYTHONPATH": str(REPO)}
+            by_hand, via_recipe = [], []
+            for i in range(args.repeats):
+                print(f"repeat {i + 1}/{args.repeats} ...", flush=True)
+                hand_dir = work / f"hand-{i}"
+                torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "train.py"]
+                hand_env = {**env, "RAYFLEET_RUN_DIR": str(hand_dir)}
+                by_hand.append(timed([*torchrun, "--steps", str(args.steps)], hand_env, work / "code", expect))
+                run = [sys.executable, "-m", "scripts.recipes.run", str(work / "recipe.yaml"), "--target", "local"]
+                via_recipe.append(timed([*run, "--run-name", f"bench-{i}"], env, REPO, expect))
+    finally:
+        if started:
+            local_cluster.down(quiet=True)
+    h, r = statistics.median(by_hand), statistics.median(via_recipe)
+    print()
+    print(f"| {'what':<52} | {'median s':>9} | {'vs by hand':>10} |")
+    print(f"|{'-' * 54}|{'-' * 11}|{'-' * 12}|")
+    print(f"| {'by hand: torchrun --nproc-per-node 2 train.py':<52} | {h:>9.2f} | {1.0:>9.2f}x |")
+    print(f"| {'recipe: launcher torchrun, 2 worker nodes x 1 process':<52} | {r:>9.2f} | {r / h:>9.2f}x |")
+    print(f"| {'overhead per run':<52} | {r - h:>9.2f} | {'':>10} |")
+    print(f"\n{args.steps} steps of recipes/examples/torch-ddp/train.py; medians of {args.repeats}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
