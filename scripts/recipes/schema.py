@@ -272,6 +272,8 @@ def launcher_problem(loaded: LoadedRecipe) -> str | None:
 
 def launcher_options_problem(launcher: str, options: list[str]) -> str | None:
     """launcher_args as the launcher's own argument parser reads them (where it is installed here)."""
+    if not options:  # nothing to check, and importing torch or accelerate takes seconds
+        return None
     try:
         if launcher == "torchrun":
             from torch.distributed.run import get_args_parser as make_parser
