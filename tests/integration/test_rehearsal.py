@@ -323,6 +323,28 @@ def test_status_shows_rays_view_from_the_heads_snapshot(rehearsal, aws):
     assert "head-snapshot: first snapshot written" in log_text(aws, "ray-head")  # its log, beside the head's
 
 
+def test_a_torchrun_recipe_runs_its_script_on_the_worker_tasks(rehearsal, aws):
+    """issue 16: a `launcher: torchrun` recipe on ECS. The trainer task is the job's driver; it places one
+    bundle per worker task and starts one torchrun in each ray-worker container (the worker image's
+    scripts/container/node_launcher.py), which runs the unmodified example with gloo across the two."""
+    run = "rehearsal-torchrun"
+    recipe = "recipes/examples/torch-ddp/recipe.yaml"
+    result = run_verb(aws["env"], "scripts.recipes.run", recipe, "--target", "ecs", "--run-name", run, timeout=900)
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    assert "[node 0] done: 30 steps" in result.stdout and "[node 1] rank 1/2 ready on" in result.stdout
+    assert run_record(aws, run)["state"] == "SUCCEEDED"
+    s3 = aws["client"]("s3")
+    bucket = aws["outputs"]["results_bucket"]
+    seen = [
+        json.loads(s3.get_object(Bucket=bucket, Key=f"runs/{run}/ranks/rank-{r}.json")["Body"].read()) for r in (0, 1)
+    ]
+    workers = {podman("exec", w, "hostname").stdout.strip() for w in containers(rehearsal.rid, "-ray-worker")}
+    assert {s["host"] for s in seen} == workers, (seen, workers)  # one rank in each worker task, none elsewhere
+    assert [s["RAYFLEET_NODE_RANK"] for s in seen] == ["0", "1"] and {s["world_size"] for s in seen} == {2}
+    assert all(s["losses"][-1] < s["losses"][0] for s in seen)
+    assert f"runs/{run}/checkpoint/state.pt" in keys(aws, f"runs/{run}/")
+
+
 CURRENT_RUNS = (
     "import json; from monitoring.current_run import current_runs; print(json.dumps(current_runs('/run/rayfleet')))"
 )
