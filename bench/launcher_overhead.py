@@ -17,25 +17,14 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from scripts.local_cluster import cluster as local_cluster
+from bench.on_cluster import local_cluster_state, timed
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "recipes" / "examples" / "torch-ddp"
-
-
-def timed(cmd: list[str], env: dict, cwd: Path, expect: str) -> float:
-    start = time.perf_counter()
-    result = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=900)
-    elapsed = time.perf_counter() - start
-    if result.returncode != 0 or expect not in result.stdout:
-        raise SystemExit(f"{cmd[:4]} failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
-    return elapsed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -43,40 +32,29 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--steps", type=int, default=20)
     args = parser.parse_args(argv)
-    started = False
-    state = local_cluster.running()
-    if state is None:
-        print("starting a local cluster for the benchmark (2 workers x 1 CPU) ...", flush=True)
-        state = local_cluster.up(local_cluster.ClusterSpec.from_env(workers=2, cpus_per_worker=1.0), quiet=True)
-        started = True
     expect = f"done: {args.steps} steps"
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            work = Path(tmp)
-            shutil.copytree(EXAMPLE, work / "code")
-            recipe = {
-                "name": "bench-launcher",
-                "code": "code",
-                "entrypoint": "train.py",
-                "launcher": "torchrun",
-                "args": ["--steps", str(args.steps)],
-                "storage": str(work / "runs"),
-                "resources": {"workers": 2, "cpus_per_worker": 1},
-            }
-            (work / "recipe.yaml").write_text(json.dumps(recipe))
-            env = {**os.environ, "RAY_ADDRESS": state.address, "PYTHONPATH": str(REPO)}
-            by_hand, via_recipe = [], []
-            for i in range(args.repeats):
-                print(f"repeat {i + 1}/{args.repeats} ...", flush=True)
-                hand_dir = work / f"hand-{i}"
-                torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "train.py"]
-                hand_env = {**env, "RAYFLEET_RUN_DIR": str(hand_dir)}
-                by_hand.append(timed([*torchrun, "--steps", str(args.steps)], hand_env, work / "code", expect))
-                run = [sys.executable, "-m", "scripts.recipes.run", str(work / "recipe.yaml"), "--target", "local"]
-                via_recipe.append(timed([*run, "--run-name", f"bench-{i}"], env, REPO, expect))
-    finally:
-        if started:
-            local_cluster.down(quiet=True)
+    with local_cluster_state() as state, tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        shutil.copytree(EXAMPLE, work / "code")
+        recipe = {
+            "name": "bench-launcher",
+            "code": "code",
+            "entrypoint": "train.py",
+            "launcher": "torchrun",
+            "args": ["--steps", str(args.steps)],
+            "storage": str(work / "runs"),
+            "resources": {"workers": 2, "cpus_per_worker": 1},
+        }
+        (work / "recipe.yaml").write_text(json.dumps(recipe))
+        env = {**os.environ, "RAY_ADDRESS": state.address, "PYTHONPATH": str(REPO)}
+        torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "train.py"]
+        run = [sys.executable, "-m", "scripts.recipes.run", str(work / "recipe.yaml"), "--target", "local"]
+        by_hand, via_recipe = [], []
+        for i in range(args.repeats):
+            print(f"repeat {i + 1}/{args.repeats} ...", flush=True)
+            hand_env = {**env, "RAYFLEET_RUN_DIR": str(work / f"hand-{i}")}
+            by_hand.append(timed([*torchrun, "--steps", str(args.steps)], hand_env, work / "code", expect))
+            via_recipe.append(timed([*run, "--run-name", f"bench-{i}"], env, REPO, expect))
     h, r = statistics.median(by_hand), statistics.median(via_recipe)
     print()
     print(f"| {'what':<52} | {'median s':>9} | {'vs by hand':>10} |")

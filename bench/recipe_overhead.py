@@ -15,13 +15,12 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from scripts.local_cluster import cluster as local_cluster
+from bench.on_cluster import local_cluster_state, timed
 from scripts.recipes.package import package
 from scripts.recipes.schema import load
 
@@ -36,58 +35,34 @@ print("result", ray.get(square.remote(7)))
 """
 
 
-def timed(cmd: list[str], env: dict, cwd: Path) -> float:
-    start = time.perf_counter()
-    result = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, timeout=600)
-    elapsed = time.perf_counter() - start
-    if result.returncode != 0 or "result 49" not in result.stdout:
-        raise SystemExit(f"{cmd[:3]} failed:\n{result.stdout[-2000:]}\n{result.stderr[-2000:]}")
-    return elapsed
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    started = False
-    state = local_cluster.running()
-    if state is None:
-        print("starting a local cluster for the benchmark (2 workers x 1 CPU) ...", flush=True)
-        state = local_cluster.up(local_cluster.ClusterSpec.from_env(workers=2, cpus_per_worker=1.0), quiet=True)
-        started = True
-    try:
-        with tempfile.TemporaryDirectory() as tmp:
-            work = Path(tmp)
-            (work / "code").mkdir()
-            (work / "code" / "task.py").write_text(TASK)
-            recipe = {
-                "name": "bench",
-                "code": "code",
-                "entrypoint": "task.py",
-                "storage": str(work / "runs"),
-                "resources": {"workers": 1, "cpus_per_worker": 1},
-            }
-            (work / "recipe.yaml").write_text(json.dumps(recipe))
-            env = {**os.environ, "RAY_ADDRESS": state.address, "PYTHONPATH": str(REPO)}
-            direct, via_recipe = [], []
-            for i in range(args.repeats):
-                print(f"repeat {i + 1}/{args.repeats} ...", flush=True)
-                direct.append(timed([sys.executable, "task.py"], env, work / "code"))
-                via_recipe.append(
-                    timed(
-                        [sys.executable, "-m", "scripts.recipes.run", str(work / "recipe.yaml"), "--target", "local"],
-                        env,
-                        REPO,
-                    )
-                )
-            loaded = load(REPO / "recipes" / "ddp.yaml")
-            start = time.perf_counter()
-            pkg = package(loaded.code_dir, work / "ddp.zip", loaded.recipe.exclude)
-            package_s = time.perf_counter() - start
-            zip_bytes = pkg.path.stat().st_size
-    finally:
-        if started:
-            local_cluster.down(quiet=True)
+    with local_cluster_state() as state, tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        (work / "code").mkdir()
+        (work / "code" / "task.py").write_text(TASK)
+        recipe = {
+            "name": "bench",
+            "code": "code",
+            "entrypoint": "task.py",
+            "storage": str(work / "runs"),
+            "resources": {"workers": 1, "cpus_per_worker": 1},
+        }
+        (work / "recipe.yaml").write_text(json.dumps(recipe))
+        env = {**os.environ, "RAY_ADDRESS": state.address, "PYTHONPATH": str(REPO)}
+        run = [sys.executable, "-m", "scripts.recipes.run", str(work / "recipe.yaml"), "--target", "local"]
+        direct, via_recipe = [], []
+        for i in range(args.repeats):
+            print(f"repeat {i + 1}/{args.repeats} ...", flush=True)
+            direct.append(timed([sys.executable, "task.py"], env, work / "code", "result 49"))
+            via_recipe.append(timed(run, env, REPO, "result 49"))
+        loaded = load(REPO / "recipes" / "ddp.yaml")
+        start = time.perf_counter()
+        pkg = package(loaded.code_dir, work / "ddp.zip", loaded.recipe.exclude)
+        package_s = time.perf_counter() - start
+        zip_bytes = pkg.path.stat().st_size
     d, r = statistics.median(direct), statistics.median(via_recipe)
     print()
     print(f"| {'what':<44} | {'median s':>9} | {'vs direct':>9} |")

@@ -148,3 +148,15 @@ def jobs_api_call(env: dict, method: str, *args: str) -> str:
     )
     assert result.returncode == 0, f"Jobs API {method}{args}: {result.stderr[-2000:]}"
     return result.stdout.strip()
+
+
+def left_running(run: str) -> list[int]:
+    """Processes (of any job) whose environment names this run: the launchers and the script's ranks."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and f"RAYFLEET_RUN_NAME={run}".encode() in (proc / "environ").read_bytes():
+                pids.append(int(proc.name))
+        except OSError:
+            continue
+    return pids

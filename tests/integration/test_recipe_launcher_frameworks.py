@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import DASHBOARD_PORT, REPO
+from tests.integration.helpers import DASHBOARD_PORT, REPO, left_running
 
 pytestmark = pytest.mark.integration
 
@@ -108,3 +108,16 @@ def test_hf_trainer_failing_rank_fails_the_run_and_leaves_no_processes(cluster_e
     assert "[node 1] [rank1]: RuntimeError: injected failure on rank 1 at step 2" in result.stdout
     assert "RuntimeError: injected failure on rank 1 at step 2" in result.stderr, result.stderr[-5000:]
     assert "Traceback (most recent call last)" in result.stderr
+
+
+def test_accelerate_failing_rank_fails_the_run_with_its_traceback(cluster_env, tmp_path):
+    storage = tmp_path / "runs"
+    run = f"accelerate-fails-{uuid.uuid4().hex[:6]}"
+    args = "--fail-rank 1 --fail-at-step 3"
+    result = make_run(cluster_env, EXAMPLES / "accelerate" / "recipe.yaml", storage, run, args)
+    assert result.returncode != 0, result.stdout[-3000:]
+    record = json.loads((storage / run / "run.json").read_text())
+    assert record["state"] == "FAILED" and record["exit_code"] != 0
+    assert "[rayfleet] error: node 1 exited" in result.stdout
+    assert "RuntimeError: injected failure on rank 1 at step 3" in result.stderr, result.stderr[-5000:]
+    assert not (storage / run / "ranks" / "rank-1.json").exists() and left_running(run) == []

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import REPO
+from tests.integration.helpers import REPO, left_running
 
 pytestmark = pytest.mark.integration
 EXAMPLE = REPO / "recipes" / "examples" / "torch-ddp"
@@ -30,18 +30,6 @@ def ray_nodes(env: dict) -> dict[str, bool]:
         env=env, capture_output=True, text=True, timeout=120, check=True,
     )  # fmt: skip
     return {n["node_id"]: n["is_head_node"] for n in json.loads(listing.stdout) if n["state"] == "ALIVE"}
-
-
-def left_running(run: str) -> list[int]:
-    """Processes (of any job) whose environment names this run: the launchers and the script's ranks."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and f"RAYFLEET_RUN_NAME={run}".encode() in (proc / "environ").read_bytes():
-                pids.append(int(proc.name))
-        except OSError:
-            continue
-    return pids
 
 
 def copy_example(tmp_path: Path, **changes) -> Path:
@@ -183,3 +171,43 @@ def test_a_ray_train_function_opens_files_relative_to_the_code(cluster_env, tmp_
     for rank in (0, 1):  # each Ray Train worker, in the unpacked code (Ray's working_dir), not a run directory
         line = result.stdout.split(f"rank {rank} read total 42 in ", 1)[1].splitlines()[0]
         assert "/runtime_resources/working_dir_files/_ray_pkg_" in line, line
+
+
+SECRET_SCRIPT = textwrap.dedent("""
+    import hashlib, json, os
+    rank = os.environ["RANK"]
+    seen = {"sha": hashlib.sha256(os.environ["API_KEY"].encode()).hexdigest(),
+            "refs": os.environ["RAYFLEET_SECRET_REFS"]}
+    os.makedirs(os.environ["RAYFLEET_RUN_DIR"], exist_ok=True)
+    with open(os.path.join(os.environ["RAYFLEET_RUN_DIR"], f"secret-{rank}.json"), "w") as f:
+        json.dump(seen, f)
+    print("rank", rank, "has its secret")
+""")
+
+
+def test_each_nodes_script_gets_the_secret_resolved_on_its_node(cluster_env, tmp_path):
+    """The launchers start through scripts.recipes.job_entry on each node: the script sees the value, Ray
+    (the job's runtime_env, which the node's actor has) only the reference."""
+    import hashlib
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(SECRET_SCRIPT)
+    recipe = {
+        "name": "secret-nodes",
+        "entrypoint": "train.py",
+        "launcher": "torchrun",
+        "env": {"API_KEY": {"secret": "env:TEST_LAUNCHER_KEY"}},
+        "resources": {"workers": 2, "cpus_per_worker": 1},
+        "storage": str(tmp_path / "runs"),
+    }
+    (code / "recipe.yaml").write_text(json.dumps(recipe))
+    value = "launcher-secret-0123456789"
+    result = make_run({**cluster_env, "TEST_LAUNCHER_KEY": value}, code / "recipe.yaml", "secret-nodes")
+    assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-3000:]
+    assert "[node 1] rank 1 has its secret" in result.stdout
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / "runs" / "secret-nodes" / f"secret-{rank}.json").read_text())
+        assert seen["sha"] == hashlib.sha256(value.encode()).hexdigest()
+        assert value not in seen["refs"] and json.loads(seen["refs"])["API_KEY"].startswith("file:")
+    assert value not in result.stdout + result.stderr
