@@ -160,3 +160,26 @@ def left_running(run: str) -> list[int]:
         except OSError:
             continue
     return pids
+
+
+def worker_node_ids(env: dict) -> set[str]:
+    """The cluster's alive non-head nodes, asked in a subprocess: Ray reads RAY_AUTH_MODE once per process."""
+    listed = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ray"),
+            "list",
+            "nodes",
+            "--format",
+            "json",
+            "--address",
+            f"http://127.0.0.1:{DASHBOARD_PORT}",
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    nodes = json.loads(listed.stdout)
+    return {n["node_id"] for n in nodes if n["state"] == "ALIVE" and not n["is_head_node"]}

@@ -11,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import DASHBOARD_PORT, REPO, left_running
+from tests.integration.helpers import REPO, left_running, worker_node_ids
 
 pytestmark = pytest.mark.integration
 
 EXAMPLES = REPO / "recipes" / "examples"
-RAY = str(Path(sys.executable).parent / "ray")
 
 
 @pytest.fixture(scope="module")
@@ -33,21 +32,6 @@ def tiny_lm(tmp_path_factory) -> dict:
         timeout=300,
     )
     return {"model": base / "model", "text": text}
-
-
-def worker_node_ids(env: dict) -> set[str]:
-    """The cluster's alive non-head nodes, asked in a subprocess: Ray reads RAY_AUTH_MODE once per process."""
-    listed = subprocess.run(
-        [RAY, "list", "nodes", "--format", "json", "--address", f"http://127.0.0.1:{DASHBOARD_PORT}"],
-        env=env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert listed.returncode == 0, listed.stderr[-2000:]
-    nodes = json.loads(listed.stdout)
-    return {n["node_id"] for n in nodes if n["state"] == "ALIVE" and not n["is_head_node"]}
 
 
 def make_run(env: dict, recipe: Path, storage: Path, run: str, args: str = "") -> subprocess.CompletedProcess:
