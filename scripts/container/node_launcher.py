@@ -27,6 +27,7 @@ import time
 
 PR_SET_PDEATHSIG = 1
 TAIL_LINES = 200
+TRACEBACK = "Traceback (most recent call last)"
 REFS_VAR = "RAYFLEET_SECRET_REFS"  # scripts/recipes/secrets.py: the recipe's secret references, never values
 
 
@@ -46,6 +47,7 @@ class NodeLauncher:
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)
         self.lock = threading.Lock()
         self.reader: threading.Thread | None = None
+        self.traceback_at: float | None = None
 
     def where(self) -> dict:
         import ray
@@ -89,16 +91,21 @@ class NodeLauncher:
 
     def _pump(self) -> None:
         for line in self.proc.stdout:
+            if self.traceback_at is None and TRACEBACK in line:
+                self.traceback_at = time.time()
             with self.lock:
                 self.new.append(line.rstrip("\n"))
                 self.tail.append(line.rstrip("\n"))
 
     def wait(self) -> tuple[int, float]:
-        """The launcher's exit code and when it exited (wall clock: the driver compares nodes)."""
+        """The launcher's exit code and when this node failed (wall clock, for the driver to find the node
+        that failed first): when its first traceback was printed, else when the launcher exited. A rank
+        that raises prints its traceback before its sockets close; its peers' errors come after that,
+        while the launchers' exits are ordered only to their monitor interval."""
         code = self.proc.wait()
         ended_at = time.time()
         self.reader.join(timeout=10)  # the last lines are in `new` before the exit code is known
-        return code, ended_at
+        return code, self.traceback_at or ended_at
 
     def read(self) -> list[str]:
         with self.lock:

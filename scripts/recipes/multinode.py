@@ -175,7 +175,7 @@ def pump(run: Attempt) -> None:
 class Failure:
     rank: int
     code: int
-    ended_at: float  # wall clock on the node: which node failed first
+    failed_at: float  # wall clock on the node (its first traceback, else its exit): which failed first
     tail: list[str]
 
 
@@ -184,7 +184,7 @@ GRACE_S = 3.0  # after one node fails, how long to collect the others' exits bef
 
 def follow(run: Attempt) -> Failure | None:
     """Until every launcher has exited 0 (None), or one has not: the node that failed first. When one
-    rank raises, the others fail too (their peer is gone); the first to exit is the cause."""
+    rank raises, the others fail too (their peer is gone); the first to fail is the cause."""
     import ray
 
     failures: list[Failure] = []
@@ -197,14 +197,14 @@ def follow(run: Attempt) -> Failure | None:
             if failure:
                 failures.append(failure)
                 deadline = deadline or time.monotonic() + GRACE_S
-    return min(failures, key=lambda f: f.ended_at) if failures else None
+    return min(failures, key=lambda f: f.failed_at) if failures else None
 
 
 def exited(run: Attempt, rank: int, ref) -> Failure | None:
     import ray
 
     try:
-        code, ended_at = ray.get(ref)
+        code, failed_at = ray.get(ref)
     except ray.exceptions.RayActorError:
         return Failure(rank, LOST, time.time(), [])
     if code == 0:
@@ -213,7 +213,7 @@ def exited(run: Attempt, rank: int, ref) -> Failure | None:
         tail = ray.get(run.actors[rank].last_lines.remote(), timeout=30)
     except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
         tail = []
-    return Failure(rank, code, ended_at, tail)
+    return Failure(rank, code, failed_at, tail)
 
 
 def finish(run: Attempt) -> None:
