@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 import uuid
 
 import pytest
 
-from tests.images.helpers import BASE, INSTALL, ROOT, TAG, podman, podman_env
+from tests.images.helpers import IMAGES, INSTALL, ROOT, TAG, build_images, podman
+
+# testinfra's podman:// backend runs `podman exec` with this process's environment
+os.environ.setdefault("CONTAINERS_CONF", str(ROOT / "images" / "containers.conf"))
 
 
 @pytest.fixture(scope="session")
@@ -23,28 +24,10 @@ def built_images(tmp_path_factory) -> dict[str, str]:
         if os.environ.get("RAYFLEET_REQUIRE_IMAGES"):
             pytest.fail(f"podman is not installed, and RAYFLEET_REQUIRE_IMAGES=1 ({INSTALL})")
         pytest.skip(f"podman not installed: image tests need it ({INSTALL})")
-    names = {name: f"localhost/rayfleet/{name}:{TAG}" for name in ("ray-head", "ray-worker", "trainer", "gpu-metrics")}
+    names = {name: f"localhost/rayfleet/{name}:{TAG}" for name in IMAGES}
     if os.environ.get("RAYFLEET_IMAGES_PREBUILT"):  # the images workflow built them on the real bases
         return names
-    env = podman_env()
-    subprocess.run([str(ROOT / "images" / "local-base.sh"), BASE], env=env, check=True, timeout=900)
-    model = ROOT / "models" / "tiny-gpt-neox"
-    if not (model / "config.json").is_file():
-        scratch = tmp_path_factory.mktemp("model")
-        model = scratch / "tiny-gpt-neox"
-        subprocess.run(
-            [sys.executable, "-m", "training.tiny_lm", str(model), "--text", str(scratch / "corpus.txt")],
-            cwd=ROOT,
-            check=True,
-            timeout=300,
-        )
-    build = subprocess.run(
-        [sys.executable, "-m", "scripts.deploy.images", "build", "--tag", TAG, "--models", f"tiny-gpt-neox={model}"],
-        cwd=ROOT,
-        env={**env, "BASE_IMAGE": BASE, "PYTHON_BASE_IMAGE": BASE},
-        timeout=1800,
-    )
-    assert build.returncode == 0, "make build failed (output above)"
+    build_images(tmp_path_factory.mktemp("model"))
     return names
 
 

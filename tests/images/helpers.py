@@ -1,17 +1,18 @@
-"""podman for the image tests: the repository root, the engine's configuration, and `podman ...` as a command."""
+"""podman for the image tests (and the rehearsal, which runs the same images): the repository root, the
+engine's configuration, `podman ...` as a command, and the build of the four test images."""
 
 from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "test"
 BASE = "localhost/rayfleet-local-base:bookworm"
 INSTALL = "apt-get install podman buildah debootstrap runc"
-# testinfra's podman:// backend runs `podman exec` with this process's environment
-os.environ.setdefault("CONTAINERS_CONF", str(ROOT / "images" / "containers.conf"))
+IMAGES = ("ray-head", "ray-worker", "trainer", "gpu-metrics")
 
 
 def podman_env() -> dict:
@@ -22,3 +23,26 @@ def podman(*args: str, check: bool = True, timeout: int = 600) -> subprocess.Com
     return subprocess.run(
         ["podman", *args], env=podman_env(), capture_output=True, text=True, timeout=timeout, check=check
     )
+
+
+def build_images(scratch: Path) -> None:
+    """The four images, tagged TAG, built for real on the local debootstrap base as `make build` builds
+    them, with the tiny GPT-NeoX as the trainer's preloaded model (generated into `scratch` if needed)."""
+    env = podman_env()
+    subprocess.run([str(ROOT / "images" / "local-base.sh"), BASE], env=env, check=True, timeout=900)
+    model = ROOT / "models" / "tiny-gpt-neox"
+    if not (model / "config.json").is_file():
+        model = scratch / "tiny-gpt-neox"
+        subprocess.run(
+            [sys.executable, "-m", "training.tiny_lm", str(model), "--text", str(scratch / "corpus.txt")],
+            cwd=ROOT,
+            check=True,
+            timeout=300,
+        )
+    build = subprocess.run(
+        [sys.executable, "-m", "scripts.deploy.images", "build", "--tag", TAG, "--models", f"tiny-gpt-neox={model}"],
+        cwd=ROOT,
+        env={**env, "BASE_IMAGE": BASE, "PYTHON_BASE_IMAGE": BASE},
+        timeout=1800,
+    )
+    assert build.returncode == 0, "make build failed (output above)"

@@ -19,17 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.images.helpers import IMAGES, INSTALL, TAG, build_images, podman_env
 from tests.integration.helpers import REPO
 
-TAG = "test"  # tests/images/helpers.py
-IMAGES = ("ray-head", "ray-worker", "trainer", "gpu-metrics")
-BASE = "localhost/rayfleet-local-base:bookworm"
 LABEL = "rayfleet.rehearsal"
-INSTALL = "apt-get install podman buildah debootstrap runc"
-
-
-def podman_env() -> dict:
-    return {**os.environ, "CONTAINERS_CONF": str(REPO / "images" / "containers.conf"), "RAYFLEET_ENGINE": "podman"}
 
 
 def podman(*args: str, check: bool = False, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -49,24 +42,7 @@ def ensure_images(scratch: Path) -> None:
     """The four images with the tag tests/images gives them: reused if present, else built as it builds them."""
     if all(podman("image", "exists", f"localhost/rayfleet/{i}:{TAG}").returncode == 0 for i in IMAGES):
         return
-    env = podman_env()
-    subprocess.run([str(REPO / "images" / "local-base.sh"), BASE], env=env, check=True, timeout=900)
-    model = REPO / "models" / "tiny-gpt-neox"
-    if not (model / "config.json").is_file():
-        model = scratch / "tiny-gpt-neox"
-        subprocess.run(
-            [sys.executable, "-m", "training.tiny_lm", str(model), "--text", str(scratch / "corpus.txt")],
-            cwd=REPO,
-            check=True,
-            timeout=300,
-        )
-    build = subprocess.run(
-        [sys.executable, "-m", "scripts.deploy.images", "build", "--tag", TAG, "--models", f"tiny-gpt-neox={model}"],
-        cwd=REPO,
-        env={**env, "BASE_IMAGE": BASE, "PYTHON_BASE_IMAGE": BASE},
-        timeout=1800,
-    )
-    assert build.returncode == 0, "make build failed (output above)"
+    build_images(scratch)
 
 
 def rehearsal_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
