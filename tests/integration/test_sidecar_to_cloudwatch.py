@@ -116,25 +116,35 @@ def test_a_long_outage_drops_the_oldest_and_says_so(moto):
     assert dropped["sum"] == sidecar.publisher.dropped
 
 
-def test_sigterm_flushes_a_real_sidecar_process(moto):
-    runner = (
-        "import sys; from tests.fakes.fake_nvml import FakeNvml; from monitoring.__main__ import main; "
-        "sys.exit(main(sys.argv[1:], nvml=FakeNvml(gpus=2)))"
-    )
+# The sidecar's real entry point as a process, reading two fake GPUs.
+SIDECAR_RUNNER = (
+    "import sys; from tests.fakes.fake_nvml import FakeNvml; from monitoring.__main__ import main; "
+    "sys.exit(main(sys.argv[1:], nvml=FakeNvml(gpus=2)))"
+)
+
+
+def sidecar_process_env(moto, cluster: str, instance: str, **extra: str) -> dict:
+    """A sidecar process's environment: moto's CloudWatch, test credentials, its identity, not on ECS."""
     env = {
         **os.environ,
         "AWS_ENDPOINT_URL_CLOUDWATCH": moto.url,
         "AWS_ACCESS_KEY_ID": "testing",
         "AWS_SECRET_ACCESS_KEY": "testing",
         "AWS_DEFAULT_REGION": "us-east-1",
-        "RAYFLEET_CLUSTER_NAME": "rf-proc",
-        "RAYFLEET_INSTANCE_ID": "i-proc",
+        "RAYFLEET_CLUSTER_NAME": cluster,
+        "RAYFLEET_INSTANCE_ID": instance,
         "RAYFLEET_INSTANCE_TYPE": "g5.xlarge",
         "PYTHONPATH": str(REPO),
+        **extra,
     }
     env.pop("ECS_CONTAINER_METADATA_URI_V4", None)
+    return env
+
+
+def test_sigterm_flushes_a_real_sidecar_process(moto):
+    env = sidecar_process_env(moto, "rf-proc", "i-proc")
     proc = subprocess.Popen(
-        [sys.executable, "-c", runner, "--interval", "0.2", "--publish-interval", "3600"],
+        [sys.executable, "-c", SIDECAR_RUNNER, "--interval", "0.2", "--publish-interval", "3600"],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -199,26 +209,10 @@ def test_a_long_lived_sidecar_follows_the_runs_on_its_node(moto, tmp_path):
     per-run rollup reaches CloudWatch under each run's name in turn."""
     from training import current_run
 
-    runner = (
-        "import sys; from tests.fakes.fake_nvml import FakeNvml; from monitoring.__main__ import main; "
-        "sys.exit(main(sys.argv[1:], nvml=FakeNvml(gpus=2)))"
-    )
-    env = {
-        **os.environ,
-        "AWS_ENDPOINT_URL_CLOUDWATCH": moto.url,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "RAYFLEET_CLUSTER_NAME": "rf-runs",
-        "RAYFLEET_INSTANCE_ID": "i-runs",
-        "RAYFLEET_INSTANCE_TYPE": "g5.xlarge",
-        "RAYFLEET_CURRENT_RUN_DIR": str(tmp_path),  # as the worker task definition sets it
-        "PYTHONPATH": str(REPO),
-    }
-    env.pop("ECS_CONTAINER_METADATA_URI_V4", None)
+    env = sidecar_process_env(moto, "rf-runs", "i-runs", RAYFLEET_CURRENT_RUN_DIR=str(tmp_path))  # as the task sets it
     env.pop("RAYFLEET_RUN_NAME", None)
     proc = subprocess.Popen(
-        [sys.executable, "-c", runner, "--interval", "0.1", "--publish-interval", "0.3"],
+        [sys.executable, "-c", SIDECAR_RUNNER, "--interval", "0.1", "--publish-interval", "0.3"],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
