@@ -27,7 +27,7 @@ AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 .DEFAULT_GOAL := help
 .PHONY: launch logs status exec ray-status stop clean deploy plan lint-infra rotate-ray-token build push
 .PHONY: text-data train-fsdp train-fsdp-local run runs
-.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-data bench-fsdp bench-recipe bench-launcher bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
+.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-vs-blueprint bench-data bench-fsdp bench-recipe bench-launcher bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
 
 help: ## List every target with what it does
@@ -152,6 +152,9 @@ clean: setup ## Services to zero, jobs stopped, images deleted, then terraform d
 
 bench-ddp: setup data ## Benchmark DDP epochs; prints a table (ARGS="--epochs 2 --workers 2 ...")
 	$(PY) -m bench.ddp_epoch --data-dir $(DATA_DIR) $(ARGS)
+
+bench-vs-blueprint: setup data ## rayfleet's DDP job against the blueprint's loop, interleaved (ARGS="--rounds 2 --variant LABEL:key=value")
+	$(PY) -m bench.vs_blueprint --data-dir $(DATA_DIR) $(ARGS)
 
 bench-data: setup data ## Benchmark the data path alone: blueprint DataLoader+PIL vs device-resident batches
 	$(PY) -m bench.data_path --data-dir $(DATA_DIR) $(ARGS)

@@ -36,6 +36,7 @@ from training.data.device_batches import DeviceSplit, steps_per_epoch
 from training.ddp_config import DDPConfig
 from training.metrics import MetricsLog, format_epoch
 from training.models.resnet import resnet18_grayscale
+from training.models.small_convs import gemm_small_convs
 from training.parallel import parallelize
 from training.precision import wants_bf16
 from training.ray_connect import quiet_report_logs
@@ -45,16 +46,20 @@ DEFAULT_CONFIG = Path(__file__).parent / "configs" / "ddp.yaml"
 
 @dataclass(frozen=True)
 class Runtime:
-    """What the device makes of the config: bf16 + channels_last on GPU, plain fp32 on CPU."""
+    """What the device makes of the config: bf16 where the device computes it natively; on GPU channels_last;
+    on CPU the small convolutions as matrix products (oneDNN is slow on 1-4 pixel maps; cuDNN is not) and
+    NCHW, which measured faster than channels_last around them (bench/vs_blueprint.py)."""
 
     device: torch.device
     amp_dtype: torch.dtype | None
     channels_last: bool
+    small_convs_as_gemm: bool = False
 
     @classmethod
     def resolve(cls, cfg: DDPConfig, device: torch.device) -> Runtime:
         bf16 = wants_bf16(cfg.precision, device)
-        return cls(device, torch.bfloat16 if bf16 else None, cfg.channels_last and device.type == "cuda")
+        gemm = cfg.small_convs_as_gemm is True or (cfg.small_convs_as_gemm == "auto" and device.type == "cpu")
+        return cls(device, torch.bfloat16 if bf16 else None, cfg.channels_last and device.type == "cuda", gemm)
 
     def autocast(self):
         if self.amp_dtype is None:
@@ -82,7 +87,7 @@ def _all_sum(*values: torch.Tensor | float, device: torch.device) -> list[float]
     return packed.tolist()
 
 
-def _train_epoch(model, optimizer, data: DeviceSplit, cfg: DDPConfig, rt: Runtime, epoch: int, rank: int, world: int):
+def train_epoch(model, optimizer, data: DeviceSplit, cfg: DDPConfig, rt: Runtime, epoch: int, rank: int, world: int):
     model.train()
     loss_sum = torch.zeros((), device=rt.device)
     seen = 0
@@ -99,7 +104,7 @@ def _train_epoch(model, optimizer, data: DeviceSplit, cfg: DDPConfig, rt: Runtim
 
 
 @torch.no_grad()
-def _evaluate(model, data: DeviceSplit, cfg: DDPConfig, rt: Runtime, rank: int, world: int):
+def evaluate(model, data: DeviceSplit, cfg: DDPConfig, rt: Runtime, rank: int, world: int):
     model.eval()
     loss_sum = torch.zeros((), device=rt.device)
     correct = torch.zeros((), device=rt.device, dtype=torch.long)
@@ -123,9 +128,12 @@ def train_loop(loop_config: dict) -> None:
     train_data, test_data = _load_splits(cfg, rt, ctx.get_local_rank())
 
     model = resnet18_grayscale().to(rt.device)
+    if rt.small_convs_as_gemm:
+        gemm_small_convs(model)
     if rt.channels_last:
         model = model.to(memory_format=torch.channels_last)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # fused: one kernel for all parameters instead of several per tensor (CPU and CUDA alike).
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
 
     with checkpoint.latest() as directory:
         state = checkpoint.read_state(directory) if directory else None
@@ -138,7 +146,14 @@ def train_loop(loop_config: dict) -> None:
         if rank == 0:
             print(f"resuming {run_name} from the checkpoint of epoch {state['epoch']} (attempt {attempt})", flush=True)
 
-    ddp_model = parallelize(model, rt.device, "ddp", compile_mode=cfg.compile_mode if cfg.compile else None)
+    ddp_model = parallelize(
+        model,
+        rt.device,
+        "ddp",
+        compile_mode=cfg.compile_mode if cfg.compile else None,
+        grad_compression=cfg.grad_compression,
+        bucket_cap_mb=cfg.bucket_cap_mb,
+    )
 
     run_dir = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url)
     log = MetricsLog(run_dir, start_epoch) if rank == 0 else None
@@ -156,10 +171,10 @@ def train_loop(loop_config: dict) -> None:
         torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + rank)  # augmentation: reproducible on resume
         rt.sync()
         t0 = time.perf_counter()
-        train_loss, seen = _train_epoch(ddp_model, optimizer, train_data, cfg, rt, epoch, rank, world)
+        train_loss, seen = train_epoch(ddp_model, optimizer, train_data, cfg, rt, epoch, rank, world)
         rt.sync()
         train_s = time.perf_counter() - t0
-        test_loss, correct, tested = _evaluate(ddp_model.module, test_data, cfg, rt, rank, world)
+        test_loss, correct, tested = evaluate(ddp_model.module, test_data, cfg, rt, rank, world)
         g_train_loss, g_seen, g_test_loss, g_correct, g_tested = _all_sum(
             train_loss, seen, test_loss, correct, tested, device=rt.device
         )

@@ -19,7 +19,14 @@ class DDPConfig(JobConfig):
     weight_decay: float = Field(0.0, ge=0)
     augment: bool = Field(False, description="random horizontal flips, on the device")
     # Speed knobs
-    channels_last: bool = True
+    channels_last: bool = Field(True, description="NHWC activations and weights, on GPU")
+    small_convs_as_gemm: bool | Literal["auto"] = Field(
+        "auto", description="convolutions over maps of <= 4x4 pixels as matrix products; auto: on CPU"
+    )
+    grad_compression: Literal["none", "bf16"] = Field(
+        "none", description="bf16: all-reduce gradients in bf16 (half the bytes; for TCP networks)"
+    )
+    bucket_cap_mb: float = Field(25.0, gt=0, description="DDP gradient bucket size")
     compile: bool = Field(False, description="torch.compile the model (CUDA graphs with compile_mode)")
     compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = "default"
     # Data

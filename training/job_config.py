@@ -23,7 +23,9 @@ class JobConfig(StrictModel):
     cpus_per_worker: float = Field(1.0, gt=0)
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when the cluster has GPUs")
     # Numerics
-    precision: Literal["auto", "bf16", "fp32"] = Field("auto", description="auto: bf16 on GPU, fp32 on CPU")
+    precision: Literal["auto", "bf16", "fp32"] = Field(
+        "auto", description="auto: bf16 where native (GPUs; CPUs with AVX512-BF16 or AMX)"
+    )
     seed: int = Field(0, ge=0)
     # Where results go
     storage: str = Field("runs", description="a local directory or s3://bucket/prefix")

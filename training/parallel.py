@@ -21,9 +21,12 @@ def parallelize(
     activation_checkpointing: bool = False,
     compile_mode: str | None = None,
     bf16: bool = False,
+    grad_compression: Literal["none", "bf16"] = "none",
+    bucket_cap_mb: float | None = None,
 ) -> torch.nn.Module:
     """Apply AC (to `blocks`), then compile (the whole model for DDP, each block for FSDP2), then DDP or
-    FSDP2 sharding (bf16 parameters, fp32 reduction when `bf16`). Returns the module to train: the DDP
+    FSDP2 sharding (bf16 parameters, fp32 reduction when `bf16`); DDP may all-reduce its gradients in bf16
+    (`grad_compression`) in buckets of `bucket_cap_mb`. Returns the module to train: the DDP
     wrapper (its `.module` is the compiled model, for evaluation) or the sharded model itself."""
     if activation_checkpointing:
         apply_activation_checkpointing(list(blocks))
@@ -33,7 +36,7 @@ def parallelize(
         apply_fsdp(model, list(blocks), device, bf16)
         return model
     compiled = apply_compile(model, compile_mode) if compile_mode else model
-    return apply_ddp(compiled, device)
+    return apply_ddp(compiled, device, grad_compression, bucket_cap_mb)
 
 
 def apply_compile(model: torch.nn.Module, mode: str) -> torch.nn.Module:
@@ -41,11 +44,24 @@ def apply_compile(model: torch.nn.Module, mode: str) -> torch.nn.Module:
     return torch.compile(model, mode=mode)
 
 
-def apply_ddp(model: torch.nn.Module, device: torch.device) -> DistributedDataParallel:
+def apply_ddp(
+    model: torch.nn.Module,
+    device: torch.device,
+    grad_compression: Literal["none", "bf16"] = "none",
+    bucket_cap_mb: float | None = None,
+) -> DistributedDataParallel:
     device_ids = [device.index] if device.type == "cuda" else None
     # gradient_as_bucket_view saves one copy of the gradients; static_graph lets DDP skip unused-
     # parameter bookkeeping after the first step (the ResNet graph never changes).
-    return DistributedDataParallel(model, device_ids=device_ids, gradient_as_bucket_view=True, static_graph=True)
+    ddp = DistributedDataParallel(
+        model, device_ids=device_ids, gradient_as_bucket_view=True, static_graph=True, bucket_cap_mb=bucket_cap_mb
+    )
+    if grad_compression == "bf16":
+        from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import bf16_compress_hook
+
+        # Half the bytes per all-reduce: gradients are averaged in bf16, then copied back into fp32.
+        ddp.register_comm_hook(None, bf16_compress_hook)
+    return ddp
 
 
 def apply_activation_checkpointing(blocks: list[torch.nn.Module]) -> None:

@@ -18,9 +18,13 @@ def test_gpu_gets_bf16_and_channels_last(small_dataset):
     assert rt.amp_dtype is torch.bfloat16 and rt.channels_last
 
 
-def test_cpu_runs_plain_fp32(small_dataset):
+def test_cpu_runs_fp32_nchw_with_small_convs_as_gemm(small_dataset, monkeypatch):
+    monkeypatch.setattr("training.precision.cpu_has_native_bf16", lambda: False)
     rt = Runtime.resolve(cfg(small_dataset), torch.device("cpu"))
-    assert rt.amp_dtype is None and not rt.channels_last
+    assert rt.amp_dtype is None and not rt.channels_last and rt.small_convs_as_gemm
+    assert not Runtime.resolve(cfg(small_dataset), torch.device("cuda", 0)).small_convs_as_gemm
+    assert Runtime.resolve(cfg(small_dataset, "small_convs_as_gemm=true"), torch.device("cuda", 0)).small_convs_as_gemm
+    assert not Runtime.resolve(cfg(small_dataset, "small_convs_as_gemm=false"), torch.device("cpu")).small_convs_as_gemm
     x = torch.ones(2, 2)
     with rt.autocast():
         assert (x @ x).dtype == torch.float32

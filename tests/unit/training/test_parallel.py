@@ -15,7 +15,9 @@ def _calls(monkeypatch) -> list[str]:
     monkeypatch.setattr(parallel, "apply_compile_per_block", lambda blocks: calls.append("compile-blocks"))
     monkeypatch.setattr(parallel, "apply_compile", lambda model, mode: calls.append(f"compile:{mode}") or model)
     monkeypatch.setattr(parallel, "apply_fsdp", lambda model, blocks, device, bf16: calls.append(f"fsdp:{bf16}"))
-    monkeypatch.setattr(parallel, "apply_ddp", lambda model, device: calls.append("ddp") or model)
+    monkeypatch.setattr(
+        parallel, "apply_ddp", lambda model, device, compression, bucket_mb: calls.append(f"ddp:{compression}") or model
+    )
     return calls
 
 
@@ -31,10 +33,10 @@ def test_fsdp_order_is_ac_then_compile_then_shard(monkeypatch):
 def test_ddp_order_is_compile_then_wrap_and_skips_what_is_off(monkeypatch):
     calls = _calls(monkeypatch)
     parallel.parallelize(torch.nn.Linear(2, 2), torch.device("cpu"), "ddp", compile_mode="reduce-overhead")
-    assert calls == ["compile:reduce-overhead", "ddp"]
+    assert calls == ["compile:reduce-overhead", "ddp:none"]
     calls.clear()
-    parallel.parallelize(torch.nn.Linear(2, 2), torch.device("cpu"), "ddp")
-    assert calls == ["ddp"]
+    parallel.parallelize(torch.nn.Linear(2, 2), torch.device("cpu"), "ddp", grad_compression="bf16")
+    assert calls == ["ddp:bf16"]
 
 
 def test_ddp_for_real_on_one_cpu_process(tmp_path):

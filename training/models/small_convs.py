@@ -1,0 +1,64 @@
+"""Convolutions over feature maps of a few pixels, computed as matrix products.
+
+On 28x28 FashionMNIST, ResNet-18's last stages see 4x4, 2x2 and 1x1 feature maps. oneDNN (PyTorch's CPU
+convolution) is built for large maps: its backward pass on a 1x1 map with a 3x3 kernel took 15x its forward
+on this project's CI machine, and the whole layer4 backward about 45% of a training step. The same
+convolution written as unfold + matmul is the same arithmetic (same parameters, same state_dict, the same
+loss to float rounding) at GEMM speed. Where the output is a single pixel, only the kernel taps that land on
+real input pixels count (the rest see zero padding), so the product uses just that slice of the weight.
+
+`bench/vs_blueprint.py` measures the gain; DDPConfig.small_convs_as_gemm switches it.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+MAX_PIXELS = 16  # maps up to 4x4: measured fastest (2x2 only gains less, 7x7 maps are faster in oneDNN)
+
+
+def gemm_small_convs(model: torch.nn.Module, max_pixels: int = MAX_PIXELS) -> int:
+    """Route every plain Conv2d of `model` through `small_conv` for inputs of at most `max_pixels` pixels.
+
+    In place (parameter names and checkpoints do not change); returns how many convolutions were routed."""
+    routed = 0
+    for module in model.modules():
+        if _eligible(module):
+            original = module.forward
+
+            def forward(x, _conv=module, _original=original):
+                if x.shape[-2] * x.shape[-1] > max_pixels:
+                    return _original(x)
+                return small_conv(_conv, x)
+
+            module.forward = forward
+            routed += 1
+    return routed
+
+
+def _eligible(module: torch.nn.Module) -> bool:
+    return (
+        isinstance(module, torch.nn.Conv2d)
+        and module.groups == 1
+        and module.dilation == (1, 1)
+        and module.padding_mode == "zeros"
+        and isinstance(module.padding, tuple)
+    )
+
+
+def small_conv(conv: torch.nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    """conv(x) as a matrix product; `x` is [N, C, H, W] with a small H x W."""
+    n, _, h, w = x.shape
+    (kh, kw), (sh, sw), (ph, pw) = conv.kernel_size, conv.stride, conv.padding
+    out_h, out_w = (h + 2 * ph - kh) // sh + 1, (w + 2 * pw - kw) // sw + 1
+    if out_h == out_w == 1 and ph + h <= kh and pw + w <= kw:
+        # One output pixel: it sees the input through the taps [ph, ph + h) x [pw, pw + w); the others see zeros.
+        weight = conv.weight[:, :, ph : ph + h, pw : pw + w].reshape(conv.out_channels, -1)
+        out = x.reshape(n, -1) @ weight.t()
+    else:
+        cols = F.unfold(x, (kh, kw), padding=(ph, pw), stride=(sh, sw))  # [N, C*kh*kw, L]
+        out = conv.weight.reshape(conv.out_channels, -1) @ cols  # [N, O, L]
+    if conv.bias is not None:
+        out = out + conv.bias.view(1, -1, 1) if out.dim() == 3 else out + conv.bias
+    return out.reshape(n, conv.out_channels, out_h, out_w)
