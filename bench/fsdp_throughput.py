@@ -69,6 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--no-ac", action="store_true", help="without activation checkpointing")
     parser.add_argument("--compile", action="store_true", help="torch.compile each block")
+    parser.add_argument("--unfused", action="store_true", help="AdamW's per-tensor (foreach) step, not fused")
     args = parser.parse_args(argv)
 
     cuda = torch.cuda.is_available()
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     if cuda:
         torch.cuda.set_device(device)
     model, config = build(args.shape, args.seq_len, device, not args.no_ac, args.compile)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=cuda)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), fused=not args.unfused)
     batch = torch.randint(0, config.vocab_size, (args.batch, args.seq_len), device=device)
 
     def step() -> None:
@@ -121,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|---|---|---|---|---|---|")
         mfu = f"{tflops / peak:.1%}" if peak else "n/a"
         print(
-            f"| {args.shape}{'' if not args.no_ac else ' (no AC)'}{' +compile' if args.compile else ''} "
+            f"| {args.shape}{'' if not args.no_ac else ' (no AC)'}{' +compile' if args.compile else ''}"
+            f"{' unfused AdamW' if args.unfused else ''} "
             f"| {params / 1e6:,.1f}M | {args.seq_len} | {args.batch} | {world} | {tokens_per_s_device:,.0f} "
             f"| {tflops:.2f} | {mfu} | {memory} | {name} |"
         )

@@ -87,6 +87,17 @@ def _all_sum(*values: torch.Tensor | float, device: torch.device) -> list[float]
     return packed.tolist()
 
 
+def build_model(cfg: DDPConfig, rt: Runtime) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+    model = resnet18_grayscale().to(rt.device)
+    if rt.small_convs_as_gemm:
+        gemm_small_convs(model)
+    if rt.channels_last:
+        model = model.to(memory_format=torch.channels_last)
+    # fused: one kernel for all parameters instead of several per tensor (CPU and CUDA alike).
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+    return model, optimizer
+
+
 def train_epoch(model, optimizer, data: DeviceSplit, cfg: DDPConfig, rt: Runtime, epoch: int, rank: int, world: int):
     model.train()
     loss_sum = torch.zeros((), device=rt.device)
@@ -127,13 +138,7 @@ def train_loop(loop_config: dict) -> None:
     rt = Runtime.resolve(cfg, ray.train.torch.get_device())
     train_data, test_data = _load_splits(cfg, rt, ctx.get_local_rank())
 
-    model = resnet18_grayscale().to(rt.device)
-    if rt.small_convs_as_gemm:
-        gemm_small_convs(model)
-    if rt.channels_last:
-        model = model.to(memory_format=torch.channels_last)
-    # fused: one kernel for all parameters instead of several per tensor (CPU and CUDA alike).
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+    model, optimizer = build_model(cfg, rt)
 
     with checkpoint.latest() as directory:
         state = checkpoint.read_state(directory) if directory else None

@@ -6,7 +6,9 @@ import torch
 import torch.nn.functional as F
 
 from training import checkpoint
-from training.models.resnet import resnet18_grayscale
+from training.core.config import load_config
+from training.ddp import Runtime, build_model
+from training.ddp_config import DDPConfig
 
 
 def _step(model, optimizer, seed):
@@ -19,10 +21,15 @@ def _step(model, optimizer, seed):
     return loss.item()
 
 
-def test_state_round_trip_continues_training_identically(tmp_path):
+def _job_model(data_dir):
+    """The model and optimizer as the DDP job builds them on CPU (fp32, small convolutions as GEMM, fused Adam)."""
+    cfg = load_config(DDPConfig, None, [f"data_dir={data_dir}", "precision=fp32"])
+    return build_model(cfg, Runtime.resolve(cfg, torch.device("cpu")))
+
+
+def test_state_round_trip_continues_training_identically(tmp_path, small_dataset):
     torch.manual_seed(0)
-    model = resnet18_grayscale()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model, optimizer = _job_model(small_dataset)
     _step(model, optimizer, seed=1)
     state = {
         "model": model.state_dict(),
@@ -35,14 +42,15 @@ def test_state_round_trip_continues_training_identically(tmp_path):
     checkpoint.write_state(tmp_path, state)
     expected_next = _step(model, optimizer, seed=2)
 
-    restored = resnet18_grayscale()
-    restored_opt = torch.optim.Adam(restored.parameters(), lr=1e-3)
+    restored, restored_opt = _job_model(small_dataset)
     loaded = checkpoint.read_state(tmp_path)
     restored.load_state_dict(loaded["model"])
     restored_opt.load_state_dict(loaded["optimizer"])
     checkpoint.set_rng_state(loaded["rng"])
     assert loaded["epoch"] == 3
     assert _step(restored, restored_opt, seed=2) == expected_next
+    for (name, p), q in zip(model.state_dict().items(), restored.state_dict().values(), strict=True):
+        assert torch.equal(p, q), name  # bit-identical after the step, not merely close
 
 
 def test_checkpoint_names_are_zero_padded_epochs():
