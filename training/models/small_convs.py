@@ -12,6 +12,8 @@ real input pixels count (the rest see zero padding), so the product uses just th
 
 from __future__ import annotations
 
+import types
+
 import torch
 import torch.nn.functional as F
 
@@ -25,16 +27,17 @@ def gemm_small_convs(model: torch.nn.Module, max_pixels: int = MAX_PIXELS) -> in
     routed = 0
     for module in model.modules():
         if _eligible(module):
-            original = module.forward
-
-            def forward(x, _conv=module, _original=original):
-                if x.shape[-2] * x.shape[-1] > max_pixels:
-                    return _original(x)
-                return small_conv(_conv, x)
-
-            module.forward = forward
+            module.small_conv_max_pixels = max_pixels
+            # A bound method, not a closure: copy.deepcopy rebinds it to the copy (and so to its weights).
+            module.forward = types.MethodType(_routed_forward, module)
             routed += 1
     return routed
+
+
+def _routed_forward(conv: torch.nn.Conv2d, x: torch.Tensor) -> torch.Tensor:
+    if x.shape[-2] * x.shape[-1] > conv.small_conv_max_pixels:
+        return torch.nn.Conv2d.forward(conv, x)
+    return small_conv(conv, x)
 
 
 def _eligible(module: torch.nn.Module) -> bool:

@@ -19,7 +19,10 @@ from training.models.small_convs import gemm_small_convs
 from training.parallel import parallelize
 
 CPU = torch.device("cpu")
-TRAIN, TEST, BATCH = 384, 300, 32  # 24 steps: the loss falls clearly; bf16 is emulated (slow) on most CPUs
+TEST, BATCH = 300, 32
+# Training images: 3 epochs of 384 are 36 steps (bf16 is emulated, slow, on most CPUs); the fp32 hook test
+# affords 108 steps, where evaluation accuracy is steadier.
+BF16_TRAIN, HOOK_TRAIN = 384, 1152
 
 
 @pytest.fixture
@@ -29,24 +32,24 @@ def process_group(tmp_path):
     dist.destroy_process_group()
 
 
-def _splits(data_dir):
-    train = DeviceSplit(fashion_mnist.load(data_dir, train=True).head(TRAIN), CPU)
+def _splits(data_dir, train_images):
+    train = DeviceSplit(fashion_mnist.load(data_dir, train=True).head(train_images), CPU)
     test = DeviceSplit(fashion_mnist.load(data_dir, train=False).head(TEST), CPU)
     return train, test
 
 
 def _train(initial, cfg, rt, splits):  # the job's own step and evaluation; the model from one initialization
-    """Two epochs from `initial`: (train loss of epoch 1, of epoch 2, test accuracy after, the model)."""
+    """Three epochs from `initial`: (train loss of epoch 1, of epoch 3, test accuracy after, the model)."""
     model = copy.deepcopy(initial)
     wrapped = parallelize(model, CPU, "ddp", grad_compression=cfg.grad_compression)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=True)
     train, test = splits
     losses = []
-    for epoch in (1, 2):
+    for epoch in (1, 2, 3):
         loss_sum, seen = train_epoch(wrapped, optimizer, train, cfg, rt, epoch, 0, 1)
         losses.append(float(loss_sum) / seen)
     _, correct, tested = evaluate(model, test, cfg, rt, 0, 1)
-    return losses[0], losses[1], float(correct) / tested, model
+    return losses[0], losses[-1], float(correct) / tested, model
 
 
 def _initial_model():
@@ -62,8 +65,8 @@ def _config(data_dir, *overrides):
     )
 
 
-def _compare(small_dataset, *overrides, rt_of=lambda cfg: Runtime.resolve(cfg, CPU)):
-    initial, splits = _initial_model(), _splits(small_dataset)
+def _compare(small_dataset, train_images, *overrides, rt_of=lambda cfg: Runtime.resolve(cfg, CPU)):
+    initial, splits = _initial_model(), _splits(small_dataset, train_images)
     plain_cfg = _config(small_dataset, "precision=fp32")
     lever_cfg = _config(small_dataset, *overrides)
     torch.manual_seed(1)
@@ -76,20 +79,20 @@ def _compare(small_dataset, *overrides, rt_of=lambda cfg: Runtime.resolve(cfg, C
 def _assert_learns_like(plain, lever):
     for first, second, accuracy, _ in (plain, lever):
         assert second < first * 0.8, (first, second)  # the loss fell
-        assert accuracy > 0.18, accuracy  # above chance (0.1) after 24 small steps
+        assert accuracy > 0.4, accuracy  # well above chance (0.1)
     assert lever[1] < plain[1] * 1.1, (plain[1], lever[1])  # and as far as in fp32
     assert lever[2] >= plain[2] - 0.05, (plain[2], lever[2])  # accuracy holds (300 test images)
 
 
 def test_bf16_gradient_all_reduce_learns_like_fp32(small_dataset, process_group):
-    plain, lever = _compare(small_dataset, "precision=fp32", "grad_compression=bf16")
+    plain, lever = _compare(small_dataset, HOOK_TRAIN, "precision=fp32", "grad_compression=bf16")
     _assert_learns_like(plain, lever)
     # The hook really ran: gradients rounded to bf16 move the weights a little differently.
     assert not torch.equal(plain[3].fc.weight, lever[3].fc.weight)
 
 
 def test_bf16_autocast_on_cpu_learns_like_fp32(small_dataset, process_group):
-    plain, lever = _compare(small_dataset, "precision=bf16")
+    plain, lever = _compare(small_dataset, BF16_TRAIN, "precision=bf16")
     assert Runtime.resolve(_config(small_dataset, "precision=bf16"), CPU).amp_dtype is torch.bfloat16
     _assert_learns_like(plain, lever)
     assert not torch.equal(plain[3].fc.weight, lever[3].fc.weight)

@@ -58,6 +58,18 @@ def test_routed_resnet_trains_like_the_plain_one(channels_last):
         torch.testing.assert_close(q.grad, p.grad, rtol=1e-4, atol=1e-5, msg=name)
 
 
+def test_a_copy_of_a_routed_model_computes_with_its_own_weights():
+    conv = torch.nn.Conv2d(2, 3, 3, padding=1)
+    gemm_small_convs(conv)
+    twin = copy.deepcopy(conv)
+    with torch.no_grad():
+        twin.weight.zero_()
+        twin.bias.fill_(1.0)
+    x = torch.randn(1, 2, 2, 2)
+    torch.testing.assert_close(twin(x), torch.ones(1, 3, 2, 2))
+    torch.testing.assert_close(conv(x), F.conv2d(x, conv.weight, conv.bias, padding=1))
+
+
 def test_large_inputs_keep_the_convolution(monkeypatch):
     conv = torch.nn.Conv2d(2, 2, 3, padding=1)
     gemm_small_convs(conv, max_pixels=16)
