@@ -145,8 +145,8 @@ def _mean_s(rows: list[dict]) -> float:
 
 
 def _parse_variant(text: str) -> tuple[str, list[str]]:
-    label, _, overrides = text.partition(":")
-    if not label or any("=" not in item for item in overrides.split()):
+    label, colon, overrides = text.partition(":")
+    if not label or not colon or any("=" not in item for item in overrides.split()):
         raise argparse.ArgumentTypeError(f"expected LABEL:key=value ..., got {text!r}")
     return label, overrides.split()
 
