@@ -97,7 +97,9 @@ def _run_blueprint(args, storage: Path) -> list[dict]:
 
 
 def _run_rayfleet(args, storage: Path, overrides: list[str]) -> list[dict]:
+    from training.core.run_dir import RunDir
     from training.ddp import main as ddp_main
+    from training.metrics import read_rows
 
     name = f"rayfleet-{time.monotonic_ns()}"
     base = [
@@ -114,7 +116,7 @@ def _run_rayfleet(args, storage: Path, overrides: list[str]) -> list[dict]:
     ]
     if ddp_main([*base, *overrides]) != 0:
         raise SystemExit(f"the rayfleet job failed with overrides {overrides}")
-    rows = [json.loads(line) for line in (storage / name / "metrics.jsonl").read_text().splitlines()]
+    rows = read_rows(RunDir(str(storage), name))
     return [{**row, "images": row["images_per_s"] * row["train_s"]} for row in rows]
 
 

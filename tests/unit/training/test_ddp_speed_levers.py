@@ -3,8 +3,6 @@ path each train a small subset as well as plain fp32 does (timings live in bench
 
 from __future__ import annotations
 
-import copy
-
 import pytest
 import torch
 import torch.distributed as dist
@@ -12,10 +10,8 @@ import torch.distributed as dist
 from training.core.config import load_config
 from training.data import fashion_mnist
 from training.data.device_batches import DeviceSplit
-from training.ddp import Runtime, evaluate, train_epoch
+from training.ddp import Runtime, build_model, evaluate, train_epoch
 from training.ddp_config import DDPConfig
-from training.models.resnet import resnet18_grayscale
-from training.models.small_convs import gemm_small_convs
 from training.parallel import parallelize
 
 CPU = torch.device("cpu")
@@ -38,11 +34,14 @@ def _splits(data_dir, train_images):
     return train, test
 
 
-def _train(initial, cfg, rt, splits):  # the job's own step and evaluation; the model from one initialization
-    """Three epochs from `initial`: (train loss of epoch 1, of epoch 3, test accuracy after, the model)."""
-    model = copy.deepcopy(initial)
+def _train(cfg, splits):
+    """The job's own model, step and evaluation, three epochs from the same seeded initialization:
+    (train loss of epoch 1, of epoch 3, test accuracy after, the model)."""
+    rt = Runtime.resolve(cfg, CPU)
+    torch.manual_seed(0)
+    model, optimizer = build_model(cfg, rt)  # on CPU: small convolutions as GEMM, fused Adam
     wrapped = parallelize(model, CPU, "ddp", grad_compression=cfg.grad_compression)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, fused=True)
+    torch.manual_seed(1)
     train, test = splits
     losses = []
     for epoch in (1, 2, 3):
@@ -52,27 +51,16 @@ def _train(initial, cfg, rt, splits):  # the job's own step and evaluation; the 
     return losses[0], losses[-1], float(correct) / tested, model
 
 
-def _initial_model():
-    torch.manual_seed(0)
-    model = resnet18_grayscale()
-    gemm_small_convs(model)  # as the job does on CPU
-    return model
-
-
 def _config(data_dir, *overrides):
     return load_config(
         DDPConfig, None, [f"data_dir={data_dir}", f"batch_size={BATCH}", "lr=3e-3", "eval_batch_size=100", *overrides]
     )
 
 
-def _compare(small_dataset, train_images, *overrides, rt_of=lambda cfg: Runtime.resolve(cfg, CPU)):
-    initial, splits = _initial_model(), _splits(small_dataset, train_images)
-    plain_cfg = _config(small_dataset, "precision=fp32")
-    lever_cfg = _config(small_dataset, *overrides)
-    torch.manual_seed(1)
-    plain = _train(initial, plain_cfg, Runtime.resolve(plain_cfg, CPU), splits)
-    torch.manual_seed(1)
-    lever = _train(initial, lever_cfg, rt_of(lever_cfg), splits)
+def _compare(small_dataset, train_images, *overrides):
+    splits = _splits(small_dataset, train_images)
+    plain = _train(_config(small_dataset, "precision=fp32"), splits)
+    lever = _train(_config(small_dataset, *overrides), splits)
     return plain, lever
 
 
