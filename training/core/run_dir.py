@@ -82,6 +82,26 @@ class RunDir:
         tmp.replace(path)  # readers never see half a file
         return self.display(name)
 
+    def local_copy(self, name: str, scratch: Path) -> Path:
+        """A folder of the run directory as a local path: itself when local, else downloaded under `scratch`
+        (every object below `<run>/<name>/`). FileNotFoundError when it holds nothing."""
+        if not self.is_s3:
+            path = Path(self.url) / name
+            if not path.is_dir() or not any(path.iterdir()):
+                raise FileNotFoundError(f"{self.display(name)} does not exist or is empty")
+            return path
+        bucket, key = self._key(name)
+        client, target, count = self._s3(), scratch / name, 0
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key + "/"):
+            for obj in page.get("Contents", []):
+                local = target / obj["Key"][len(key) + 1 :]
+                local.parent.mkdir(parents=True, exist_ok=True)
+                client.download_file(bucket, obj["Key"], str(local))  # streamed to disk, in parts when large
+                count += 1
+        if not count:
+            raise FileNotFoundError(f"{self.display(name)} does not exist or is empty")
+        return target
+
     def read(self, name: str) -> str | None:
         if self.is_s3:
             bucket, key = self._key(name)

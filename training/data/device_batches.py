@@ -17,6 +17,11 @@ from training.data.order import epoch_shard
 MEAN, STD = 0.2860, 0.3530  # FashionMNIST training-set statistics
 
 
+def normalize(images: torch.Tensor) -> torch.Tensor:
+    """uint8 pixels [N, 1, 28, 28] -> the model's input: what training, evaluation and serving all feed it."""
+    return images.float().div_(255.0).sub_(MEAN).div_(STD)
+
+
 class DeviceSplit:
     def __init__(self, split: Split, device: torch.device, channels_last: bool = False):
         self.images = split.images.to(device).unsqueeze(1)  # uint8 [N, 1, 28, 28]
@@ -42,7 +47,7 @@ class DeviceSplit:
         stop = len(indices) - (len(indices) % batch_size if drop_last else 0)
         for start in range(0, stop, batch_size):
             idx = indices[start : start + batch_size]
-            x = self.images.index_select(0, idx).float().div_(255.0).sub_(MEAN).div_(STD)
+            x = normalize(self.images.index_select(0, idx))
             if augment:
                 flip = torch.rand(x.shape[0], device=x.device) < 0.5
                 x = torch.where(flip[:, None, None, None], x.flip(-1), x)

@@ -13,6 +13,20 @@ import torch
 
 from training.data.layout import is_synthetic, missing_files
 
+# FashionMNIST's labels 0-9, in torchvision's order
+CLASS_NAMES = (
+    "T-shirt/top",
+    "Trouser",
+    "Pullover",
+    "Dress",
+    "Coat",
+    "Sandal",
+    "Shirt",
+    "Sneaker",
+    "Bag",
+    "Ankle boot",
+)
+
 
 @dataclass(frozen=True)
 class Split:
