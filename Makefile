@@ -102,6 +102,18 @@ train-fsdp: setup text-data ## The FSDP recipe: recipes/fsdp.yaml (dolly-v2-7b) 
 train-fsdp-local: setup text-data ## The FSDP job directly (no Jobs API): tiny GPT-NeoX, generated corpus, CPU
 	$(LOCAL_RUN) $(PY) -m training.fsdp --config training/configs/fsdp-tiny.yaml $(ARGS)
 
+SERVE = $(AWS_ENV) $(PY) -m scripts.serving.serve $(if $(TARGET),--target $(TARGET))
+
+serve: setup ## Serve a run's model on the cluster: OpenAI completions (FSDP export) or classification (DDP) (RUN=; SET="replicas=2")
+	@test -n "$(RUN)" || { echo "error: name the run: make serve RUN=<run> (make runs lists them)" >&2; exit 2; }
+	$(SERVE) up $(RUN) $(if $(SERVE_CONFIG),--config $(SERVE_CONFIG)) $(foreach s,$(SET),--set $(s))
+
+serve-status: setup ## The Serve applications on the cluster: deployments, replicas and their health
+	$(SERVE) status
+
+serve-down: setup ## Shut Serve down on the cluster: no applications, replicas or proxy left
+	$(SERVE) down
+
 launch: setup ## Run JOB (ddp, fsdp, a module) on ECS and follow its log (ARGS="k=v --detach --run-name r")
 	$(AWS_ENV) $(PY) -m scripts.ecs.launch $(JOB) $(ARGS)
 

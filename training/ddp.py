@@ -37,7 +37,7 @@ from training.ddp_config import DDPConfig
 from training.metrics import MetricsLog, format_epoch
 from training.models.resnet import resnet18_grayscale
 from training.models.small_convs import gemm_small_convs
-from training.parallel import parallelize
+from training.parallel import broadcast_buffers, parallelize
 from training.precision import wants_bf16
 from training.ray_connect import quiet_report_logs
 
@@ -179,6 +179,7 @@ def train_loop(loop_config: dict) -> None:
         train_loss, seen = train_epoch(ddp_model, optimizer, train_data, cfg, rt, epoch, rank, world)
         rt.sync()
         train_s = time.perf_counter() - t0
+        broadcast_buffers(model)  # evaluate (and checkpoint) exactly rank 0's model on every rank
         test_loss, correct, tested = evaluate(ddp_model.module, test_data, cfg, rt, rank, world)
         g_train_loss, g_seen, g_test_loss, g_correct, g_tested = _all_sum(
             train_loss, seen, test_loss, correct, tested, device=rt.device

@@ -64,6 +64,16 @@ def apply_ddp(
     return ddp
 
 
+def broadcast_buffers(module: torch.nn.Module, src: int = 0) -> None:
+    """Every rank takes rank `src`'s buffers (BatchNorm's running statistics). DDP broadcasts them at the
+    start of each training forward, so after the last step each rank holds the statistics of its own last
+    batch; without this each rank would evaluate a slightly different model from the one rank 0 saves."""
+    import torch.distributed as dist
+
+    for buffer in module.buffers():
+        dist.broadcast(buffer, src)
+
+
 def apply_activation_checkpointing(blocks: list[torch.nn.Module]) -> None:
     """Recompute each block's activations in the backward pass: memory for one block instead of all."""
     from torch.utils.checkpoint import checkpoint

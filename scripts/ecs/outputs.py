@@ -36,6 +36,8 @@ class Outputs:
     ecr_repository_urls: dict | None = None  # make push needs it
     worker_instance_type: str = ""  # make run checks a recipe's resources against it
     image_tag: str = ""  # make push marks the deployed tag's images (scripts/deploy/images.py mark_deployed)
+    serve_endpoint: str = ""  # http://head.<namespace>:<port> when serving is on (make serve), else ""
+    serve_api_key_secret_arn: str = ""  # the key every Serve request carries
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Outputs:

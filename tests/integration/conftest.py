@@ -16,6 +16,7 @@ import pytest
 from tests.integration import aws_stack as stack
 from tests.integration.helpers import DASHBOARD_PORT, RAY_PORT, REPO, MotoServer, verbs_env
 from tests.integration.moto_ecs import EcsMotoServer
+from training import tiny_lm
 from training.core import ray_auth
 
 
@@ -92,3 +93,12 @@ def ecs_moto() -> EcsMotoServer:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def tiny(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("tiny-lm")
+    text = tiny_lm.corpus()
+    (root / "corpus.txt").write_text(text)
+    tiny_lm.build(root / "model", text)
+    return {"model": str(root / "model"), "data": str(root / "corpus.txt")}

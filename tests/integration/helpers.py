@@ -183,3 +183,27 @@ def worker_node_ids(env: dict) -> set[str]:
     assert listed.returncode == 0, listed.stderr[-2000:]
     nodes = json.loads(listed.stdout)
     return {n["node_id"] for n in nodes if n["state"] == "ALIVE" and not n["is_head_node"]}
+
+
+FSDP_TINY = "training/configs/fsdp-tiny.yaml"
+
+
+def run_fsdp(env, tiny, storage, *overrides, timeout=600):
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "training.fsdp",
+            "--config",
+            FSDP_TINY,
+            f"model={tiny['model']}",
+            f"data={tiny['data']}",
+            f"storage={storage}",
+            *overrides,
+        ],
+        env={**env, "HF_HUB_OFFLINE": "1"},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )

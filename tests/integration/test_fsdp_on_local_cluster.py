@@ -10,43 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.integration.helpers import REPO
-from training import tiny_lm
+from tests.integration.helpers import REPO, run_fsdp
 from training.core.run_dir import RunDir
 from training.metrics import read_rows
 
 pytestmark = pytest.mark.integration
 TINY = "training/configs/fsdp-tiny.yaml"
-
-
-@pytest.fixture(scope="session")
-def tiny(tmp_path_factory) -> dict:
-    root = tmp_path_factory.mktemp("tiny-lm")
-    text = tiny_lm.corpus()
-    (root / "corpus.txt").write_text(text)
-    tiny_lm.build(root / "model", text)
-    return {"model": str(root / "model"), "data": str(root / "corpus.txt")}
-
-
-def run_fsdp(env, tiny, storage, *overrides, timeout=600):
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "training.fsdp",
-            "--config",
-            TINY,
-            f"model={tiny['model']}",
-            f"data={tiny['data']}",
-            f"storage={storage}",
-            *overrides,
-        ],
-        env={**env, "HF_HUB_OFFLINE": "1"},
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])

@@ -6,14 +6,16 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from training.core.errors import RayfleetError
+from training.core.errors import ConfigError
 from training.core.run_dir import RunDir
 
 EXPORT = "export"  # the FSDP/DeepSpeed job's verified Hugging Face folder (training/hf_export.py)
 DDP_CHECKPOINT = re.compile(r"^checkpoint_\d{6}$")  # training.checkpoint.checkpoint_name
 
 
-class NothingToServe(RayfleetError):
+class NothingToServe(ConfigError):
+    """Refused before anything is deployed (exit 2)."""
+
     pass
 
 

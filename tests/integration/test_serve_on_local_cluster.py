@@ -1,0 +1,181 @@
+"""`make serve` on a real local Ray cluster: a short FSDP run's export as OpenAI completions, a DDP run as a
+classifier, the API key, clear refusals, and serve-down leaving nothing behind."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.integration.helpers import DASHBOARD_PORT, REPO, free_port, run_fsdp
+from tests.integration.helpers import run_ddp as run_ddp_job
+from training.core.run_dir import RunDir
+from training.data import fashion_mnist
+from training.metrics import read_rows
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def runs(cluster_env, tiny, small_dataset, tmp_path_factory) -> Path:
+    """One short FSDP run (with its export) and one short DDP run, in one runs directory."""
+    root = tmp_path_factory.mktemp("runs")
+    fsdp = run_fsdp(
+        cluster_env, tiny, root, "run_name=lm", "max_steps=4", "warmup_steps=1", "checkpoint_every=4", "log_every=2"
+    )
+    assert fsdp.returncode == 0, fsdp.stderr[-3000:]
+    ddp = run_ddp_job(
+        cluster_env,
+        f"data_dir={small_dataset}",
+        f"storage={root}",
+        "run_name=clf",
+        "epochs=1",
+        "train_subset=512",
+        "test_subset=200",
+    )
+    assert ddp.returncode == 0, ddp.stderr[-3000:]
+    return root
+
+
+@pytest.fixture(scope="module")
+def port() -> int:
+    return free_port()
+
+
+def serve(env, *args, timeout=600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "scripts.serving.serve", *args, "--target", "local"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def key_of(env) -> str:
+    return (Path(env["RAYFLEET_STATE_DIR"]) / "serve" / "api_key").read_text().strip()
+
+
+def post(port: int, path: str, body: dict, key: str | None) -> tuple[int, dict]:
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", json.dumps(body).encode(), headers)
+    try:
+        with urllib.request.urlopen(request, timeout=120) as reply:
+            return reply.status, json.loads(reply.read())
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read())
+
+
+def greedy(model, tokenizer, prompt: str, tokens: int) -> list[int]:
+    """What `from_pretrained(...).generate` gives greedily, up to the end-of-text token."""
+    ids = tokenizer(prompt, add_special_tokens=False, return_tensors="pt")["input_ids"]
+    out = model.generate(
+        ids,
+        attention_mask=torch.ones_like(ids),
+        max_new_tokens=tokens,
+        do_sample=False,
+        pad_token_id=tokenizer.eos_token_id,
+    )[0, ids.shape[1] :].tolist()
+    eos = tokenizer.eos_token_id
+    return out[: out.index(eos)] if eos in out else out
+
+
+def test_the_export_answers_completions_equal_to_generate(cluster_env, runs, port):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    up = serve(cluster_env, "up", "lm", "--runs-dir", str(runs), "--set", f"port={port}")
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
+    assert "RUNNING" in up.stdout and f"http://127.0.0.1:{port}/v1/completions" in up.stdout
+    key = key_of(cluster_env)
+    export = runs / "lm" / "export"
+    tokenizer = AutoTokenizer.from_pretrained(export)
+    model = AutoModelForCausalLM.from_pretrained(export, dtype=torch.float32)
+    for prompt in ("The noble king", "JULIET:\nThe gentle"):
+        request = {"prompt": prompt, "max_tokens": 10, "temperature": 0, "return_token_ids": True}
+        status, body = post(port, "/v1/completions", request, key)
+        assert status == 200, body
+        assert body["choices"][0]["token_ids"] == greedy(model, tokenizer, prompt, 10)
+    assert post(port, "/v1/completions", {"prompt": "The king"}, None)[0] == 401
+    assert post(port, "/v1/completions", {"prompt": "The king"}, key + "x")[0] == 401
+    status, body = post(port, "/v1/completions", {"prompt": "The king " * 300, "max_tokens": 4}, key)
+    assert status == 400 and body["error"]["code"] == "context_length_exceeded"
+    assert post(port, "/v1/completions", {"prompt": "The king", "max_tokens": 2}, key)[0] == 200  # still serving
+    shown = serve(cluster_env, "status")
+    assert shown.returncode == 0 and "rayfleet  RUNNING" in shown.stdout and "1 RUNNING" in shown.stdout, shown.stdout
+
+
+def test_a_ddp_run_classifies_the_test_images_as_its_evaluation_did(cluster_env, runs, port, small_dataset):
+    up = serve(cluster_env, "up", "clf", "--runs-dir", str(runs), "--set", f"port={port}")
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
+    test = fashion_mnist.load(small_dataset, train=False).head(200)
+    correct = 0
+    for rank in (0, 1):  # the images each of the job's two ranks evaluated, as one batch each (as it did)
+        images, labels = test.images[rank::2], test.labels[rank::2]
+        status, body = post(port, "/v1/classify", {"images": images.tolist()}, key_of(cluster_env))
+        assert status == 200, body
+        correct += (torch.tensor([p["label"] for p in body["predictions"]]) == labels).sum().item()
+    accuracy = correct / len(test)
+    recorded = read_rows(RunDir(str(runs), "clf"))[-1]
+    assert recorded["test_images"] == 200
+    assert accuracy == pytest.approx(recorded["test_accuracy"], abs=1e-9), (accuracy, recorded["test_accuracy"])
+
+
+def test_what_cannot_be_served_is_refused_in_one_line(cluster_env, runs, tmp_path, port):
+    (tmp_path / "empty-run").mkdir()
+    (tmp_path / "empty-run" / "metrics.jsonl").write_text("{}\n")
+    cases = [
+        (["up", "nope", "--runs-dir", str(runs)], "no run at"),
+        (["up", "empty-run", "--runs-dir", str(tmp_path)], "nothing to serve"),
+        (
+            ["up", "lm", "--runs-dir", str(runs), "--set", "gpus_per_replica=1"],
+            "gpus_per_replica=1, but the local workers have 0 GPUs",
+        ),
+        (["up", "lm", "--runs-dir", str(runs), "--set", "replica=2"], "replica: unknown key"),
+    ]
+    for args, words in cases:
+        result = serve(cluster_env, *args)
+        assert result.returncode == 2 and words in result.stderr, (args, result.stderr)
+    broken = tmp_path / "broken"
+    (broken / "export").mkdir(parents=True)
+    (broken / "export" / "config.json").write_text("{not json")
+    failed = serve(cluster_env, "up", "broken", "--runs-dir", str(tmp_path), "--set", f"port={port}", timeout=300)
+    assert failed.returncode == 1 and "the application failed to start" in failed.stderr, (
+        failed.stdout[-2000:] + failed.stderr
+    )
+
+
+def test_serve_down_leaves_no_serve_actor_and_no_listener(cluster_env, port):
+    down = serve(cluster_env, "down")
+    assert down.returncode == 0, down.stderr
+    listed = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ray"),
+            "list",
+            "actors",
+            "--address",
+            f"http://127.0.0.1:{DASHBOARD_PORT}",
+            "--filter",
+            "state=ALIVE",
+            "--format",
+            "json",
+            "--limit",
+            "1000",
+        ],
+        env=cluster_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr
+    alive = [a["class_name"] for a in json.loads(listed.stdout)]
+    assert not [name for name in alive if "Serve" in name or "Proxy" in name or "Endpoint" in name], alive
+    with pytest.raises(OSError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5)
+    assert "no Serve applications" in serve(cluster_env, "status").stdout
