@@ -58,6 +58,7 @@ module "network" {
   kms_key_arn             = module.iam.kms_key_arn
   flow_log_retention_days = var.log_retention_days
   efa                     = var.workers.efa
+  serve                   = var.serve.enabled ? { port = var.serve.port, allowed_cidrs = var.serve.allowed_cidrs, allowed_security_group_ids = var.serve.allowed_security_group_ids } : null
 }
 
 module "storage" {
@@ -106,6 +107,7 @@ module "ray" {
   task_role_arn         = module.iam.task_role_arn
   kms_key_arn           = module.iam.kms_key_arn
   log_retention_days    = var.log_retention_days
+  serve                 = var.serve.enabled ? { port = var.serve.port, security_group_id = module.network.serve_security_group_id } : null
 }
 
 module "observability" {

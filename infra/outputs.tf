@@ -104,3 +104,13 @@ output "image_tag" {
   description = "Tag of the images the services run (make push marks those images deployed-<tag>, which the ECR lifecycle never expires)."
   value       = var.image_tag
 }
+
+output "serve_endpoint" {
+  description = "Ray Serve's URL inside the VPC, reachable only from serve.allowed_*; empty with serving off (make serve)."
+  value       = module.ray.serve_endpoint
+}
+
+output "serve_api_key_secret_arn" {
+  description = "The secret holding the Serve API key; empty with serving off."
+  value       = module.ray.serve_api_key_secret_arn
+}

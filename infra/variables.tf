@@ -69,6 +69,32 @@ variable "workers" {
   }
 }
 
+variable "serve" {
+  description = "Ray Serve (make serve): on the head's private DNS name, on one port, only from the listed CIDRs and security groups; every request needs the API key in Secrets Manager."
+  type = object({
+    enabled                    = optional(bool, false)
+    port                       = optional(number, 8000)
+    allowed_cidrs              = optional(list(string), [])
+    allowed_security_group_ids = optional(list(string), [])
+  })
+  default = {}
+
+  validation {
+    condition     = var.serve.port >= 1024 && var.serve.port <= 65535 && !contains([for r in values(jsondecode(file("${path.module}/catalog/ray_ports.json"))) : r.from if r.from == r.to], var.serve.port)
+    error_message = "serve.port must be 1024-65535 and not one of Ray's own ports (infra/catalog/ray_ports.json)."
+  }
+
+  validation {
+    condition     = !var.serve.enabled || length(var.serve.allowed_cidrs) + length(var.serve.allowed_security_group_ids) > 0
+    error_message = "serve.enabled needs serve.allowed_cidrs or serve.allowed_security_group_ids: who may call the endpoint."
+  }
+
+  validation {
+    condition     = alltrue([for c in var.serve.allowed_cidrs : can(cidrhost(c, 0)) && !endswith(c, "/0")])
+    error_message = "serve.allowed_cidrs must be CIDR blocks, and none may be /0 (the endpoint is never open to everyone)."
+  }
+}
+
 variable "image_tag" {
   description = "Tag of the four images in ECR (make push tags with the git commit; make deploy passes it)."
   type        = string

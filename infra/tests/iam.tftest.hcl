@@ -29,6 +29,7 @@ run "iam" {
       PullOwnImages         = [["ecr:BatchGetImage", "ecr:GetDownloadUrlForLayer", "ecr:BatchCheckLayerAvailability"], var.repository_arns]
       Logs                  = [["logs:CreateLogStream", "logs:PutLogEvents"], "arn:aws:logs:us-east-1:123456789012:log-group:/rayfleet/rayfleet/*:*"]
       RayToken              = ["secretsmanager:GetSecretValue", "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/ray-auth-token-*"]
+      ServeApiKey           = ["secretsmanager:GetSecretValue", "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/serve-api-key-*"]
       DecryptTokenAndImages = ["kms:Decrypt", aws_kms_key.this.arn]
     })
     error_message = "Execution role: ${aws_iam_role_policy.execution.policy}"

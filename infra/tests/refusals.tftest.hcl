@@ -170,3 +170,27 @@ run "an_idle_alarm_not_in_5_minute_steps" {
   }
   expect_failures = [var.idle_minutes]
 }
+
+run "serving_without_anyone_allowed_to_call_it" {
+  command = plan
+  variables {
+    serve = { enabled = true }
+  }
+  expect_failures = [var.serve]
+}
+
+run "serving_open_to_the_world" {
+  command = plan
+  variables {
+    serve = { enabled = true, allowed_cidrs = ["0.0.0.0/0"] }
+  }
+  expect_failures = [var.serve]
+}
+
+run "serving_on_a_ray_port" {
+  command = plan
+  variables {
+    serve = { enabled = true, port = 6379, allowed_cidrs = ["10.0.0.0/8"] }
+  }
+  expect_failures = [var.serve]
+}

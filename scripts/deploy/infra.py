@@ -183,6 +183,8 @@ def deploy(binary: str, opts: argparse.Namespace) -> None:
         from scripts.ecs.rotate_token import seed_token
 
         seed_token(Aws(out.region).client("secretsmanager"), out.ray_token_secret_arn)
+        if out.serve_api_key_secret_arn:  # serve.enabled: the key every Serve request carries, seeded alike
+            seed_token(Aws(out.region).client("secretsmanager"), out.serve_api_key_secret_arn, what="the Serve API key")
     tag = opts.image_tag or out.image_tag
     if tag and out.ecr_repository_urls:  # the images the services now run are never expired by the lifecycle
         from scripts.deploy.images import mark_deployed

@@ -30,19 +30,19 @@ def new_token() -> str:
     return secrets.token_hex(32)
 
 
-def seed_token(client, secret_arn: str, say=print) -> str | None:
+def seed_token(client, secret_arn: str, say=print, what: str = "the Ray token") -> str | None:
     """Give the token secret its first value, once: only when it has no AWSCURRENT version. `make deploy` calls
     it after every apply; Terraform makes the secret and its policy but never writes or reads the value (its
     secret-version resource reads it back with GetSecretValue, which the policy denies to all but the
     execution role). A rotated token is never overwritten, and nothing here reads a value: DescribeSecret
     lists the versions' stages, PutSecretValue writes. Returns the new version id, or None when one was
-    already current. `client` is a Secrets Manager client (the rehearsal seeds its moto secret with it too)."""
+    already current. The Serve API key's secret (`what`) is seeded the same way. `client` is a Secrets Manager client (the rehearsal seeds its moto secret with it too)."""
     stages = client.describe_secret(SecretId=secret_arn).get("VersionIdsToStages") or {}
     if any("AWSCURRENT" in labels for labels in stages.values()):
-        say(f"the Ray token secret already has a current token ({len(stages)} version(s)); kept as it is")
+        say(f"{what}: the secret already has a current value ({len(stages)} version(s)); kept as it is")
         return None
     version = client.put_secret_value(SecretId=secret_arn, SecretString=new_token())["VersionId"]
-    say(f"seeded the Ray token: {secret_arn} version {version} (the value is never printed)")
+    say(f"seeded {what}: {secret_arn} version {version} (the value is never printed)")
     return version
 
 

@@ -189,7 +189,7 @@ def test_deploy_seeds_the_token_once_and_never_rolls_back_a_rotation(recording_m
     assert second.returncode == 0, second.stderr
     actions = recorded_actions(recording_moto)  # the verb's own calls, before this test reads anything
     assert "DescribeSecret" in actions and "GetSecretValue" not in actions and "PutSecretValue" not in actions
-    assert "already has a current token" in second.stdout
+    assert "the Ray token: the secret already has a current value" in second.stdout
     stages = sm.describe_secret(SecretId=arn)["VersionIdsToStages"]
     assert stages[rotated] == ["AWSCURRENT"] and len(stages) == 2  # no third version: nothing rolled back
     assert sm.get_secret_value(SecretId=arn)["SecretString"] == "r" * 64

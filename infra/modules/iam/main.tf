@@ -40,6 +40,12 @@ resource "aws_iam_role_policy" "execution" {
         Resource = "arn:${local.partition}:secretsmanager:${local.region}:${local.account}:secret:${var.name}/ray-auth-token-*"
       },
       {
+        Sid      = "ServeApiKey"
+        Effect   = "Allow"
+        Action   = "secretsmanager:GetSecretValue"
+        Resource = "arn:${local.partition}:secretsmanager:${local.region}:${local.account}:secret:${var.name}/serve-api-key-*"
+      },
+      {
         Sid       = "DecryptTokenAndImages"
         Effect    = "Allow"
         Action    = "kms:Decrypt"

@@ -27,3 +27,8 @@ output "efa_security_group_id" {
   description = "The EFA group (all traffic among the EFA interfaces), or null without EFA."
   value       = one(aws_security_group.efa[*].id)
 }
+
+output "serve_security_group_id" {
+  description = "The Serve group (the Serve port from the listed sources), or null with serving off."
+  value       = one(aws_security_group.serve[*].id)
+}

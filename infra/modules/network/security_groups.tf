@@ -126,3 +126,39 @@ resource "aws_vpc_security_group_egress_rule" "efa" {
   description                  = "EFA: all traffic to the EFA group itself (AWS requirement for EFA)"
   tags                         = local.tags
 }
+
+# Ray Serve's HTTP proxy on the head (make serve): one port, only from the sources the deployment lists. The
+# group is attached to the head service alone, so no other task and no other port opens; every request also
+# needs the API key (training/serving/keys.py).
+resource "aws_security_group" "serve" {
+  # checkov:skip=CKV2_AWS_5: attached to the head service in the ray module, which this check cannot follow
+  count       = var.serve == null ? 0 : 1
+  name_prefix = "${var.name}-serve-"
+  description = "Ray Serve on the head of ${var.name}: the Serve port only, from the listed sources only"
+  vpc_id      = aws_vpc.this.id
+  tags        = merge(local.tags, { Name = "${var.name}-serve" })
+
+  lifecycle {
+    create_before_destroy = true
+  }
+}
+
+resource "aws_vpc_security_group_ingress_rule" "serve_cidr" {
+  for_each          = var.serve == null ? toset([]) : toset(var.serve.allowed_cidrs)
+  security_group_id = aws_security_group.serve[0].id
+  cidr_ipv4         = each.value
+  ip_protocol       = "tcp"
+  from_port         = var.serve.port
+  to_port           = var.serve.port
+  description       = "Ray Serve from ${each.value}"
+}
+
+resource "aws_vpc_security_group_ingress_rule" "serve_group" {
+  for_each                     = var.serve == null ? toset([]) : toset(var.serve.allowed_security_group_ids)
+  security_group_id            = aws_security_group.serve[0].id
+  referenced_security_group_id = each.value
+  ip_protocol                  = "tcp"
+  from_port                    = var.serve.port
+  to_port                      = var.serve.port
+  description                  = "Ray Serve from ${each.value}"
+}

@@ -59,3 +59,13 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "serve" {
+  description = "Ray Serve's port on the head and who may reach it (null: serving off, no group)."
+  type = object({
+    port                       = number
+    allowed_cidrs              = list(string)
+    allowed_security_group_ids = list(string)
+  })
+  default = null
+}

@@ -41,3 +41,13 @@ output "sizes_mib" {
   description = "Memory, shared memory and object store per task, in MiB."
   value       = local.sizes
 }
+
+output "serve_api_key_secret_arn" {
+  description = "The Serve API key's secret, or empty with serving off."
+  value       = one(aws_secretsmanager_secret.serve_api_key[*].arn) == null ? "" : one(aws_secretsmanager_secret.serve_api_key[*].arn)
+}
+
+output "serve_endpoint" {
+  description = "Ray Serve's URL inside the VPC (the head's private DNS name and the Serve port), or empty."
+  value       = var.serve == null ? "" : "http://${local.head_dns}:${var.serve.port}"
+}

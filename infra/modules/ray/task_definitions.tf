@@ -21,7 +21,9 @@ locals {
   current_run_dir   = "/run/rayfleet"
   current_run_mount = { sourceVolume = "current-run", containerPath = local.current_run_dir }
   ray_secrets       = [{ name = "RAY_AUTH_TOKEN", valueFrom = aws_secretsmanager_secret.ray_token.arn }]
-  ulimits           = [{ name = "nofile", softLimit = 65536, hardLimit = 65536 }] # Ray opens a socket per worker and object
+  # Serve replicas run on the workers and check every request against this key (training/serving/keys.py).
+  serve_secrets = [for s in aws_secretsmanager_secret.serve_api_key : { name = "RAYFLEET_SERVE_API_KEY", valueFrom = s.arn }]
+  ulimits       = [{ name = "nofile", softLimit = 65536, hardLimit = 65536 }] # Ray opens a socket per worker and object
 
   logging = { for c in local.components : c => {
     logDriver = "awslogs"
@@ -94,7 +96,7 @@ locals {
     memory               = local.worker_memory_mib
     resourceRequirements = [{ type = "GPU", value = tostring(local.worker_gpus) }]
     environment          = concat(local.ray_environment, local.worker_environment, local.efa_environment)
-    secrets              = local.ray_secrets
+    secrets              = concat(local.ray_secrets, local.serve_secrets)
     ulimits              = concat(local.ulimits, local.efa_ulimits)
     linuxParameters = merge(
       { sharedMemorySize = local.worker_shm_mib, initProcessEnabled = true },

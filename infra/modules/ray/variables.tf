@@ -98,3 +98,9 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "serve" {
+  description = "Ray Serve: its port and the group that opens it on the head (null: serving off)."
+  type        = object({ port = number, security_group_id = string })
+  default     = null
+}

@@ -1,0 +1,166 @@
+# Ray Serve (make serve) as Terraform renders it (mocked providers): the Serve port opens on the head only,
+# only from the listed CIDRs and security groups; the API key is a KMS-encrypted secret that reaches the
+# workers (where the replicas run) through `secrets`; with serving off nothing of it exists.
+
+mock_provider "aws" {
+  source = "./tests"
+}
+
+mock_provider "random" {}
+
+variables {
+  image_tag = "0123456789ab"
+  catalog   = jsondecode(file("catalog/instance_types.json")).instance_types
+  name      = "rayfleet"
+  ray_ports = jsondecode(file("catalog/ray_ports.json"))
+  # the ray module's other inputs, as default.tftest.hcl gives them
+  region             = "us-east-1"
+  vpc_id             = "vpc-0123456789abcdef0"
+  cluster_arn        = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"
+  capacity_providers = { head = "rayfleet-head", worker = "rayfleet-worker" }
+  subnet_ids         = ["subnet-0123456789abcdef0"]
+  security_group_id  = "sg-0000000000000ray0"
+  images             = { "ray-head" = "h:1", "ray-worker" = "w:1", "trainer" = "t:1", "gpu-metrics" = "g:1" }
+  execution_role_arn = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
+  task_role_arn      = "arn:aws:iam::123456789012:role/rayfleet-task"
+  kms_key_arn        = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
+  results_bucket     = "rayfleet-results-0123456789"
+}
+
+run "serve_network" {
+  command = apply
+
+  module {
+    source = "./modules/network"
+  }
+
+  variables {
+    serve = { port = 8000, allowed_cidrs = ["10.20.0.0/16", "192.168.7.0/24"], allowed_security_group_ids = ["sg-0000000000client"] }
+  }
+
+  override_resource {
+    target = aws_security_group.tasks
+    values = { id = "sg-0000000000000ray0" }
+  }
+
+  override_resource {
+    target = aws_security_group.serve
+    values = { id = "sg-000000000000serve" }
+  }
+
+  assert {
+    condition = alltrue([
+      for r in concat(values(aws_vpc_security_group_ingress_rule.serve_cidr), values(aws_vpc_security_group_ingress_rule.serve_group)) :
+      r.security_group_id == "sg-000000000000serve" && r.ip_protocol == "tcp" && r.from_port == 8000 && r.to_port == 8000
+    ])
+    error_message = "Every Serve rule opens the Serve port alone, TCP, into the Serve group."
+  }
+
+  assert {
+    condition = (
+      toset([for r in aws_vpc_security_group_ingress_rule.serve_cidr : r.cidr_ipv4]) == toset(["10.20.0.0/16", "192.168.7.0/24"]) &&
+      toset([for r in aws_vpc_security_group_ingress_rule.serve_group : r.referenced_security_group_id]) == toset(["sg-0000000000client"]) &&
+      alltrue([for r in aws_vpc_security_group_ingress_rule.serve_group : r.cidr_ipv4 == null])
+    )
+    error_message = "The Serve port opens to exactly the listed CIDRs and security groups."
+  }
+
+  assert {
+    condition     = length([for r in values(aws_vpc_security_group_ingress_rule.ray) : r if r.from_port <= 8000 && r.to_port >= 8000]) == 0 && length(aws_vpc_security_group_ingress_rule.ray) == length(var.ray_ports)
+    error_message = "Serving adds nothing to the Ray group: its rules are Ray's ports, none of them the Serve port."
+  }
+
+  assert {
+    condition     = output.serve_security_group_id == "sg-000000000000serve" && aws_security_group.serve[0].vpc_id == aws_vpc.this.id
+    error_message = "The Serve group is in the cluster's VPC and is the module's output."
+  }
+}
+
+run "serving_off_network" {
+  command = apply
+
+  module {
+    source = "./modules/network"
+  }
+
+  assert {
+    condition     = length(aws_security_group.serve) == 0 && length(aws_vpc_security_group_ingress_rule.serve_cidr) + length(aws_vpc_security_group_ingress_rule.serve_group) == 0 && output.serve_security_group_id == null
+    error_message = "With serving off there is no Serve group and no Serve rule."
+  }
+}
+
+run "serve_ray" {
+  command = apply
+
+  module {
+    source = "./modules/ray"
+  }
+
+  variables {
+    head_node = { vcpus = var.catalog["m5.xlarge"].vcpus, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = var.catalog["m5.xlarge"].gpus }
+    worker_node = {
+      instance_type = "g5.xlarge"
+      vcpus         = var.catalog["g5.xlarge"].vcpus
+      memory_mib    = var.catalog["g5.xlarge"].memory_mib
+      gpus          = var.catalog["g5.xlarge"].gpus
+      count         = 2
+      efa           = false
+    }
+    serve = { port = 8000, security_group_id = "sg-000000000000serve" }
+  }
+
+  override_resource {
+    target = aws_secretsmanager_secret.serve_api_key
+    values = { arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/serve-api-key-20261124-AbCdEf" }
+  }
+
+  assert {
+    condition     = one(aws_ecs_service.head.network_configuration).security_groups == toset(["sg-0000000000000ray0", "sg-000000000000serve"])
+    error_message = "The head service alone carries the Serve group, beside the Ray group."
+  }
+
+  assert {
+    condition     = one(aws_ecs_service.worker.network_configuration[*].security_groups) == null || one(aws_ecs_service.worker.network_configuration).security_groups == toset(["sg-0000000000000ray0"])
+    error_message = "The workers do not carry the Serve group."
+  }
+
+  assert {
+    condition = (
+      contains(jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].secrets, { name = "RAYFLEET_SERVE_API_KEY", valueFrom = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/serve-api-key-20261124-AbCdEf" }) &&
+      !strcontains(aws_ecs_task_definition.head.container_definitions, "RAYFLEET_SERVE_API_KEY") &&
+      !strcontains(aws_ecs_task_definition.trainer.container_definitions, "RAYFLEET_SERVE_API_KEY")
+    )
+    error_message = "The API key reaches the workers (Serve's replicas) through secrets, and no other container."
+  }
+
+  assert {
+    condition = (
+      aws_secretsmanager_secret.serve_api_key[0].kms_key_id == var.kms_key_arn &&
+      startswith(aws_secretsmanager_secret.serve_api_key[0].name_prefix, "rayfleet/serve-api-key-")
+    )
+    error_message = "The key's secret is encrypted with the deployment's key and named as the execution role's policy expects."
+  }
+
+  assert {
+    condition     = output.serve_endpoint == "http://head.rayfleet.rayfleet.internal:8000" && output.serve_api_key_secret_arn == "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/serve-api-key-20261124-AbCdEf"
+    error_message = "The endpoint is the head's private name on the Serve port, got ${output.serve_endpoint}."
+  }
+}
+
+run "serving_off_ray" {
+  command = apply
+
+  module {
+    source = "./modules/ray"
+  }
+
+  variables {
+    head_node   = { vcpus = 4, memory_mib = 16384, gpus = 0 }
+    worker_node = { instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, count = 1, efa = false }
+  }
+
+  assert {
+    condition     = length(aws_secretsmanager_secret.serve_api_key) == 0 && output.serve_endpoint == "" && !strcontains(aws_ecs_task_definition.worker.container_definitions, "RAYFLEET_SERVE_API_KEY")
+    error_message = "With serving off there is no key, no endpoint and no key in any container."
+  }
+}
