@@ -25,6 +25,8 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
+from scripts.serving.summary import summarize
+
 KEY = "cluster/ray-status.json"
 JOB_FIELDS = ("submission_id", "job_id", "type", "status", "start_time", "end_time", "metadata")
 
@@ -91,12 +93,17 @@ def snapshot(dashboard: str, auth: str) -> dict:
             available[name] = max(0.0, value - used[0])
     jobs = [{k: job.get(k) for k in JOB_FIELDS} for job in _get(dashboard, "/api/jobs/", auth)]
     jobs.sort(key=lambda j: j.get("start_time") or 0, reverse=True)
+    try:  # Serve's applications (make serve); the dashboard answers with none when Serve never started
+        serve = summarize(_get(dashboard, "/api/serve/applications/", auth))
+    except (OSError, ValueError, KeyError) as exc:
+        serve = [{"name": "?", "status": f"unknown ({exc})", "route_prefix": "", "message": "", "deployments": []}]
     return {
         "taken_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "nodes": nodes,
         "total": total,
         "available": available,
         "jobs": jobs,
+        "serve": serve,
     }
 
 

@@ -36,7 +36,8 @@ def seed_token(client, secret_arn: str, say=print, what: str = "the Ray token") 
     secret-version resource reads it back with GetSecretValue, which the policy denies to all but the
     execution role). A rotated token is never overwritten, and nothing here reads a value: DescribeSecret
     lists the versions' stages, PutSecretValue writes. Returns the new version id, or None when one was
-    already current. The Serve API key's secret (`what`) is seeded the same way. `client` is a Secrets Manager client (the rehearsal seeds its moto secret with it too)."""
+    already current. The Serve API key's secret (`what`) is seeded the same way. `client` is a Secrets
+    Manager client (the rehearsal seeds its moto secret with it too)."""
     stages = client.describe_secret(SecretId=secret_arn).get("VersionIdsToStages") or {}
     if any("AWSCURRENT" in labels for labels in stages.values()):
         say(f"{what}: the secret already has a current value ({len(stages)} version(s)); kept as it is")

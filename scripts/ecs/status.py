@@ -15,6 +15,7 @@ from scripts.container.head_snapshot import KEY as RAY_STATUS_KEY
 from scripts.ecs.outputs import Outputs
 from scripts.ecs.tasks import running_tasks
 from scripts.recipes.runs import s3_runs
+from scripts.serving.summary import lines as serve_lines
 from training.core.aws import Aws, run_cli
 from training.core.catalog import PRICES_AS_OF, gpus_of, hourly_cost
 from training.core.run_dir import RunDir
@@ -154,6 +155,8 @@ def render_ray(ray: dict, jobs: int = 5) -> list[str]:
         lines.append(
             f"    {'head' if n.get('head') else 'worker':<8}{n['node_id']:<14}{n['address'] or '?':<16}{resources}"
         )
+    if "serve" in ray:
+        lines.append("  serve: " + "\n    ".join(serve_lines(ray["serve"])))
     listed = ray.get("jobs") or []
     lines.append(f"  jobs ({len(listed)})" + ("" if listed else ": none"))
     for j in listed[:jobs]:

@@ -64,6 +64,18 @@ JOBS = [
 ]
 
 
+SERVE = {
+    "applications": {
+        "rayfleet": {
+            "status": "RUNNING",
+            "route_prefix": "/",
+            "message": "",
+            "deployments": {"model": {"status": "HEALTHY", "replicas": [{"state": "RUNNING"}, {"state": "RUNNING"}]}},
+        }
+    }
+}
+
+
 class Dashboard(BaseHTTPRequestHandler):
     seen: ClassVar[list] = []
 
@@ -78,6 +90,7 @@ class Dashboard(BaseHTTPRequestHandler):
             "/api/v0/nodes": {"data": {"result": {"result": NODES}}},
             "/api/cluster_status": {"data": {"clusterStatus": {"loadMetricsReport": {"usage": USAGE}}}},
             "/api/jobs/": JOBS,
+            "/api/serve/applications/": SERVE,
         }[path]
         data = json.dumps(body).encode()
         self.send_response(200)
@@ -112,6 +125,15 @@ def test_snapshot_reads_nodes_resources_and_jobs_over_http_with_the_token(dashbo
     assert snap["available"] == {"memory": 2e10, "CPU": 6.0, "GPU": 0.0, "object_store_memory": 1.5e9}
     assert [j["submission_id"] for j in snap["jobs"]] == ["ddp-2", "ddp-1"]  # newest first
     assert all("entrypoint" not in j and "runtime_env" not in j for j in snap["jobs"])  # no command lines, no env
+    assert snap["serve"] == [
+        {
+            "name": "rayfleet",
+            "status": "RUNNING",
+            "route_prefix": "/",
+            "message": "",
+            "deployments": [{"name": "model", "status": "HEALTHY", "replicas": {"RUNNING": 2}}],
+        }
+    ]
     assert {auth for _, auth in Dashboard.seen} == {"Bearer tok"}
 
 

@@ -69,6 +69,15 @@ def test_status_renders_rays_view_nodes_resources_and_jobs():
                 "metadata": {},
             }
         ],
+        "serve": [
+            {
+                "name": "rayfleet",
+                "status": "RUNNING",
+                "route_prefix": "/",
+                "message": "",
+                "deployments": [{"name": "model", "status": "HEALTHY", "replicas": {"RUNNING": 2}}],
+            }
+        ],
     }
     text = render(
         {
@@ -88,3 +97,4 @@ def test_status_renders_rays_view_nodes_resources_and_jobs():
     assert "2 nodes alive (1 head, 1 worker), 1 dead; CPU 3/4 free, GPU 0/1 free, memory 7.5/7.5 GiB free" in text
     assert "10.0.0.2" in text and "CPU 4, GPU 1" in text
     assert "ddp-1" in text and "RUNNING" in text
+    assert "  serve: rayfleet  RUNNING  route /\n      model: HEALTHY (2 RUNNING)" in text
