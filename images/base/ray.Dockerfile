@@ -23,14 +23,16 @@ ENV PATH=/opt/rayfleet/venv/bin:${PATH} \
     PYTHONUNBUFFERED=1 \
     RAY_USAGE_STATS_ENABLED=0 \
     RAY_AUTH_MODE=token
-# The container-side code and the shared core it uses (training/core: token auth, the AWS adapter).
+# The container-side code and the training library (training/core: token auth, the AWS adapter).
 COPY scripts/__init__.py /opt/rayfleet/src/scripts/
 COPY scripts/container/ /opt/rayfleet/src/scripts/container/
 # A launcher recipe's node processes start through scripts.recipes.job_entry (secret references resolved
 # on the node, never by Ray): the recipes package comes along, the laptop-side verbs in it unused here.
 COPY scripts/recipes/ /opt/rayfleet/src/scripts/recipes/
-COPY training/__init__.py /opt/rayfleet/src/training/
-COPY training/core/ /opt/rayfleet/src/training/core/
+# Serve's status in the head's snapshot, and the Serve application make serve deploys (its replicas run on
+# the workers and import training.serving, which loads a DDP run through the job's own model code).
+COPY scripts/serving/ /opt/rayfleet/src/scripts/serving/
+COPY training/ /opt/rayfleet/src/training/
 COPY images/bin/rayfleet-node /usr/local/bin/rayfleet-node
 
 USER 1000

@@ -12,7 +12,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ROOT / "images"
-DOCKERFILES = sorted([*IMAGES.glob("*/Dockerfile"), *IMAGES.glob("base/*.Dockerfile")])
+DOCKERFILES = sorted([*IMAGES.glob("*/Dockerfile"), *IMAGES.glob("*/*.Dockerfile")])
 HADOLINT = Path(sys.executable).parent / "hadolint"
 
 
@@ -54,7 +54,7 @@ def test_the_ray_base_matches_the_pinned_ray_and_python():
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(IMAGES)))
 def test_labels_user_and_no_secrets(dockerfile):
     text = dockerfile.read_text()
-    if dockerfile.name == "Dockerfile":
+    if dockerfile.name == "Dockerfile" or dockerfile.parent.name != "base":
         for label in ("source", "revision", "version"):
             assert f"org.opencontainers.image.{label}=" in text, label
     users = re.findall(r"^USER (\S+)", text, flags=re.M)

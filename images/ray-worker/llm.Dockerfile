@@ -1,0 +1,41 @@
+# The ray-worker's LLM variant: Ray Serve LLM with vLLM for `make serve` with `engine: vllm` on GPU workers
+# (training/serving/vllm_app.py). vLLM pins its own torch, so this image installs requirements/serve-llm.txt
+# instead of the training set; it serves, it does not train. Build it on a machine with the CUDA base:
+#   docker build -f images/ray-worker/llm.Dockerfile -t <registry>/rayfleet/ray-worker:<tag>-llm .
+# and point the worker service at it. Not built by the test suite (the vLLM wheel alone is 316 MB).
+ARG BASE_IMAGE=rayproject/ray:2.60.0-py311-cu128
+FROM ${BASE_IMAGE}
+
+ARG PIP_CONFIG_FILE=
+
+USER 0
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+RUN (id -u ray >/dev/null 2>&1 || useradd --uid 1000 --create-home --shell /bin/bash ray) \
+ && python3 -m venv /opt/rayfleet/venv
+COPY requirements/ /opt/rayfleet/requirements/
+RUN /opt/rayfleet/venv/bin/pip install --no-cache-dir --quiet -r /opt/rayfleet/requirements/serve-llm.txt
+
+ENV PATH=/opt/rayfleet/venv/bin:${PATH} \
+    PYTHONPATH=/opt/rayfleet/src \
+    PYTHONUNBUFFERED=1 \
+    RAY_USAGE_STATS_ENABLED=0 \
+    RAY_AUTH_MODE=token
+COPY scripts/__init__.py /opt/rayfleet/src/scripts/
+COPY scripts/container/ /opt/rayfleet/src/scripts/container/
+COPY scripts/serving/ /opt/rayfleet/src/scripts/serving/
+COPY training/__init__.py /opt/rayfleet/src/training/
+COPY training/core/ /opt/rayfleet/src/training/core/
+COPY training/serving/ /opt/rayfleet/src/training/serving/
+COPY images/bin/rayfleet-node /usr/local/bin/rayfleet-node
+
+USER 1000
+WORKDIR /home/ray
+ENTRYPOINT ["rayfleet-node"]
+CMD ["worker"]
+
+ARG REVISION=unknown
+ARG VERSION=dev
+LABEL org.opencontainers.image.source="https://github.com/rayfleet/rayfleet" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.title="rayfleet ray-worker (LLM serving: vLLM)"
