@@ -26,7 +26,7 @@ AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 
 .DEFAULT_GOAL := help
 .PHONY: launch logs status exec ray-status stop clean deploy plan lint-infra rotate-ray-token build push
-.PHONY: text-data train-fsdp train-fsdp-local run runs
+.PHONY: text-data train-fsdp train-fsdp-local run runs serve serve-status serve-down bench-serve
 .PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-vs-blueprint bench-data bench-fsdp bench-recipe bench-launcher bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
 
@@ -179,6 +179,9 @@ bench-recipe: setup ## What a recipe run adds over running the same script as a 
 
 bench-launcher: setup ## What a `launcher: torchrun` recipe adds over torchrun by hand (prints a table)
 	$(PY) -m bench.launcher_overhead $(ARGS)
+
+bench-serve: setup ## Load on a served tiny model: N concurrent clients, p50/p99 latency, requests/s (ARGS="--clients 1 4 8 --replicas 2")
+	$(PY) -m bench.serve_load $(ARGS)
 
 bench-sidecar: setup ## Measure the GPU-metrics sidecar's CPU and memory at its default intervals
 	$(PY) -m bench.sidecar_cost $(ARGS)
