@@ -67,7 +67,7 @@ def up_local(run: str, cfg: ServeConfig, runs_dir: str, timeout: float) -> int:
     state = local_cluster.load_state()
     if state is None:
         raise RayfleetError("no local cluster is running: make cluster-up first (a served model lives as long as it)")
-    run_dir = RunDir(str(Path(runs_dir).resolve()), run)
+    run_dir = RunDir(runs_dir if runs_dir.startswith("s3://") else str(Path(runs_dir).resolve()), run)
     served = find(run_dir)
     spec = state.spec
     check_fits(cfg, float(spec["cpus_per_worker"]), int(spec.get("gpus_per_worker", 0)), "the local workers")
@@ -150,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     parser.add_argument("--target", choices=["auto", "local", "ecs"], default="auto")
     parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
-    parser.add_argument("--runs-dir", default="runs", help="local runs (default: ./runs)")
+    parser.add_argument(
+        "--runs-dir", default="runs", help="local: where runs are (default: ./runs; or s3://bucket/prefix)"
+    )
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for the replicas")
     opts = parser.parse_args(argv)
     target = choose_target(opts.target, opts.outputs)

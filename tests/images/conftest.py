@@ -12,14 +12,14 @@ import uuid
 
 import pytest
 
-from tests.images.helpers import IMAGES, INSTALL, ROOT, TAG, build_images, podman
+from tests.images.helpers import IMAGES, INSTALL, ROOT, TAG, build_images, podman, wait_for_background_build
 
 # testinfra's podman:// backend runs `podman exec` with this process's environment
 os.environ.setdefault("CONTAINERS_CONF", str(ROOT / "images" / "containers.conf"))
 
 
 @pytest.fixture(scope="session")
-def built_images(tmp_path_factory) -> dict[str, str]:
+def built_images(request, tmp_path_factory) -> dict[str, str]:
     if shutil.which("podman") is None:
         if os.environ.get("RAYFLEET_REQUIRE_IMAGES"):
             pytest.fail(f"podman is not installed, and RAYFLEET_REQUIRE_IMAGES=1 ({INSTALL})")
@@ -27,7 +27,8 @@ def built_images(tmp_path_factory) -> dict[str, str]:
     names = {name: f"localhost/rayfleet/{name}:{TAG}" for name in IMAGES}
     if os.environ.get("RAYFLEET_IMAGES_PREBUILT"):  # the images workflow built them on the real bases
         return names
-    build_images(tmp_path_factory.mktemp("model"))
+    if not wait_for_background_build(request.config):  # started by tests/conftest.py when collected
+        build_images(tmp_path_factory.mktemp("model"))
     return names
 
 

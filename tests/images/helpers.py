@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 TAG = "test"
 BASE = "localhost/rayfleet-local-base:bookworm"
@@ -46,3 +48,39 @@ def build_images(scratch: Path) -> None:
         timeout=1800,
     )
     assert build.returncode == 0, "make build failed (output above)"
+
+
+class BackgroundBuild:
+    """The image build, started as the session starts (tests/conftest.py) so that it runs beside the unit and
+    infra tests, which come first and mostly use one core, instead of in front of the image tests."""
+
+    def __init__(self, scratch: Path):
+        self.log = scratch / "build.log"
+        code = "import sys, pathlib, tests.images.helpers as h; h.build_images(pathlib.Path(sys.argv[1]))"
+        with self.log.open("w") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", code, str(scratch)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+            )
+
+    def wait(self) -> None:
+        code = self.proc.wait()
+        if code != 0:
+            tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-60:])
+            raise AssertionError(f"the image build failed (exit {code}); {self.log} ends:\n{tail}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+BUILD = pytest.StashKey[BackgroundBuild]()
+
+
+def wait_for_background_build(config) -> bool:
+    """True once the session's background build has finished well; False when none was started."""
+    build = config.stash.get(BUILD, None)
+    if build is None:
+        return False
+    build.wait()
+    return True

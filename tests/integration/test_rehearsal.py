@@ -33,6 +33,7 @@ import boto3
 import pytest
 
 from scripts.rehearsal.host import engine_ulimits
+from tests.images.helpers import wait_for_background_build
 from tests.integration.helpers import REPO
 from tests.integration.rehearsal_helpers import (
     LABEL,
@@ -54,8 +55,9 @@ SMALL = ["epochs=2", "train_subset=600", "test_subset=200"]
 
 
 @pytest.fixture(scope="module")
-def images(tmp_path_factory):
+def images(request, tmp_path_factory):
     require_podman()
+    wait_for_background_build(request.config)  # started by tests/conftest.py when collected
     ensure_images(tmp_path_factory.mktemp("images"))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -48,9 +49,9 @@ def port() -> int:
     return free_port()
 
 
-def serve(env, *args, timeout=600) -> subprocess.CompletedProcess:
+def serve(env, *args, timeout=600, target="local") -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "scripts.serving.serve", *args, "--target", "local"],
+        [sys.executable, "-m", "scripts.serving.serve", *args, "--target", target],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -149,6 +150,82 @@ def test_what_cannot_be_served_is_refused_in_one_line(cluster_env, runs, tmp_pat
     assert failed.returncode == 1 and "the application failed to start" in failed.stderr, (
         failed.stdout[-2000:] + failed.stderr
     )
+
+
+def upload(s3, bucket: str, folder: Path, prefix: str) -> None:
+    for file in sorted(p for p in folder.rglob("*") if p.is_file()):
+        s3.upload_file(str(file), bucket, f"{prefix}/{file.relative_to(folder).as_posix()}")
+
+
+def test_a_run_in_s3_is_downloaded_by_the_replica_and_served(cluster_env, runs, port, aws_stack):
+    s3 = aws_stack["server"].client("s3")
+    s3.create_bucket(Bucket="served-runs")
+    upload(s3, "served-runs", runs / "lm" / "export", "runs/lm-in-s3/export")
+    up = serve(cluster_env, "up", "lm-in-s3", "--runs-dir", "s3://served-runs/runs", "--set", f"port={port}")
+    assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
+    assert "from s3://served-runs/runs/lm-in-s3/export" in up.stdout
+    status, body = post(
+        port, "/v1/completions", {"prompt": "The king", "max_tokens": 4, "temperature": 0}, key_of(cluster_env)
+    )
+    assert status == 200 and body["model"] == "lm-in-s3", body
+
+
+def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_manager(aws_stack, runs, tmp_path):
+    """The ECS path up to the cluster: the verb checks the S3 run and the worker type, then RunTask's overrides
+    carry Serve's config (storage s3://, the deployment's region, no key and no key file: the workers have it
+    from Secrets Manager, host 0.0.0.0 on the deployment's Serve port) and the verb follows the task."""
+    outputs = json.loads(Path(aws_stack["outputs"]["outputs_file"]).read_text())
+    secret = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/serve-api-key-Ab12"
+    outputs |= {
+        "serve_endpoint": {"value": "http://head.rayfleet.internal:8000"},
+        "serve_api_key_secret_arn": {"value": secret},
+    }
+    outputs_file = tmp_path / "outputs.json"
+    outputs_file.write_text(json.dumps(outputs))
+    env = {**aws_stack["env"], "RAYFLEET_OUTPUTS": str(outputs_file)}
+    server, bucket = aws_stack["server"], aws_stack["outputs"]["results_bucket"]
+    s3, ecs = server.client("s3"), server.client("ecs")
+    upload(s3, bucket, runs / "clf" / "checkpoint_000001", "runs/clf-ecs/checkpoint_000001")
+    s3.put_object(Bucket=bucket, Key="runs/clf-ecs/config.yaml", Body=(runs / "clf" / "config.yaml").read_bytes())
+    refused = serve(env, "up", "clf-ecs", "--set", "gpus_per_replica=2", target="ecs")
+    assert (
+        refused.returncode == 2 and "gpus_per_replica=2, but the ECS workers (g5.xlarge) have 1 GPUs" in refused.stderr
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "scripts.serving.serve", "up", "clf-ecs", "--target", "ecs"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not (listed := s3.list_objects_v2(Bucket=bucket, Prefix="runs/serve-clf-ecs-").get("Contents")):
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            time.sleep(0.3)
+        record = json.loads(s3.get_object(Bucket=bucket, Key=listed[0]["Key"])["Body"].read())
+        cluster = aws_stack["outputs"]["cluster_name"]
+        task = ecs.describe_tasks(cluster=cluster, tasks=[record["task_arn"]])["tasks"][0]
+        command = task["overrides"]["containerOverrides"][0]["command"]
+        assert command[:4] == ["python", "-m", "scripts.serving.control", "up"]
+        config = json.loads(command[command.index("--config-json") + 1])
+        assert config["http_options"] == {"host": "0.0.0.0", "port": 8000} and config["proxy_location"] == "HeadOnly"
+        args = config["applications"][0]["args"]
+        assert (args["storage"], args["run_name"], args["kind"], args["folder"]) == (
+            f"s3://{bucket}/runs",
+            "clf-ecs",
+            "classifier",
+            "checkpoint_000001",
+        )
+        assert args["api_key_file"] is None and args["region"] == aws_stack["outputs"]["region"]
+        time.sleep(2)  # at least one poll sees the task running
+        ecs.stop_task(cluster=cluster, task=record["task_arn"], reason="deployed")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    assert "serving at http://head.rayfleet.internal:8000" in out and f"--secret-id {secret}" in out
 
 
 def test_serve_down_leaves_no_serve_actor_and_no_listener(cluster_env, port):

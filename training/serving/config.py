@@ -8,6 +8,8 @@ from pydantic import Field, model_validator
 
 from training.core.config import StrictModel
 
+CONSTRUCTOR_RETRIES = 2
+
 
 class Autoscaling(StrictModel):
     min_replicas: int = Field(1, ge=0)
@@ -57,6 +59,9 @@ class ServeConfig(StrictModel):
         options: dict = {
             "ray_actor_options": {"num_cpus": self.cpus_per_replica, "num_gpus": self.gpus_per_replica},
             "max_ongoing_requests": self.max_ongoing_requests,
+            # A replica that cannot load the run (a broken export) will not on a retry: fail the deploy early
+            # with its error instead of retrying 20 times (Serve's default).
+            "max_constructor_retry_count": CONSTRUCTOR_RETRIES,
         }
         if self.autoscaling is not None:
             options["autoscaling_config"] = self.autoscaling.model_dump()

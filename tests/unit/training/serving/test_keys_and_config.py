@@ -62,6 +62,7 @@ def test_the_config_becomes_serve_options_and_an_engine():
     assert fixed.deployment_options() == {
         "ray_actor_options": {"num_cpus": 0.5, "num_gpus": 0},
         "max_ongoing_requests": 8,
+        "max_constructor_retry_count": 2,
         "num_replicas": 2,
     }
     scaled = load_config(ServeConfig, None, ["autoscaling.max_replicas=4", "gpus_per_replica=1"])
