@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from tests.integration import aws_stack as stack
-from tests.integration.helpers import DASHBOARD_PORT, RAY_PORT, REPO, MotoServer, verbs_env
+from tests.integration.helpers import DASHBOARD_PORT, RAY_PORT, REPO, MotoServer, run_ddp, run_fsdp, verbs_env
 from tests.integration.moto_ecs import EcsMotoServer
 from training import tiny_lm
 from training.core import ray_auth
@@ -102,3 +102,29 @@ def tiny(tmp_path_factory) -> dict:
     (root / "corpus.txt").write_text(text)
     tiny_lm.build(root / "model", text)
     return {"model": str(root / "model"), "data": str(root / "corpus.txt")}
+
+
+@pytest.fixture(scope="session")
+def ddp_basic(cluster_env, small_dataset, tmp_path_factory) -> dict:
+    """The DDP job's run "basic": 3 epochs of the small dataset, 600 test images in one evaluation batch per rank.
+    Run once per session: test_ddp_on_local_cluster checks it (and resumes it to epoch 4), the serve tests
+    serve it."""
+    root = tmp_path_factory.mktemp("ddp-basic")
+    args = [f"data_dir={small_dataset}", f"storage={root}", "eval_batch_size=600", "epochs=3", "run_name=basic"]
+    return {"result": run_ddp(cluster_env, *args), "storage": root, "args": args}
+
+
+@pytest.fixture(scope="session")
+def fsdp_learned(cluster_env, tiny, tmp_path_factory):
+    """The FSDP job's run "learn" (30 steps, checkpoints every 10, the export) for a strategy, once per session:
+    test_fsdp_on_local_cluster checks it, the serve tests serve its export."""
+    done: dict[str, dict] = {}
+
+    def learned(strategy: str) -> dict:
+        if strategy not in done:
+            root = tmp_path_factory.mktemp(f"fsdp-{strategy}")
+            args = ["max_steps=30", "checkpoint_every=10", "log_every=10", "run_name=learn", f"strategy={strategy}"]
+            done[strategy] = {"result": run_fsdp(cluster_env, tiny, root, *args), "storage": root}
+        return done[strategy]
+
+    return learned

@@ -23,8 +23,8 @@ def small(data, storage, *extra):
     return [f"data_dir={data}", f"storage={storage}", "eval_batch_size=600", *extra]
 
 
-def test_two_workers_learn_and_checkpoint(cluster_env, small_dataset, tmp_path):
-    result = run(cluster_env, *small(small_dataset, tmp_path, "epochs=3", "run_name=basic"))
+def test_two_workers_learn_and_checkpoint(cluster_env, small_dataset, ddp_basic):
+    result, tmp_path = ddp_basic["result"], ddp_basic["storage"]
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_rows(RunDir(str(tmp_path), "basic"))
     assert [r["epoch"] for r in rows] == [1, 2, 3]

@@ -19,17 +19,9 @@ TINY = "training/configs/fsdp-tiny.yaml"
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
-def test_two_workers_learn_hold_their_shard_checkpoint_and_export(cluster_env, tiny, tmp_path, strategy):
-    result = run_fsdp(
-        cluster_env,
-        tiny,
-        tmp_path,
-        "max_steps=30",
-        "checkpoint_every=10",
-        "log_every=10",
-        "run_name=learn",
-        f"strategy={strategy}",
-    )
+def test_two_workers_learn_hold_their_shard_checkpoint_and_export(fsdp_learned, tiny, strategy):
+    learned = fsdp_learned(strategy)
+    result, tmp_path = learned["result"], learned["storage"]
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_rows(RunDir(str(tmp_path), "learn"))
     assert [r["step"] for r in rows] == [10, 20, 30]

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.integration.helpers import DASHBOARD_PORT, REPO, free_port, run_fsdp
-from tests.integration.helpers import run_ddp as run_ddp_job
+from tests.integration.helpers import DASHBOARD_PORT, REPO, free_port
 from training.core.run_dir import RunDir
 from training.data import fashion_mnist
 from training.metrics import read_rows
@@ -24,24 +23,12 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture(scope="module")
-def runs(cluster_env, tiny, small_dataset, tmp_path_factory) -> Path:
-    """One short FSDP run (with its export) and one short DDP run, in one runs directory."""
-    root = tmp_path_factory.mktemp("runs")
-    fsdp = run_fsdp(
-        cluster_env, tiny, root, "run_name=lm", "max_steps=4", "warmup_steps=1", "checkpoint_every=4", "log_every=2"
-    )
-    assert fsdp.returncode == 0, fsdp.stderr[-3000:]
-    ddp = run_ddp_job(
-        cluster_env,
-        f"data_dir={small_dataset}",
-        f"storage={root}",
-        "run_name=clf",
-        "epochs=1",
-        "train_subset=512",
-        "test_subset=200",
-    )
-    assert ddp.returncode == 0, ddp.stderr[-3000:]
-    return root
+def runs(fsdp_learned, ddp_basic) -> dict:
+    """The session's FSDP run "learn" (with its export) and DDP run "basic": their storage roots."""
+    fsdp = fsdp_learned("fsdp")
+    assert fsdp["result"].returncode == 0, fsdp["result"].stderr[-3000:]
+    assert ddp_basic["result"].returncode == 0, ddp_basic["result"].stderr[-3000:]
+    return {"lm": fsdp["storage"], "clf": ddp_basic["storage"]}
 
 
 @pytest.fixture(scope="module")
@@ -91,11 +78,11 @@ def greedy(model, tokenizer, prompt: str, tokens: int) -> list[int]:
 def test_the_export_answers_completions_equal_to_generate(cluster_env, runs, port):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    up = serve(cluster_env, "up", "lm", "--runs-dir", str(runs), "--set", f"port={port}")
+    up = serve(cluster_env, "up", "learn", "--runs-dir", str(runs["lm"]), "--set", f"port={port}")
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
     assert "RUNNING" in up.stdout and f"http://127.0.0.1:{port}/v1/completions" in up.stdout
     key = key_of(cluster_env)
-    export = runs / "lm" / "export"
+    export = runs["lm"] / "learn" / "export"
     tokenizer = AutoTokenizer.from_pretrained(export)
     model = AutoModelForCausalLM.from_pretrained(export, dtype=torch.float32)
     for prompt in ("The noble king", "JULIET:\nThe gentle"):
@@ -113,9 +100,9 @@ def test_the_export_answers_completions_equal_to_generate(cluster_env, runs, por
 
 
 def test_a_ddp_run_classifies_the_test_images_as_its_evaluation_did(cluster_env, runs, port, small_dataset):
-    up = serve(cluster_env, "up", "clf", "--runs-dir", str(runs), "--set", f"port={port}")
+    up = serve(cluster_env, "up", "basic", "--runs-dir", str(runs["clf"]), "--set", f"port={port}")
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
-    test = fashion_mnist.load(small_dataset, train=False).head(200)
+    test = fashion_mnist.load(small_dataset, train=False)
     correct = 0
     for rank in (0, 1):  # the images each of the job's two ranks evaluated, as one batch each (as it did)
         images, labels = test.images[rank::2], test.labels[rank::2]
@@ -123,8 +110,8 @@ def test_a_ddp_run_classifies_the_test_images_as_its_evaluation_did(cluster_env,
         assert status == 200, body
         correct += (torch.tensor([p["label"] for p in body["predictions"]]) == labels).sum().item()
     accuracy = correct / len(test)
-    recorded = read_rows(RunDir(str(runs), "clf"))[-1]
-    assert recorded["test_images"] == 200
+    recorded = read_rows(RunDir(str(runs["clf"]), "basic"))[-1]
+    assert recorded["test_images"] == len(test) == 600
     assert accuracy == pytest.approx(recorded["test_accuracy"], abs=1e-9), (accuracy, recorded["test_accuracy"])
 
 
@@ -132,13 +119,13 @@ def test_what_cannot_be_served_is_refused_in_one_line(cluster_env, runs, tmp_pat
     (tmp_path / "empty-run").mkdir()
     (tmp_path / "empty-run" / "metrics.jsonl").write_text("{}\n")
     cases = [
-        (["up", "nope", "--runs-dir", str(runs)], "no run at"),
+        (["up", "nope", "--runs-dir", str(runs["lm"])], "no run at"),
         (["up", "empty-run", "--runs-dir", str(tmp_path)], "nothing to serve"),
         (
-            ["up", "lm", "--runs-dir", str(runs), "--set", "gpus_per_replica=1"],
+            ["up", "learn", "--runs-dir", str(runs["lm"]), "--set", "gpus_per_replica=1"],
             "gpus_per_replica=1, but the local workers have 0 GPUs",
         ),
-        (["up", "lm", "--runs-dir", str(runs), "--set", "replica=2"], "replica: unknown key"),
+        (["up", "learn", "--runs-dir", str(runs["lm"]), "--set", "replica=2"], "replica: unknown key"),
     ]
     for args, words in cases:
         result = serve(cluster_env, *args)
@@ -160,7 +147,7 @@ def upload(s3, bucket: str, folder: Path, prefix: str) -> None:
 def test_a_run_in_s3_is_downloaded_by_the_replica_and_served(cluster_env, runs, port, aws_stack):
     s3 = aws_stack["server"].client("s3")
     s3.create_bucket(Bucket="served-runs")
-    upload(s3, "served-runs", runs / "lm" / "export", "runs/lm-in-s3/export")
+    upload(s3, "served-runs", runs["lm"] / "learn" / "export", "runs/lm-in-s3/export")
     up = serve(cluster_env, "up", "lm-in-s3", "--runs-dir", "s3://served-runs/runs", "--set", f"port={port}")
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
     assert "from s3://served-runs/runs/lm-in-s3/export" in up.stdout
@@ -185,8 +172,10 @@ def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_mana
     env = {**aws_stack["env"], "RAYFLEET_OUTPUTS": str(outputs_file)}
     server, bucket = aws_stack["server"], aws_stack["outputs"]["results_bucket"]
     s3, ecs = server.client("s3"), server.client("ecs")
-    upload(s3, bucket, runs / "clf" / "checkpoint_000001", "runs/clf-ecs/checkpoint_000001")
-    s3.put_object(Bucket=bucket, Key="runs/clf-ecs/config.yaml", Body=(runs / "clf" / "config.yaml").read_bytes())
+    latest = sorted((runs["clf"] / "basic").glob("checkpoint_0*"))[-1]
+    upload(s3, bucket, latest, f"runs/clf-ecs/{latest.name}")
+    config = (runs["clf"] / "basic" / "config.yaml").read_bytes()
+    s3.put_object(Bucket=bucket, Key="runs/clf-ecs/config.yaml", Body=config)
     refused = serve(env, "up", "clf-ecs", "--set", "gpus_per_replica=2", target="ecs")
     assert (
         refused.returncode == 2 and "gpus_per_replica=2, but the ECS workers (g5.xlarge) have 1 GPUs" in refused.stderr
@@ -216,7 +205,7 @@ def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_mana
             f"s3://{bucket}/runs",
             "clf-ecs",
             "classifier",
-            "checkpoint_000001",
+            latest.name,
         )
         assert args["api_key_file"] is None and args["region"] == aws_stack["outputs"]["region"]
         time.sleep(2)  # at least one poll sees the task running

@@ -24,7 +24,7 @@ from training.ddp_config import DDPConfig
 from training.serving.http import RequestError
 
 SIDE = 28
-MAX_IMAGES = 256
+MAX_IMAGES = 1024  # about 3 MB of JSON
 
 
 class ClassifyRequest(BaseModel):

@@ -80,7 +80,7 @@ def test_bad_images_get_a_400_naming_the_problem(trained, client):
         ({"png": ["not base64 at all!"]}, "png[0]: not a base64"),
         ({"png": [png(torch.from_numpy(small))]}, "png[0]: must be 28x28"),
         ({"images": images.tolist(), "png": [png(images[0])]}, "exactly one"),
-        ({"images": []}, "1 to 256 images"),
+        ({"images": []}, "1 to 1024 images"),
         ({"pixels": []}, "pixels"),
     ]
     for body, words in cases:
