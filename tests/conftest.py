@@ -16,8 +16,8 @@ from training.data import synthetic
 def pytest_collection_finish(session):
     """Start building the images now when tests that use them were collected (the image tests, the
     rehearsal): the build takes minutes, and the unit and infra tests that run first leave a core free."""
-    users = ("tests/images/", "tests/integration/test_rehearsal.py")
-    wanted = any(item.nodeid.startswith(users) for item in session.items)
+    users = {"built_images", "running", "images"}  # tests/images' fixtures, and the rehearsal's
+    wanted = any(users & set(getattr(item, "fixturenames", ())) for item in session.items)
     if not wanted or shutil.which("podman") is None or os.environ.get("RAYFLEET_IMAGES_PREBUILT"):
         return
     session.config.stash[BUILD] = BackgroundBuild(Path(tempfile.mkdtemp(prefix="rayfleet-image-build-")))

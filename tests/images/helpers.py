@@ -4,6 +4,8 @@ engine's configuration, `podman ...` as a command, and the build of the four tes
 from __future__ import annotations
 
 import os
+import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -55,11 +57,16 @@ class BackgroundBuild:
     infra tests, which come first and mostly use one core, instead of in front of the image tests."""
 
     def __init__(self, scratch: Path):
+        self.scratch = scratch
         self.log = scratch / "build.log"
         code = "import sys, pathlib, tests.images.helpers as h; h.build_images(pathlib.Path(sys.argv[1]))"
         with self.log.open("w") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", code, str(scratch)], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT
+            self.proc = subprocess.Popen(  # its own process group: stop() ends podman's build with it
+                [sys.executable, "-c", code, str(scratch)],
+                cwd=ROOT,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
             )
 
     def wait(self) -> None:
@@ -70,8 +77,11 @@ class BackgroundBuild:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.kill()
+            os.killpg(self.proc.pid, signal.SIGKILL)
             self.proc.wait()
+        elif self.proc.returncode != 0:
+            return  # a failed build keeps its log, which the failing test named
+        shutil.rmtree(self.scratch, ignore_errors=True)
 
 
 BUILD = pytest.StashKey[BackgroundBuild]()
