@@ -22,7 +22,7 @@ import urllib.request
 from pathlib import Path
 
 from bench.on_cluster import local_cluster_state
-from scripts.local_cluster import cluster as local_cluster
+from scripts.serving import serve
 from training import tiny_lm
 from training.core import ray_auth
 
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         with local_cluster_state(), tempfile.TemporaryDirectory() as tmp:
             serve_tiny(Path(tmp), opts.port, opts.replicas)
-            key = (local_cluster.state_dir().parent / "serve" / "api_key").read_text().strip()
+            key = serve.local_key_file().read_text().strip()
             url = f"http://127.0.0.1:{opts.port}/v1/completions"
             try:
                 one_request(url, key, opts.max_tokens)  # warm-up

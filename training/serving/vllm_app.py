@@ -14,11 +14,8 @@ def serving_args(spec) -> dict:
     """Ray Serve LLM's LLMServingArgs for a run's export (`spec`: training.serving.app.ServeArgs)."""
     cfg = spec.config
     source = spec.run_dir().display(spec.folder)
-    deployment = {"max_ongoing_requests": cfg.max_ongoing_requests}
-    if cfg.autoscaling is not None:
-        deployment["autoscaling_config"] = cfg.autoscaling.model_dump()
-    else:
-        deployment["num_replicas"] = cfg.replicas or 1
+    # Replicas, autoscaling and limits as for the transformers engine; Ray Serve LLM sizes the actors itself.
+    deployment = {k: v for k, v in cfg.deployment_options().items() if k != "ray_actor_options"}
     llm_config = {
         "model_loading_config": {
             "model_id": spec.run_name,
