@@ -201,14 +201,19 @@ cluster-down: ## Stop exactly what cluster-up started (also after a crash)
 cluster-status: setup ## Show the local cluster
 	$(PY) -m scripts.local_cluster status
 
-test: setup ## Run all tests: unit, then integration (a real local Ray cluster, a real moto S3 server)
-	$(PY) -m pytest $(PYTEST_ARGS)
+# Two pytest-xdist workers: the local-cluster tests in one, the image build and the podman rehearsal in the
+# other, the rest wherever a worker is free (groups: tests/conftest.py). PYTEST_WORKERS=0 runs them in one process.
+PYTEST_WORKERS ?= 2
+PYTEST_SPLIT = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
+
+test: setup ## Run all tests: unit, infra, images, integration (a real local Ray cluster, moto, podman), two at a time
+	$(PY) -m pytest $(PYTEST_SPLIT) $(PYTEST_ARGS)
 
 test-unit: setup ## Unit tests only (seconds)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 test-integration: setup ## Integration tests only
-	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
+	$(PY) -m pytest tests/integration $(PYTEST_SPLIT) $(PYTEST_ARGS)
 
 lint: setup lint-infra ## ruff check + format check, the import layers (import-linter), and lint-infra
 	$(PY) -m ruff check .

@@ -1,4 +1,5 @@
-"""Shared fixtures: a small generated FashionMNIST-format dataset; and the image build, started early."""
+"""Shared fixtures: a small generated FashionMNIST-format dataset; the image build, started early; and how
+`make test` splits the session between two pytest-xdist workers."""
 
 from __future__ import annotations
 
@@ -13,12 +14,36 @@ from tests.images.helpers import BUILD, BackgroundBuild
 from training.data import synthetic
 
 
+# Tests that share one session resource that cannot be doubled run in one worker, as one xdist group: the
+# local Ray cluster (fixed ports) and everything built on it; the images (one build) and the rehearsal's podman
+# clusters. They go first, one to each worker (`--dist loadgroup --no-loadscope-reorder` keeps this order);
+# everything else follows a module at a time (so a module's fixtures are set up once) as a worker comes free.
+GROUPS = {"local-cluster": {"cluster_env"}, "images": {"built_images", "running", "images"}}
+
+
+def group_of(item) -> str:
+    names = set(getattr(item, "fixturenames", ()))
+    return next((group for group, users in GROUPS.items() if users & names), item.nodeid.split("::")[0])
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the test ids
+def pytest_collection_modifyitems(config, items):
+    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "loadgroup":
+        groups = {item: group_of(item) for item in items}
+        rank = {group: i for i, group in enumerate(GROUPS)}
+        items.sort(key=lambda item: rank.get(groups[item], len(rank)))  # stable: modules keep their order
+        for item in items:
+            item.add_marker(pytest.mark.xdist_group(groups[item]))
+
+
 def pytest_collection_finish(session):
     """Start building the images now when tests that use them were collected (the image tests, the
     rehearsal): the build takes minutes, and the unit and infra tests that run first leave a core free."""
     users = {"built_images", "running", "images"}  # tests/images' fixtures, and the rehearsal's
     wanted = any(users & set(getattr(item, "fixturenames", ())) for item in session.items)
     if not wanted or shutil.which("podman") is None or os.environ.get("RAYFLEET_IMAGES_PREBUILT"):
+        return
+    if hasattr(session.config, "workerinput"):  # an xdist worker: the images group builds them in its own worker
         return
     session.config.stash[BUILD] = BackgroundBuild(Path(tempfile.mkdtemp(prefix="rayfleet-image-build-")))
 
