@@ -26,7 +26,7 @@ AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 
 .DEFAULT_GOAL := help
 .PHONY: launch logs status exec ray-status stop clean deploy plan lint-infra rotate-ray-token build push
-.PHONY: text-data train-fsdp train-fsdp-local run runs serve serve-status serve-down bench-serve
+.PHONY: text-data train-fsdp train-fsdp-local run runs serve serve-status serve-down bench-serve plot tensorboard
 .PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-vs-blueprint bench-data bench-fsdp bench-recipe bench-launcher bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
 
@@ -116,6 +116,16 @@ serve-down: setup ## Shut Serve down on the cluster: no applications, replicas o
 
 launch: setup ## Run JOB (ddp, fsdp, a module) on ECS and follow its log (ARGS="k=v --detach --run-name r")
 	$(AWS_ENV) $(PY) -m scripts.ecs.launch $(JOB) $(ARGS)
+
+RUNS_DIR ?= $(if $(BUCKET),s3://$(BUCKET)/runs,runs)
+
+plot: setup ## Draw runs' curves into plots/<run>.png: loss, accuracy/perplexity, throughput (RUN=; RUNS="more runs")
+	@test -n "$(RUN)" || { echo "error: name the run: make plot RUN=<run> (make runs lists them)" >&2; exit 2; }
+	$(PY) -m scripts.tracking.plot $(RUN) $(RUNS) --runs-dir $(RUNS_DIR)
+
+tensorboard: setup ## Serve runs' TensorBoard on 127.0.0.1:6006 (RUN=; RUNS="more runs"; BUCKET= for runs in S3)
+	@test -n "$(RUN)" || { echo "error: name the run: make tensorboard RUN=<run> (make runs lists them)" >&2; exit 2; }
+	$(PY) -m scripts.tracking.tensorboard $(RUN) $(RUNS) --runs-dir $(RUNS_DIR)
 
 logs: setup ## Print a run's driver log (RUN=name; SINCE=10m; FOLLOW=1 to follow until it stops)
 	@test -n "$(RUN)" || { echo "error: name the run: make logs RUN=ddp-20261122-101500 (make status lists them)" >&2; exit 1; }

@@ -40,6 +40,8 @@ from training.models.small_convs import gemm_small_convs
 from training.parallel import broadcast_buffers, parallelize
 from training.precision import wants_bf16
 from training.ray_connect import quiet_report_logs
+from training.tracking.progress import Progress
+from training.tracking.scalars import Scalars, memory_gb
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "ddp.yaml"
 
@@ -98,12 +100,15 @@ def build_model(cfg: DDPConfig, rt: Runtime) -> tuple[torch.nn.Module, torch.opt
     return model, optimizer
 
 
-def train_epoch(model, optimizer, data: DeviceSplit, cfg: DDPConfig, rt: Runtime, epoch: int, rank: int, world: int):
+def train_epoch(
+    model, optimizer, data: DeviceSplit, cfg: DDPConfig, rt: Runtime, epoch: int, rank: int, world: int, on_step=None
+):
+    """One epoch; `on_step(step_in_epoch, loss)` after each step when given (rank 0's tracking)."""
     model.train()
     loss_sum = torch.zeros((), device=rt.device)
     seen = 0
     indices = data.shard_indices(epoch, rank, world, cfg.seed, shuffle=True)
-    for x, y in data.batches(indices, cfg.batch_size, augment=cfg.augment):
+    for step, (x, y) in enumerate(data.batches(indices, cfg.batch_size, augment=cfg.augment), start=1):
         with rt.autocast():
             loss = F.cross_entropy(model(x), y)
         optimizer.zero_grad(set_to_none=True)
@@ -111,7 +116,29 @@ def train_epoch(model, optimizer, data: DeviceSplit, cfg: DDPConfig, rt: Runtime
         optimizer.step()
         loss_sum += loss.detach() * y.numel()  # stays on the device: no sync per step
         seen += y.numel()
+        if on_step is not None:
+            on_step(step, loss)
     return loss_sum, seen
+
+
+class StepTracking:
+    """Rank 0 during an epoch: the step loss to the scalars every `log_every_steps`, a progress line when due.
+    Reads the loss (a device sync) only then: the steps in between cost a clock read."""
+
+    def __init__(self, scalars: Scalars, progress: Progress, cfg: DDPConfig, steps: int, world: int):
+        self.scalars, self.progress, self.cfg, self.steps, self.world = scalars, progress, cfg, steps, world
+        self.epoch, self.window = 1, (time.perf_counter(), progress.start)
+
+    def __call__(self, step: int, loss: torch.Tensor) -> None:
+        done = (self.epoch - 1) * self.steps + step
+        if done % self.cfg.log_every_steps == 0:
+            self.scalars.log(done, {"train/step_loss": loss.item()})
+        if self.progress.due():
+            now = time.perf_counter()
+            rate = (done - self.window[1]) * self.cfg.batch_size * self.world / (now - self.window[0])
+            self.window = (now, done)
+            values = {"loss": f"{loss.item():.4f}", "img/s": f"{rate:,.0f}"}
+            print(self.progress.line(done, f"epoch {self.epoch}/{self.cfg.epochs}", values), flush=True)
 
 
 @torch.no_grad()
@@ -162,8 +189,13 @@ def train_loop(loop_config: dict) -> None:
 
     run_dir = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url)
     log = MetricsLog(run_dir, start_epoch) if rank == 0 else None
+    steps = steps_per_epoch(len(train_data), world, cfg.batch_size)
+    tracking = None
+    if rank == 0:
+        first = (start_epoch - 1) * steps  # the checkpoint's step: TensorBoard drops what an earlier attempt
+        scalars = Scalars(run_dir, loop_config["tracking"], purge_step=first + 1)  # logged after it
+        tracking = StepTracking(scalars, Progress(cfg.epochs * steps, first, cfg.progress_every_s), cfg, steps, world)
     if rank == 0 and start_epoch == 1:
-        steps = steps_per_epoch(len(train_data), world, cfg.batch_size)
         precision = "bf16" if rt.amp_dtype else "fp32"
         print(
             f"training on {world} x {rt.device.type} ({precision}): {len(train_data):,} train / "
@@ -176,7 +208,9 @@ def train_loop(loop_config: dict) -> None:
         torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + rank)  # augmentation: reproducible on resume
         rt.sync()
         t0 = time.perf_counter()
-        train_loss, seen = train_epoch(ddp_model, optimizer, train_data, cfg, rt, epoch, rank, world)
+        if tracking is not None:
+            tracking.epoch = epoch
+        train_loss, seen = train_epoch(ddp_model, optimizer, train_data, cfg, rt, epoch, rank, world, tracking)
         rt.sync()
         train_s = time.perf_counter() - t0
         broadcast_buffers(model)  # evaluate (and checkpoint) exactly rank 0's model on every rank
@@ -202,6 +236,8 @@ def train_loop(loop_config: dict) -> None:
         if log is not None:
             log.append(row)
             print(format_epoch(row, cfg.epochs), flush=True)
+            tracking.scalars.log(epoch * steps, epoch_scalars(row, cfg, rt))
+            tracking.scalars.flush()
         state = {
             "model": model.state_dict(),
             "optimizer": optimizer.state_dict(),
@@ -212,6 +248,22 @@ def train_loop(loop_config: dict) -> None:
         }
         write = (lambda directory, state=state: checkpoint.write_state(directory, state)) if rank == 0 else None
         checkpoint.report(row, checkpoint.checkpoint_name(epoch), write)  # rank 0 uploads the whole model
+    if tracking is not None:
+        tracking.scalars.close()
+
+
+def epoch_scalars(row: dict, cfg: DDPConfig, rt: Runtime) -> dict[str, float]:
+    """An epoch's scalars for TensorBoard and MLflow, at the epoch's last step."""
+    return {
+        "train/loss": row["train_loss"],
+        "test/loss": row["test_loss"],
+        "test/accuracy": row["test_accuracy"],
+        "throughput/images_per_s": row["images_per_s"],
+        "lr": cfg.lr,
+        "epoch": row["epoch"],
+        "time/epoch_s": row["epoch_s"],
+        "memory/peak_gb": memory_gb(rt.device),
+    }
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:

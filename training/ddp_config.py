@@ -35,6 +35,8 @@ class DDPConfig(JobConfig):
     train_subset: int | None = Field(None, ge=1, description="use only the first N training images")
     test_subset: int | None = Field(None, ge=1, description="evaluate on the first N test images only")
     eval_batch_size: int = Field(1024, ge=1)
+    # Tracking
+    log_every_steps: int = Field(50, ge=1, description="rank 0's step loss to TensorBoard/MLflow every N steps")
 
     @field_validator("data_dir")
     @classmethod

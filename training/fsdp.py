@@ -35,6 +35,8 @@ from training.hf_export import write_and_verify
 from training.hf_model import ModelNotFound, resolve_model_dir
 from training.metrics import MetricsLog
 from training.ray_connect import quiet_report_logs
+from training.tracking.progress import Progress
+from training.tracking.scalars import Scalars, memory_gb
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "fsdp.yaml"
 
@@ -83,6 +85,27 @@ def _progress_line(row: dict, max_steps: int) -> str:
     )
 
 
+def _window(loss_sum: float, tokens: int, started: float, steps: int, cfg: FSDPConfig) -> dict[str, str]:
+    """The progress line's values: this rank's loss and token rate since the last logged step."""
+    seconds = max(time.perf_counter() - started, 1e-9)
+    return {"loss": f"{loss_sum / max(steps * cfg.grad_accum, 1):.4f}", "tok/s/device": f"{tokens / seconds:,.0f}"}
+
+
+def step_scalars(row: dict, device: torch.device) -> dict[str, float]:
+    """A logged step's scalars for TensorBoard and MLflow."""
+    values = {
+        "train/loss": row["loss"],
+        "lr": row["lr"],
+        "grad_norm": row["grad_norm"],
+        "throughput/tokens_per_s": row["tokens_per_s"],
+        "throughput/tflops_per_device": row["tflops_per_device"],
+        "memory/peak_gb": memory_gb(device),
+    }
+    if row.get("mfu") is not None:
+        values["mfu"] = row["mfu"]
+    return values
+
+
 def train_loop(loop_config: dict) -> None:
     cfg: FSDPConfig = loop_config["config"]
     run_name, model_dir = loop_config["run_name"], Path(loop_config["model_dir"])
@@ -129,6 +152,8 @@ def train_loop(loop_config: dict) -> None:
 
     last = min(cfg.max_steps, cfg.stop_at_step or cfg.max_steps)
     window_start, loss_sum, tokens = time.perf_counter(), 0.0, 0
+    scalars = Scalars(run_dir, loop_config["tracking"], purge_step=start + 1) if rank == 0 else None
+    progress = Progress(cfg.max_steps, start, cfg.progress_every_s)
     for step in range(start, last):
         strategy.set_lr(lr_at(cfg, step))
         for micro in range(cfg.grad_accum):
@@ -151,9 +176,18 @@ def train_loop(loop_config: dict) -> None:
             if log is not None:
                 log.append(row)
                 print(_progress_line(row, cfg.max_steps), flush=True)
+                scalars.log(done, step_scalars(row, device))
             window_start, loss_sum, tokens, info["steps"] = time.perf_counter(), 0.0, 0, 0
             if done % cfg.checkpoint_every == 0 or done == last:
                 strategy.save(done, {"attempt": attempt, "seed": cfg.seed, "strategy": cfg.strategy}, row)
+                if scalars is not None:
+                    scalars.flush()
+        elif rank == 0 and progress.due():
+            print(
+                progress.line(done, run_name, _window(loss_sum, tokens, window_start, info["steps"], cfg)), flush=True
+            )
+    if scalars is not None:
+        scalars.close()
     if cfg.export and last == cfg.max_steps:
         probe = data.blocks[:1].to(device)
         full, logits = strategy.gather_for_export(probe)

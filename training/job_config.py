@@ -1,7 +1,8 @@
 """The keys every job shares, and their checks: one base that DDPConfig and FSDPConfig extend.
 
 Cluster shape (num_workers, cpus_per_worker, device), numerics (precision, seed), where results go
-(storage, s3_endpoint_url, run_name) and fault tolerance (max_failures, keep_checkpoints). A job adds only
+(storage, s3_endpoint_url, run_name), fault tolerance (max_failures, keep_checkpoints) and what the run
+reports while it trains (progress lines, TensorBoard, MLflow: training/tracking/). A job adds only
 its own keys; a check written here holds for every job.
 """
 
@@ -34,6 +35,11 @@ class JobConfig(StrictModel):
     # Fault tolerance
     max_failures: int = Field(3, ge=0, description="worker-group restarts, each resuming from the last checkpoint")
     keep_checkpoints: int = Field(2, ge=1)
+    # Tracking (rank 0)
+    progress_every_s: float = Field(20.0, ge=0, description="a progress line at most this often; 0: none")
+    tensorboard: bool = Field(True, description="TensorBoard event files in the run directory")
+    mlflow_tracking_uri: str | None = Field(None, description="default: $MLFLOW_TRACKING_URI; neither: no MLflow")
+    mlflow_experiment: str = Field("rayfleet", min_length=1)
 
     @field_validator("storage")
     @classmethod

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import functools
 import sys
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
@@ -21,6 +23,8 @@ from training.core.run_dir import RunDir
 from training.job_config import JobConfig
 from training.metrics import METRICS_FILE, read_rows
 from training.ray_connect import cluster_gpus, placeable_workers, ray_session
+from training.tracking import curves, mlflow_run
+from training.tracking.scalars import Target
 
 
 def resolve_use_gpu(cfg: JobConfig) -> bool:
@@ -98,11 +102,18 @@ def run_job(
             use_gpu = resolve_use_gpu(cfg)
             check_placement(cfg, use_gpu)
             write_config(run_dir, cfg)
+            target = open_tracking(run_dir, cfg)
             print(
                 f"run {run_name}: {cfg.num_workers} workers ({'GPU' if use_gpu else 'CPU'}), results in {run_dir.url}",
                 flush=True,
             )
-            result = build_trainer(train_loop, cfg, run_name, use_gpu, extra_loop_config).fit()
+            loop_config = {"tracking": target, **(extra_loop_config or {})}
+            try:
+                result = build_trainer(train_loop, cfg, run_name, use_gpu, loop_config).fit()
+            except BaseException:
+                close_tracking(run_dir, target, None)
+                raise
+            close_tracking(run_dir, target, result)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -117,6 +128,36 @@ def run_job(
     lines = (summary_lines or ddp_summary)(rows[-1] if rows else {})
     print(summary(run_dir, result, time.perf_counter() - started, lines), flush=True)
     return 0
+
+
+def open_tracking(run_dir: RunDir, cfg: JobConfig) -> Target:
+    try:
+        return Target.open(run_dir, cfg.tensorboard, cfg.mlflow_tracking_uri, cfg.mlflow_experiment, cfg.model_dump())
+    except Exception as exc:  # MLflow's errors (unreachable server, bad URI): before any GPU time is spent
+        raise ConfigError(f"mlflow_tracking_uri: cannot open an MLflow run: {exc}") from None
+
+
+def close_tracking(run_dir: RunDir, target: Target, result) -> None:
+    """After the run, also after a failure: the curves PNG; the MLflow run closed, with the model (the export,
+    else the last checkpoint) as an artifact when it succeeded. Neither may turn a finished run into a failure."""
+    try:
+        rows = read_rows(run_dir)
+        if rows:
+            with tempfile.TemporaryDirectory() as scratch:
+                run_dir.upload(curves.FILE, curves.draw({run_dir.run_name: rows}, Path(scratch) / curves.FILE))
+    except Exception as exc:  # a plot must never fail a run
+        print(f"warning: no {curves.FILE}: {exc}", file=sys.stderr)
+    if target.mlflow_run_id is None:
+        return
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            name = "export" if "export" in run_dir.entries() else None
+            if name is None and result is not None and result.checkpoint is not None:
+                name = Path(result.checkpoint.path).name
+            model = run_dir.local_copy(name, Path(scratch)) if result is not None and name else None
+            mlflow_run.close_run(target.mlflow_uri, target.mlflow_run_id, result is not None, model, name or "")
+    except Exception as exc:
+        print(f"warning: the MLflow run {target.mlflow_run_id} was not closed: {exc}", file=sys.stderr)
 
 
 def ddp_summary(last: dict) -> list[str]:
@@ -137,5 +178,7 @@ def summary(run_dir: RunDir, result, total_s: float, lines: list[str]) -> str:
             *lines,
             f"  checkpoint      {checkpoint_text}",
             f"  metrics         {run_dir.display(METRICS_FILE)}",
+            f"  curves          {run_dir.display(curves.FILE)}",
+            f"  tensorboard     make tensorboard RUN={run_dir.run_name}",
         ]
     )

@@ -98,10 +98,10 @@ def local_runs(root: Path) -> list[dict]:
     for name in list_runs(str(root)):
         run_dir = RunDir(str(root), name)
         record = settle(run_dir, run_dir.record())
-        if not record:  # a job run directly (make train-ddp-local, make demo): what its files say
+        if "state" not in record:  # a job run directly (make demo; run.json names at most its MLflow run)
             done = any((root / name).glob("checkpoint_*"))
             started = datetime.fromtimestamp((root / name).stat().st_mtime, UTC).isoformat(timespec="seconds")
-            record = {"state": "CHECKPOINTED" if done else "?", "created_at": started}
+            record = {**record, "state": "CHECKPOINTED" if done else "?", "created_at": started}
         rows.append(_row(name, "local", record, run_dir.url))
     return rows
 

@@ -1,0 +1,54 @@
+"""Serve runs' TensorBoard event files on 127.0.0.1 (runs in S3 are synced into .rayfleet/tensorboard/ first).
+
+python -m scripts.tracking.tensorboard RUN [RUN ...] [--runs-dir runs|s3://b/runs] [--port 6006]
+make tensorboard RUN=ddp-20261124-101500
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from scripts.tracking.runs_arg import add_arguments, run_dirs
+from training.core.errors import EXIT_BAD_INPUT
+from training.core.run_dir import RunDir
+from training.tracking.events import FOLDER
+
+SYNC_ROOT = Path(__file__).resolve().parents[2] / ".rayfleet" / "tensorboard"
+
+
+def local_events(run_dir: RunDir) -> Path:
+    """The run's event folder on this disk: itself, or a fresh copy of the S3 one."""
+    if not run_dir.is_s3:
+        return run_dir.local_copy(FOLDER, Path())
+    target = SYNC_ROOT / run_dir.run_name
+    shutil.rmtree(target, ignore_errors=True)
+    print(f"syncing {run_dir.display(FOLDER)} -> {target}", flush=True)
+    return run_dir.local_copy(FOLDER, target)  # target/tensorboard/
+
+
+def command(folders: dict[str, Path], port: int) -> list[str]:
+    spec = ",".join(f"{name}:{path}" for name, path in folders.items())
+    return [sys.executable, "-m", "tensorboard.main", "--logdir_spec", spec, "--host", "127.0.0.1", "--port", str(port)]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m scripts.tracking.tensorboard", description=__doc__.split("\n")[0])
+    add_arguments(parser)
+    parser.add_argument("--port", type=int, default=6006)
+    opts = parser.parse_args(argv)
+    try:
+        folders = {r.run_name: local_events(r) for r in run_dirs(opts)}
+    except FileNotFoundError as exc:
+        print(f"error: no TensorBoard events: {exc} (runs before tensorboard=true have none)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"TensorBoard on http://127.0.0.1:{opts.port} (Ctrl-C stops it)", flush=True)
+    cmd = command(folders, opts.port)
+    os.execv(cmd[0], cmd)  # TensorBoard's own server, in this process's place
+
+
+if __name__ == "__main__":
+    sys.exit(main())
