@@ -28,7 +28,8 @@ def group_of(item) -> str:
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the test ids
 def pytest_collection_modifyitems(config, items):
-    if config.pluginmanager.hasplugin("xdist") and config.getoption("dist", "no") == "loadgroup":
+    # An xdist worker sees --dist as "no" and its own `loadgroup` flag; the controller and one process see --dist.
+    if getattr(config.option, "loadgroup", False) or getattr(config.option, "dist", "no") == "loadgroup":
         groups = {item: group_of(item) for item in items}
         rank = {group: i for i, group in enumerate(GROUPS)}
         items.sort(key=lambda item: rank.get(groups[item], len(rank)))  # stable: modules keep their order
