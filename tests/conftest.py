@@ -13,7 +13,6 @@ import pytest
 from tests.images.helpers import BUILD, BackgroundBuild
 from training.data import synthetic
 
-
 # Tests that share one session resource that cannot be doubled run in one worker, as one xdist group: the
 # local Ray cluster (fixed ports) and everything built on it; the images (one build) and the rehearsal's podman
 # clusters. They go first, one to each worker (`--dist loadgroup --no-loadscope-reorder` keeps this order);

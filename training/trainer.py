@@ -81,7 +81,7 @@ def build_trainer(
             checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
             # Train V2 turns print() into a logger that echoes to stdout and stderr: every progress line
             # would arrive twice. The jobs print one line per epoch from rank 0 themselves.
-            worker_runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0"}},
+            worker_runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", **mlflow_run.worker_settings()}},
             logging_config=LoggingConfig(log_level="WARNING"),  # no line per report per rank
         ),
     )

@@ -1,4 +1,5 @@
-"""Serve runs' TensorBoard event files on 127.0.0.1 (runs in S3 are synced into .rayfleet/tensorboard/ first).
+"""Serve runs' TensorBoard event files on 127.0.0.1 (runs in S3 are synced into .rayfleet/tensorboard/ first,
+or $RAYFLEET_STATE_DIR/tensorboard/).
 
 python -m scripts.tracking.tensorboard RUN [RUN ...] [--runs-dir runs|s3://b/runs] [--port 6006]
 make tensorboard RUN=ddp-20261124-101500
@@ -17,14 +18,18 @@ from training.core.errors import EXIT_BAD_INPUT
 from training.core.run_dir import RunDir
 from training.tracking.events import FOLDER
 
-SYNC_ROOT = Path(__file__).resolve().parents[2] / ".rayfleet" / "tensorboard"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def sync_root() -> Path:
+    return Path(os.environ.get("RAYFLEET_STATE_DIR") or REPO / ".rayfleet") / "tensorboard"
 
 
 def local_events(run_dir: RunDir) -> Path:
     """The run's event folder on this disk: itself, or a fresh copy of the S3 one."""
     if not run_dir.is_s3:
         return run_dir.local_copy(FOLDER, Path())
-    target = SYNC_ROOT / run_dir.run_name
+    target = sync_root() / run_dir.run_name
     shutil.rmtree(target, ignore_errors=True)
     print(f"syncing {run_dir.display(FOLDER)} -> {target}", flush=True)
     return run_dir.local_copy(FOLDER, target)  # target/tensorboard/

@@ -111,6 +111,7 @@ def ddp_basic(cluster_env, small_dataset, tmp_path_factory) -> dict:
     serve it."""
     root = tmp_path_factory.mktemp("ddp-basic")
     args = [f"data_dir={small_dataset}", f"storage={root}", "eval_batch_size=600", "epochs=3", "run_name=basic"]
+    args += ["progress_every_s=1", "log_every_steps=5"]  # 10 steps an epoch: progress lines, 2 step losses
     return {"result": run_ddp(cluster_env, *args), "storage": root, "args": args}
 
 
@@ -124,6 +125,7 @@ def fsdp_learned(cluster_env, tiny, tmp_path_factory):
         if strategy not in done:
             root = tmp_path_factory.mktemp(f"fsdp-{strategy}")
             args = ["max_steps=30", "checkpoint_every=10", "log_every=10", "run_name=learn", f"strategy={strategy}"]
+            args.append("progress_every_s=2")
             done[strategy] = {"result": run_fsdp(cluster_env, tiny, root, *args), "storage": root}
         return done[strategy]
 

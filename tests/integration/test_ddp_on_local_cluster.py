@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from tests.integration.helpers import run_ddp as run
 from training.checkpoint import read_state
 from training.core.run_dir import RunDir
 from training.metrics import read_rows
+from training.tracking.events import read_scalars
 
 pytestmark = pytest.mark.integration
 
@@ -36,10 +38,21 @@ def test_two_workers_learn_and_checkpoint(cluster_env, small_dataset, ddp_basic)
     assert sorted(p.name for p in run_dir.glob("checkpoint_0*")) == ["checkpoint_000002", "checkpoint_000003"]
     assert read_state(run_dir / "checkpoint_000003")["epoch"] == 3
     assert "epochs: 3" in (run_dir / "config.yaml").read_text()
-    # One progress line per epoch (not one per rank), and the summary.
+    # One line per epoch (not one per rank), progress lines between them, and the summary.
     out = result.stdout
-    assert [out.count(f"epoch {e}/3 ") for e in (1, 2, 3)] == [1, 1, 1]
+    assert [out.count(f"epoch {e}/3  train_loss") for e in (1, 2, 3)] == [1, 1, 1]
+    progress = re.findall(r"epoch (\d)/3  step (\d+)/30  loss \S+  img/s \S+  elapsed \S+  remaining \S+", out)
+    assert len(progress) >= 3, out  # an epoch takes several seconds here; progress_every_s=1
+    steps = [int(step) for _, step in progress]
+    assert steps == sorted(set(steps))  # rank 0 only: no line twice
     assert "test accuracy" in out and str(run_dir / "checkpoint_000003") in out
+    # TensorBoard, read back with its own reader: the epoch scalars at each epoch's last step (10 steps an
+    # epoch), the step loss every 5 steps; the curves PNG.
+    scalars = read_scalars(run_dir / "tensorboard")
+    assert scalars["test/accuracy"] == [(10 * r["epoch"], pytest.approx(r["test_accuracy"])) for r in rows]
+    assert [step for step, _ in scalars["train/step_loss"]] == list(range(5, 31, 5))
+    assert {"train/loss", "test/loss", "throughput/images_per_s", "lr", "memory/peak_gb"} <= set(scalars)
+    assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
     # Re-running the same run name resumes from its latest checkpoint instead of starting over.
     again = run(cluster_env, *small(small_dataset, tmp_path, "epochs=4", "run_name=basic"))
@@ -47,12 +60,16 @@ def test_two_workers_learn_and_checkpoint(cluster_env, small_dataset, ddp_basic)
     assert "resuming basic from the checkpoint of epoch 3" in again.stdout
     rows = read_rows(RunDir(str(tmp_path), "basic"))
     assert [(r["epoch"], r["attempt"]) for r in rows] == [(1, 0), (2, 0), (3, 0), (4, 1)]
+    assert [step for step, _ in read_scalars(run_dir / "tensorboard")["test/accuracy"]] == [10, 20, 30, 40]
 
 
-def test_killed_worker_resumes_from_last_checkpoint(cluster_env, small_dataset, tmp_path):
+def test_killed_worker_resumes_from_last_checkpoint(cluster_env, small_dataset, tmp_path, monkeypatch):
+    """Also with MLflow (its own file store): the restarted workers log into the same MLflow run."""
+    mlflow_uri = (tmp_path / "mlruns").as_uri()
+    env = {**cluster_env, "MLFLOW_TRACKING_URI": mlflow_uri, "MLFLOW_ALLOW_FILE_STORE": "true"}
     job = subprocess.Popen(
         [sys.executable, "-m", "training.ddp", *small(small_dataset, tmp_path, "epochs=4", "run_name=fault")],
-        env=cluster_env,
+        env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -81,6 +98,20 @@ def test_killed_worker_resumes_from_last_checkpoint(cluster_env, small_dataset, 
     assert resumed, "the job never restarted"
     assert resumed[0]["epoch"] >= 2 and rows[0]["attempt"] == 0  # continued, did not start over
     assert "resuming fault from the checkpoint of epoch" in out
+    # One MLflow run for the rayfleet run, across the restart: every epoch's accuracy (an epoch that ran
+    # twice was logged twice: MLflow keeps history), the last value of each the one in metrics.jsonl;
+    # FINISHED, with the last checkpoint as its artifact.
+    from mlflow import MlflowClient
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # this process reads the store too
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("rayfleet").experiment_id])
+    assert run.info.run_id == RunDir(str(tmp_path), "fault").record()["mlflow_run_id"]
+    assert run.info.run_name == "fault" and run.info.status == "FINISHED" and run.data.params["epochs"] == "4"
+    logged = sorted(client.get_metric_history(run.info.run_id, "test/accuracy"), key=lambda m: m.timestamp)
+    history = {m.step: m.value for m in logged}  # the last value logged for each step
+    assert history == {10 * r["epoch"]: pytest.approx(r["test_accuracy"]) for r in rows}
+    assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["checkpoint_000004"]
 
 
 def test_rejects_more_workers_than_the_cluster_can_place(cluster_env, small_dataset, tmp_path):

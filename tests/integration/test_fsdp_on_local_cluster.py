@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import torch
 from tests.integration.helpers import REPO, run_fsdp
 from training.core.run_dir import RunDir
 from training.metrics import read_rows
+from training.tracking.events import read_scalars
 
 pytestmark = pytest.mark.integration
 TINY = "training/configs/fsdp-tiny.yaml"
@@ -55,6 +57,18 @@ def test_two_workers_learn_hold_their_shard_checkpoint_and_export(fsdp_learned, 
         logits = exported(input_ids=probe["probe"]).logits
     assert torch.allclose(logits, probe["logits"], atol=1e-5)
     assert "step 30/30" in result.stdout and result.stdout.count("step 10/30 ") == 1
+    # Progress lines between the logged steps (progress_every_s=2), from rank 0 only; TensorBoard's reader
+    # finds each logged step's scalars; the curves PNG.
+    progress = re.findall(
+        r"learn  step (\d+)/30  loss \S+  tok/s/device \S+  elapsed \S+  remaining \S+", result.stdout
+    )
+    assert progress and all(int(step) % 10 for step in progress), result.stdout
+    assert len(progress) == len(set(progress))
+    scalars = read_scalars(run_dir / "tensorboard")
+    assert scalars["train/loss"] == [(r["step"], pytest.approx(r["loss"])) for r in rows]
+    assert [step for step, _ in scalars["throughput/tokens_per_s"]] == [10, 20, 30]
+    assert {"lr", "grad_norm", "memory/peak_gb"} <= set(scalars)
+    assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])

@@ -34,6 +34,17 @@ def kind_of(rows: list[dict]) -> str:
 
 def draw(runs: dict[str, list[dict]], path: Path) -> Path:
     """runs: name -> metrics.jsonl rows. Writes the PNG to `path` and returns it."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(runs)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def figure(runs: dict[str, list[dict]]):
+    """The matplotlib Figure: one panel per PANELS entry, one colour per run."""
     runs = {name: rows for name, rows in runs.items() if rows}
     if not runs:
         raise NothingToPlot("no metrics to plot yet (metrics.jsonl is empty or missing)")
@@ -66,7 +77,4 @@ def draw(runs: dict[str, list[dict]], path: Path) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+    return fig

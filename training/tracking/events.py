@@ -40,3 +40,12 @@ class EventFiles:
         self.writer.close()
         if self.run_dir.is_s3:
             shutil.rmtree(self.local, ignore_errors=True)
+
+
+def read_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar under a local event folder, as TensorBoard itself reads it (purged steps dropped)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(folder), size_guidance={"scalars": 0})  # 0: keep all, no sampling
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}

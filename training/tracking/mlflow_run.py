@@ -9,10 +9,20 @@ the final checkpoint or export as an artifact and closes the run FINISHED or FAI
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
 from training.core.run_dir import RunDir
+
+# MLflow switches (never credentials) that the workers need to behave as the driver does: a file: store is
+# refused unless MLFLOW_ALLOW_FILE_STORE is set, and the workers' processes were started before this job.
+# Credentials for a tracking server reach the workers from their own environment, never through Ray.
+FORWARDED = ("MLFLOW_ALLOW_FILE_STORE",)
+
+
+def worker_settings() -> dict[str, str]:
+    return {name: os.environ[name] for name in FORWARDED if name in os.environ}
 
 
 def _client(uri: str):

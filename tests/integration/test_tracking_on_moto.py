@@ -1,0 +1,106 @@
+"""Runs in S3 (a real moto_server): the event files and the curves reach the bucket, and the laptop verbs
+read them back: `make tensorboard` syncs and serves them (TensorBoard's own HTTP API is asked), `make plot`
+draws from S3."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+from tests.integration.helpers import REPO, free_port
+from training.core.run_dir import RunDir
+from training.tracking.events import EventFiles
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def s3_run(moto, monkeypatch, tmp_path):
+    env = {
+        **os.environ,
+        "AWS_ACCESS_KEY_ID": "test",
+        "AWS_SECRET_ACCESS_KEY": "test",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_ENDPOINT_URL": moto.url,
+        "RAYFLEET_STATE_DIR": str(tmp_path / "state"),
+    }
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL"):
+        monkeypatch.setenv(key, env[key])
+    moto.client("s3").create_bucket(Bucket="results")
+    run_dir = RunDir("s3://results/runs", "s3run")
+    rows = [
+        {"epoch": e, "train_loss": 1 / e, "test_loss": 1 / e, "test_accuracy": e / 4, "images_per_s": 5.0}
+        for e in (1, 2)
+    ]
+    run_dir.write("metrics.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
+    events = EventFiles(run_dir, purge_step=1)
+    for step in (10, 20):
+        events.scalars(step, {"test/accuracy": step / 40})
+        events.flush()  # each flush uploads the folder: S3 has no append
+    events.close()
+    return run_dir, env
+
+
+def test_event_files_land_in_s3_and_make_tensorboard_serves_them(s3_run, moto, tmp_path):
+    _, env = s3_run
+    keys = [o["Key"] for o in moto.client("s3").list_objects_v2(Bucket="results")["Contents"]]
+    assert [k for k in keys if "/tensorboard/events.out.tfevents." in k]
+    port = free_port()
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "scripts.tracking.tensorboard",
+            "s3run",
+            "--runs-dir",
+            "s3://results/runs",
+            "--port",
+            str(port),
+        ],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        deadline, tags = time.monotonic() + 90, None
+        while tags is None:
+            assert server.poll() is None, server.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "TensorBoard did not answer within 90 s"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/data/plugin/scalars/tags", timeout=2) as r:
+                    tags = json.load(r) or None
+            except OSError:
+                time.sleep(0.5)
+        assert "test/accuracy" in tags["s3run/."]  # logdir_spec names a run <name>/<folder below it>
+        url = f"http://127.0.0.1:{port}/data/plugin/scalars/scalars?run=s3run/.&tag=test/accuracy"
+        with urllib.request.urlopen(url, timeout=5) as r:
+            assert [(step, value) for _, step, value in json.load(r)] == [(10, 0.25), (20, 0.5)]
+    finally:
+        server.terminate()
+        out = server.communicate(timeout=30)[0]
+    synced = tmp_path / "state" / "tensorboard" / "s3run" / "tensorboard"
+    assert f"syncing s3://results/runs/s3run/tensorboard -> {synced.parent}" in out
+    assert len(list(synced.iterdir())) == 1
+
+
+def test_make_plot_draws_a_run_in_s3(s3_run, tmp_path):
+    _, env = s3_run
+    out = tmp_path / "s3run.png"
+    result = subprocess.run(
+        [sys.executable, "-m", "scripts.tracking.plot", "s3run", "--runs-dir", "s3://results/runs", "--out", str(out)],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes()[:4] == b"\x89PNG" and "s3run: 2 points" in result.stdout
