@@ -108,6 +108,7 @@ module "ray" {
   kms_key_arn           = module.iam.kms_key_arn
   log_retention_days    = var.log_retention_days
   serve                 = var.serve.enabled ? { port = var.serve.port, security_group_id = module.network.serve_security_group_id } : null
+  metric_namespace      = module.observability.metric_namespace
 }
 
 module "observability" {

@@ -62,6 +62,8 @@ def render(spec: Spec) -> dict:
         )
     for metric in spec.sidecar_metrics:
         widgets.append(_widget(len(widgets), metric.title, [search(spec, metric.name, spec.cluster_dimensions, "Sum")]))
+    for metric in spec.training_metrics:  # what each run's rank 0 publishes: one line per run
+        widgets.append(_widget(len(widgets), metric.title, [search(spec, metric.name, spec.run_dimensions)]))
     return {"widgets": widgets}
 
 

@@ -26,6 +26,7 @@ class Spec:
     run_dimensions: tuple[str, ...]
     metrics: tuple[Metric, ...]
     sidecar_metrics: tuple[Metric, ...]
+    training_metrics: tuple[Metric, ...]
     idle_alarm: dict
 
     def metric(self, name: str) -> Metric:
@@ -45,5 +46,6 @@ def load(path: Path = SPEC_FILE) -> Spec:
         run_dimensions=tuple(raw["run_dimensions"]),
         metrics=tuple(Metric(**m) for m in raw["metrics"]),
         sidecar_metrics=tuple(Metric(**m) for m in raw["sidecar_metrics"]),
+        training_metrics=tuple(Metric(**m) for m in raw["training_metrics"]),
         idle_alarm=raw["idle_alarm"],
     )

@@ -366,6 +366,18 @@ run "ray" {
     error_message = "The trainer reserves no GPU and starts Ray with its own object store size."
   }
 
+  assert {
+    condition = {
+      for e in jsondecode(aws_ecs_task_definition.trainer.container_definitions)[0].environment : e.name => e.value
+      if contains(["RAYFLEET_CLUSTER_NAME", "RAYFLEET_METRICS_NAMESPACE", "AWS_REGION"], e.name)
+      } == {
+      RAYFLEET_CLUSTER_NAME      = "rayfleet"
+      RAYFLEET_METRICS_NAMESPACE = "rayfleet"
+      AWS_REGION                 = "us-east-1"
+    }
+    error_message = "The trainer (the jobs' drivers) names where runs publish training metrics: ${aws_ecs_task_definition.trainer.container_definitions}"
+  }
+
   # ---- the token: in Secrets Manager only, never in Terraform (no version, no value: tests/infra/test_token_auth.py)
   assert {
     condition     = aws_secretsmanager_secret.ray_token.kms_key_id == var.kms_key_arn

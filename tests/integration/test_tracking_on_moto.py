@@ -1,6 +1,6 @@
-"""Runs in S3 (a real moto_server): the event files and the curves reach the bucket, and the laptop verbs
-read them back: `make tensorboard` syncs and serves them (TensorBoard's own HTTP API is asked), `make plot`
-draws from S3."""
+"""Tracking against a real moto_server: event files reach S3 and the laptop verbs read them back (`make
+tensorboard` syncs and serves them, TensorBoard's own HTTP API is asked; `make plot` draws from S3); rank 0's
+scalars reach CloudWatch with the run's name."""
 
 from __future__ import annotations
 
@@ -10,12 +10,15 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
 from tests.integration.helpers import REPO, free_port
 from training.core.run_dir import RunDir
-from training.tracking.events import EventFiles
+from training.tracking import cloudwatch
+from training.tracking.events import EventFiles, read_scalars
+from training.tracking.scalars import Scalars, Target
 
 pytestmark = pytest.mark.integration
 
@@ -104,3 +107,45 @@ def test_make_plot_draws_a_run_in_s3(s3_run, tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert out.read_bytes()[:4] == b"\x89PNG" and "s3run: 2 points" in result.stdout
+
+
+def test_rank_zeros_scalars_reach_cloudwatch_with_the_run_name(moto, monkeypatch, tmp_path):
+    """What rank 0 does on ECS, against moto's CloudWatch: the driver's Target names the destination."""
+    for key, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_ENDPOINT_URL": moto.url}.items():
+        monkeypatch.setenv(key, value)
+    target = Target(tensorboard=False, cloudwatch=cloudwatch.Destination("rayfleet", "prod", "us-east-1"))
+    scalars = Scalars(RunDir(str(tmp_path), "ddp-7"), target, purge_step=None)
+    scalars.log(10, {"train/loss": 0.9, "throughput/images_per_s": 300.0, "test/accuracy": 0.5})
+    scalars.log(20, {"train/loss": 0.6, "throughput/images_per_s": 330.0})
+    scalars.close()
+    client = moto.client("cloudwatch")
+    listed = client.list_metrics(Namespace="rayfleet")["Metrics"]
+    assert {m["MetricName"] for m in listed} == {"TrainingLoss", "TrainingThroughput"}
+    assert all(
+        sorted((d["Name"], d["Value"]) for d in m["Dimensions"]) == [("ClusterName", "prod"), ("RunName", "ddp-7")]
+        for m in listed
+    )
+    stats = client.get_metric_statistics(
+        Namespace="rayfleet",
+        MetricName="TrainingLoss",
+        Dimensions=[{"Name": "ClusterName", "Value": "prod"}, {"Name": "RunName", "Value": "ddp-7"}],
+        StartTime=datetime.now(UTC) - timedelta(minutes=5),
+        EndTime=datetime.now(UTC) + timedelta(minutes=5),
+        Period=600,
+        Statistics=["Minimum", "Maximum", "SampleCount"],
+    )["Datapoints"]
+    assert [(d["Minimum"], d["Maximum"], d["SampleCount"]) for d in stats] == [(0.6, 0.9, 2.0)]
+
+
+def test_a_cloudwatch_that_refuses_costs_one_warning_and_tensorboard_goes_on(monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "t")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "t")
+    monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
+    target = Target(tensorboard=True, cloudwatch=cloudwatch.Destination("rayfleet", "prod", "us-east-1"))
+    scalars = Scalars(RunDir(str(tmp_path), "r"), target, purge_step=None)
+    scalars.log(1, {"train/loss": 1.0})
+    scalars.log(2, {"train/loss": 0.5})
+    scalars.close()
+    assert capsys.readouterr().err.count("warning: CloudWatch stopped taking metrics") == 1
+    assert [s for s, _ in read_scalars(tmp_path / "r" / "tensorboard")["train/loss"]] == [1, 2]

@@ -1,8 +1,8 @@
-"""The one place rank 0 logs a run's scalars: TensorBoard event files and, when configured, the MLflow run.
+"""The one place rank 0 logs a run's scalars: TensorBoard event files and, when configured, the MLflow run
+and CloudWatch.
 
-The driver decides where (`Target`, from the config and $MLFLOW_TRACKING_URI) and hands it to the workers
-in the loop config; each sink is optional. A tracking server that stops answering costs a warning, never
-the run.
+The driver decides where (`Target`, from the config and its environment) and hands it to the workers in
+the loop config; each sink is optional. A sink that stops answering costs one warning, never the run.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import torch
 
+from training.core.aws import Aws
 from training.core.run_dir import RunDir
-from training.tracking import mlflow_run
+from training.tracking import cloudwatch, mlflow_run
 from training.tracking.events import EventFiles
 
 
@@ -24,30 +25,40 @@ class Target:
     tensorboard: bool = True
     mlflow_uri: str | None = None
     mlflow_run_id: str | None = None
+    cloudwatch: cloudwatch.Destination | None = None
 
     @classmethod
     def open(cls, run_dir: RunDir, tensorboard: bool, mlflow_uri: str | None, experiment: str, config: dict):
         """On the driver, before the workers start: opens (or reopens) the MLflow run."""
         uri = mlflow_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
         run_id = mlflow_run.open_run(uri, experiment, run_dir, config) if uri else None
-        return cls(tensorboard, uri, run_id)
+        return cls(tensorboard, uri, run_id, cloudwatch.Destination.from_environment())
 
 
 class Scalars:
     def __init__(self, run_dir: RunDir, target: Target, purge_step: int | None):
-        self.target = target
+        self.run_dir, self.target = run_dir, target
         self.events = EventFiles(run_dir, purge_step) if target.tensorboard else None
-        self.mlflow_failed = False
+        self.sinks = {}
+        if target.mlflow_run_id:
+            self.sinks["MLflow"] = lambda step, values: mlflow_run.log_metrics(
+                target.mlflow_uri, target.mlflow_run_id, step, values
+            )
+        if target.cloudwatch is not None:
+            client = Aws(target.cloudwatch.region).client("cloudwatch")
+            self.sinks["CloudWatch"] = lambda step, values: cloudwatch.publish(
+                client, target.cloudwatch, run_dir.run_name, values
+            )
 
     def log(self, step: int, values: dict[str, float]) -> None:
         if self.events is not None:
             self.events.scalars(step, values)
-        if self.target.mlflow_run_id and not self.mlflow_failed:
+        for name, sink in list(self.sinks.items()):
             try:
-                mlflow_run.log_metrics(self.target.mlflow_uri, self.target.mlflow_run_id, step, values)
-            except Exception as exc:  # MLflow's client raises its own and requests' errors: any of them
-                self.mlflow_failed = True
-                print(f"warning: MLflow stopped taking metrics ({exc}); training goes on", file=sys.stderr)
+                sink(step, values)
+            except Exception as exc:  # each client raises its own and its transport's errors: any of them
+                del self.sinks[name]
+                print(f"warning: {name} stopped taking metrics ({exc}); training goes on", file=sys.stderr)
 
     def flush(self) -> None:
         if self.events is not None:

@@ -6,8 +6,14 @@ locals {
     { name = "RAYFLEET_RAY_PORTS", value = jsonencode(var.ray_ports) },
   ]
   # Per role: the object store `ray start` gets (it must fit the shared memory above), CPUs and GPUs.
-  head_environment    = [{ name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.head_object_store_mib) }]
-  trainer_environment = [{ name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.trainer_object_store_mib) }]
+  head_environment = [{ name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.head_object_store_mib) }]
+  # The trainer runs the jobs' drivers: where their runs publish training metrics (training/tracking/cloudwatch.py).
+  trainer_environment = [
+    { name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.trainer_object_store_mib) },
+    { name = "RAYFLEET_CLUSTER_NAME", value = var.name },
+    { name = "RAYFLEET_METRICS_NAMESPACE", value = var.metric_namespace },
+    { name = "AWS_REGION", value = var.region },
+  ]
   worker_environment = [
     { name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.worker_object_store_mib) },
     { name = "RAYFLEET_NUM_CPUS", value = tostring(local.worker_cpus) },

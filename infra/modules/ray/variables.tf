@@ -99,6 +99,12 @@ variable "tags" {
   default     = {}
 }
 
+variable "metric_namespace" {
+  description = "CloudWatch namespace of the runs' training metrics (the observability module's)."
+  type        = string
+  default     = "rayfleet"
+}
+
 variable "serve" {
   description = "Ray Serve: its port and the group that opens it on the head (null: serving off)."
   type        = object({ port = number, security_group_id = string })
