@@ -22,10 +22,10 @@ GROUPS = {"local-cluster": {"cluster_env"}, "images": {"built_images", "running"
 
 def group_of(item) -> str:
     names = set(getattr(item, "fixturenames", ()))
-    return next((group for group, users in GROUPS.items() if users & names), item.nodeid.split("::")[0])
+    return next((group for group, users in GROUPS.items() if users & names), Path(item.nodeid.split("::")[0]).stem)
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own, which reads the groups into the test ids
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     # An xdist worker sees --dist as "no" and its own `loadgroup` flag; the controller and one process see --dist.
     if getattr(config.option, "loadgroup", False) or getattr(config.option, "dist", "no") == "loadgroup":
@@ -33,7 +33,20 @@ def pytest_collection_modifyitems(config, items):
         rank = {group: i for i, group in enumerate(GROUPS)}
         items.sort(key=lambda item: rank.get(groups[item], len(rank)))  # stable: modules keep their order
         for item in items:
-            item.add_marker(pytest.mark.xdist_group(groups[item]))
+            group_item(item, groups[item])
+
+
+def group_item(item, group: str) -> None:
+    """What xdist's loadgroup does with an `xdist_group` mark: the group goes into the test id, where the
+    controller's scheduler reads it. xdist 3.8 writes `item._nodeid`, which pytest 9.2 no longer reads (ids
+    are NodeId objects in `_id`), so its grouping is silently lost; this sets the id pytest reads, and
+    refuses to go on if that stops working, instead of letting two workers start the same local cluster."""
+    from _pytest.nodeid import NodeId
+
+    item.add_marker(pytest.mark.xdist_group(group))
+    item._id = NodeId.parse(f"{item.nodeid}@{group}")
+    if not item.nodeid.endswith(f"@{group}"):
+        raise pytest.UsageError(f"cannot put {item.nodeid} into the xdist group {group}: see tests/conftest.py")
 
 
 def pytest_collection_finish(session):
