@@ -26,7 +26,8 @@ from pathlib import Path
 
 from scripts.recipes import jobs_api
 from scripts.recipes.log_spool import LogSpool
-from scripts.recipes.schema import Recipe, command, job_env, plain_env
+from scripts.recipes.notify import NOTIFY_VAR, TOPIC_VAR
+from scripts.recipes.schema import Notify, Recipe, command, job_env, plain_env
 from scripts.recipes.secrets import REFS_VAR
 from training.core.run_dir import RunDir
 
@@ -89,6 +90,17 @@ def _on_sigterm(signum, frame) -> None:
     raise jobs_api.Terminated("SIGTERM")
 
 
+def notify_env(recipe: Recipe, run_name: str) -> dict[str, str]:
+    """What the job's process needs to notify (scripts/recipes/watch.py): the run's name and stall time, and
+    the deployment's topic (this process's RAYFLEET_NOTIFY_TOPIC_ARN, from the trainer task on ECS). The
+    webhook is a secret reference (Recipe.secret_refs). Nothing when neither is configured."""
+    topic = os.environ.get(TOPIC_VAR)
+    if recipe.notify is None and not topic:
+        return {}
+    stall = recipe.notify.stall_after_s if recipe.notify is not None else Notify().stall_after_s
+    return {NOTIFY_VAR: json.dumps({"run": run_name, "stall_after_s": stall}), **({TOPIC_VAR: topic} if topic else {})}
+
+
 def _submit_and_follow(
     recipe: Recipe,
     run_dir: RunDir,
@@ -109,6 +121,8 @@ def _submit_and_follow(
     env_vars = {"RAY_CHDIR_TO_TRIAL_DIR": "0", **variables, **plain_env(recipe, variables)}
     if secret_refs:  # references only: Ray logs, stores and serves runtime_env and the entrypoint
         env_vars[REFS_VAR] = json.dumps(secret_refs, sort_keys=True)
+    env_vars.update(notify_env(recipe, run_dir.run_name))
+    if secret_refs or NOTIFY_VAR in env_vars:
         entry = f"{shlex.quote(sys.executable)} -m scripts.recipes.job_entry {shlex.quote(entry)}"
     runtime_env: dict = {"working_dir": working_dir, "env_vars": env_vars}
     if recipe.pip:

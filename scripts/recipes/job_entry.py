@@ -1,4 +1,5 @@
-"""The first thing a recipe job runs, in the job's own process: resolve its secrets, then exec its command.
+"""The first thing a recipe job runs, in the job's own process: resolve its secrets, then exec its command,
+or, when the run notifies (RAYFLEET_NOTIFY: the run's name and stall time), run it watched (watch.py).
 
     python -m scripts.recipes.job_entry '<the recipe command, for /bin/sh>'   # as scripts.recipes.job submits it
 
@@ -24,7 +25,9 @@ import json
 import os
 import sys
 
+from scripts.recipes.notify import NOTIFY_VAR, TOPIC_VAR, WEBHOOK_VAR, Notifier
 from scripts.recipes.secrets import REFS_VAR, resolve
+from scripts.recipes.watch import Watch, run_watched
 from training.core.aws import run_cli
 from training.core.errors import RayfleetError
 
@@ -51,9 +54,13 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 1:
         raise RayfleetError("usage: python -m scripts.recipes.job_entry '<command>'")
-    values = resolve(refs_from_env())
+    env = {**os.environ, **resolve(refs_from_env())}
+    notify = json.loads(os.environ.get(NOTIFY_VAR) or "null")
+    if notify:
+        notifier = Notifier(env.get(TOPIC_VAR) or None, env.get(WEBHOOK_VAR) or None)
+        return run_watched(argv[0], env, Watch(notifier, notify["run"], float(notify["stall_after_s"])))
     sys.stdout.flush()
-    os.execve("/bin/sh", ["/bin/sh", "-c", argv[0]], {**os.environ, **values})
+    os.execve("/bin/sh", ["/bin/sh", "-c", argv[0]], env)
     return 1  # not reached
 
 

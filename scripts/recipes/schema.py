@@ -107,6 +107,13 @@ class Resources(_Strict):
         return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
 
 
+class Notify(_Strict):
+    """Who hears about the run (scripts/recipes/notify.py): the deployment's SNS topic on ECS, and a webhook."""
+
+    webhook: SecretRef | None = Field(None, description="a Slack-compatible incoming webhook URL, as a secret")
+    stall_after_s: float = Field(1800, ge=0, description="say so when the run prints nothing this long; 0: never")
+
+
 class Recipe(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,39}$", description="lower case, digits, dashes; names runs")
     code: str = Field(".", description="directory to package, relative to the recipe file")
@@ -124,6 +131,7 @@ class Recipe(_Strict):
     setup: str | None = None
     pip: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
+    notify: Notify | None = Field(None, description="notifications; on ECS the deployment's topic without this")
 
     @field_validator("env", mode="before")
     @classmethod
@@ -149,7 +157,7 @@ class Recipe(_Strict):
         for key in value:
             if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                 raise ValueError(f"{key!r} is not an environment variable name")
-            if key in JOB_VARS or key == "RAYFLEET_SECRET_REFS":
+            if key in JOB_VARS or key == "RAYFLEET_SECRET_REFS" or key.startswith("RAYFLEET_NOTIFY"):
                 raise ValueError(f"{key} is set by rayfleet for every run; choose another name")
         return value
 
@@ -186,7 +194,10 @@ class Recipe(_Strict):
         return value
 
     def secret_refs(self) -> dict[str, str]:
-        return {k: v.secret for k, v in self.env.items() if isinstance(v, SecretRef)}
+        refs = {k: v.secret for k, v in self.env.items() if isinstance(v, SecretRef)}
+        if self.notify is not None and self.notify.webhook is not None:
+            refs["RAYFLEET_NOTIFY_WEBHOOK"] = self.notify.webhook.secret  # resolved in the job's process only
+        return refs
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json", exclude_none=True), sort_keys=False)
