@@ -109,6 +109,7 @@ module "ray" {
   log_retention_days    = var.log_retention_days
   serve                 = var.serve.enabled ? { port = var.serve.port, security_group_id = module.network.serve_security_group_id } : null
   metric_namespace      = module.observability.metric_namespace
+  notify_topic_arn      = module.observability.notifications_topic_arn
 }
 
 module "observability" {
@@ -117,4 +118,6 @@ module "observability" {
   region        = var.region
   idle_minutes  = var.idle_alarm_minutes
   alarm_actions = var.alarm_actions
+  kms_key_arn   = module.iam.kms_key_arn
+  notify_emails = var.notify_emails
 }

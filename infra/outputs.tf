@@ -114,3 +114,8 @@ output "serve_api_key_secret_arn" {
   description = "The secret holding the Serve API key; empty with serving off."
   value       = module.ray.serve_api_key_secret_arn
 }
+
+output "notifications_topic_arn" {
+  description = "The SNS topic of the idle alarm and of runs' notifications (subscribe with notify_emails)."
+  value       = module.observability.notifications_topic_arn
+}

@@ -129,8 +129,14 @@ variable "idle_alarm_minutes" {
   default     = 30
 }
 
+variable "notify_emails" {
+  description = "E-mail addresses subscribed to the notifications topic: the idle-GPU alarm and runs' start, end, failure and stalls."
+  type        = list(string)
+  default     = []
+}
+
 variable "alarm_actions" {
-  description = "ARNs (an SNS topic, say) notified by the idle-GPU alarm."
+  description = "ARNs notified by the idle-GPU alarm besides the notifications topic."
   type        = list(string)
   default     = []
 }

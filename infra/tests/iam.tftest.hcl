@@ -46,15 +46,17 @@ run "iam" {
     condition = {
       for s in jsondecode(aws_iam_role_policy.task.policy).Statement : s.Sid => s.Resource
       } == {
-      ListOwnPrefixes      = var.bucket_arn
-      ReadWriteOwnPrefixes = ["arn:aws:s3:::rayfleet-results-20250601/runs/*", "arn:aws:s3:::rayfleet-results-20250601/cluster/*", "arn:aws:s3:::rayfleet-results-20250601/data/*"]
-      BucketKey            = aws_kms_key.this.arn
-      GpuMetrics           = "*"
-      EcsExecChannel       = "*"
-      EcsExecSessionLog    = "arn:aws:logs:us-east-1:123456789012:log-group:/rayfleet/rayfleet/*:*"
-      EcsExecLogKey        = aws_kms_key.this.arn
-      RecipeSecrets        = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/recipes/*"
-      RecipeParameters     = "arn:aws:ssm:us-east-1:123456789012:parameter/rayfleet/recipes/*"
+      ListOwnPrefixes                = var.bucket_arn
+      ReadWriteOwnPrefixes           = ["arn:aws:s3:::rayfleet-results-20250601/runs/*", "arn:aws:s3:::rayfleet-results-20250601/cluster/*", "arn:aws:s3:::rayfleet-results-20250601/data/*"]
+      BucketKey                      = aws_kms_key.this.arn
+      GpuMetrics                     = "*"
+      EcsExecChannel                 = "*"
+      EcsExecSessionLog              = "arn:aws:logs:us-east-1:123456789012:log-group:/rayfleet/rayfleet/*:*"
+      EcsExecLogKey                  = aws_kms_key.this.arn
+      RecipeSecrets                  = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/recipes/*"
+      RecipeParameters               = "arn:aws:ssm:us-east-1:123456789012:parameter/rayfleet/recipes/*"
+      NotifyRuns                     = "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications"
+      NotifyThroughTheEncryptedTopic = aws_kms_key.this.arn
     }
     error_message = "Task role: ${aws_iam_role_policy.task.policy}"
   }
@@ -127,10 +129,19 @@ run "iam" {
   assert {
     condition = (
       aws_kms_key.this.enable_key_rotation && aws_kms_alias.this.name == "alias/rayfleet-rayfleet" &&
-      [for s in jsondecode(aws_kms_key.this.policy).Statement : s.Sid] == ["AccountAdministers", "LogsOfThisDeployment", "AutoScalingVolumes"] &&
+      [for s in jsondecode(aws_kms_key.this.policy).Statement : s.Sid] == ["AccountAdministers", "LogsOfThisDeployment", "AlarmsToTheNotificationsTopic", "AutoScalingVolumes"] &&
       jsondecode(aws_kms_key.this.policy).Statement[0].Principal == { AWS = "arn:aws:iam::123456789012:root" } &&
       jsondecode(aws_kms_key.this.policy).Statement[1].Condition == { ArnLike = { "kms:EncryptionContext:aws:logs:arn" = "arn:aws:logs:us-east-1:123456789012:log-group:/rayfleet/rayfleet/*" } }
     )
     error_message = "Key policy: ${aws_kms_key.this.policy}"
+  }
+
+  assert {
+    condition = [
+      for s in jsondecode(aws_kms_key.this.policy).Statement : [s.Principal, s.Action, s.Condition] if s.Sid == "AlarmsToTheNotificationsTopic"
+      ] == [[{ Service = "cloudwatch.amazonaws.com" }, ["kms:Decrypt", "kms:GenerateDataKey*"], { StringEquals = { "aws:SourceAccount" = "123456789012" } }]] && [
+      for s in jsondecode(aws_iam_role_policy.task.policy).Statement : [s.Action, s.Condition] if s.Sid == "NotifyThroughTheEncryptedTopic"
+    ] == [[["kms:GenerateDataKey*", "kms:Decrypt"], { StringEquals = { "kms:ViaService" = "sns.us-east-1.amazonaws.com" } }]]
+    error_message = "Only this account's alarms, and the task role only through SNS, use the key for the notifications topic."
   }
 }

@@ -9,6 +9,8 @@ locals {
   log_arn   = "arn:${local.partition}:logs:${local.region}:${local.account}:log-group:/rayfleet/${var.name}/*"
   # The ECS cluster is named after the deployment (infra/modules/cluster); known here without depending on it.
   cluster_arn = "arn:${local.partition}:ecs:${local.region}:${local.account}:cluster/${var.name}"
+  # The observability module's topic, by its name (that module takes this key: no reference back).
+  notifications_topic_arn = "arn:${local.partition}:sns:${local.region}:${local.account}:${var.name}-notifications"
 }
 
 # Auto Scaling's service-linked role, which the key policy names. AWS creates it with an account's first Auto
@@ -49,6 +51,15 @@ resource "aws_kms_key" "this" {
         Action    = ["kms:Encrypt*", "kms:Decrypt*", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:Describe*"]
         Resource  = "*"
         Condition = { ArnLike = { "kms:EncryptionContext:aws:logs:arn" = local.log_arn } }
+      },
+      {
+        # CloudWatch alarms publish to the encrypted notifications topic as the service.
+        Sid       = "AlarmsToTheNotificationsTopic"
+        Effect    = "Allow"
+        Principal = { Service = "cloudwatch.amazonaws.com" }
+        Action    = ["kms:Decrypt", "kms:GenerateDataKey*"]
+        Resource  = "*"
+        Condition = { StringEquals = { "aws:SourceAccount" = local.account } }
       },
       {
         # Auto Scaling launches instances with encrypted root volumes on the caller's behalf.

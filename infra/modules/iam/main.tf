@@ -90,6 +90,19 @@ resource "aws_iam_role_policy" "task" {
         Condition = { StringEquals = { "kms:ViaService" = "s3.${local.region}.amazonaws.com" } }
       },
       {
+        Sid      = "NotifyRuns"
+        Effect   = "Allow"
+        Action   = "sns:Publish"
+        Resource = local.notifications_topic_arn
+      },
+      {
+        Sid       = "NotifyThroughTheEncryptedTopic"
+        Effect    = "Allow"
+        Action    = ["kms:GenerateDataKey*", "kms:Decrypt"]
+        Resource  = aws_kms_key.this.arn
+        Condition = { StringEquals = { "kms:ViaService" = "sns.${local.region}.amazonaws.com" } }
+      },
+      {
         Sid       = "GpuMetrics"
         Effect    = "Allow"
         Action    = "cloudwatch:PutMetricData"

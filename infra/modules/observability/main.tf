@@ -27,6 +27,23 @@ resource "aws_cloudwatch_metric_alarm" "gpus_idle" {
   threshold           = var.idle_threshold_percent
   comparison_operator = "LessThanThreshold"
   treat_missing_data  = "notBreaching"
-  alarm_actions       = var.alarm_actions
+  alarm_actions       = concat([aws_sns_topic.notifications.arn], var.alarm_actions)
   tags                = merge(var.tags, { Component = "observability" })
+}
+
+# Where rayfleet tells people things: the idle alarm above, and runs (started, succeeded, failed with the
+# output's tail, resumed, stalled: scripts/recipes/notify.py, through the trainer's RAYFLEET_NOTIFY_TOPIC_ARN).
+# Encrypted with the deployment's key, which lets CloudWatch alarms use it (infra/modules/iam/kms.tf).
+resource "aws_sns_topic" "notifications" {
+  name              = "${var.cluster_name}-notifications"
+  kms_master_key_id = var.kms_key_arn
+  tags              = merge(var.tags, { Component = "observability" })
+}
+
+# Each address gets a confirmation mail from AWS first; nothing arrives until it is confirmed.
+resource "aws_sns_topic_subscription" "email" {
+  for_each  = toset(var.notify_emails)
+  topic_arn = aws_sns_topic.notifications.arn
+  protocol  = "email"
+  endpoint  = each.value
 }

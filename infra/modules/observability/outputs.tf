@@ -12,3 +12,8 @@ output "metric_namespace" {
   description = "CloudWatch namespace the sidecar publishes to."
   value       = local.spec.namespace
 }
+
+output "notifications_topic_arn" {
+  description = "ARN of the SNS topic the idle alarm and runs notify."
+  value       = aws_sns_topic.notifications.arn
+}

@@ -30,8 +30,24 @@ variable "idle_minutes" {
   }
 }
 
+variable "kms_key_arn" {
+  description = "The deployment's KMS key: encrypts the notifications topic."
+  type        = string
+}
+
+variable "notify_emails" {
+  description = "E-mail addresses subscribed to the notifications topic (each confirms once)."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for e in var.notify_emails : can(regex("^[^@ ]+@[^@ ]+\\.[^@ ]+$", e))])
+    error_message = "notify_emails: each entry must be an e-mail address."
+  }
+}
+
 variable "alarm_actions" {
-  description = "ARNs notified when the GPUs go idle (an SNS topic, say); empty for none."
+  description = "ARNs notified when the GPUs go idle, besides the notifications topic; empty for none."
   type        = list(string)
   default     = []
 }

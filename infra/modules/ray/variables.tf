@@ -105,6 +105,12 @@ variable "metric_namespace" {
   default     = "rayfleet"
 }
 
+variable "notify_topic_arn" {
+  description = "The notifications topic: the trainer's jobs tell it about runs (scripts/recipes/notify.py)."
+  type        = string
+  default     = null
+}
+
 variable "serve" {
   description = "Ray Serve: its port and the group that opens it on the head (null: serving off)."
   type        = object({ port = number, security_group_id = string })

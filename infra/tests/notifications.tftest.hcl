@@ -1,0 +1,149 @@
+# Notifications (mocked providers): one SNS topic per deployment, encrypted with the deployment's key, that
+# the idle-GPU alarm notifies first and whose ARN the trainer (where the jobs' drivers run) gets; e-mail
+# subscriptions from notify_emails; the task role may publish to that topic alone.
+
+mock_provider "aws" {
+  source = "./tests"
+}
+
+mock_provider "random" {}
+
+variables {
+  image_tag = "0123456789ab"
+  catalog   = jsondecode(file("catalog/instance_types.json")).instance_types
+  ray_ports = jsondecode(file("catalog/ray_ports.json"))
+}
+
+run "topic" {
+  command = apply
+
+  module {
+    source = "./modules/observability"
+  }
+
+  variables {
+    cluster_name  = "rayfleet"
+    region        = "us-east-1"
+    kms_key_arn   = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
+    notify_emails = ["ml-team@example.com", "oncall@example.com"]
+    alarm_actions = ["arn:aws:sns:us-east-1:123456789012:pager"]
+  }
+
+  override_resource {
+    target = aws_sns_topic.notifications
+    values = { arn = "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications" }
+  }
+
+  assert {
+    condition     = aws_sns_topic.notifications.name == "rayfleet-notifications" && aws_sns_topic.notifications.kms_master_key_id == var.kms_key_arn
+    error_message = "The topic is named after the deployment (the IAM module builds its ARN from the name) and uses the deployment's key."
+  }
+
+  assert {
+    condition = (
+      aws_cloudwatch_metric_alarm.gpus_idle.alarm_actions == toset(["arn:aws:sns:us-east-1:123456789012:rayfleet-notifications", "arn:aws:sns:us-east-1:123456789012:pager"])
+    )
+    error_message = "The idle alarm notifies the topic by default, and any extra actions."
+  }
+
+  assert {
+    condition = (
+      { for k, s in aws_sns_topic_subscription.email : k => [s.protocol, s.endpoint, s.topic_arn] } == {
+        "ml-team@example.com" = ["email", "ml-team@example.com", "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications"]
+        "oncall@example.com"  = ["email", "oncall@example.com", "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications"]
+      }
+    )
+    error_message = "One e-mail subscription per address, on the topic."
+  }
+
+  assert {
+    condition     = output.notifications_topic_arn == "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications"
+    error_message = "The topic's ARN is an output (root output and the trainer's environment)."
+  }
+}
+
+run "no_addresses_still_a_topic" {
+  command = plan
+
+  module {
+    source = "./modules/observability"
+  }
+
+  variables {
+    cluster_name = "rayfleet"
+    region       = "us-east-1"
+    kms_key_arn  = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
+  }
+
+  assert {
+    condition     = length(aws_sns_topic_subscription.email) == 0 && aws_sns_topic.notifications.name == "rayfleet-notifications"
+    error_message = "Without addresses the topic exists (runs and the alarm publish; subscribe later) and has no subscription."
+  }
+}
+
+run "not_an_address" {
+  command = plan
+
+  module {
+    source = "./modules/observability"
+  }
+
+  variables {
+    cluster_name  = "rayfleet"
+    region        = "us-east-1"
+    kms_key_arn   = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
+    notify_emails = ["ml-team"]
+  }
+
+  expect_failures = [var.notify_emails]
+}
+
+run "root_wiring" {
+  command = apply
+
+  assert {
+    condition     = output.notifications_topic_arn == module.observability.notifications_topic_arn
+    error_message = "The root outputs the topic."
+  }
+}
+
+run "the_trainer_knows_the_topic" {
+  command = apply
+
+  module {
+    source = "./modules/ray"
+  }
+
+  variables {
+    name               = "rayfleet"
+    region             = "us-east-1"
+    vpc_id             = "vpc-0123456789abcdef0"
+    cluster_arn        = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"
+    capacity_providers = { head = "rayfleet-head", worker = "rayfleet-worker" }
+    subnet_ids         = ["subnet-0123456789abcdef0"]
+    security_group_id  = "sg-0000000000000ray0"
+    images             = { "ray-head" = "h:1", "ray-worker" = "w:1", "trainer" = "t:1", "gpu-metrics" = "g:1" }
+    head_node          = { vcpus = 4, memory_mib = 16384, gpus = 0 }
+    worker_node        = { instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, count = 2, efa = false, efa_devices = 0, efa_rdma = false }
+    execution_role_arn = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
+    task_role_arn      = "arn:aws:iam::123456789012:role/rayfleet-task"
+    kms_key_arn        = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
+    results_bucket     = "rayfleet-results-0123456789"
+    notify_topic_arn   = "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications"
+  }
+
+  assert {
+    condition = {
+      for e in jsondecode(aws_ecs_task_definition.trainer.container_definitions)[0].environment : e.name => e.value
+    }["RAYFLEET_NOTIFY_TOPIC_ARN"] == var.notify_topic_arn
+    error_message = "The trainer, where the jobs' drivers run, gets the topic's ARN."
+  }
+
+  assert {
+    condition = alltrue([
+      for d in [aws_ecs_task_definition.head, aws_ecs_task_definition.worker] :
+      !strcontains(d.container_definitions, "RAYFLEET_NOTIFY_TOPIC_ARN")
+    ])
+    error_message = "Only the trainer notifies."
+  }
+}
