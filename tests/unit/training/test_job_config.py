@@ -20,6 +20,10 @@ SHARED = {
     "run_name",
     "max_failures",
     "keep_checkpoints",
+    "progress_every_s",
+    "tensorboard",
+    "mlflow_tracking_uri",
+    "mlflow_experiment",
 }
 
 
