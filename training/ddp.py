@@ -27,7 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from training import checkpoint
+from training import checkpoint, stop
 from training.core.config import ConfigError, load_config
 from training.core.errors import EXIT_BAD_INPUT
 from training.core.run_dir import RunDir
@@ -248,6 +248,11 @@ def train_loop(loop_config: dict) -> None:
         }
         write = (lambda directory, state=state: checkpoint.write_state(directory, state)) if rank == 0 else None
         checkpoint.report(row, checkpoint.checkpoint_name(epoch), write)  # rank 0 uploads the whole model
+        reason = stop.agreed(run_dir, rank, rt.device)  # a budget: after the epoch's checkpoint, on every rank
+        if reason:
+            if rank == 0:
+                print(f"stopping after epoch {epoch} (its checkpoint is saved): {reason}", flush=True)
+            break
     if tracking is not None:
         tracking.scalars.close()
 

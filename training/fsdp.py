@@ -25,6 +25,7 @@ import ray.train.torch
 import torch
 import torch.distributed as dist
 
+from training import stop
 from training.core.config import ConfigError, load_config
 from training.core.errors import EXIT_BAD_INPUT
 from training.core.run_dir import RunDir
@@ -178,17 +179,23 @@ def train_loop(loop_config: dict) -> None:
                 print(_progress_line(row, cfg.max_steps), flush=True)
                 scalars.log(done, step_scalars(row, device))
             window_start, loss_sum, tokens, info["steps"] = time.perf_counter(), 0.0, 0, 0
-            if done % cfg.checkpoint_every == 0 or done == last:
+            reason = stop.agreed(run_dir, rank, device)  # a budget: every rank stops at this step
+            if done % cfg.checkpoint_every == 0 or done == last or reason:
                 strategy.save(done, {"attempt": attempt, "seed": cfg.seed, "strategy": cfg.strategy}, row)
                 if scalars is not None:
                     scalars.flush()
+            if reason:
+                if rank == 0:
+                    print(f"stopping at step {done} (its checkpoint is saved): {reason}", flush=True)
+                last = done
+                break
         elif rank == 0 and progress.due():
             print(
                 progress.line(done, run_name, _window(loss_sum, tokens, window_start, info["steps"], cfg)), flush=True
             )
     if scalars is not None:
         scalars.close()
-    if cfg.export and last == cfg.max_steps:
+    if cfg.export and last == cfg.max_steps:  # not a run stopped early
         probe = data.blocks[:1].to(device)
         full, logits = strategy.gather_for_export(probe)
         if rank == 0:

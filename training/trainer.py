@@ -17,7 +17,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from training import current_run
+from training import current_run, stop
 from training.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError, RayfleetError
 from training.core.run_dir import RunDir
 from training.job_config import JobConfig
@@ -102,6 +102,7 @@ def run_job(
             use_gpu = resolve_use_gpu(cfg)
             check_placement(cfg, use_gpu)
             write_config(run_dir, cfg)
+            stop.clear(run_dir)  # a resumed run starts without its last attempt's stop request
             target = open_tracking(run_dir, cfg)
             print(
                 f"run {run_name}: {cfg.num_workers} workers ({'GPU' if use_gpu else 'CPU'}), results in {run_dir.url}",
@@ -127,6 +128,9 @@ def run_job(
     rows = read_rows(run_dir)
     lines = (summary_lines or ddp_summary)(rows[-1] if rows else {})
     print(summary(run_dir, result, time.perf_counter() - started, lines), flush=True)
+    reason = stop.requested(run_dir)
+    if reason:
+        print(f"run {run_name} stopped early: {reason}; re-run with run_name={run_name} to continue", flush=True)
     return 0
 
 

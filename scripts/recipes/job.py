@@ -24,7 +24,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
-from scripts.recipes import jobs_api
+from scripts.recipes import budget, cost, jobs_api
 from scripts.recipes.log_spool import LogSpool
 from scripts.recipes.notify import NOTIFY_VAR, TOPIC_VAR
 from scripts.recipes.schema import Notify, Recipe, command, job_env, plain_env
@@ -147,18 +147,26 @@ def _submit_and_follow(
         submitter=submitter(),
     )
     print(f"[rayfleet] run {run_dir.run_name}: job {job_id} on {address}; results in {run_dir.url}", flush=True)
-    outcome = jobs_api.follow(client, job_id, spool=spool)
+    held = run_dir.record().get("held") or {}
+    limit = budget.limit_s(recipe.max_hours, recipe.max_cost_usd, held.get("usd_per_hour", 0.0))
+    watch = budget.Budget(run_dir, limit, lambda: client.stop_job(job_id))
+    outcome = jobs_api.follow(client, job_id, spool=spool, on_tick=watch.tick)
     log_url = spool.close()
     exit_code, message = outcome.exit_code, outcome.message
+    status = outcome.status
+    if watch.reason and status == "SUCCEEDED":  # it checkpointed and ended as asked
+        status, message = "STOPPED", watch.reason
     if outcome.interrupted_by == "SIGTERM":
         exit_code = 128 + signal.SIGTERM
         message = f"the submitter got SIGTERM and stopped the job ({outcome.status}). {message}".strip()
+    duration_s = round(time.monotonic() - started, 1)
     run_dir.update(
-        state=outcome.status,
+        state=status,
         exit_code=exit_code,
         message=message,
         ended_at=now(),
-        duration_s=round(time.monotonic() - started, 1),
+        duration_s=duration_s,
+        cost_usd=cost.cost_usd(held, duration_s),
     )
     if exit_code:
         reason = outcome.message.strip().splitlines()[0].rstrip(":,") if outcome.message.strip() else ""
@@ -169,9 +177,10 @@ def _submit_and_follow(
         print(outcome.traceback_tail(), file=sys.stderr)
         print(f"full log: {log_url}", file=sys.stderr)
     else:
+        what = "stopped (its checkpoint is saved)" if status == "STOPPED" else "succeeded"
         print(
-            f"[rayfleet] run {run_dir.run_name} succeeded in {time.monotonic() - started:.0f} s; "
-            f"results in {run_dir.url}",
+            f"[rayfleet] run {run_dir.run_name} {what} in {duration_s:.0f} s; "
+            f"~${cost.cost_usd(held, duration_s) or 0:.2f}; results in {run_dir.url}",
             flush=True,
         )
     return exit_code

@@ -98,14 +98,20 @@ def follow(
     echo: Callable[[str], None] | None = None,
     poll_s: float = 1.0,
     spool=None,
+    on_tick: Callable[[], None] | None = None,
 ) -> JobOutcome:
     """Stream the job's output until it ends; Ctrl-C or SIGTERM (Terminated) stops the job (and still
     returns its outcome). Each chunk goes to `echo` and to `spool` (scripts.recipes.log_spool.LogSpool: the
     whole log, on disk and uploaded as it grows), whose `tick()` is also called every second; only the
-    last TAIL_BYTES stay in memory here."""
+    last TAIL_BYTES stay in memory here. `on_tick` is called every second as well (a budget's clock)."""
     tail = _Tail()
     echo = echo or (lambda text: (sys.stdout.write(text), sys.stdout.flush()))
-    tick = spool.tick if spool is not None else (lambda: None)
+    ticks = [t for t in (spool.tick if spool is not None else None, on_tick) if t is not None]
+
+    def tick() -> None:
+        for each in ticks:
+            each()
+
     interrupted_by = None
 
     def sink(chunk: str) -> None:

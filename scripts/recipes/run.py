@@ -29,6 +29,7 @@ from scripts.ecs.launch import launch, trainer_with_image
 from scripts.ecs.logs import follow_task
 from scripts.ecs.outputs import DEFAULT_FILE, Outputs
 from scripts.local_cluster import cluster as local_cluster
+from scripts.recipes import cost
 from scripts.recipes import secrets as recipe_secrets
 from scripts.recipes.job import now, run_job, submitter
 from scripts.recipes.package import PackageError, package
@@ -68,7 +69,9 @@ def ecs_capacity(out: Outputs) -> Capacity | None:
     return Capacity(where, float(shape["vcpus"]), int(shape["gpus"]), shape["memory_mib"] / 1024, None)
 
 
-def package_into(loaded: LoadedRecipe, run_dir: RunDir, tmp: Path, target: str, extra_args: list[str]) -> dict:
+def package_into(
+    loaded: LoadedRecipe, run_dir: RunDir, tmp: Path, target: str, extra_args: list[str], held: dict
+) -> dict:
     """Zip the code, store zip + resolved recipe in the run directory, start run.json; return the zip's facts."""
     recipe = loaded.recipe
     pkg = package(loaded.code_dir, tmp / "code.zip", recipe.exclude)
@@ -94,6 +97,7 @@ def package_into(loaded: LoadedRecipe, run_dir: RunDir, tmp: Path, target: str, 
         state="PENDING",
         created_at=now(),
         submitter=submitter(),
+        held=held,
     )
     return {"path": pkg.path, "url": code_url}
 
@@ -112,7 +116,7 @@ def run_local(loaded: LoadedRecipe, extra_args: list[str], run_name: str, launch
         recipe_secrets.handoff(recipe.secret_refs()) as secret_refs,
         tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp,
     ):
-        code = package_into(loaded, run_dir, Path(tmp), "local", extra_args)
+        code = package_into(loaded, run_dir, Path(tmp), "local", extra_args, cost.held_local())
         started = False
         if state is None:
             print(
@@ -161,7 +165,8 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     aws.check_cluster(out.cluster_name)
     run_dir = RunDir(storage, run_name, region=out.region)
     with tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp:
-        code = package_into(loaded, run_dir, Path(tmp), "ecs", extra_args)
+        held = cost.held_ecs(recipe, out.worker_instance_type, capacity)
+        code = package_into(loaded, run_dir, Path(tmp), "ecs", extra_args, held)
     task_definition = trainer_with_image(aws, out, recipe.image) if recipe.image else None
     environment = {
         "RAYFLEET_RECIPE": recipe.model_dump_json(exclude_none=True),  # references only, never secret values

@@ -25,6 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from scripts.ecs.outputs import Outputs
 from scripts.ecs.tasks import task_state
+from scripts.recipes.cost import cost_usd
 from scripts.recipes.job import now, submitter_gone
 from training.core.aws import Aws, MissingOutputs, run_cli
 from training.core.errors import RayfleetError
@@ -47,6 +48,9 @@ def _row(run: str, where: str, record: dict, results: str) -> dict:
         "state": record.get("state", "?"),
         "started": record.get("submitted_at") or record.get("created_at") or record.get("launched_at") or "",
         "duration_s": _duration(record),
+        "cost_usd": record.get("cost_usd")
+        if record.get("cost_usd") is not None
+        else cost_usd(record.get("held"), _duration(record)),
         "results": results,
     }
 
@@ -133,13 +137,17 @@ def fmt_duration(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
+def fmt_cost(usd: float | None) -> str:
+    return "-" if usd is None else f"${usd:,.2f}"
+
+
 def table(rows: list[dict]) -> str:
     if not rows:
         return "no runs yet: make run RECIPE=recipes/ddp.yaml (or make demo)"
-    lines = [f"{'RUN':<34}{'WHERE':<7}{'STATE':<18}{'STARTED':<27}{'DURATION':<10}RESULTS"]
+    lines = [f"{'RUN':<34}{'WHERE':<7}{'STATE':<18}{'STARTED':<27}{'DURATION':<10}{'COST':<10}RESULTS"]
     lines += [
         f"{r['run']:<34}{r['where']:<7}{r['state']:<18}{r['started']:<27}{fmt_duration(r['duration_s']):<10}"
-        f"{r['results']}"
+        f"{fmt_cost(r['cost_usd']):<10}{r['results']}"
         for r in rows
     ]
     return "\n".join(lines)

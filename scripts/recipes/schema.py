@@ -132,6 +132,10 @@ class Recipe(_Strict):
     pip: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
     notify: Notify | None = Field(None, description="notifications; on ECS the deployment's topic without this")
+    max_hours: float | None = Field(None, gt=0, description="stop cleanly (checkpoint first) after this long")
+    max_cost_usd: float | None = Field(
+        None, gt=0, description="stop cleanly once the run's estimated cost reaches this"
+    )
 
     @field_validator("env", mode="before")
     @classmethod

@@ -15,7 +15,9 @@ from pathlib import Path
 from scripts.local_cluster import cluster as local_cluster
 
 REPO = Path(__file__).resolve().parents[2]
-RAY_PORT, DASHBOARD_PORT = 6490, 8365
+# RAYFLEET_TEST_RAY_PORT/_DASHBOARD_PORT: a second test session beside one already running (its own cluster)
+RAY_PORT = int(os.environ.get("RAYFLEET_TEST_RAY_PORT", "6490"))
+DASHBOARD_PORT = int(os.environ.get("RAYFLEET_TEST_DASHBOARD_PORT", "8365"))
 # The verbs as the Makefile names them, and the module each runs (python -m ...).
 VERBS = {
     "launch": "scripts.ecs.launch",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fakes.webhook import Receiver
 from tests.integration.helpers import DASHBOARD_PORT, REPO
 
 pytestmark = pytest.mark.integration
@@ -270,3 +271,72 @@ def test_ctrl_c_stops_the_job_and_keeps_its_record(cluster_env, tmp_path):
     request.add_header("Authorization", f"Bearer {Path(cluster_env['RAY_AUTH_TOKEN_PATH']).read_text().strip()}")
     with urllib.request.urlopen(request, timeout=10) as response:
         assert json.loads(response.read())["status"] == "STOPPED"  # the job itself, not only the follower
+
+
+def test_a_budget_stops_the_run_cleanly_after_a_checkpoint(cluster_env, tmp_path, small_dataset):
+    """max_hours of 8 s on a 5-epoch DDP run: the follower asks, the job checkpoints and ends, the record
+    says STOPPED by budget, with the run's cost ($0 here: a local run holds this machine)."""
+    storage = tmp_path / "runs"
+    result = subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            "train-ddp",
+            "TARGET=local",
+            f"DATA_DIR={small_dataset}",
+            f"SET=storage={storage} max_hours=0.0022",
+            "ARGS=epochs=5 eval_batch_size=600",
+            "RUN=budgeted",
+        ],
+        env=cluster_env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    run = only_run(storage)
+    record = json.loads((run / "run.json").read_text())
+    assert record["state"] == "STOPPED" and record["message"].startswith("stopped by budget: max_hours 0.0022")
+    assert record["held"] == {"where": "local", "instances": [], "usd_per_hour": 0.0} and record["cost_usd"] == 0.0
+    epochs = [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert (
+        1 <= len(epochs) < 5 and sorted(p.name for p in run.glob("checkpoint_0*"))[-1] == f"checkpoint_{epochs[-1]:06d}"
+    )
+    assert f"stopping after epoch {epochs[-1]} (its checkpoint is saved): stopped by budget" in result.stdout
+    assert "[rayfleet] run budgeted stopped (its checkpoint is saved)" in result.stdout
+
+
+STALLING_SCRIPT = textwrap.dedent("""
+    import time
+    import ray.train
+    from ray.train.torch import TorchTrainer
+
+    def loop():
+        ray.train.report({"step": 1})
+        print("reported step 1", flush=True)
+        time.sleep(4)  # hangs, as a stuck collective would
+
+    TorchTrainer(loop, scaling_config=ray.train.ScalingConfig(num_workers=1)).fit()
+""")
+
+
+def test_a_recipe_that_stalls_is_reported_to_its_webhook(cluster_env, tmp_path):
+    hook = Receiver()
+    try:
+        recipe = write_recipe(
+            tmp_path,
+            STALLING_SCRIPT,
+            tmp_path / "runs",
+            notify={"webhook": {"secret": "env:TEST_HOOK"}, "stall_after_s": 2},
+            resources={"workers": 1, "cpus_per_worker": 1},
+        )
+        result = make_run({**cluster_env, "TEST_HOOK": hook.url}, recipe, "RUN=stalls")
+    finally:
+        hook.close()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    texts = hook.texts()
+    assert texts[0] == "rayfleet: run stalls started" and texts[-1] == "rayfleet: run stalls succeeded"
+    assert [t for t in texts if t.startswith("rayfleet: run stalls stalled\nno output for ")]
+    run = only_run(tmp_path / "runs")
+    assert hook.url not in (run / "run.json").read_text() + (run / "driver.log").read_text()  # a secret

@@ -1,0 +1,52 @@
+"""A recipe's budget: `max_hours` and `max_cost_usd` become one time limit at submission (the run's hourly
+price is known then: recipe resources x the catalog's on-demand price, or the Spot price, scripts/recipes/
+cost.py). When the limit passes, the follower asks the job to stop cleanly (training/stop.py: the job
+checkpoints, then ends) and the run record says STOPPED and why. A job that does not stop within the grace
+period is stopped through the Jobs API."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from training import stop
+from training.core.run_dir import RunDir
+
+GRACE_S = 600  # a DDP epoch or an FSDP logging interval, with its checkpoint
+
+
+def limit_s(max_hours: float | None, max_cost_usd: float | None, usd_per_hour: float) -> tuple[float, str] | None:
+    """The seconds the run may take, and what the limit is, or None without a budget."""
+    limits = []
+    if max_hours is not None:
+        limits.append((max_hours * 3600, f"max_hours {max_hours:g}"))
+    if max_cost_usd is not None and usd_per_hour > 0:
+        limits.append(
+            (max_cost_usd / usd_per_hour * 3600, f"max_cost_usd {max_cost_usd:g} at ${usd_per_hour:.2f}/hour")
+        )
+    return min(limits) if limits else None
+
+
+class Budget:
+    def __init__(
+        self, run_dir: RunDir, limit: tuple[float, str] | None, stop_job: Callable[[], None], clock=time.monotonic
+    ):
+        self.run_dir, self.limit, self.stop_job, self.clock = run_dir, limit, stop_job, clock
+        self.started = clock()
+        self.reason: str | None = None
+        self.asked_at: float | None = None
+        self.forced = False
+
+    def tick(self) -> None:
+        if self.limit is None:
+            return
+        elapsed = self.clock() - self.started
+        if self.reason is None and elapsed >= self.limit[0]:
+            self.reason = f"stopped by budget: {self.limit[1]} reached after {elapsed:.0f} s"
+            self.asked_at = self.clock()
+            print(f"[rayfleet] {self.reason}; asking the job to checkpoint and stop", flush=True)
+            stop.request(self.run_dir, self.reason)
+        elif self.asked_at is not None and not self.forced and self.clock() - self.asked_at > GRACE_S:
+            self.forced = True
+            print(f"[rayfleet] the job did not stop within {GRACE_S} s of the request: stopping it", flush=True)
+            self.stop_job()

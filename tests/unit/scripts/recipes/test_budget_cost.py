@@ -1,0 +1,105 @@
+import json
+
+import pytest
+
+from scripts.recipes import budget, cost
+from scripts.recipes.runs import table
+from scripts.recipes.schema import Capacity, Recipe
+from training import stop
+from training.core.catalog import INSTANCE_TYPES
+from training.core.run_dir import RunDir
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_budget_is_the_nearer_of_the_time_and_the_cost_limit():
+    assert budget.limit_s(None, None, 12.0) is None
+    assert budget.limit_s(2, None, 12.0) == (7200, "max_hours 2")
+    assert budget.limit_s(2, 6, 12.0) == (1800, "max_cost_usd 6 at $12.00/hour")  # $6 at $12/h: 30 minutes
+    assert budget.limit_s(None, 6, 0.0) is None  # a local run costs nothing here: no cost limit
+
+
+def test_crossing_the_limit_asks_the_job_to_stop_once_then_stops_it_after_the_grace(tmp_path, capsys):
+    run_dir, clock, stopped = RunDir(str(tmp_path), "r"), Clock(), []
+    watch = budget.Budget(run_dir, (60, "max_hours 0.0167"), lambda: stopped.append(True), clock)
+    clock.now += 59
+    watch.tick()
+    assert stop.requested(run_dir) is None and watch.reason is None
+    clock.now += 1
+    watch.tick()
+    assert stop.requested(run_dir) == "stopped by budget: max_hours 0.0167 reached after 60 s"
+    assert "asking the job to checkpoint and stop" in capsys.readouterr().out
+    clock.now += budget.GRACE_S
+    watch.tick()
+    assert stopped == []  # still within the grace period
+    clock.now += 1
+    watch.tick()
+    watch.tick()
+    assert stopped == [True]  # once
+    stop.clear(run_dir)
+    assert stop.requested(run_dir) is None
+
+
+def test_an_ecs_run_holds_the_worker_instances_its_workers_fill_at_the_list_price():
+    shape = INSTANCE_TYPES["g5.12xlarge"]  # 4 GPUs
+    cap = Capacity("workers", float(shape["vcpus"]), int(shape["gpus"]), shape["memory_mib"] / 1024, None)
+    recipe = Recipe(name="r", entrypoint="t.py", resources={"workers": 6, "gpus_per_worker": 1, "cpus_per_worker": 4})
+    held = cost.held_ecs(recipe, "g5.12xlarge", cap)
+    assert held["instances"] == [{"instance_type": "g5.12xlarge", "count": 2, "lifecycle": "on-demand"}]
+    assert held["usd_per_hour"] == pytest.approx(2 * shape["usd_per_hour"])
+    assert cost.cost_usd(held, 1800) == pytest.approx(shape["usd_per_hour"])  # 2 instances for half an hour
+    assert cost.cost_usd(cost.held_local(), 3600) == 0.0
+    assert cost.held_ecs(recipe, "x9.unknown", None)["usd_per_hour"] == 0.0
+
+
+def test_make_runs_shows_each_runs_cost(tmp_path):
+    rows = [
+        {
+            "run": "a",
+            "where": "ecs",
+            "state": "STOPPED",
+            "started": "2026-11-24T10:00:00+00:00",
+            "duration_s": 3600,
+            "cost_usd": 40.96,
+            "results": "s3://b/runs/a/",
+        },
+        {
+            "run": "b",
+            "where": "local",
+            "state": "?",
+            "started": "",
+            "duration_s": None,
+            "cost_usd": None,
+            "results": "/runs/b",
+        },
+    ]
+    lines = table(rows).splitlines()
+    assert lines[0].split() == ["RUN", "WHERE", "STATE", "STARTED", "DURATION", "COST", "RESULTS"]
+    assert lines[1].split()[4:6] == ["1h00m", "$40.96"] and lines[2].split()[3:5] == ["-", "-"]
+
+
+def test_a_stop_request_reaches_every_rank_through_one_all_reduce(tmp_path):
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    try:
+        run_dir = RunDir(str(tmp_path), "r")
+        assert stop.agreed(run_dir, 0, torch.device("cpu")) is None
+        stop.request(run_dir, "stopped by budget: max_hours 1")
+        assert stop.agreed(run_dir, 0, torch.device("cpu")) == "stopped by budget: max_hours 1"
+        assert json.loads((tmp_path / "r" / "stop.json").read_text()) == {"reason": "stopped by budget: max_hours 1"}
+    finally:
+        dist.destroy_process_group()
+
+
+def test_budget_keys_are_checked():
+    with pytest.raises(ValueError, match="max_hours"):
+        Recipe(name="r", entrypoint="t.py", max_hours=0)
+    assert Recipe(name="r", entrypoint="t.py", max_cost_usd=12.5).max_cost_usd == 12.5
