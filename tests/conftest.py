@@ -13,16 +13,28 @@ import pytest
 from tests.images.helpers import BUILD, BackgroundBuild
 from training.data import synthetic
 
-# Tests that share one session resource that cannot be doubled run in one worker, as one xdist group: the
-# local Ray cluster (fixed ports) and everything built on it; the images (one build) and the rehearsal's podman
-# clusters. They go first, one to each worker (`--dist loadgroup --no-loadscope-reorder` keeps this order);
-# everything else follows a module at a time (so a module's fixtures are set up once) as a worker comes free.
-GROUPS = {"local-cluster": {"cluster_env"}, "images": {"built_images", "running", "images"}}
+# Tests that share a session resource that cannot be doubled run in one worker, as one xdist group, and the
+# two groups go first, one to each worker (`--dist loadgroup --no-loadscope-reorder` keeps this order);
+# everything else follows a module at a time (a module's fixtures are set up once) as a worker comes free.
+#   "cluster": the local Ray cluster (fixed ports) and everything built on it, then the podman rehearsal.
+#     Not side by side: Ray's address discovery sees the rehearsal containers' GCS processes on this host
+#     and Ray Train's own actors then fail ("Found multiple active Ray instances"); and both are CPU-heavy.
+#   "images": the image build and the image tests (the rehearsal, later, finds the images built).
+# (name, the fixtures that put a test in it, its xdist group), in the order they run.
+SERIAL = [
+    ("local-cluster", {"cluster_env"}, "cluster"),
+    ("rehearsal", {"images"}, "cluster"),
+    ("images", {"built_images", "running"}, "images"),
+]
 
 
-def group_of(item) -> str:
+def group_of(item) -> tuple[int, str]:
+    """(order, xdist group): a serial part's, else the test's module."""
     names = set(getattr(item, "fixturenames", ()))
-    return next((group for group, users in GROUPS.items() if users & names), Path(item.nodeid.split("::")[0]).stem)
+    for order, (_, users, group) in enumerate(SERIAL):
+        if users & names:
+            return order, group
+    return len(SERIAL), Path(item.nodeid.split("::")[0]).stem
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -30,10 +42,9 @@ def pytest_collection_modifyitems(config, items):
     # An xdist worker sees --dist as "no" and its own `loadgroup` flag; the controller and one process see --dist.
     if getattr(config.option, "loadgroup", False) or getattr(config.option, "dist", "no") == "loadgroup":
         groups = {item: group_of(item) for item in items}
-        rank = {group: i for i, group in enumerate(GROUPS)}
-        items.sort(key=lambda item: rank.get(groups[item], len(rank)))  # stable: modules keep their order
+        items.sort(key=lambda item: groups[item][0])  # stable: modules keep their order within a part
         for item in items:
-            group_item(item, groups[item])
+            group_item(item, groups[item][1])
 
 
 def group_item(item, group: str) -> None:
