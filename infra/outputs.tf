@@ -119,3 +119,8 @@ output "notifications_topic_arn" {
   description = "The SNS topic of the idle alarm and of runs' notifications (subscribe with notify_emails)."
   value       = module.observability.notifications_topic_arn
 }
+
+output "worker_lifecycle" {
+  description = "spot or on-demand: how make run prices a run's worker instances."
+  value       = var.workers.spot ? "spot" : "on-demand"
+}

@@ -35,6 +35,7 @@ class Outputs:
     ray_token_secret_arn: str = ""  # make rotate-ray-token needs it
     ecr_repository_urls: dict | None = None  # make push needs it
     worker_instance_type: str = ""  # make run checks a recipe's resources against it
+    worker_lifecycle: str = "on-demand"  # or "spot": make run prices a run's workers from Spot price history
     image_tag: str = ""  # make push marks the deployed tag's images (scripts/deploy/images.py mark_deployed)
     serve_endpoint: str = ""  # http://head.<namespace>:<port> when serving is on (make serve), else ""
     serve_api_key_secret_arn: str = ""  # the key every Serve request carries

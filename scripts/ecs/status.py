@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from scripts.container.head_snapshot import KEY as RAY_STATUS_KEY
 from scripts.ecs.outputs import Outputs
 from scripts.ecs.tasks import running_tasks
+from scripts.recipes.cost import spend_usd
 from scripts.recipes.runs import s3_runs
 from scripts.serving.summary import lines as serve_lines
 from training.core.aws import Aws, run_cli
@@ -41,18 +42,19 @@ def _instances(aws: Aws, cluster: str) -> dict[str, dict]:
         return {}
     described = ecs.describe_container_instances(cluster=cluster, containerInstances=arns)["containerInstances"]
     ids = [ci["ec2InstanceId"] for ci in described]
-    types = {
-        i["InstanceId"]: i["InstanceType"]
-        for r in ec2.describe_instances(InstanceIds=ids)["Reservations"]
-        for i in r["Instances"]
+    ec2_instances = {
+        i["InstanceId"]: i for r in ec2.describe_instances(InstanceIds=ids)["Reservations"] for i in r["Instances"]
     }
     result = {}
     for ci in described:
-        instance_type = types.get(ci["ec2InstanceId"], "?")
+        found = ec2_instances.get(ci["ec2InstanceId"], {})
+        instance_type = found.get("InstanceType", "?")
         result[ci["containerInstanceArn"]] = {
             "instance_id": ci["ec2InstanceId"],
             "instance_type": instance_type,
             "gpus": registered_gpus(ci) if registered_gpus(ci) is not None else (gpus_of(instance_type) or 0),
+            "launch_time": found.get("LaunchTime"),
+            "lifecycle": "spot" if found.get("InstanceLifecycle") == "spot" else "on-demand",
         }
     return result
 
@@ -107,6 +109,7 @@ def status(aws: Aws, out: Outputs, runs: int = 5) -> dict:
     )["services"]
     instances = _instances(aws, out.cluster_name)
     cost, unknown = hourly_cost([i["instance_type"] for i in instances.values()])
+    spent, since = spend_usd(aws.client("ec2"), list(instances.values()), datetime.now(UTC))
     return {
         "cluster": out.cluster_name,
         "region": aws.region,
@@ -119,12 +122,14 @@ def status(aws: Aws, out: Outputs, runs: int = 5) -> dict:
             }
             for s in services
         ],
-        "instances": list(instances.values()),
+        "instances": [{k: v for k, v in i.items() if k != "launch_time"} for i in instances.values()],
         "tasks": _tasks(aws, out, instances),
         "ray": _ray_view(aws, out),
         "runs": _runs(out, runs),
         "cost_per_hour_usd": round(cost, 3),
         "cost_unknown_types": unknown,
+        "spent_usd": spent,
+        "running_since": since.isoformat(timespec="seconds") if since else None,
         "prices_as_of": PRICES_AS_OF,
     }
 
@@ -189,6 +194,8 @@ def render(s: dict) -> str:
         f"cost: ${s['cost_per_hour_usd']:.2f}/hour for {len(s['instances'])} instance(s){unknown}; "
         f"prices {s['prices_as_of']}; `make stop` scales to zero",
     ]
+    if s.get("running_since"):
+        lines.append(f"spent: ~${s['spent_usd']:,.2f} since the instances running now started ({s['running_since']})")
     return "\n".join(lines)
 
 

@@ -22,7 +22,7 @@ import json
 import os
 import sys
 import tempfile
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from scripts.ecs.launch import launch, trainer_with_image
@@ -67,6 +67,14 @@ def ecs_capacity(out: Outputs) -> Capacity | None:
         return None
     where = f"the ECS workers ({out.worker_instance_type})"
     return Capacity(where, float(shape["vcpus"]), int(shape["gpus"]), shape["memory_mib"] / 1024, None)
+
+
+def worker_spot_price(aws: Aws, out: Outputs) -> float | None:
+    """The workers' Spot price per instance-hour when the deployment runs them on Spot, else None."""
+    if out.worker_lifecycle != "spot":
+        return None
+    now = datetime.now(UTC)
+    return cost.spot_usd_per_hour(aws.client("ec2"), out.worker_instance_type, now - timedelta(hours=1), now)
 
 
 def package_into(
@@ -165,7 +173,7 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     aws.check_cluster(out.cluster_name)
     run_dir = RunDir(storage, run_name, region=out.region)
     with tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp:
-        held = cost.held_ecs(recipe, out.worker_instance_type, capacity)
+        held = cost.held_ecs(recipe, out.worker_instance_type, capacity, worker_spot_price(aws, out))
         code = package_into(loaded, run_dir, Path(tmp), "ecs", extra_args, held)
     task_definition = trainer_with_image(aws, out, recipe.image) if recipe.image else None
     environment = {

@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -141,6 +142,11 @@ def test_status_reports_services_tasks_runs_ray_and_cost(aws_stack, cluster_env)
     assert sorted(i["instance_type"] for i in status["instances"]) == ["g5.xlarge", "g5.xlarge", "m5.xlarge"]
     assert sum(i["gpus"] for i in status["instances"]) == 2
     assert status["cost_per_hour_usd"] == pytest.approx(1.006 * 2 + 0.192)
+    # Spend since the instances started (moto launched them when the stack was created): list prices x hours.
+    since = datetime.fromisoformat(status["running_since"])
+    hours = (datetime.now(UTC) - since).total_seconds() / 3600
+    assert 0 < status["spent_usd"] <= round((1.006 * 2 + 0.192) * hours, 2) + 0.01
+    assert all(i["lifecycle"] == "on-demand" for i in status["instances"])
     roles = [t["role"] for t in status["tasks"]]
     assert roles.count("head") == 1 and roles.count("worker") == 2
     assert all(t["instance_type"] in ("g5.xlarge", "m5.xlarge") for t in status["tasks"])

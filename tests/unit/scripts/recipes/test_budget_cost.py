@@ -103,3 +103,34 @@ def test_budget_keys_are_checked():
     with pytest.raises(ValueError, match="max_hours"):
         Recipe(name="r", entrypoint="t.py", max_hours=0)
     assert Recipe(name="r", entrypoint="t.py", max_cost_usd=12.5).max_cost_usd == 12.5
+
+
+def test_spot_workers_are_priced_from_ec2s_spot_price_history_and_the_cluster_spend_adds_up():
+    """Against moto's EC2 (its history: one price per zone); the arithmetic is the point."""
+    from datetime import UTC, datetime, timedelta
+
+    import boto3
+    from moto import mock_aws
+
+    with mock_aws():
+        ec2 = boto3.client("ec2", region_name="us-east-1")
+        now = datetime.now(UTC)
+        history = ec2.describe_spot_price_history(InstanceTypes=["g5.xlarge"], ProductDescriptions=["Linux/UNIX"])
+        prices = [float(p["SpotPrice"]) for p in history["SpotPriceHistory"]]
+        spot = cost.spot_usd_per_hour(ec2, "g5.xlarge", now - timedelta(hours=1), now)
+        assert prices and spot == pytest.approx(sum(prices) / len(prices))
+        recipe = Recipe(name="r", entrypoint="t.py", resources={"workers": 2, "gpus_per_worker": 1})
+        shape = INSTANCE_TYPES["g5.xlarge"]
+        cap = Capacity("workers", float(shape["vcpus"]), int(shape["gpus"]), shape["memory_mib"] / 1024, None)
+        held = cost.held_ecs(recipe, "g5.xlarge", cap, spot)
+        assert held["instances"] == [{"instance_type": "g5.xlarge", "count": 2, "lifecycle": "spot"}]
+        assert held["usd_per_hour"] == pytest.approx(round(2 * spot, 4))
+        two_hours_ago = now - timedelta(hours=2)
+        instances = [
+            {"instance_type": "m5.xlarge", "launch_time": two_hours_ago, "lifecycle": "on-demand"},
+            {"instance_type": "g5.xlarge", "launch_time": now - timedelta(hours=1), "lifecycle": "spot"},
+            {"instance_type": "g5.xlarge", "launch_time": None, "lifecycle": "on-demand"},  # not started: nothing
+        ]
+        spent, since = cost.spend_usd(ec2, instances, now)
+        assert since == two_hours_ago
+        assert spent == pytest.approx(round(2 * INSTANCE_TYPES["m5.xlarge"]["usd_per_hour"] + 1 * spot, 2))
