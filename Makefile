@@ -84,7 +84,7 @@ run: setup ## Run a recipe, locally or on ECS (RECIPE=recipes/x.yaml; ARGS to it
 	@test -n "$(RECIPE)" || { echo "error: name the recipe: make run RECIPE=recipes/ddp.yaml (recipes/README.md)" >&2; exit 1; }
 	$(RUN_RECIPE) $(RECIPE) -- $(ARGS)
 
-runs: setup ## List recent runs, local and in S3: state, duration, where the results are
+runs: setup ## List recent runs, local and in S3: state, duration, cost, where the results are
 	$(PY) -m scripts.recipes.runs $(ARGS)
 
 # A DATA_DIR given on the command line goes to the job as data_dir; by default the recipe names its own.
