@@ -26,7 +26,7 @@ AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 
 .DEFAULT_GOAL := help
 .PHONY: launch logs status exec ray-status stop clean deploy plan lint-infra rotate-ray-token build push
-.PHONY: text-data train-fsdp train-fsdp-local run runs serve serve-status serve-down bench-serve plot tensorboard
+.PHONY: text-data train-fsdp train-fsdp-local run runs serve serve-status serve-down bench-serve bench-tracking plot tensorboard
 .PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-vs-blueprint bench-data bench-fsdp bench-recipe bench-launcher bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
 
@@ -189,6 +189,9 @@ bench-recipe: setup ## What a recipe run adds over running the same script as a 
 
 bench-launcher: setup ## What a `launcher: torchrun` recipe adds over torchrun by hand (prints a table)
 	$(PY) -m bench.launcher_overhead $(ARGS)
+
+bench-tracking: setup ## What rank 0's tracking (TensorBoard, progress) costs a DDP step, measured two ways
+	$(PY) -m bench.tracking_overhead $(ARGS)
 
 bench-serve: setup ## Load on a served tiny model: N concurrent clients, p50/p99 latency, requests/s (ARGS="--clients 1 4 8 --replicas 2")
 	$(PY) -m bench.serve_load $(ARGS)
