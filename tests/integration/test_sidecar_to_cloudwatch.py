@@ -21,6 +21,7 @@ from monitoring.publisher import Publisher
 from monitoring.sidecar import Sidecar
 from tests.fakes.fake_nvml import FakeNvml
 from tests.integration.helpers import REPO
+from training.tracking import cloudwatch
 
 pytestmark = pytest.mark.integration
 SPEC = metric_spec.load()
@@ -165,7 +166,7 @@ def test_sigterm_flushes_a_real_sidecar_process(moto):
     assert stats["samplecount"] >= 3  # the hour-long interval was flushed on SIGTERM
 
 
-def test_dashboard_shows_exactly_what_the_sidecar_publishes(moto):
+def test_dashboard_shows_exactly_what_the_sidecar_and_the_jobs_publish(moto):
     # Two intervals of 26 datums (2 GPUs) into a buffer of 40 while CloudWatch is away: the oldest 12 are
     # dropped, the newest interval survives whole, and the drop report goes out with it.
     sidecar = sidecar_for(moto, gpus=2, max_buffered=40)
@@ -173,6 +174,10 @@ def test_dashboard_shows_exactly_what_the_sidecar_publishes(moto):
     assert sidecar.publisher.dropped == 12
     moto.start()
     sidecar.publisher.flush(force=True)
+    # The runs' training metrics come from each job's rank 0, not the sidecar (training/tracking/cloudwatch.py).
+    training = cloudwatch.Destination(SPEC.namespace, "rayfleet-test", "us-east-1")
+    values = {"train/loss": 2.0, "throughput/tokens_per_s": 900.0, "mfu": 0.4}
+    cloudwatch.publish(moto.client("cloudwatch"), training, "run-1", values)
     listed = moto.client("cloudwatch").list_metrics(Namespace=SPEC.namespace)["Metrics"]
     published = {(m["MetricName"], tuple(sorted(d["Name"] for d in m["Dimensions"]))) for m in listed}
     shown = set()

@@ -126,11 +126,11 @@ def test_a_changed_command_and_environment_in_terraform_reach_the_moto_stack(ecs
     definitions = infra / "modules" / "ray" / "task_definitions.tf"
     text = definitions.read_text()
     old_command = 'command          = ["ddp"] # launch overrides it with the job and its arguments'
-    old_env = "tostring(local.trainer_object_store_mib) }]"  # the end of trainer_environment's one element
+    old_env = '{ name = "AWS_REGION", value = var.region },'  # the last fixed element of trainer_environment
     assert old_command in text and text.count(old_env) == 1
     text = text.replace(old_command, 'command          = ["ddp", "epochs=1"]')
     added = '{ name = "RAYFLEET_CHANGED_IN_TERRAFORM", value = "yes" }'
-    text = text.replace(old_env, f"tostring(local.trainer_object_store_mib) }}, {added}]")
+    text = text.replace(old_env, f"{old_env} {added},")
     definitions.write_text(text)
     picture = stack.default_picture(infra=infra, variables={"object_store_fraction": "0.2"})
     outputs = stack.create(ecs_moto, tmp_path, picture, trainer_slots=1)
