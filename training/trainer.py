@@ -102,7 +102,6 @@ def run_job(
             use_gpu = resolve_use_gpu(cfg)
             check_placement(cfg, use_gpu)
             write_config(run_dir, cfg)
-            stop.clear(run_dir)  # a resumed run starts without its last attempt's stop request
             target = open_tracking(run_dir, cfg)
             print(
                 f"run {run_name}: {cfg.num_workers} workers ({'GPU' if use_gpu else 'CPU'}), results in {run_dir.url}",

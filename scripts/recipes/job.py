@@ -29,6 +29,7 @@ from scripts.recipes.log_spool import LogSpool
 from scripts.recipes.notify import NOTIFY_VAR, TOPIC_VAR
 from scripts.recipes.schema import Notify, Recipe, command, job_env, plain_env
 from scripts.recipes.secrets import REFS_VAR
+from training import stop
 from training.core.run_dir import RunDir
 
 
@@ -127,6 +128,7 @@ def _submit_and_follow(
     runtime_env: dict = {"working_dir": working_dir, "env_vars": env_vars}
     if recipe.pip:
         runtime_env["pip"] = {"packages": list(recipe.pip), "pip_check": False}
+    stop.clear(run_dir)  # not the job's driver: it may start after the budget has already asked
     job_id = f"rayfleet-{run_dir.run_name}-{uuid.uuid4().hex[:6]}"  # a resumed run gets a new job
     client = jobs_api.client_for(address)
     started = time.monotonic()
@@ -150,7 +152,10 @@ def _submit_and_follow(
     held = run_dir.record().get("held") or {}
     limit = budget.limit_s(recipe.max_hours, recipe.max_cost_usd, held.get("usd_per_hour", 0.0))
     watch = budget.Budget(run_dir, limit, lambda: client.stop_job(job_id))
-    outcome = jobs_api.follow(client, job_id, spool=spool, on_tick=watch.tick)
+    try:
+        outcome = jobs_api.follow(client, job_id, spool=spool, on_tick=watch.tick)
+    finally:
+        stop.clear(run_dir)  # consumed: a later resume of this run must not stop at once
     log_url = spool.close()
     exit_code, message = outcome.exit_code, outcome.message
     status = outcome.status
