@@ -33,6 +33,9 @@ COPY scripts/recipes/ /opt/rayfleet/src/scripts/recipes/
 # the workers and import training.serving, which loads a DDP run through the job's own model code).
 COPY scripts/serving/ /opt/rayfleet/src/scripts/serving/
 COPY training/ /opt/rayfleet/src/training/
+# The instance catalog training/core/catalog.py reads (a run's cost in its record, sizing): the same file
+# Terraform reads, at the same place relative to training/.
+COPY infra/catalog/instance_types.json /opt/rayfleet/src/infra/catalog/instance_types.json
 COPY images/bin/rayfleet-node /usr/local/bin/rayfleet-node
 
 USER 1000

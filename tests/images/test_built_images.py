@@ -58,6 +58,32 @@ def test_the_entry_point_exists_and_is_executable(running, image):
     assert usage.rc == 2 and "rayfleet-node head" in usage.stderr
 
 
+# Every first-party module a Ray image carries imports there: a module that reads a file the image lacks
+# (the instance catalog once) fails here, not in the first deployed run. Not imported: the laptop-side
+# verbs that come along with their packages (they drive ECS through scripts.ecs, which no image carries)
+# and the ingress that needs Ray Serve LLM, installed only where vLLM is.
+NOT_IN_CONTAINERS = (
+    "scripts.recipes.run",
+    "scripts.recipes.runs",
+    "scripts.serving.serve",
+    "training.serving.vllm_ingress",
+)
+IMPORT_ALL = f"""
+import importlib, pkgutil
+for package in ("scripts.container", "scripts.recipes", "scripts.serving", "training"):
+    for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
+        if info.name not in {NOT_IN_CONTAINERS!r}:
+            importlib.import_module(info.name)
+print("imported")
+"""
+
+
+@pytest.mark.parametrize("image", RAY_IMAGES)
+def test_every_module_the_image_carries_imports(running, image):
+    result = running[image].run(f"python - <<'EOF'\n{IMPORT_ALL}\nEOF")
+    assert result.rc == 0 and result.stdout.strip() == "imported", result.stderr[-2000:]
+
+
 def test_image_configs_set_the_entry_points_and_token_mode(built_images):
     expected = {
         "ray-head": (["rayfleet-node"], ["head"]),
