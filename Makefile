@@ -220,7 +220,7 @@ PYTEST_WORKERS ?= 2
 PYTEST_SPLIT = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
 test: setup ## Run all tests: unit, infra, images, integration (a real local Ray cluster, moto, podman), two at a time
-	$(PY) -m pytest $(PYTEST_SPLIT) $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_SPLIT) --durations=20 $(PYTEST_ARGS)
 
 test-unit: setup ## Unit tests only (seconds)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

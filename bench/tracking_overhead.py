@@ -32,9 +32,9 @@ from training.tracking.scalars import Scalars, Target
 CPU = torch.device("cpu")
 
 
-def tracking(cfg: DDPConfig, scratch: Path, steps: int) -> StepTracking:
+def tracking(cfg: DDPConfig, scratch: Path, steps: int, model) -> StepTracking:
     scalars = Scalars(RunDir(str(scratch), "bench"), Target(tensorboard=True), purge_step=1)
-    return StepTracking(scalars, Progress(steps * 10, 0, cfg.progress_every_s), cfg, steps, 1)
+    return StepTracking(scalars, Progress(steps * 10, 0, cfg.progress_every_s), cfg, steps, 1, model)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             rt = Runtime.resolve(cfg, CPU)
             model, optimizer = build_model(cfg, rt)
             data = DeviceSplit(fashion_mnist.load(cfg.data_dir, train=True), CPU)
-            track = tracking(cfg, root / "runs", opts.steps)
+            track = tracking(cfg, root / "runs", opts.steps, model)
             times: dict[str, list[float]] = {"without": [], "with": []}
             train_epoch(model, optimizer, data, cfg, rt, 1, 0, 1)  # warm-up
             for epoch in range(2, 2 + opts.rounds):
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'with tracking':<28}{with_s:>10.4f}{with_s / step_s:>11.3f}x")
     print(
         f"tracking call alone: {per_call * 1e6:,.1f} us/step = {per_call / step_s:.4%} of a step "
-        f"(incl. the step loss to TensorBoard every {cfg.log_every_steps} steps)"
+        f"(incl. the step loss and gradient norm to TensorBoard every {cfg.log_every_steps} steps)"
     )
     return 0
 

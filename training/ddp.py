@@ -122,17 +122,22 @@ def train_epoch(
 
 
 class StepTracking:
-    """Rank 0 during an epoch: the step loss to the scalars every `log_every_steps`, a progress line when due.
-    Reads the loss (a device sync) only then: the steps in between cost a clock read."""
+    """Rank 0 during an epoch: the step loss and gradient norm to the scalars every `log_every_steps`, a
+    progress line when due. Reads them (a device sync) only then: the steps in between cost a clock read.
+    DDP has averaged the gradients over the ranks, so rank 0's norm is the whole batch's."""
 
-    def __init__(self, scalars: Scalars, progress: Progress, cfg: DDPConfig, steps: int, world: int):
+    def __init__(self, scalars: Scalars, progress: Progress, cfg: DDPConfig, steps: int, world: int, model):
         self.scalars, self.progress, self.cfg, self.steps, self.world = scalars, progress, cfg, steps, world
+        self.grads = [p for p in model.parameters() if p.requires_grad]
         self.epoch, self.window = 1, (time.perf_counter(), progress.start)
+
+    def grad_norm(self) -> float:
+        return torch.nn.utils.get_total_norm([p.grad for p in self.grads if p.grad is not None]).item()
 
     def __call__(self, step: int, loss: torch.Tensor) -> None:
         done = (self.epoch - 1) * self.steps + step
         if done % self.cfg.log_every_steps == 0:
-            self.scalars.log(done, {"train/step_loss": loss.item()})
+            self.scalars.log(done, {"train/step_loss": loss.item(), "train/grad_norm": self.grad_norm()})
         if self.progress.due():
             now = time.perf_counter()
             rate = (done - self.window[1]) * self.cfg.batch_size * self.world / (now - self.window[0])
@@ -194,7 +199,9 @@ def train_loop(loop_config: dict) -> None:
     if rank == 0:
         first = (start_epoch - 1) * steps  # the checkpoint's step: TensorBoard drops what an earlier attempt
         scalars = Scalars(run_dir, loop_config["tracking"], purge_step=first + 1)  # logged after it
-        tracking = StepTracking(scalars, Progress(cfg.epochs * steps, first, cfg.progress_every_s), cfg, steps, world)
+        tracking = StepTracking(
+            scalars, Progress(cfg.epochs * steps, first, cfg.progress_every_s), cfg, steps, world, model
+        )
     if rank == 0 and start_epoch == 1:
         precision = "bf16" if rt.amp_dtype else "fp32"
         print(

@@ -47,10 +47,12 @@ def test_two_workers_learn_and_checkpoint(cluster_env, small_dataset, ddp_basic)
     assert steps == sorted(set(steps))  # rank 0 only: no line twice
     assert "test accuracy" in out and str(run_dir / "checkpoint_000003") in out
     # TensorBoard, read back with its own reader: the epoch scalars at each epoch's last step (10 steps an
-    # epoch), the step loss every 5 steps; the curves PNG.
+    # epoch), the step loss and gradient norm every 5 steps; the curves PNG.
     scalars = read_scalars(run_dir / "tensorboard")
     assert scalars["test/accuracy"] == [(10 * r["epoch"], pytest.approx(r["test_accuracy"])) for r in rows]
     assert [step for step, _ in scalars["train/step_loss"]] == list(range(5, 31, 5))
+    norms = scalars["train/grad_norm"]
+    assert [step for step, _ in norms] == list(range(5, 31, 5)) and all(0 < norm < 1e3 for _, norm in norms)
     assert {"train/loss", "test/loss", "throughput/images_per_s", "lr", "memory/peak_gb"} <= set(scalars)
     assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -99,6 +99,27 @@ def make_run(env: dict, recipe: Path, *args: str, timeout: int = 600) -> subproc
     )
 
 
+def make_train(env: dict, target: str, data_dir: Path, settings: str, args: str, run: str):
+    """`make train-ddp` / `make train-fsdp` on the local test cluster, as a user types it."""
+    return subprocess.run(
+        [
+            "make",
+            "--no-print-directory",
+            target,
+            "TARGET=local",
+            f"DATA_DIR={data_dir}",
+            f"SET={settings}",
+            f"ARGS={args}",
+            f"RUN={run}",
+        ],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
 def only_run(storage: Path) -> Path:
     runs = [p for p in storage.iterdir() if p.is_dir()]
     assert len(runs) == 1, runs
@@ -213,23 +234,7 @@ def test_make_train_targets_are_shortcuts_for_the_builtin_recipes(
     cluster_env, tmp_path, small_dataset, target, args, recipe
 ):
     storage = tmp_path / "runs"
-    result = subprocess.run(
-        [
-            "make",
-            "--no-print-directory",
-            target,
-            "TARGET=local",
-            f"DATA_DIR={small_dataset}",
-            f"SET=storage={storage}",
-            f"ARGS={args}",
-            f"RUN={recipe}-shortcut",
-        ],
-        env=cluster_env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    result = make_train(cluster_env, target, small_dataset, f"storage={storage}", args, f"{recipe}-shortcut")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = only_run(storage)
     record = json.loads((run / "run.json").read_text())
@@ -277,23 +282,8 @@ def test_a_budget_stops_the_run_cleanly_after_a_checkpoint(cluster_env, tmp_path
     """max_hours of 8 s on a 5-epoch DDP run: the follower asks, the job checkpoints and ends, the record
     says STOPPED by budget, with the run's cost ($0 here: a local run holds this machine)."""
     storage = tmp_path / "runs"
-    result = subprocess.run(
-        [
-            "make",
-            "--no-print-directory",
-            "train-ddp",
-            "TARGET=local",
-            f"DATA_DIR={small_dataset}",
-            f"SET=storage={storage} max_hours=0.0022",
-            "ARGS=epochs=5 eval_batch_size=600",
-            "RUN=budgeted",
-        ],
-        env=cluster_env,
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    settings = f"storage={storage} max_hours=0.0022"
+    result = make_train(cluster_env, "train-ddp", small_dataset, settings, "epochs=5 eval_batch_size=600", "budgeted")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = only_run(storage)
     record = json.loads((run / "run.json").read_text())

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
+import pytest
 import torch
 
 from training.core.config import load_config
-from training.ddp import Runtime
+from training.ddp import Runtime, StepTracking
 from training.ddp_config import DDPConfig
+from training.tracking.progress import Progress
 
 
 def cfg(data_dir, *overrides):
@@ -34,3 +38,18 @@ def test_precision_can_be_forced(small_dataset):
     assert Runtime.resolve(cfg(small_dataset, "precision=fp32"), torch.device("cuda", 0)).amp_dtype is None
     assert Runtime.resolve(cfg(small_dataset, "precision=bf16"), torch.device("cpu")).amp_dtype is torch.bfloat16
     assert not Runtime.resolve(cfg(small_dataset, "channels_last=false"), torch.device("cuda", 0)).channels_last
+
+
+def test_step_tracking_logs_the_loss_and_the_gradient_norm_every_n_steps(small_dataset, tmp_path):
+    model = torch.nn.Linear(3, 2)
+    model(torch.ones(4, 3)).pow(2).sum().backward()
+    want = torch.cat([p.grad.flatten() for p in model.parameters()]).norm().item()
+    logged = []
+    scalars = SimpleNamespace(log=lambda step, values: logged.append((step, values)))
+    config = cfg(small_dataset, "log_every_steps=2", "progress_every_s=3600")
+    tracking = StepTracking(scalars, Progress(20, 0, 3600), config, steps=10, world=2, model=model)
+    for step in range(1, 6):
+        tracking(step, torch.tensor(float(step)))
+    assert [step for step, _ in logged] == [2, 4]
+    assert logged[1][1]["train/step_loss"] == 4.0
+    assert logged[1][1]["train/grad_norm"] == pytest.approx(want)
