@@ -17,7 +17,7 @@ import argparse
 import sys
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -39,6 +39,7 @@ from training.models.resnet import resnet18_grayscale
 from training.models.small_convs import gemm_small_convs
 from training.parallel import broadcast_buffers, parallelize
 from training.precision import wants_bf16
+from training.preemption import Preemption, record_reached, redone_since
 from training.ray_connect import quiet_report_logs
 from training.tracking.progress import Progress
 from training.tracking.scalars import Scalars, memory_gb
@@ -101,14 +102,28 @@ def build_model(cfg: DDPConfig, rt: Runtime) -> tuple[torch.nn.Module, torch.opt
 
 
 def train_epoch(
-    model, optimizer, data: DeviceSplit, cfg: DDPConfig, rt: Runtime, epoch: int, rank: int, world: int, on_step=None
+    model,
+    optimizer,
+    data: DeviceSplit,
+    cfg: DDPConfig,
+    rt: Runtime,
+    epoch: int,
+    rank: int,
+    world: int,
+    on_step=None,
+    position: EpochPosition | None = None,
+    preemption: Preemption | None = None,
 ):
-    """One epoch; `on_step(step_in_epoch, loss)` after each step when given (rank 0's tracking)."""
+    """One epoch, or its rest after `position` (a run preempted mid-epoch); `on_step(step_in_epoch, loss)`
+    after each step when given (rank 0's tracking). Returns (loss sum, samples, the step at which a
+    preemption notice ended it early or None)."""
     model.train()
     loss_sum = torch.zeros((), device=rt.device)
     seen = 0
-    indices = data.shard_indices(epoch, rank, world, cfg.seed, shuffle=True)
-    for step, (x, y) in enumerate(data.batches(indices, cfg.batch_size, augment=cfg.augment), start=1):
+    skip = position.samples if position else 0
+    first = skip // (cfg.batch_size * world)  # steps of this world that the skipped samples make
+    indices = data.shard_indices(epoch, rank, world, cfg.seed, shuffle=True, skip=skip)
+    for step, (x, y) in enumerate(data.batches(indices, cfg.batch_size, augment=cfg.augment), start=first + 1):
         with rt.autocast():
             loss = F.cross_entropy(model(x), y)
         optimizer.zero_grad(set_to_none=True)
@@ -118,17 +133,34 @@ def train_epoch(
         seen += y.numel()
         if on_step is not None:
             on_step(step, loss)
-    return loss_sum, seen
+        if preemption is not None and preemption.noticed(step):  # every rank, the same steps
+            return loss_sum, seen, step
+    return loss_sum, seen, None
+
+
+@dataclass(frozen=True)
+class EpochPosition:
+    """How far into an epoch a preemption checkpoint was taken: the samples used (all ranks together: the
+    permutation's prefix, training/data/order.py), and the epoch's train loss so far."""
+
+    epoch: int
+    samples: int
+    loss_sum: float = 0.0
+    seen: int = 0
 
 
 class StepTracking:
     """Rank 0 during an epoch: the step loss and gradient norm to the scalars every `log_every_steps`, a
     progress line when due. Reads them (a device sync) only then: the steps in between cost a clock read.
-    DDP has averaged the gradients over the ranks, so rank 0's norm is the whole batch's."""
+    DDP has averaged the gradients over the ranks, so rank 0's norm is the whole batch's. With each progress
+    line, `reached(epoch, step)` records how far the run got (training/preemption.py counts redone work)."""
 
-    def __init__(self, scalars: Scalars, progress: Progress, cfg: DDPConfig, steps: int, world: int, model):
+    def __init__(
+        self, scalars: Scalars, progress: Progress, cfg: DDPConfig, steps: int, world: int, model, reached=None
+    ):
         self.scalars, self.progress, self.cfg, self.steps, self.world = scalars, progress, cfg, steps, world
         self.grads = [p for p in model.parameters() if p.requires_grad]
+        self.reached = reached
         self.epoch, self.window = 1, (time.perf_counter(), progress.start)
 
     def grad_norm(self) -> float:
@@ -144,6 +176,8 @@ class StepTracking:
             self.window = (now, done)
             values = {"loss": f"{loss.item():.4f}", "img/s": f"{rate:,.0f}"}
             print(self.progress.line(done, f"epoch {self.epoch}/{self.cfg.epochs}", values), flush=True)
+            if self.reached is not None:
+                self.reached(self.epoch, step)
 
 
 @torch.no_grad()
@@ -160,6 +194,47 @@ def evaluate(model, data: DeviceSplit, cfg: DDPConfig, rt: Runtime, rank: int, w
     return loss_sum, correct, indices.numel()
 
 
+@dataclass(frozen=True)
+class Resume:
+    """Where a (re)started attempt begins, from the latest checkpoint; what the run carries across restarts."""
+
+    start_epoch: int = 1
+    attempt: int = 0
+    position: EpochPosition | None = None  # set when the checkpoint was taken mid-epoch, at a preemption
+    preemptions: int = 0
+    steps_redone: int = 0
+
+
+def resume(model, optimizer, run_name: str, rank: int) -> Resume:
+    with checkpoint.latest() as directory:
+        state = checkpoint.read_state(directory) if directory else None
+    if state is None:
+        return Resume()
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    checkpoint.set_rng_state(state["rng"])
+    position = EpochPosition(**state["position"]) if state.get("position") else None
+    found = Resume(
+        state["epoch"] + 1, state["attempt"] + 1, position, state.get("preemptions", 0), state.get("steps_redone", 0)
+    )
+    if rank == 0:
+        where = (
+            f"epoch {state['epoch']}"
+            if position is None
+            else f"{position.samples:,} samples into epoch {position.epoch}"
+        )
+        print(f"resuming {run_name} from the checkpoint of {where} (attempt {found.attempt})", flush=True)
+    return found
+
+
+def redone_steps(run_dir: RunDir, found: Resume, n: int, per_step: int) -> int:
+    """Steps the previous attempt took past the checkpoint this one resumes from (rank 0; see preemption.py)."""
+    if found.attempt == 0:
+        return 0
+    resumed = (found.start_epoch - 1) * n + (found.position.samples if found.position else 0)
+    return -(-redone_since(run_dir, resumed) // per_step)
+
+
 def train_loop(loop_config: dict) -> None:
     """Runs on every Ray Train worker. Never branches on the platform: the Runtime carries the device."""
     cfg: DDPConfig = loop_config["config"]
@@ -171,18 +246,7 @@ def train_loop(loop_config: dict) -> None:
     train_data, test_data = _load_splits(cfg, rt, ctx.get_local_rank())
 
     model, optimizer = build_model(cfg, rt)
-
-    with checkpoint.latest() as directory:
-        state = checkpoint.read_state(directory) if directory else None
-    start_epoch, attempt = 1, 0
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        checkpoint.set_rng_state(state["rng"])
-        start_epoch, attempt = state["epoch"] + 1, state["attempt"] + 1
-        if rank == 0:
-            print(f"resuming {run_name} from the checkpoint of epoch {state['epoch']} (attempt {attempt})", flush=True)
-
+    found = resume(model, optimizer, run_name, rank)
     ddp_model = parallelize(
         model,
         rt.device,
@@ -193,31 +257,49 @@ def train_loop(loop_config: dict) -> None:
     )
 
     run_dir = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url)
-    log = MetricsLog(run_dir, start_epoch) if rank == 0 else None
-    steps = steps_per_epoch(len(train_data), world, cfg.batch_size)
-    tracking = None
+    n, per_step = len(train_data), cfg.batch_size * world
+    steps = steps_per_epoch(n, world, cfg.batch_size)
+    carried = {"preemptions": found.preemptions, "steps_redone": found.steps_redone}
+    log = tracking = None
     if rank == 0:
-        first = (start_epoch - 1) * steps  # the checkpoint's step: TensorBoard drops what an earlier attempt
+        carried["steps_redone"] += redone_steps(run_dir, found, n, per_step)
+        log = MetricsLog(run_dir, found.start_epoch)
+        first = (found.start_epoch - 1) * steps  # the checkpoint's step: TensorBoard drops what an earlier attempt
         scalars = Scalars(run_dir, loop_config["tracking"], purge_step=first + 1)  # logged after it
-        tracking = StepTracking(
-            scalars, Progress(cfg.epochs * steps, first, cfg.progress_every_s), cfg, steps, world, model
-        )
-    if rank == 0 and start_epoch == 1:
+        reached = lambda epoch, step: record_reached(run_dir, (epoch - 1) * n + min(step * per_step, n))  # noqa: E731
+        progress = Progress(cfg.epochs * steps, first, cfg.progress_every_s)
+        tracking = StepTracking(scalars, progress, cfg, steps, world, model, reached)
+    if rank == 0 and found.attempt == 0:
         precision = "bf16" if rt.amp_dtype else "fp32"
         print(
-            f"training on {world} x {rt.device.type} ({precision}): {len(train_data):,} train / "
+            f"training on {world} x {rt.device.type} ({precision}): {n:,} train / "
             f"{len(test_data):,} test images of {fashion_mnist.describe(cfg.data_dir)}, "
             f"{steps} steps/epoch of {cfg.batch_size}/worker",
             flush=True,
         )
+    preemption = Preemption(cfg.preemption_check_steps)
 
-    for epoch in range(start_epoch, cfg.epochs + 1):
+    for epoch in range(found.start_epoch, cfg.epochs + 1):
         torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + rank)  # augmentation: reproducible on resume
+        position = found.position if epoch == found.start_epoch else None
         rt.sync()
         t0 = time.perf_counter()
         if tracking is not None:
             tracking.epoch = epoch
-        train_loss, seen = train_epoch(ddp_model, optimizer, train_data, cfg, rt, epoch, rank, world, tracking)
+        train_loss, seen, preempted_at = train_epoch(
+            ddp_model, optimizer, train_data, cfg, rt, epoch, rank, world, tracking, position, preemption
+        )
+        if preempted_at is not None:
+            mid = position_at(epoch, position, train_loss, seen, world, rt.device)
+            save_at_preemption(model, optimizer, cfg, found, carried, mid, rank, preempted_at)
+            if rank == 0:
+                record_reached(run_dir, (epoch - 1) * n + mid.samples)
+                print(
+                    f"{preemption.describe()}: checkpoint saved at epoch {epoch} step {preempted_at}; "
+                    "waiting for Ray Train to restart the run from it",
+                    flush=True,
+                )
+            preemption.wait_for_restart()
         rt.sync()
         train_s = time.perf_counter() - t0
         broadcast_buffers(model)  # evaluate (and checkpoint) exactly rank 0's model on every rank
@@ -228,7 +310,8 @@ def train_loop(loop_config: dict) -> None:
         epoch_s = time.perf_counter() - t0
         row = {
             "epoch": epoch,
-            "train_loss": g_train_loss / g_seen,
+            "train_loss": (g_train_loss + (position.loss_sum if position else 0.0))
+            / (g_seen + (position.seen if position else 0)),
             "test_loss": g_test_loss / g_tested,
             "test_accuracy": g_correct / g_tested,
             "test_images": int(g_tested),
@@ -238,21 +321,15 @@ def train_loop(loop_config: dict) -> None:
             "epoch_s": epoch_s,
             "workers": world,
             "device": rt.device.type,
-            "attempt": attempt,
+            "attempt": found.attempt,
+            **carried,
         }
         if log is not None:
             log.append(row)
             print(format_epoch(row, cfg.epochs), flush=True)
             tracking.scalars.log(epoch * steps, epoch_scalars(row, cfg, rt))
             tracking.scalars.flush()
-        state = {
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "epoch": epoch,
-            "attempt": attempt,
-            "seed": cfg.seed,
-            "rng": checkpoint.rng_state(),
-        }
+        state = train_state(model, optimizer, cfg, found, carried, epoch)
         write = (lambda directory, state=state: checkpoint.write_state(directory, state)) if rank == 0 else None
         checkpoint.report(row, checkpoint.checkpoint_name(epoch), write)  # rank 0 uploads the whole model
         reason = stop.agreed(run_dir, rank, rt.device)  # a budget: after the epoch's checkpoint, on every rank
@@ -262,6 +339,35 @@ def train_loop(loop_config: dict) -> None:
             break
     if tracking is not None:
         tracking.scalars.close()
+
+
+def train_state(model, optimizer, cfg: DDPConfig, found: Resume, carried: dict, epoch: int) -> dict:
+    """What a checkpoint holds: `epoch` is the last complete one."""
+    return {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "epoch": epoch,
+        "attempt": found.attempt,
+        "seed": cfg.seed,
+        "rng": checkpoint.rng_state(),
+        **carried,
+    }
+
+
+def position_at(epoch: int, position: EpochPosition | None, loss_sum, seen: int, world: int, device) -> EpochPosition:
+    """Where this epoch stands on every rank (a collective), counting the part before an earlier resume."""
+    before = position or EpochPosition(epoch, 0)
+    loss, samples = _all_sum(loss_sum, seen, device=device)
+    return EpochPosition(epoch, before.samples + seen * world, before.loss_sum + loss, before.seen + int(samples))
+
+
+def save_at_preemption(model, optimizer, cfg, found: Resume, carried: dict, mid: EpochPosition, rank: int, step: int):
+    """The checkpoint a preemption notice asks for, mid-epoch, through the usual path; every rank calls it."""
+    state = train_state(model, optimizer, cfg, found, carried, mid.epoch - 1)
+    state.update(position=asdict(mid), preemptions=carried["preemptions"] + 1)
+    write = (lambda directory: checkpoint.write_state(directory, state)) if rank == 0 else None
+    name = f"{checkpoint.checkpoint_name(mid.epoch - 1)}_step_{step:06d}"  # sorts between its epochs' names
+    checkpoint.report({"epoch": mid.epoch, "step": step, "preempted": True}, name, write)
 
 
 def epoch_scalars(row: dict, cfg: DDPConfig, rt: Runtime) -> dict[str, float]:

@@ -35,6 +35,7 @@ from training.fsdp_config import FSDPConfig
 from training.hf_export import write_and_verify
 from training.hf_model import ModelNotFound, resolve_model_dir
 from training.metrics import MetricsLog
+from training.preemption import Preemption, record_reached, redone_since
 from training.ray_connect import quiet_report_logs
 from training.tracking.progress import Progress
 from training.tracking.scalars import Scalars, memory_gb
@@ -124,6 +125,10 @@ def train_loop(loop_config: dict) -> None:
     state = strategy.load()
     start, attempt = (state["step"], state["attempt"] + 1) if state else (0, 0)
     run_dir = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url)
+    carried = {key: (state or {}).get(key, 0) for key in ("preemptions", "steps_redone")}
+    if rank == 0 and state:
+        carried["steps_redone"] += redone_since(run_dir, start)  # steps the last attempt took past its checkpoint
+    train_state = {"attempt": attempt, "seed": cfg.seed, "strategy": cfg.strategy}
     log = MetricsLog(run_dir, start + 1, key="step") if rank == 0 else None
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     mc = strategy.config
@@ -155,6 +160,7 @@ def train_loop(loop_config: dict) -> None:
     window_start, loss_sum, tokens = time.perf_counter(), 0.0, 0
     scalars = Scalars(run_dir, loop_config["tracking"], purge_step=start + 1) if rank == 0 else None
     progress = Progress(cfg.max_steps, start, cfg.progress_every_s)
+    preemption = Preemption(cfg.preemption_check_steps)
     for step in range(start, last):
         strategy.set_lr(lr_at(cfg, step))
         for micro in range(cfg.grad_accum):
@@ -172,16 +178,18 @@ def train_loop(loop_config: dict) -> None:
                 "grad_norm": grad_norm,
                 "attempt": attempt,
                 "param_bytes_per_rank": info["shard_bytes"],
+                **carried,
                 **_step_metrics(cfg, info, loss_sum, tokens, seconds, device, world),
             }
             if log is not None:
                 log.append(row)
                 print(_progress_line(row, cfg.max_steps), flush=True)
                 scalars.log(done, step_scalars(row, device))
+                record_reached(run_dir, done)
             window_start, loss_sum, tokens, info["steps"] = time.perf_counter(), 0.0, 0, 0
             reason = stop.agreed(run_dir, rank, device)  # a budget: every rank stops at this step
             if done % cfg.checkpoint_every == 0 or done == last or reason:
-                strategy.save(done, {"attempt": attempt, "seed": cfg.seed, "strategy": cfg.strategy}, row)
+                strategy.save(done, {**train_state, **carried}, row)
                 if scalars is not None:
                     scalars.flush()
             if reason:
@@ -193,6 +201,18 @@ def train_loop(loop_config: dict) -> None:
             print(
                 progress.line(done, run_name, _window(loss_sum, tokens, window_start, info["steps"], cfg)), flush=True
             )
+            record_reached(run_dir, done)
+        if preemption.noticed(done):  # every rank, the same steps
+            noticed = {**train_state, **carried, "preemptions": carried["preemptions"] + 1}
+            strategy.save(done, noticed, {"step": done, "preempted": True})
+            if rank == 0:
+                record_reached(run_dir, done)
+                print(
+                    f"{preemption.describe()}: checkpoint saved at step {done}; waiting for Ray Train to "
+                    "restart the run from it",
+                    flush=True,
+                )
+            preemption.wait_for_restart()
     if scalars is not None:
         scalars.close()
     if cfg.export and last == cfg.max_steps:  # not a run stopped early

@@ -1,7 +1,7 @@
 """The keys every job shares, and their checks: one base that DDPConfig and FSDPConfig extend.
 
 Cluster shape (num_workers, cpus_per_worker, device), numerics (precision, seed), where results go
-(storage, s3_endpoint_url, run_name), fault tolerance (max_failures, keep_checkpoints) and what the run
+(storage, s3_endpoint_url, run_name), fault tolerance (max_failures, max_preemptions, preemption checks, keep_checkpoints) and what the run
 reports while it trains (progress lines, TensorBoard, MLflow: training/tracking/). A job adds only
 its own keys; a check written here holds for every job.
 """
@@ -33,7 +33,13 @@ class JobConfig(StrictModel):
     s3_endpoint_url: str | None = Field(None, description="for S3-compatible stores (MinIO, moto)")
     run_name: str | None = Field(None, pattern=RUN_NAME_PATTERN)
     # Fault tolerance
-    max_failures: int = Field(3, ge=0, description="worker-group restarts, each resuming from the last checkpoint")
+    max_failures: int = Field(
+        3, ge=-1, description="worker-group restarts after failures, each from the last checkpoint; -1: no limit"
+    )
+    max_preemptions: int = Field(-1, ge=-1, description="restarts after node preemptions (not failures); -1: no limit")
+    preemption_check_steps: int = Field(
+        10, ge=0, description="ask Ray Train every N steps whether a node is being preempted; 0: never"
+    )
     keep_checkpoints: int = Field(2, ge=1)
     # Tracking (rank 0)
     progress_every_s: float = Field(20.0, ge=0, description="a progress line at most this often; 0: none")

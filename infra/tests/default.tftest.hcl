@@ -320,15 +320,19 @@ run "ray" {
   }
 
   # issue 15 item 1: IMDS is closed to tasks, so the sidecar learns its instance from a file the host writes
-  # at boot (infra/modules/cluster/user_data.sh.tftpl), mounted read-only into the sidecar only.
+  # at boot (infra/modules/cluster/user_data.sh.tftpl); issue 17: the worker watches the Spot notice the host's
+  # poller writes beside it. Both mount it read-only; no other task has it.
   assert {
     condition = (
       [for v in aws_ecs_task_definition.worker.volume : v.name] == ["instance-identity", "current-run"] &&
       [for v in aws_ecs_task_definition.worker.volume : v.host_path if v.name == "instance-identity"] == ["/etc/rayfleet"] &&
-      [for m in jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].mountPoints : m.sourceVolume] == ["current-run"] &&
+      jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].mountPoints == [
+        { sourceVolume = "current-run", containerPath = "/run/rayfleet", readOnly = false },
+        { sourceVolume = "instance-identity", containerPath = "/etc/rayfleet", readOnly = true },
+      ] &&
       length(aws_ecs_task_definition.head.volume) == 0 && length(aws_ecs_task_definition.trainer.volume) == 0
     )
-    error_message = "Only the worker task has the host's /etc/rayfleet, and only the sidecar mounts it."
+    error_message = "Only the worker task has the host's /etc/rayfleet, read-only in both of its containers."
   }
 
   # issue 15 item 11: the sidecar follows the run using its GPUs through a task volume the training workers
@@ -337,7 +341,7 @@ run "ray" {
   assert {
     condition = (
       [for v in aws_ecs_task_definition.worker.volume : v.name if v.host_path == null] == ["current-run"] &&
-      jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].mountPoints == [{ sourceVolume = "current-run", containerPath = "/run/rayfleet", readOnly = false }]
+      jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].mountPoints[0] == { sourceVolume = "current-run", containerPath = "/run/rayfleet", readOnly = false }
     )
     error_message = "The current-run volume: no host path, read-write for the worker: ${jsonencode(aws_ecs_task_definition.worker.volume)}"
   }
@@ -484,6 +488,17 @@ run "cluster" {
       ])
     ])
     error_message = "Every node group blocks IMDS for awsvpc tasks (agent), bridge containers (DOCKER-USER) and non-root host-network processes (OUTPUT), and writes the identity file."
+  }
+
+  # issue 17: the Spot notice poller is installed everywhere and runs only on Spot groups (none by default).
+  assert {
+    condition = alltrue([
+      for g in ["head", "worker"] : alltrue([
+        strcontains(base64decode(aws_launch_template.this[g].user_data), "/meta-data/spot/instance-action"),
+        strcontains(base64decode(aws_launch_template.this[g].user_data), "if [ \"false\" = \"true\" ]; then\n  systemctl enable --now rayfleet-spot-notice.service"),
+      ])
+    ])
+    error_message = "On-demand groups install the Spot notice poller but do not start it."
   }
 
   assert {

@@ -14,7 +14,9 @@ Resources never exceed what the task has: CPUs and memory are capped by the cont
 the object store by the size of /dev/shm.
 
 The head and the workers run `ray start --block` as a child and pass ECS's SIGTERM on to it; a node stopped
-that way exits 0 (Ray's own handler exits 1). "The head answers" means Ray's health check passes against its
+that way exits 0 (Ray's own handler exits 1). A worker first drains its node for preemption, on SIGTERM or
+a Spot interruption notice, so the jobs on it checkpoint and move (scripts/container/drain.py;
+RAYFLEET_DRAIN_DEADLINE_S, default 100 of the 120 s stopTimeout; RAYFLEET_SPOT_NOTICE_FILE). "The head answers" means Ray's health check passes against its
 GCS with this task's token, not only that the port is open. A worker never pins the head's IP: it joins by
 the Cloud Map name, and when its raylet exits because the GCS is gone (Ray gives up after
 gcs_rpc_server_reconnect_timeout_s, 60 s by default) or the name answers at a new address (checked every
@@ -32,6 +34,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from scripts.container import drain
 
 DEFAULT_PORTS = {"gcs": {"from": 6379, "to": 6379}, "dashboard": {"from": 8265, "to": 8265}}
 MIB = 1024 * 1024
@@ -181,22 +185,31 @@ def head_moved(host: str, port: int, joined: str) -> str | None:
 
 class Node:
     """`ray start --block` as a child process: a stop signal (ECS StopTask and `podman stop` send SIGTERM)
-    is passed on, and a node stopped that way exits 0, not the 1 that Ray's own SIGTERM handler returns."""
+    is passed on, and a node stopped that way exits 0, not the 1 that Ray's own SIGTERM handler returns.
+    With `before_stop(pid, reason, seconds_left)` (a worker's drain: scripts/container/drain.py), the node
+    runs it first, in the main loop, and only then stops Ray."""
 
-    def __init__(self) -> None:
+    def __init__(self, before_stop=None) -> None:
         self.child: subprocess.Popen | None = None
         self.stopping = False
+        self.before_stop = before_stop
+        self.reason, self.left_s = "", None
 
     def install(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self._stop)
 
     def _stop(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
         if not self.stopping:
-            say(f"{signal.Signals(signum).name}: stopping the Ray node")
-        self.stopping = True
-        if self.child is not None and self.child.poll() is None:
+            say(f"{name}: stopping the Ray node")
+            self.stop_for(f"the task was stopped ({name})")
+        if self.before_stop is None and self.child is not None and self.child.poll() is None:
             self.child.send_signal(signal.SIGTERM)
+
+    def stop_for(self, reason: str, left_s: float | None = None) -> None:
+        if not self.stopping:
+            self.stopping, self.reason, self.left_s = True, reason, left_s
 
     def run(self, command: list[str], watch=None, every: float = 5.0) -> tuple[int | None, object]:
         """Run `command` until it exits, the task is stopped, or `watch()` returns something (checked every
@@ -204,9 +217,9 @@ class Node:
         say(" ".join(command))
         self.child = subprocess.Popen(command)
         next_watch = time.monotonic() + every
-        while self.child.poll() is None:
+        while self.child.poll() is None and not self.stopping:
             time.sleep(0.2)
-            if self.stopping or watch is None or time.monotonic() < next_watch:
+            if watch is None or time.monotonic() < next_watch:
                 continue
             next_watch = time.monotonic() + every
             found = watch()
@@ -214,6 +227,8 @@ class Node:
                 self.terminate()
                 return self.child.returncode, found
         if self.stopping:
+            if self.before_stop is not None and self.child.poll() is None:
+                self.before_stop(self.child.pid, self.reason, self.left_s)
             self.terminate()
         return self.child.wait(), None
 
@@ -226,6 +241,27 @@ class Node:
         except subprocess.TimeoutExpired:
             self.child.kill()
             self.child.wait()
+
+
+def drain_first(env: dict, gcs: dict):
+    """A worker's before_stop: drain this node for preemption (its jobs checkpoint and restart elsewhere),
+    wait until its work is gone or the deadline passes; `gcs["address"]` is the head it joined."""
+    default_s = float(env.get("RAYFLEET_DRAIN_DEADLINE_S") or drain.DEFAULT_DEADLINE_S)
+
+    def before_stop(pid: int, reason: str, left_s: float | None) -> None:
+        node_id = drain.own_node_id(pid)
+        if node_id is None or not gcs.get("address"):
+            say("no Ray node to drain")
+            return
+        deadline = drain.deadline_for(left_s, default_s)
+        problem = drain.request(gcs["address"], node_id, reason, deadline)
+        if problem:
+            say(f"could not drain node {node_id}: {problem}; stopping it now")
+            return
+        say(f"draining node {node_id} for preemption ({reason}): deadline in {deadline} s")
+        say(f"stopping the Ray node: {drain.wait_until_idle(pid, deadline)}")
+
+    return before_stop
 
 
 def run_job(command: list[str], env: dict) -> int:
@@ -263,9 +299,21 @@ MAX_QUICK_EXITS = 5
 def run_worker(env: dict, host: str, port: int, wait_s: float, watch_s: float = 5.0) -> int:
     """Join the head by its name; whenever Ray exits on its own (its raylet dies once the GCS has been
     unreachable for gcs_rpc_server_reconnect_timeout_s) or the name points at a new head that answers,
-    resolve the name again and rejoin, in the same container. A stop signal ends it with 0."""
-    node = Node()
+    resolve the name again and rejoin, in the same container. A stop signal or a Spot interruption notice
+    drains the node first (drain_first); it then ends with 0."""
+    gcs: dict[str, str] = {}
+    node = Node(before_stop=drain_first(env, gcs))
     node.install()
+    notices = Path(env.get("RAYFLEET_SPOT_NOTICE_FILE") or drain.SPOT_NOTICE_FILE)
+
+    def watch(joined: str) -> str | None:
+        notice = drain.spot_notice(notices)
+        if notice is not None:
+            say(notice[0])
+            node.stop_for(*notice)
+            return None
+        return head_moved(host, port, joined)
+
     joins = quick = 0
     while not node.stopping:
         try:
@@ -274,11 +322,9 @@ def run_worker(env: dict, host: str, port: int, wait_s: float, watch_s: float = 
             break
         if joins:  # whatever the last node left behind (Ray kills its processes, but not after a SIGKILL)
             subprocess.run(["ray", "stop", "--force"], capture_output=True, check=False)
-        joined_at = time.monotonic()
+        joined_at, gcs["address"] = time.monotonic(), f"{address}:{port}"
         code, moved = node.run(
-            join_command(env, host, block=True),
-            watch=lambda joined=address: head_moved(host, port, joined),
-            every=watch_s,
+            join_command(env, host, block=True), watch=lambda joined=address: watch(joined), every=watch_s
         )
         joins += 1
         if node.stopping:

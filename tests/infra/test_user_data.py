@@ -16,6 +16,8 @@ import os
 import re
 import stat
 import subprocess
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -150,3 +152,82 @@ def test_the_guard_fails_loudly_when_imds_does_not_answer(tmp_path):
     env = {"PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "RAYFLEET_ETC": str(tmp_path / "etc")}
     result = subprocess.run(["bash", str(guard)], env=env, capture_output=True, text=True)
     assert result.returncode != 0 and not (tmp_path / "etc" / "identity.json").exists()
+
+
+class SpotImds:
+    """IMDSv2 on 127.0.0.1 as the Spot notice poller sees it: a token for PUT /latest/api/token (with a TTL
+    header), the notice only with that token, 404 until `notice` is set (what AWS does until it interrupts)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        owner = self
+        self.notice: dict | None = None
+        self.requests: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_PUT(self):
+                owner.requests.append(f"PUT {self.path}")
+                ok = self.path == "/latest/api/token" and self.headers.get("X-aws-ec2-metadata-token-ttl-seconds")
+                self.answer(200 if ok else 400, "tok-2")
+
+            def do_GET(self):
+                owner.requests.append(f"GET {self.path}")
+                if self.headers.get("X-aws-ec2-metadata-token") != "tok-2":
+                    return self.answer(401, "")
+                if self.path != "/latest/meta-data/spot/instance-action" or owner.notice is None:
+                    return self.answer(404, "")
+                self.answer(200, json.dumps(owner.notice))
+
+            def answer(self, code: int, body: str) -> None:
+                self.send_response(code)
+                self.end_headers()
+                self.wfile.write(body.encode())
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_the_spot_notice_poller_writes_the_notice_when_imds_has_one(tmp_path):
+    imds = SpotImds()
+    poller = tmp_path / "poller"
+    poller.write_text(heredoc(render(cluster="c", node_group="worker", gpu="true", spot="true", efa="false"), "NOTICE"))
+    etc = tmp_path / "etc"
+    etc.mkdir()
+    env = {
+        "PATH": os.environ["PATH"],
+        "RAYFLEET_ETC": str(etc),
+        "RAYFLEET_IMDS": imds.url,
+        "RAYFLEET_SPOT_POLL_S": "0.2",
+    }
+    proc = subprocess.Popen(["bash", str(poller)], env=env)
+    try:
+        notice_file = etc / "spot-action.json"
+        time.sleep(1.5)
+        assert not notice_file.exists()  # no interruption: nothing written, polling goes on
+        polls = sum(r == "GET /latest/meta-data/spot/instance-action" for r in imds.requests)
+        assert polls >= 3
+        imds.notice = {"action": "terminate", "time": "2026-11-24T10:00:00Z"}
+        deadline = time.monotonic() + 10
+        while not notice_file.exists():
+            assert time.monotonic() < deadline, imds.requests[-5:]
+            time.sleep(0.1)
+        assert json.loads(notice_file.read_text()) == imds.notice
+        assert stat.S_IMODE(notice_file.stat().st_mode) == 0o644
+        assert imds.requests.count("PUT /latest/api/token") == 1  # one token, reused while it is valid
+    finally:
+        proc.kill()
+        imds.server.shutdown()
+    # what the worker's entry point makes of it (scripts/container/drain.py): the drain's message and time
+    from scripts.container import drain
+
+    two_minutes_before = datetime(2026, 11, 24, 9, 58, tzinfo=UTC).timestamp()
+    message, left = drain.spot_notice(notice_file, now=two_minutes_before)
+    assert message == "Spot interruption notice: terminate at 2026-11-24T10:00:00Z" and left == 120
+    assert drain.deadline_for(left, 100) == 100 and drain.deadline_for(60, 100) == 60 - drain.SPOT_MARGIN_S
+    assert drain.deadline_for(None, 100) == 100  # ECS's SIGTERM: the stopTimeout's share

@@ -32,9 +32,9 @@ class DeviceSplit:
     def __len__(self) -> int:
         return self.labels.numel()
 
-    def shard_indices(self, epoch: int, rank: int, world: int, seed: int, shuffle: bool) -> torch.Tensor:
+    def shard_indices(self, epoch: int, rank: int, world: int, seed: int, shuffle: bool, skip: int = 0) -> torch.Tensor:
         if shuffle:
-            return epoch_shard(len(self), epoch, rank, world, seed).to(self.device)
+            return epoch_shard(len(self), epoch, rank, world, seed, skip).to(self.device)
         return torch.arange(rank, len(self), world, device=self.device)  # evaluation: every image exactly once
 
     def batches(

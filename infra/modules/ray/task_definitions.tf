@@ -109,7 +109,12 @@ locals {
       { sharedMemorySize = local.worker_shm_mib, initProcessEnabled = true },
       var.worker_node.efa ? { devices = local.efa_devices } : {},
     )
-    mountPoints      = [merge(local.current_run_mount, { readOnly = false })]
+    # The host's /etc/rayfleet, read-only: the Spot interruption notice its poller writes there (the entry point
+    # drains the Ray node when it appears: scripts/container/drain.py).
+    mountPoints = [
+      merge(local.current_run_mount, { readOnly = false }),
+      { sourceVolume = "instance-identity", containerPath = "/etc/rayfleet", readOnly = true },
+    ]
     logConfiguration = local.logging["ray-worker"]
     stopTimeout      = 120
   }
@@ -176,7 +181,8 @@ resource "aws_ecs_task_definition" "worker" {
   container_definitions    = jsonencode([local.worker_container, local.gpu_metrics_container])
   tags                     = local.tags
 
-  # Written by the instance's guard at boot (infra/modules/cluster/user_data.sh.tftpl); the sidecar's only mount.
+  # Written by the instance's root services (infra/modules/cluster/user_data.sh.tftpl): the identity file the sidecar
+  # reads, the Spot notice the worker's entry point watches.
   volume {
     name      = "instance-identity"
     host_path = "/etc/rayfleet"

@@ -45,7 +45,7 @@ def _train(cfg, splits):
     train, test = splits
     losses = []
     for epoch in (1, 2, 3):
-        loss_sum, seen = train_epoch(wrapped, optimizer, train, cfg, rt, epoch, 0, 1)
+        loss_sum, seen, _ = train_epoch(wrapped, optimizer, train, cfg, rt, epoch, 0, 1)
         losses.append(float(loss_sum) / seen)
     _, correct, tested = evaluate(model, test, cfg, rt, 0, 1)
     return losses[0], losses[-1], float(correct) / tested, model

@@ -18,6 +18,8 @@ SHARED = {
     "storage",
     "s3_endpoint_url",
     "run_name",
+    "max_preemptions",
+    "preemption_check_steps",
     "max_failures",
     "keep_checkpoints",
     "progress_every_s",

@@ -46,7 +46,7 @@ def test_overrides_are_typed_yaml_scalars():
         ("storage=gs://bucket", "storage: only local paths and s3:// are supported"),
         ("run_name=../escape", "run_name: String should match pattern"),
         ("compile=yes please", "compile: Input should be a valid boolean"),
-        ("max_failures=-1", "max_failures: Input should be greater than or equal to 0"),
+        ("max_failures=-2", "max_failures: Input should be greater than or equal to -1"),
     ],
 )
 def test_rejects_bad_values_naming_the_key(small_dataset, override, expected):

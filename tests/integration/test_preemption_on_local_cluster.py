@@ -1,0 +1,183 @@
+"""Preemption on the real local cluster, through the ECS worker entry point.
+
+A third worker node joins the test cluster the way an ECS worker task does (`rayfleet-node worker`, here
+`python -m scripts.container.ray_node worker`, with 2 CPUs so Ray packs the run's two workers onto it). A
+DDP (or FSDP) run with max_failures=0 starts there; SIGTERM to the entry point, what ECS sends when Spot
+takes the instance, makes it drain its own node with Ray's PREEMPTION reason and a deadline. The run sees
+the notice at its next check, saves a checkpoint, waits; at the deadline Ray Train restarts it on the
+cluster's two other workers, where it finishes. No failure is spent: with max_failures=0 one would end it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.integration.helpers import DASHBOARD_PORT, FSDP_TINY, RAY_PORT, REPO
+from training.core.run_dir import RunDir
+from training.metrics import read_rows
+
+pytestmark = pytest.mark.integration
+DASHBOARD = f"http://127.0.0.1:{DASHBOARD_PORT}"
+DEADLINE_S = 25
+CHECK_EVERY = 2
+
+
+def entry_point_node(cluster_env: dict, scratch: Path, log: Path) -> subprocess.Popen:
+    ports = {"gcs": {"from": RAY_PORT, "to": RAY_PORT}, "dashboard": {"from": DASHBOARD_PORT, "to": DASHBOARD_PORT}}
+    env = {
+        **cluster_env,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # `ray` of this environment
+        "PYTHONPATH": str(REPO),  # the run's workers import training/ (the image has it installed)
+        "RAYFLEET_HEAD_HOST": "127.0.0.1",
+        "RAYFLEET_RAY_PORTS": json.dumps(ports),
+        "RAYFLEET_NUM_CPUS": "2",
+        "RAYFLEET_NUM_GPUS": "0",
+        "RAYFLEET_OBJECT_STORE_MIB": "200",
+        "RAYFLEET_DRAIN_DEADLINE_S": str(DEADLINE_S),
+        "RAYFLEET_SPOT_NOTICE_FILE": str(scratch / "spot-action.json"),
+    }
+    with open(log, "w") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "scripts.container.ray_node", "worker"],
+            env=env,
+            cwd=REPO,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def train_workers_under(pid: int) -> int:
+    found = 0
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            found += child.cmdline()[:1] and child.cmdline()[0].startswith("ray::RayTrainWorker")
+        except psutil.Error:
+            continue
+    return found
+
+
+def wait_for(predicate, timeout: float, what: str, job: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert job.poll() is None, f"the run ended before {what}: {job.communicate()[0][-3000:]}"
+        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
+        time.sleep(0.5)
+
+
+def preempted_run(cluster_env: dict, scratch: Path, job_command: list[str], started) -> tuple[str, str, int, int]:
+    """Start the node and the run; once `started()` holds, SIGTERM the node. (run's output, node's output,
+    node's exit code, run's exit code)."""
+    log = scratch / "node.log"
+    node = entry_point_node(cluster_env, scratch, log)
+    job = None
+    try:
+        wait_for(lambda: "ray start" in log.read_text(), 60, "node start", node)
+        time.sleep(5)  # the node has registered with the GCS
+        job = subprocess.Popen(
+            job_command, env=cluster_env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
+        wait_for(lambda: train_workers_under(node.pid) > 0, 240, "run on the entry point's node", job)
+        wait_for(started, 300, "progress past the first checkpoint", job)
+        node.send_signal(signal.SIGTERM)
+        node.wait(timeout=DEADLINE_S + 90)
+        out, _ = job.communicate(timeout=600)
+        return out, log.read_text(), node.returncode, job.returncode
+    finally:
+        if node.poll() is None:
+            os.killpg(node.pid, signal.SIGKILL)
+        if job is not None and job.poll() is None:
+            job.kill()
+
+
+def dead_node_message(cluster_env: dict) -> list[str]:
+    listed = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ray"),
+            "list",
+            "nodes",
+            "--format=json",
+            "--detail",
+            f"--address={DASHBOARD}",
+        ],
+        env=cluster_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert listed.returncode == 0, listed.stderr[-2000:]
+    return [n.get("state_message") or "" for n in json.loads(listed.stdout) if n["state"] == "DEAD"]
+
+
+def check_the_node(node_out: str, node_rc: int, cluster_env: dict) -> None:
+    assert node_rc == 0, node_out[-3000:]
+    drained = re.search(
+        r"draining node (\w+) for preemption \(the task was stopped \(SIGTERM\)\): deadline in (\d+) s", node_out
+    )
+    assert drained and int(drained.group(2)) == DEADLINE_S, node_out[-3000:]
+    assert "stopping the Ray node: " in node_out
+    assert any(
+        m.startswith("Terminated due to preemption: the task was stopped (SIGTERM)")
+        for m in dead_node_message(cluster_env)
+    )
+
+
+def check_the_notice(out: str) -> int:
+    notice = re.search(r"preemption notice: rank\(s\) \[[\d, ]+\] on a node that goes in (\d+) s", out)
+    assert notice, out[-4000:]
+    assert 0 < int(notice.group(1)) <= DEADLINE_S
+    return int(notice.group(1))
+
+
+def test_a_ddp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_env, small_dataset, tmp_path):
+    run_dir = RunDir(str(tmp_path), "spot")
+    command = [sys.executable, "-m", "training.ddp", f"data_dir={small_dataset}", f"storage={tmp_path}"]
+    command += ["eval_batch_size=600", "epochs=4", "run_name=spot", "max_failures=0"]
+    command += [f"preemption_check_steps={CHECK_EVERY}", "progress_every_s=1"]
+    out, node_out, node_rc, rc = preempted_run(cluster_env, tmp_path, command, lambda: len(read_rows(run_dir)) >= 1)
+    assert rc == 0, out[-4000:]
+    check_the_node(node_out, node_rc, cluster_env)
+    check_the_notice(out)
+    saved = re.search(r"checkpoint saved at epoch (\d) step (\d+); waiting for Ray Train to restart", out)
+    assert saved, out[-4000:]
+    epoch, step = int(saved.group(1)), int(saved.group(2))
+    assert step % CHECK_EVERY == 0 and (tmp_path / "spot" / f"checkpoint_{epoch - 1:06d}_step_{step:06d}").is_dir()
+    assert f"samples into epoch {epoch} (attempt 1)" in out  # resumed mid-epoch, not from the epoch's start
+    rows = read_rows(run_dir)
+    assert [r["epoch"] for r in rows] == [1, 2, 3, 4]  # each epoch once; the counting goes on
+    after = [r for r in rows if r["epoch"] >= epoch]
+    assert all(r["preemptions"] == 1 and r["attempt"] == 1 for r in after), after
+    assert all(r["steps_redone"] <= CHECK_EVERY for r in after), after  # caught at a check: 0 in practice
+    assert rows[-1]["test_accuracy"] > 0.5
+
+
+def test_an_fsdp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_env, tiny, tmp_path):
+    run_dir = RunDir(str(tmp_path), "spot-fsdp")
+    command = [sys.executable, "-m", "training.fsdp", "--config", FSDP_TINY, f"model={tiny['model']}"]
+    command += [f"data={tiny['data']}", f"storage={tmp_path}"]
+    command += ["max_steps=30", "checkpoint_every=10", "log_every=5", "run_name=spot-fsdp", "max_failures=0"]
+    command += [f"preemption_check_steps={CHECK_EVERY}", "export=false"]
+    out, node_out, node_rc, rc = preempted_run(
+        cluster_env, tmp_path, command, lambda: any(r["step"] >= 10 for r in read_rows(run_dir))
+    )
+    assert rc == 0, out[-4000:]
+    check_the_node(node_out, node_rc, cluster_env)
+    check_the_notice(out)
+    saved = re.search(r"checkpoint saved at step (\d+); waiting for Ray Train to restart", out)
+    assert saved and int(saved.group(1)) % CHECK_EVERY == 0, out[-4000:]
+    step = int(saved.group(1))
+    assert f"resuming at step {step + 1} (attempt 1)" in out
+    rows = read_rows(run_dir)
+    assert [r["step"] for r in rows] == sorted({r["step"] for r in rows}) and rows[-1]["step"] == 30
+    after = [r for r in rows if r["step"] > step]
+    assert after and all(r["preemptions"] == 1 and r["steps_redone"] <= CHECK_EVERY for r in after), after
