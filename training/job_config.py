@@ -1,9 +1,9 @@
 """The keys every job shares, and their checks: one base that DDPConfig and FSDPConfig extend.
 
 Cluster shape (num_workers, cpus_per_worker, device), numerics (precision, seed), where results go
-(storage, s3_endpoint_url, run_name), fault tolerance (max_failures, max_preemptions, preemption checks, keep_checkpoints) and what the run
-reports while it trains (progress lines, TensorBoard, MLflow: training/tracking/). A job adds only
-its own keys; a check written here holds for every job.
+(storage, s3_endpoint_url, run_name), fault tolerance (max_failures, max_preemptions, preemption checks,
+keep_checkpoints) and what the run reports while it trains (progress lines, TensorBoard, MLflow:
+training/tracking/). A job adds only its own keys; a check written here holds for every job.
 """
 
 from __future__ import annotations

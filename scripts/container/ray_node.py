@@ -16,8 +16,9 @@ the object store by the size of /dev/shm.
 The head and the workers run `ray start --block` as a child and pass ECS's SIGTERM on to it; a node stopped
 that way exits 0 (Ray's own handler exits 1). A worker first drains its node for preemption, on SIGTERM or
 a Spot interruption notice, so the jobs on it checkpoint and move (scripts/container/drain.py;
-RAYFLEET_DRAIN_DEADLINE_S, default 100 of the 120 s stopTimeout; RAYFLEET_SPOT_NOTICE_FILE). "The head answers" means Ray's health check passes against its
-GCS with this task's token, not only that the port is open. A worker never pins the head's IP: it joins by
+RAYFLEET_DRAIN_DEADLINE_S, default 100 of the 120 s stopTimeout; RAYFLEET_SPOT_NOTICE_FILE).
+"The head answers" means Ray's health check passes against its GCS with this task's token, not only that
+the port is open. A worker never pins the head's IP: it joins by
 the Cloud Map name, and when its raylet exits because the GCS is gone (Ray gives up after
 gcs_rpc_server_reconnect_timeout_s, 60 s by default) or the name answers at a new address (checked every
 5 s), it resolves the name again and rejoins a replaced head without the task restarting. Five exits within
