@@ -77,9 +77,7 @@ def build_trainer(
             name=run_name,
             storage_path=storage_path,
             storage_filesystem=storage_filesystem,
-            failure_config=FailureConfig(
-                max_failures=cfg.max_failures, max_preemption_failures=cfg.max_preemptions
-            ),
+            failure_config=FailureConfig(max_failures=cfg.max_failures, max_preemption_failures=cfg.max_preemptions),
             checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
             # Train V2 turns print() into a logger that echoes to stdout and stderr: every progress line
             # would arrive twice. The jobs print one line per epoch from rank 0 themselves.
