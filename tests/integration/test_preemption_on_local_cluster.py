@@ -23,6 +23,7 @@ import psutil
 import pytest
 
 from tests.integration.helpers import DASHBOARD_PORT, FSDP_TINY, RAY_PORT, REPO
+from training.checkpoint import read_state
 from training.core.run_dir import RunDir
 from training.metrics import read_rows
 
@@ -142,7 +143,7 @@ def check_the_notice(out: str) -> int:
 def test_a_ddp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_env, small_dataset, tmp_path):
     run_dir = RunDir(str(tmp_path), "spot")
     command = [sys.executable, "-m", "training.ddp", f"data_dir={small_dataset}", f"storage={tmp_path}"]
-    command += ["eval_batch_size=600", "epochs=4", "run_name=spot", "max_failures=0"]
+    command += ["eval_batch_size=600", "epochs=4", "run_name=spot", "max_failures=0", "keep_checkpoints=10"]
     command += [f"preemption_check_steps={CHECK_EVERY}", "progress_every_s=1"]
     out, node_out, node_rc, rc = preempted_run(cluster_env, tmp_path, command, lambda: len(read_rows(run_dir)) >= 1)
     assert rc == 0, out[-4000:]
@@ -151,7 +152,10 @@ def test_a_ddp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_en
     saved = re.search(r"checkpoint saved at epoch (\d) step (\d+); waiting for Ray Train to restart", out)
     assert saved, out[-4000:]
     epoch, step = int(saved.group(1)), int(saved.group(2))
-    assert step % CHECK_EVERY == 0 and (tmp_path / "spot" / f"checkpoint_{epoch - 1:06d}_step_{step:06d}").is_dir()
+    assert step % CHECK_EVERY == 0
+    at_notice = read_state(tmp_path / "spot" / f"checkpoint_{epoch - 1:06d}_step_{step:06d}")
+    assert at_notice["epoch"] == epoch - 1 and at_notice["position"]["epoch"] == epoch
+    assert at_notice["position"]["samples"] > 0 and at_notice["preemptions"] == 1
     assert f"samples into epoch {epoch} (attempt 1)" in out  # resumed mid-epoch, not from the epoch's start
     rows = read_rows(run_dir)
     assert [r["epoch"] for r in rows] == [1, 2, 3, 4]  # each epoch once; the counting goes on
