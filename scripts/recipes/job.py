@@ -62,7 +62,37 @@ def submitter_gone(record: dict) -> bool:
 
 
 def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
-    """Submit and follow (keywords as `_submit_and_follow`). The job's output goes to driver.log as it comes
+    """Submit and follow; a failure whose exit code the recipe's `retries` allows is submitted again under the
+    same run name, so the job resumes from its checkpoint, up to `retries.count` times. run.json's `attempts`
+    lists every submission (and, on ECS, every trainer task that was lost: scripts/recipes/run.py) with how it
+    ended; they share the one count. A stop (Ctrl-C, SIGTERM, a budget) is never retried."""
+    attempts = list(run_dir.record().get("attempts") or [])
+    while True:
+        exit_code, interrupted = _run_once(recipe, run_dir, **how)
+        attempts.append(attempt_of(run_dir.record(), len(attempts) + 1))
+        run_dir.update(attempts=attempts)
+        if interrupted or not recipe.retries.allows(exit_code) or len(attempts) > recipe.retries.count:
+            return exit_code
+        print(
+            f"[rayfleet] run {run_dir.run_name}: attempt {len(attempts)} ended with exit {exit_code}; retrying "
+            f"(attempt {len(attempts) + 1} of {recipe.retries.count + 1}) under the same run name, from its "
+            "last checkpoint",
+            flush=True,
+        )
+
+
+def attempt_of(record: dict, number: int) -> dict:
+    """One entry of run.json's `attempts`: the submission and how it ended, from the record it left."""
+    keys = ("job_id", "task_arn", "state", "exit_code", "submitted_at", "ended_at", "duration_s")
+    return {
+        "attempt": number,
+        **{k: record[k] for k in keys if record.get(k) is not None},
+        "why": record.get("message", ""),
+    }
+
+
+def _run_once(recipe: Recipe, run_dir: RunDir, **how) -> tuple[int, str | None]:
+    """One submission (keywords as `_submit_and_follow`). The job's output goes to driver.log as it comes
     (scripts/recipes/log_spool.py). SIGTERM stops the job and records STOPPED (exit 143); a submitter that
     raises still leaves run.json FAILED. One that is killed outright (SIGKILL, the task's instance lost)
     writes nothing: `make runs` and `make status` then mark the run LOST (scripts/recipes/runs.py)."""
@@ -113,7 +143,7 @@ def _submit_and_follow(
     secret_refs: dict[str, str],
     spool: LogSpool,
     entrypoint_resources: dict | None = None,
-) -> int:
+) -> tuple[int, str | None]:
     variables = job_env(recipe, run_dir.run_name, run_dir.storage, launch_dir)
     entry = command(recipe, sys.executable, variables, extra_args)
     # Ray Train moves its workers into a per-run directory unless told not to: recipe runs keep them in the
@@ -149,8 +179,12 @@ def _submit_and_follow(
         submitter=submitter(),
     )
     print(f"[rayfleet] run {run_dir.run_name}: job {job_id} on {address}; results in {run_dir.url}", flush=True)
-    held = run_dir.record().get("held") or {}
+    record = run_dir.record()
+    held = record.get("held") or {}
+    spent = sum(a.get("duration_s", 0.0) for a in record.get("attempts") or [])  # earlier attempts count too
     limit = budget.limit_s(recipe.max_hours, recipe.max_cost_usd, held.get("usd_per_hour", 0.0))
+    if limit is not None:
+        limit = (limit[0] - spent, limit[1])
     watch = budget.Budget(run_dir, limit, lambda: client.stop_job(job_id))
     try:
         outcome = jobs_api.follow(client, job_id, spool=spool, on_tick=watch.tick)
@@ -171,7 +205,7 @@ def _submit_and_follow(
         message=message,
         ended_at=now(),
         duration_s=duration_s,
-        cost_usd=cost.cost_usd(held, duration_s),
+        cost_usd=cost.cost_usd(held, spent + duration_s),
     )
     if exit_code:
         reason = outcome.message.strip().splitlines()[0].rstrip(":,") if outcome.message.strip() else ""
@@ -185,7 +219,7 @@ def _submit_and_follow(
         what = "stopped (its checkpoint is saved)" if status == "STOPPED" else "succeeded"
         print(
             f"[rayfleet] run {run_dir.run_name} {what} in {duration_s:.0f} s; "
-            f"~${cost.cost_usd(held, duration_s) or 0:.2f}; results in {run_dir.url}",
+            f"~${cost.cost_usd(held, spent + duration_s) or 0:.2f}; results in {run_dir.url}",
             flush=True,
         )
-    return exit_code
+    return exit_code, outcome.interrupted_by

@@ -106,6 +106,7 @@ def package_into(
         created_at=now(),
         submitter=submitter(),
         held=held,
+        attempts=[],  # this invocation's; a relaunched trainer task on ECS continues the list
     )
     return {"path": pkg.path, "url": code_url}
 
@@ -182,30 +183,73 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
         "RAYFLEET_STORAGE": storage,
         "RAYFLEET_EXTRA_ARGS": json.dumps(extra_args),
     }
-    record = launch(
-        aws,
-        out,
-        recipe.name,
-        extra_args,
-        run_name,
-        command=["recipe"],
-        environment=environment,
-        task_definition=task_definition,
-    )
-    fields = {
-        "task_arn": record["task_arn"],
-        "task_definition": task_definition or out.trainer_task_definition,
-        "log_stream": record["log_stream"],
-    }
-    if run_dir.record().get("state") == "PENDING":  # the trainer may already have written RUNNING: keep it
-        fields["state"] = "SUBMITTED"
-    run_dir.update(**fields)
-    print(f"run {run_name}: task {record['task_arn']}")
-    print(f"  results   {run_dir.url}/")
-    print(f"  log       {record['log_group']} {record['log_stream']}  (make logs RUN={run_name})")
+
+    def start_trainer() -> dict:
+        record = launch(
+            aws,
+            out,
+            recipe.name,
+            extra_args,
+            run_name,
+            command=["recipe"],
+            environment=environment,
+            task_definition=task_definition,
+        )
+        fields = {
+            "task_arn": record["task_arn"],
+            "task_definition": task_definition or out.trainer_task_definition,
+            "log_stream": record["log_stream"],
+        }
+        if run_dir.record().get("state") in ("PENDING", "LOST"):  # the trainer may have written RUNNING: keep it
+            fields["state"] = "SUBMITTED"
+        run_dir.update(**fields)
+        print(f"run {run_name}: task {record['task_arn']}")
+        print(f"  results   {run_dir.url}/")
+        print(f"  log       {record['log_group']} {record['log_stream']}  (make logs RUN={run_name})")
+        return record
+
+    record = start_trainer()
     if detach:
         return 0
-    return follow_task(aws, out, record["task_arn"], record["log_stream"])
+    return follow_relaunching(aws, out, run_dir, recipe, record, start_trainer)
+
+
+UNFINISHED = ("PENDING", "SUBMITTED", "RUNNING")
+
+
+def follow_relaunching(aws: Aws, out: Outputs, run_dir: RunDir, recipe, record: dict, start_trainer) -> int:
+    """Follow the trainer task; when it stops before the run has ended (its instance lost, the task stopped
+    or killed: the record is still unfinished), relaunch it with the same overrides, as long as the recipe's
+    `retries` leave one. The run resumes from its checkpoint; run.json's `attempts` says what happened."""
+    while True:
+        code = follow_task(aws, out, record["task_arn"], record["log_stream"])
+        current = run_dir.record()
+        if current.get("state") not in UNFINISHED:  # the trainer finished the record: its exit code is the run's
+            return int(current.get("exit_code", code))
+        task = aws.client("ecs").describe_tasks(cluster=out.cluster_name, tasks=[record["task_arn"]])["tasks"][0]
+        why = task.get("stoppedReason") or f"the trainer exited {code}"
+        attempts = [*(current.get("attempts") or [])]
+        attempts.append(
+            {
+                "attempt": len(attempts) + 1,
+                "task_arn": record["task_arn"],
+                "state": "LOST",
+                "exit_code": code,
+                "why": why,
+            }
+        )
+        run_dir.update(attempts=attempts, state="LOST", message=f"the trainer task stopped before the run ended: {why}")
+        if len(attempts) > recipe.retries.count:
+            print(
+                f"error: run {run_dir.run_name}: the trainer task stopped before the run ended: {why}", file=sys.stderr
+            )
+            return code or EXIT_FAILED
+        print(
+            f"[rayfleet] the trainer task stopped before the run ended ({why}); relaunching it with the same "
+            f"overrides (attempt {len(attempts) + 1} of {recipe.retries.count + 1})",
+            flush=True,
+        )
+        record = start_trainer()
 
 
 def choose_target(target: str, outputs: str | None) -> str:

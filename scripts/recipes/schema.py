@@ -114,6 +114,27 @@ class Notify(_Strict):
     stall_after_s: float = Field(1800, ge=0, description="say so when the run prints nothing this long; 0: never")
 
 
+class Retries(_Strict):
+    """Resubmit a failed run under the same run name, so it resumes from its checkpoint (scripts/recipes/job.py);
+    on ECS a lost trainer task is relaunched as well (scripts/recipes/run.py). `retries: 2` is short for
+    `retries: {count: 2}`."""
+
+    count: int = Field(0, ge=0, le=20, description="resubmissions after a failure")
+    exit_codes: list[int] | None = Field(
+        None, description="the exit codes retried; default: every failure but bad input (2) and a stop (130, 143)"
+    )
+
+    def allows(self, exit_code: int) -> bool:
+        if exit_code == 0:
+            return False
+        if self.exit_codes is not None:
+            return exit_code in self.exit_codes
+        return exit_code not in NOT_RETRIED
+
+
+NOT_RETRIED = (2, 130, 143)  # bad input, and a run stopped by Ctrl-C or SIGTERM: running it again cannot help
+
+
 class Recipe(_Strict):
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,39}$", description="lower case, digits, dashes; names runs")
     code: str = Field(".", description="directory to package, relative to the recipe file")
@@ -132,10 +153,16 @@ class Recipe(_Strict):
     pip: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
     notify: Notify | None = Field(None, description="notifications; on ECS the deployment's topic without this")
+    retries: Retries = Field(default_factory=Retries, description="resubmit a failed run; it resumes")
     max_hours: float | None = Field(None, gt=0, description="stop cleanly (checkpoint first) after this long")
     max_cost_usd: float | None = Field(
         None, gt=0, description="stop cleanly once the run's estimated cost reaches this"
     )
+
+    @field_validator("retries", mode="before")
+    @classmethod
+    def _retries_count(cls, value):
+        return {"count": value} if isinstance(value, int) and not isinstance(value, bool) else value
 
     @field_validator("env", mode="before")
     @classmethod
