@@ -210,6 +210,49 @@ def test_the_scripts_exit_code_is_the_runs(cluster_env, tmp_path):
     assert json.loads((only_run(storage) / "run.json").read_text())["exit_code"] == 3
 
 
+# A script that keeps its place in its run directory (as a user's script keeps its checkpoint there) and
+# fails once, at step 3 of its first attempt, with the exit code its first argument names.
+RETRIED_SCRIPT = """
+import os, pathlib, sys
+mark = pathlib.Path(os.environ["RAYFLEET_RUN_DIR"]) / "progress.txt"
+done = int(mark.read_text()) if mark.exists() else 0
+print(f"starting at step {done + 1}", flush=True)
+for step in range(done + 1, 7):
+    mark.write_text(str(step))
+    if step == 3 and done == 0:
+        sys.exit(int(sys.argv[-1]))
+print("finished at step 6", flush=True)
+"""
+
+
+@pytest.mark.parametrize(("code", "retried"), [(75, True), (76, False)])
+def test_a_failure_the_retries_name_is_resubmitted_and_resumes(cluster_env, tmp_path, code, retried):
+    storage = tmp_path / "runs"
+    recipe = write_recipe(
+        tmp_path,
+        RETRIED_SCRIPT,
+        storage,
+        args=[str(code)],
+        resources={"workers": 1, "cpus_per_worker": 1},
+        retries={"count": 2, "exit_codes": [75]},
+    )
+    result = make_run(cluster_env, recipe, timeout=300)
+    record = json.loads((only_run(storage) / "run.json").read_text())
+    attempts = record["attempts"]
+    if retried:
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "attempt 1 ended with exit 75; retrying (attempt 2 of 3) under the same run name" in result.stdout
+        assert "starting at step 4" in result.stdout and "finished at step 6" in result.stdout  # resumed
+        assert [(a["attempt"], a["state"], a["exit_code"]) for a in attempts] == [
+            (1, "FAILED", 75),
+            (2, "SUCCEEDED", 0),
+        ]
+        assert attempts[0]["job_id"] != attempts[1]["job_id"] and record["state"] == "SUCCEEDED"
+    else:
+        assert result.returncode == 76 and "retrying" not in result.stdout
+        assert [(a["attempt"], a["state"], a["exit_code"]) for a in attempts] == [(1, "FAILED", 76)]
+
+
 def test_pinned_pip_packages_are_installed_for_the_job_only(cluster_env, tmp_path):
     storage = tmp_path / "runs"
     script = "import tabulate\nprint('tabulate', tabulate.__version__)\n"

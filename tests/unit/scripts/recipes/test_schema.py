@@ -26,6 +26,8 @@ from training.core.config import ConfigError
         ({"env": {"RAYFLEET_RUN_NAME": "x"}}, "RAYFLEET_RUN_NAME is set by rayfleet"),
         ({"entrypoint": "-m"}, "-m takes one module name"),
         ({"storage": "s3://"}, "s3:// needs a bucket"),
+        ({"retries": -1}, "retries.count: Input should be greater than or equal to 0"),
+        ({"retries": {"count": 1, "on": [1]}}, "retries.on: unknown key"),
     ],
 )
 def test_bad_recipes_fail_with_one_clear_error(tmp_path, change, expected):
@@ -79,3 +81,12 @@ def test_command_per_entrypoint_kind(tmp_path):
     typo = load(write(tmp_path, {**GOOD, "args": ["${RAYFLEET_RUNDIR}"]}))
     with pytest.raises(ConfigError, match="unknown variable 'RAYFLEET_RUNDIR'"):
         command(typo.recipe, "/venv/bin/python", variables, [])
+
+
+def test_retries_as_a_count_or_with_the_exit_codes_that_count(tmp_path):
+    plain = load(write(tmp_path, {**GOOD, "retries": 2})).recipe.retries
+    assert plain.count == 2 and plain.allows(1) and plain.allows(137)
+    assert not any(plain.allows(code) for code in (0, 2, 130, 143))  # success, bad input, a stop
+    named = load(write(tmp_path, {**GOOD, "retries": {"count": 1, "exit_codes": [75]}}), ["retries.count=3"])
+    assert named.recipe.retries.count == 3 and named.recipe.retries.allows(75) and not named.recipe.retries.allows(1)
+    assert load(write(tmp_path, GOOD)).recipe.retries.count == 0
