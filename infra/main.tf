@@ -4,7 +4,13 @@ locals {
   # The registry holds exactly the images that images/ builds: one directory with a Dockerfile each.
   image_names = toset([for f in fileset("${path.module}/../images", "*/Dockerfile") : dirname(f)])
   head        = local.catalog[var.head_instance_type]
-  worker      = local.catalog[var.workers.instance_type]
+  # The worker types: the instance type, then any further Spot types. Tasks are sized to the smallest of them
+  # (every type has the same GPUs: variables.tf), so a worker task fits whichever type Spot hands out.
+  worker_types = distinct(concat([var.workers.instance_type], var.workers.spot_instance_types))
+  worker = merge(local.catalog[var.workers.instance_type], {
+    vcpus      = min([for t in local.worker_types : local.catalog[t].vcpus]...)
+    memory_mib = min([for t in local.worker_types : local.catalog[t].memory_mib]...)
+  })
 
   node_groups = {
     head = {
@@ -25,6 +31,8 @@ locals {
       placement_group = var.workers.placement_group
       root_volume_gb  = var.workers.root_volume_gb
       efa_interfaces  = var.workers.efa ? local.worker.efa_devices : 0 # one EFA interface per EFA device
+      instance_types  = local.worker_types
+      on_demand_base  = var.workers.on_demand_base
     }
   }
 }

@@ -100,6 +100,11 @@ output "worker_instance_type" {
   value       = var.workers.instance_type
 }
 
+output "worker_instance_types" {
+  description = "Every instance type the workers may run on (Spot groups may list several): make run checks a recipe against the smallest."
+  value       = local.worker_types
+}
+
 output "image_tag" {
   description = "Tag of the images the services run (make push marks those images deployed-<tag>, which the ECR lifecycle never expires)."
   value       = var.image_tag

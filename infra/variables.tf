@@ -60,12 +60,35 @@ variable "workers" {
     spot            = optional(bool, false)
     efa             = optional(bool, false)
     placement_group = optional(bool, false)
+    # Spot capacity that holds: more instance types the Spot group may launch (same GPU count; the tasks are
+    # sized to the smallest of them), and how many workers stay on-demand whatever Spot does.
+    spot_instance_types = optional(list(string), [])
+    on_demand_base      = optional(number, 0)
   })
   default = {}
 
   validation {
     condition     = var.workers.count >= 1 && var.workers.count <= 64
     error_message = "workers.count must be between 1 and 64."
+  }
+
+  validation {
+    condition     = length(var.workers.spot_instance_types) == 0 || (var.workers.spot && !var.workers.efa)
+    error_message = "workers.spot_instance_types needs workers.spot = true, and does not mix with EFA (one interface layout per type)."
+  }
+
+  validation {
+    condition = alltrue([
+      for t in var.workers.spot_instance_types :
+      lookup(jsondecode(file("${path.module}/catalog/instance_types.json")).instance_types, t, { gpus = -1 }).gpus ==
+      lookup(jsondecode(file("${path.module}/catalog/instance_types.json")).instance_types, var.workers.instance_type, { gpus = -2 }).gpus
+    ])
+    error_message = "Every workers.spot_instance_types entry must be in infra/catalog/instance_types.json with as many GPUs as workers.instance_type."
+  }
+
+  validation {
+    condition     = var.workers.on_demand_base >= 0 && var.workers.on_demand_base <= var.workers.count && (var.workers.on_demand_base == 0 || var.workers.spot)
+    error_message = "workers.on_demand_base must be between 0 and workers.count, and only means something with workers.spot = true."
   }
 }
 

@@ -35,6 +35,7 @@ class Outputs:
     ray_token_secret_arn: str = ""  # make rotate-ray-token needs it
     ecr_repository_urls: dict | None = None  # make push needs it
     worker_instance_type: str = ""  # make run checks a recipe's resources against it
+    worker_instance_types: tuple[str, ...] = ()  # with Spot types, all of them: the check uses the smallest
     worker_lifecycle: str = "on-demand"  # or "spot": make run prices a run's workers from Spot price history
     image_tag: str = ""  # make push marks the deployed tag's images (scripts/deploy/images.py mark_deployed)
     serve_endpoint: str = ""  # http://head.<namespace>:<port> when serving is on (make serve), else ""
@@ -53,7 +54,7 @@ class Outputs:
         for f in fields(cls):
             env = os.environ.get(f"RAYFLEET_{f.name.upper()}")
             if env:
-                values[f.name] = env.split(",") if f.name == "private_subnet_ids" else env
+                values[f.name] = env.split(",") if f.name in ("private_subnet_ids", "worker_instance_types") else env
         required = [f.name for f in fields(cls) if f.default is MISSING and f.name not in values]
         if required:
             where = str(path) if path.is_file() else f"{path} (missing)"

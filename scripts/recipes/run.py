@@ -62,11 +62,14 @@ def local_capacity(loaded: LoadedRecipe, state: local_cluster.ClusterState | Non
 
 
 def ecs_capacity(out: Outputs) -> Capacity | None:
-    shape = INSTANCE_TYPES.get(out.worker_instance_type)
-    if shape is None:
+    """What one worker offers: with several Spot types, the smallest of them (the tasks are sized to it)."""
+    types = list(out.worker_instance_types) or [out.worker_instance_type]
+    shapes = [INSTANCE_TYPES.get(t) for t in types]
+    if not types or None in shapes:
         return None
-    where = f"the ECS workers ({out.worker_instance_type})"
-    return Capacity(where, float(shape["vcpus"]), int(shape["gpus"]), shape["memory_mib"] / 1024, None)
+    where = f"the ECS workers ({', '.join(types)})"
+    vcpus, memory_mib = min(s["vcpus"] for s in shapes), min(s["memory_mib"] for s in shapes)
+    return Capacity(where, float(vcpus), int(shapes[0]["gpus"]), memory_mib / 1024, None)
 
 
 def worker_spot_price(aws: Aws, out: Outputs) -> float | None:

@@ -132,10 +132,14 @@ resource "aws_autoscaling_group" "this" {
   placement_group       = each.value.placement_group ? aws_placement_group.this[each.key].id : null
   protect_from_scale_in = true # ECS managed termination protection: never reclaim an instance with a task on it
   health_check_type     = "EC2"
+  # Spot: launch a replacement when AWS signals a raised interruption risk, before the two-minute notice.
+  capacity_rebalance = each.value.spot
 
+  # Spot groups draw from every listed type in the pools least likely to be interrupted
+  # (price-capacity-optimized); on_demand_base instances stay on-demand whatever Spot does.
   mixed_instances_policy {
     instances_distribution {
-      on_demand_base_capacity                  = 0
+      on_demand_base_capacity                  = each.value.spot ? each.value.on_demand_base : 0
       on_demand_percentage_above_base_capacity = each.value.spot ? 0 : 100
       spot_allocation_strategy                 = "price-capacity-optimized"
     }
@@ -144,6 +148,13 @@ resource "aws_autoscaling_group" "this" {
       launch_template_specification {
         launch_template_id = aws_launch_template.this[each.key].id
         version            = aws_launch_template.this[each.key].latest_version
+      }
+
+      dynamic "override" {
+        for_each = length(each.value.instance_types) > 1 ? each.value.instance_types : []
+        content {
+          instance_type = override.value
+        }
       }
     }
   }

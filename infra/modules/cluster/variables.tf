@@ -4,7 +4,7 @@ variable "name" {
 }
 
 variable "node_groups" {
-  description = "Per node group (head, worker): instance type and its catalog facts, instance count, root volume, Spot, EFA (and its EFA interfaces, one per EFA device of the type) and placement group."
+  description = "Per node group (head, worker): instance type and its catalog facts, instance count, root volume, Spot (with further instance types and an on-demand base), EFA (and its EFA interfaces, one per EFA device of the type) and placement group."
   type = map(object({
     instance_type   = string
     count           = number
@@ -14,6 +14,8 @@ variable "node_groups" {
     placement_group = bool
     root_volume_gb  = number
     efa_interfaces  = optional(number, 0)
+    instance_types  = optional(list(string), []) # more than one: the ASG launches any of them (Spot groups)
+    on_demand_base  = optional(number, 0)        # Spot groups: this many instances stay on-demand
   }))
 
   validation {
