@@ -25,7 +25,7 @@ INFRA_ARGS = $(if $(TFVARS),--var-file $(TFVARS)) $(if $(IMAGE_TAG),--image-tag 
 AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 
 .DEFAULT_GOAL := help
-.PHONY: launch logs status exec ray-status stop clean deploy plan lint-infra rotate-ray-token build push
+.PHONY: launch logs status exec ray-status stop start clean deploy plan lint-infra rotate-ray-token build push
 .PHONY: text-data train-fsdp train-fsdp-local run runs serve serve-status serve-down bench-serve bench-tracking plot tensorboard
 .PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-vs-blueprint bench-data bench-fsdp bench-recipe bench-launcher bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
@@ -142,6 +142,9 @@ ray-status: setup ## `ray status` on the head, through ECS Exec
 
 stop: setup ## Stop paying for GPUs: services to zero, trainer tasks stopped (idempotent)
 	$(PY) -m scripts.ecs.teardown
+
+start: setup ## Bring a stopped deployment back (after make stop or an autostop) and wait until Ray sees it
+	$(PY) -m scripts.ecs.start
 
 # A rehearsal of the ECS deployment on this machine (scripts/rehearsal): the task definitions Terraform
 # renders run as podman containers against a moto server; the verbs above work against it after

@@ -110,6 +110,8 @@ module "ray" {
   worker_node           = { instance_type = var.workers.instance_type, vcpus = local.worker.vcpus, memory_mib = local.worker.memory_mib, gpus = local.worker.gpus, count = var.workers.count, efa = var.workers.efa, efa_devices = var.workers.efa ? local.worker.efa_devices : 0, efa_rdma = var.workers.efa && local.worker.efa_rdma }
   ray_ports             = local.ray_ports
   object_store_fraction = var.object_store_fraction
+  head_task_role_arn    = module.iam.head_task_role_arn
+  autostop              = var.autostop
   results_bucket        = module.storage.bucket_name
   execution_role_arn    = module.iam.execution_role_arn
   task_role_arn         = module.iam.task_role_arn

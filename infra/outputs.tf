@@ -105,6 +105,16 @@ output "worker_instance_types" {
   value       = local.worker_types
 }
 
+output "worker_count" {
+  description = "Workers the worker service runs: make start scales it back to this after a stop or an autostop."
+  value       = var.workers.count
+}
+
+output "autostop_idle_minutes" {
+  description = "Idle minutes before the workers scale to zero by themselves (0: never)."
+  value       = var.autostop.idle_minutes
+}
+
 output "image_tag" {
   description = "Tag of the images the services run (make push marks those images deployed-<tag>, which the ECR lifecycle never expires)."
   value       = var.image_tag

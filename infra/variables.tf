@@ -92,6 +92,20 @@ variable "workers" {
   }
 }
 
+variable "autostop" {
+  description = "Idle GPUs stop by themselves: after idle_minutes without a Ray job, a Serve application or a trainer task, the workers scale to zero (and the head too with head = true); 0 turns it off. make start, or make run, brings them back."
+  type = object({
+    idle_minutes = optional(number, 30)
+    head         = optional(bool, false)
+  })
+  default = {}
+
+  validation {
+    condition     = var.autostop.idle_minutes >= 0
+    error_message = "autostop.idle_minutes must be 0 (off) or more."
+  }
+}
+
 variable "serve" {
   description = "Ray Serve (make serve): on the head's private DNS name, on one port, only from the listed CIDRs and security groups; every request needs the API key in Secrets Manager."
   type = object({

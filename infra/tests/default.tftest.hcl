@@ -27,6 +27,7 @@ variables {
   }
   execution_role_arn = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
   task_role_arn      = "arn:aws:iam::123456789012:role/rayfleet-task"
+  head_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-head-task"
   kms_key_arn        = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
   results_bucket     = "rayfleet-results-0123456789" # the ray module's ray-snapshot writes here
   token_secret_arn   = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/ray-auth-token-20250601-AbCdEf"
@@ -142,15 +143,23 @@ run "ray" {
 
   assert {
     condition = jsondecode(aws_ecs_task_definition.head.container_definitions)[1] == {
-      name        = "ray-snapshot"
-      image       = var.images["ray-head"]
-      essential   = false
-      entryPoint  = ["python", "-m", "scripts.container.head_snapshot"]
-      command     = ["--bucket", var.results_bucket, "--interval", "30"]
-      memory      = 256
-      environment = [{ name = "RAYFLEET_RAY_PORTS", value = jsonencode(var.ray_ports) }]
-      secrets     = [{ name = "RAY_AUTH_TOKEN", valueFrom = var.token_secret_arn }]
-      dependsOn   = [{ containerName = "ray-head", condition = "HEALTHY" }]
+      name       = "ray-snapshot"
+      image      = var.images["ray-head"]
+      essential  = false
+      entryPoint = ["python", "-m", "scripts.container.head_snapshot"]
+      command    = ["--bucket", var.results_bucket, "--interval", "30"]
+      memory     = 256
+      environment = [
+        { name = "RAYFLEET_RAY_PORTS", value = jsonencode(var.ray_ports) },
+        { name = "AWS_REGION", value = "us-east-1" },
+        { name = "RAYFLEET_CLUSTER_NAME", value = "rayfleet" },
+        { name = "RAYFLEET_HEAD_SERVICE", value = "rayfleet-ray-head" },
+        { name = "RAYFLEET_WORKER_SERVICE", value = "rayfleet-ray-worker" },
+        { name = "RAYFLEET_AUTOSTOP_IDLE_MIN", value = "30" },
+        { name = "RAYFLEET_AUTOSTOP_HEAD", value = "false" },
+      ]
+      secrets   = [{ name = "RAY_AUTH_TOKEN", valueFrom = var.token_secret_arn }]
+      dependsOn = [{ containerName = "ray-head", condition = "HEALTHY" }]
       logConfiguration = {
         logDriver = "awslogs"
         options   = { awslogs-group = "/rayfleet/rayfleet/ray-head", awslogs-region = "us-east-1", awslogs-stream-prefix = "ray-head" }
@@ -231,9 +240,10 @@ run "ray" {
   assert {
     condition = (
       aws_ecs_task_definition.head.network_mode == "awsvpc" && aws_ecs_task_definition.head.requires_compatibilities == toset(["EC2"]) &&
-      aws_ecs_task_definition.head.execution_role_arn == var.execution_role_arn && aws_ecs_task_definition.head.task_role_arn == var.task_role_arn
+      aws_ecs_task_definition.head.execution_role_arn == var.execution_role_arn && aws_ecs_task_definition.head.task_role_arn == var.head_task_role_arn &&
+      aws_ecs_task_definition.worker.task_role_arn == var.task_role_arn && aws_ecs_task_definition.trainer.task_role_arn == var.task_role_arn
     )
-    error_message = "The head task: awsvpc on EC2, the execution role pulls and reads the token, the task role runs."
+    error_message = "The head task: awsvpc on EC2, the execution role pulls and reads the token, the head's own task role runs (autostop scales the services); workers and trainers share the plain task role."
   }
 
   # ---- the workers --------------------------------------------------------------------------------------

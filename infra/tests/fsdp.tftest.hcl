@@ -66,6 +66,7 @@ run "ray" {
     ray_ports          = jsondecode(file("catalog/ray_ports.json"))
     execution_role_arn = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
     task_role_arn      = "arn:aws:iam::123456789012:role/rayfleet-task"
+    head_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-head-task"
     head_node          = { vcpus = var.catalog["m5.xlarge"].vcpus, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = var.catalog["m5.xlarge"].gpus }
     worker_node = {
       instance_type = var.workers.instance_type
@@ -277,6 +278,7 @@ run "ray_p4d" {
     ray_ports          = jsondecode(file("catalog/ray_ports.json"))
     execution_role_arn = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
     task_role_arn      = "arn:aws:iam::123456789012:role/rayfleet-task"
+    head_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-head-task"
     head_node          = { vcpus = var.catalog["m5.xlarge"].vcpus, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = var.catalog["m5.xlarge"].gpus }
     worker_node = {
       instance_type = "p4d.24xlarge"

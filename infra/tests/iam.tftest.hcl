@@ -144,4 +144,30 @@ run "iam" {
     ] == [[["kms:GenerateDataKey*", "kms:Decrypt"], { StringEquals = { "kms:ViaService" = "sns.us-east-1.amazonaws.com" } }]]
     error_message = "Only this account's alarms, and the task role only through SNS, use the key for the notifications topic."
   }
+
+  # issue 17: autostop. The head's task role has the task role's rights and, beyond them, exactly one write:
+  # UpdateService on the deployment's two services (plus listing this cluster's tasks, read-only); the task
+  # role of workers and trainers cannot scale anything.
+  assert {
+    condition = (
+      aws_iam_role_policy.head_task.role == aws_iam_role.head_task.id &&
+      aws_iam_role_policy.head_task.policy == aws_iam_role_policy.task.policy &&
+      jsonencode({ for s in jsondecode(aws_iam_role_policy.autostop.policy).Statement : s.Sid => [s.Action, s.Resource, lookup(s, "Condition", null)] }) == jsonencode({
+        ScaleOwnServices = ["ecs:UpdateService", [
+          "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-head",
+          "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-worker",
+        ], null]
+        SeeOwnTrainerTasks = ["ecs:ListTasks", "*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
+      }) &&
+      aws_iam_role_policy.autostop.role == aws_iam_role.head_task.id
+    )
+    error_message = "Autostop: ${aws_iam_role_policy.autostop.policy}"
+  }
+
+  assert {
+    condition = alltrue([
+      for s in jsondecode(aws_iam_role_policy.task.policy).Statement : !anytrue([for a in flatten([s.Action]) : startswith(a, "ecs:")])
+    ])
+    error_message = "The shared task role has no ECS rights: only the head's role may scale the services."
+  }
 }

@@ -127,6 +127,7 @@ run "the_trainer_knows_the_topic" {
     worker_node        = { instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, count = 2, efa = false, efa_devices = 0, efa_rdma = false }
     execution_role_arn = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
     task_role_arn      = "arn:aws:iam::123456789012:role/rayfleet-task"
+    head_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-head-task"
     kms_key_arn        = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
     results_bucket     = "rayfleet-results-0123456789"
     notify_topic_arn   = "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications"

@@ -23,6 +23,7 @@ variables {
   images             = { "ray-head" = "h:1", "ray-worker" = "w:1", "trainer" = "t:1", "gpu-metrics" = "g:1" }
   execution_role_arn = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
   task_role_arn      = "arn:aws:iam::123456789012:role/rayfleet-task"
+  head_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-head-task"
   kms_key_arn        = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
   results_bucket     = "rayfleet-results-0123456789"
 }

@@ -25,6 +25,7 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
+from scripts.container import autostop
 from scripts.serving.summary import summarize
 
 KEY = "cluster/ray-status.json"
@@ -107,6 +108,17 @@ def snapshot(dashboard: str, auth: str) -> dict:
     }
 
 
+def decide(stopper: autostop.Autostop | None, taken: dict) -> dict | None:
+    """What autostop makes of this snapshot (None: off); a failure to decide is shown, never fatal."""
+    if stopper is None:
+        return None
+    try:
+        return stopper.tick(taken)
+    except Exception as exc:  # ECS away or refusing: say so in the snapshot, try again next round
+        say(f"autostop: {type(exc).__name__}: {exc}")
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
 def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     env = dict(os.environ if env is None else env)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -122,10 +134,19 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     s3 = Aws().client("s3")
     auth = token(env)
     say(f"every {args.interval:g}s: {dashboard} -> s3://{args.bucket}/{KEY}")
+    settings = autostop.Settings.from_env(env)
+    stopper = autostop.Autostop(settings, Aws().client("ecs"), say=say) if settings else None
+    if settings:
+        say(
+            f"autostop after {settings.idle_s / 60:g} idle minutes: {settings.worker_service}"
+            + (f" and {settings.head_service}" if settings.stop_head else "")
+        )
     written = 0
     while True:
         try:
-            body = json.dumps(snapshot(dashboard, auth), indent=2).encode()
+            taken = snapshot(dashboard, auth)
+            taken["autostop"] = decide(stopper, taken)
+            body = json.dumps(taken, indent=2).encode()
             s3.put_object(Bucket=args.bucket, Key=KEY, Body=body, ContentType="application/json")
             if written == 0:
                 say("first snapshot written")

@@ -19,8 +19,7 @@ from datetime import UTC, datetime
 from scripts.ecs import image_policy
 from scripts.ecs.logs import follow_task
 from scripts.ecs.outputs import Outputs
-from scripts.ecs.tasks import STARTED_BY
-from training.core.aws import Aws, PlacementFailed, run_cli
+from training.core.aws import STARTED_BY, Aws, PlacementFailed, run_cli
 from training.core.errors import RayfleetError
 from training.core.run_dir import RunDir
 

@@ -162,6 +162,8 @@ def render_ray(ray: dict, jobs: int = 5) -> list[str]:
         )
     if "serve" in ray:
         lines.append("  serve: " + "\n    ".join(serve_lines(ray["serve"])))
+    if "autostop" in ray:
+        lines.append(f"  autostop: {autostop_line(ray['autostop'])}")
     listed = ray.get("jobs") or []
     lines.append(f"  jobs ({len(listed)})" + ("" if listed else ": none"))
     for j in listed[:jobs]:
@@ -169,6 +171,20 @@ def render_ray(ray: dict, jobs: int = 5) -> list[str]:
         when = datetime.fromtimestamp(started / 1000, UTC).strftime("%Y-%m-%d %H:%M") if started else "-"
         lines.append(f"    {j.get('submission_id') or j.get('job_id') or '?':<28}{j.get('status') or '?':<11}{when}")
     return lines
+
+
+def autostop_line(decided: dict | None) -> str:
+    """What the head's autostop decided with its last snapshot (scripts/container/autostop.py)."""
+    if decided is None:
+        return "off"
+    if "error" in decided:
+        return f"cannot decide ({decided['error']})"
+    if "busy" in decided:
+        return f"not idle ({decided['busy']}); stops after {decided['idle_min']:g} idle minutes"
+    what = " and ".join(decided["stops"])
+    if decided["stopped"]:
+        return f"{what} scaled to 0 at {decided['stops_at']} (idle since {decided['idle_since']}); `make start`"
+    return f"{what} to 0 at {decided['stops_at']} unless a run starts (idle since {decided['idle_since']})"
 
 
 def render(s: dict) -> str:

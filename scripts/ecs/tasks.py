@@ -7,8 +7,7 @@ group `service:<name>`, and the launch verb starts trainers with startedBy=rayfl
 from __future__ import annotations
 
 from scripts.ecs.outputs import Outputs
-
-STARTED_BY = "rayfleet"
+from training.core.aws import STARTED_BY
 
 
 def running_tasks(ecs, out: Outputs) -> dict[str, list[dict]]:

@@ -12,8 +12,7 @@ import json
 import sys
 
 from scripts.ecs.outputs import Outputs
-from scripts.ecs.tasks import STARTED_BY
-from training.core.aws import Aws, run_cli
+from training.core.aws import STARTED_BY, Aws, run_cli
 
 
 def running_trainer_tasks(ecs, cluster: str) -> list[str]:

@@ -25,6 +25,7 @@ import tempfile
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from scripts.ecs import start
 from scripts.ecs.launch import launch, trainer_with_image
 from scripts.ecs.logs import follow_task
 from scripts.ecs.outputs import DEFAULT_FILE, Outputs
@@ -175,6 +176,9 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
         raise ConfigError(f"storage: {storage} is a local path; on ECS runs keep results in s3://bucket/prefix")
     aws = Aws(out.region)
     aws.check_cluster(out.cluster_name)
+    if down := start.stopped(aws.client("ecs"), out):
+        print(f"[rayfleet] {', '.join(down)} at zero (make stop, or an autostop): starting them first", flush=True)
+        start.start(aws, out)
     run_dir = RunDir(storage, run_name, region=out.region)
     with tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp:
         held = cost.held_ecs(recipe, out.worker_instance_type, capacity, worker_spot_price(aws, out))

@@ -37,8 +37,8 @@ from pathlib import Path
 
 from scripts.rehearsal import podman
 from scripts.rehearsal.host import Adaptation
+from training.core.aws import STARTED_BY
 
-STARTED_BY = "rayfleet"  # scripts/ecs/tasks.py: the launch verb's trainers
 SERVICE_STARTED_BY = "ecs-svc/rehearsal"
 BACKOFF_S = (0, 5, 10, 20, 40, 60)
 DEPENDS_TIMEOUT_S = 600

@@ -2,8 +2,9 @@
 
 A third worker node joins the test cluster the way an ECS worker task does (`rayfleet-node worker`, here
 `python -m scripts.container.ray_node worker`, with 2 CPUs so Ray packs the run's two workers onto it). A
-DDP (or FSDP) run with max_failures=0 starts there; SIGTERM to the entry point, what ECS sends when Spot
-takes the instance, makes it drain its own node with Ray's PREEMPTION reason and a deadline. The run sees
+DDP (or FSDP) run with max_failures=0 starts there; SIGTERM to the entry point (what ECS sends when Spot
+takes the instance; the DDP test) or the Spot notice the instance's poller writes (the FSDP test) makes it
+drain its own node with Ray's PREEMPTION reason and a deadline. The run sees
 the notice at its next check, saves a checkpoint, waits; at the deadline Ray Train restarts it on the
 cluster's two other workers, where it finishes. No failure is spent: with max_failures=0 one would end it.
 """
@@ -17,6 +18,7 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -76,8 +78,20 @@ def wait_for(predicate, timeout: float, what: str, job: subprocess.Popen) -> Non
         time.sleep(0.5)
 
 
-def preempted_run(cluster_env: dict, scratch: Path, job_command: list[str], started) -> tuple[str, str, int, int]:
-    """Start the node and the run; once `started()` holds, SIGTERM the node. (run's output, node's output,
+def sigterm(node: subprocess.Popen, scratch: Path) -> None:
+    node.send_signal(signal.SIGTERM)  # what ECS sends (also once Spot interrupts the instance)
+
+
+def spot_notice(node: subprocess.Popen, scratch: Path) -> None:
+    """What the instance's poller writes when IMDS has a Spot notice (infra/modules/cluster/user_data.sh.tftpl)."""
+    when = datetime.fromtimestamp(time.time() + DEADLINE_S + 20, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    (scratch / "spot-action.json").write_text(json.dumps({"action": "terminate", "time": when}))
+
+
+def preempted_run(
+    cluster_env: dict, scratch: Path, job_command: list[str], started, preempt=sigterm
+) -> tuple[str, str, int, int]:
+    """Start the node and the run; once `started()` holds, preempt the node. (run's output, node's output,
     node's exit code, run's exit code)."""
     log = scratch / "node.log"
     node = entry_point_node(cluster_env, scratch, log)
@@ -90,7 +104,7 @@ def preempted_run(cluster_env: dict, scratch: Path, job_command: list[str], star
         )
         wait_for(lambda: train_workers_under(node.pid) > 0, 240, "run on the entry point's node", job)
         wait_for(started, 300, "progress past the first checkpoint", job)
-        node.send_signal(signal.SIGTERM)
+        preempt(node, scratch)
         node.wait(timeout=DEADLINE_S + 90)
         out, _ = job.communicate(timeout=600)
         return out, log.read_text(), node.returncode, job.returncode
@@ -120,17 +134,15 @@ def dead_node_message(cluster_env: dict) -> list[str]:
     return [n.get("state_message") or "" for n in json.loads(listed.stdout) if n["state"] == "DEAD"]
 
 
-def check_the_node(node_out: str, node_rc: int, cluster_env: dict) -> None:
+def check_the_node(node_out: str, node_rc: int, cluster_env: dict, reason: str) -> None:
+    """The entry point drained its node for preemption, with the reason and the deadline, then left (exit 0);
+    Ray records the node's end as a preemption, with that reason."""
     assert node_rc == 0, node_out[-3000:]
-    drained = re.search(
-        r"draining node (\w+) for preemption \(the task was stopped \(SIGTERM\)\): deadline in (\d+) s", node_out
-    )
-    assert drained and int(drained.group(2)) == DEADLINE_S, node_out[-3000:]
+    drained = re.search(r"draining node \w+ for preemption \((.*)\): deadline in (\d+) s", node_out)
+    assert drained and drained.group(1).startswith(reason), node_out[-3000:]
+    assert DEADLINE_S - 2 <= int(drained.group(2)) <= DEADLINE_S, node_out[-3000:]
     assert "stopping the Ray node: " in node_out
-    assert any(
-        m.startswith("Terminated due to preemption: the task was stopped (SIGTERM)")
-        for m in dead_node_message(cluster_env)
-    )
+    assert any(m.startswith(f"Terminated due to preemption: {reason}") for m in dead_node_message(cluster_env))
 
 
 def check_the_notice(out: str) -> int:
@@ -147,7 +159,7 @@ def test_a_ddp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_en
     command += [f"preemption_check_steps={CHECK_EVERY}", "progress_every_s=1"]
     out, node_out, node_rc, rc = preempted_run(cluster_env, tmp_path, command, lambda: len(read_rows(run_dir)) >= 1)
     assert rc == 0, out[-4000:]
-    check_the_node(node_out, node_rc, cluster_env)
+    check_the_node(node_out, node_rc, cluster_env, "the task was stopped (SIGTERM)")
     check_the_notice(out)
     saved = re.search(r"checkpoint saved at epoch (\d) step (\d+); waiting for Ray Train to restart", out)
     assert saved, out[-4000:]
@@ -172,10 +184,10 @@ def test_an_fsdp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_
     command += ["max_steps=30", "checkpoint_every=10", "log_every=5", "run_name=spot-fsdp", "max_failures=0"]
     command += [f"preemption_check_steps={CHECK_EVERY}", "export=false"]
     out, node_out, node_rc, rc = preempted_run(
-        cluster_env, tmp_path, command, lambda: any(r["step"] >= 10 for r in read_rows(run_dir))
+        cluster_env, tmp_path, command, lambda: any(r["step"] >= 10 for r in read_rows(run_dir)), spot_notice
     )
     assert rc == 0, out[-4000:]
-    check_the_node(node_out, node_rc, cluster_env)
+    check_the_node(node_out, node_rc, cluster_env, "Spot interruption notice: terminate at")
     check_the_notice(out)
     saved = re.search(r"checkpoint saved at step (\d+); waiting for Ray Train to restart", out)
     assert saved and int(saved.group(1)) % CHECK_EVERY == 0, out[-4000:]

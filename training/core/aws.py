@@ -16,6 +16,9 @@ from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionEr
 
 from training.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, ConfigError, RayfleetError
 
+# ECS RunTask's startedBy of the trainer tasks the launch verb starts: how the verbs, the head's autostop and
+# the rehearsal tell trainers from service tasks.
+STARTED_BY = "rayfleet"
 _RETRIES = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
 
 

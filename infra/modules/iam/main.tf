@@ -63,6 +63,20 @@ resource "aws_iam_role" "task" {
   tags               = local.tags
 }
 
+# The head's task role: the same rights, and (autostop, scripts/container/autostop.py) exactly one write more:
+# scaling its own two services. A worker or trainer task cannot change the deployment's size.
+resource "aws_iam_role" "head_task" {
+  name               = "${var.name}-head-task"
+  assume_role_policy = local.assume["ecs-tasks"]
+  tags               = local.tags
+}
+
+resource "aws_iam_role_policy" "head_task" {
+  name   = "results-metrics-exec"
+  role   = aws_iam_role.head_task.id
+  policy = aws_iam_role_policy.task.policy
+}
+
 resource "aws_iam_role_policy" "task" {
   name = "results-metrics-exec"
   role = aws_iam_role.task.id
@@ -135,6 +149,31 @@ resource "aws_iam_role_policy" "task" {
         Effect   = "Allow"
         Action   = "ssm:GetParameter"
         Resource = "arn:${local.partition}:ssm:${local.region}:${local.account}:parameter/${var.name}/recipes/*"
+      },
+    ]
+  })
+}
+
+resource "aws_iam_role_policy" "autostop" {
+  name = "autostop-own-services"
+  role = aws_iam_role.head_task.id
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = [
+      {
+        Sid      = "ScaleOwnServices"
+        Effect   = "Allow"
+        Action   = "ecs:UpdateService"
+        Resource = [for s in ["ray-head", "ray-worker"] : "arn:${local.partition}:ecs:${local.region}:${local.account}:service/${var.name}/${var.name}-${s}"]
+      },
+      {
+        # Read-only: a trainer task still pulling its image is activity too. ListTasks names no task; the
+        # condition keeps it to this cluster.
+        Sid       = "SeeOwnTrainerTasks"
+        Effect    = "Allow"
+        Action    = "ecs:ListTasks"
+        Resource  = "*"
+        Condition = { ArnEquals = { "ecs:cluster" = "arn:${local.partition}:ecs:${local.region}:${local.account}:cluster/${var.name}" } }
       },
     ]
   })

@@ -8,6 +8,11 @@ output "task_role_arn" {
   value       = aws_iam_role.task.arn
 }
 
+output "head_task_role_arn" {
+  description = "The head's task role: the task role's rights, and scaling its own two services (autostop)."
+  value       = aws_iam_role.head_task.arn
+}
+
 output "instance_profile_arn" {
   description = "Instance profile of the container instances."
   value       = aws_iam_instance_profile.instance.arn

@@ -67,13 +67,22 @@ locals {
   # entry point; it reads the head's dashboard on 127.0.0.1 (awsvpc: the task's containers share the network)
   # with the token, joins no Ray node. Not essential: losing the snapshot must never stop the head.
   snapshot_container = {
-    name             = "ray-snapshot"
-    image            = var.images["ray-head"]
-    essential        = false
-    entryPoint       = ["python", "-m", "scripts.container.head_snapshot"]
-    command          = ["--bucket", var.results_bucket, "--interval", "30"]
-    memory           = local.sidecar_memory_mib
-    environment      = [{ name = "RAYFLEET_RAY_PORTS", value = jsonencode(var.ray_ports) }]
+    name       = "ray-snapshot"
+    image      = var.images["ray-head"]
+    essential  = false
+    entryPoint = ["python", "-m", "scripts.container.head_snapshot"]
+    command    = ["--bucket", var.results_bucket, "--interval", "30"]
+    memory     = local.sidecar_memory_mib
+    # Autostop (scripts/container/autostop.py) decides here, with each snapshot: the two services it may scale.
+    environment = [
+      { name = "RAYFLEET_RAY_PORTS", value = jsonencode(var.ray_ports) },
+      { name = "AWS_REGION", value = var.region },
+      { name = "RAYFLEET_CLUSTER_NAME", value = var.name },
+      { name = "RAYFLEET_HEAD_SERVICE", value = "${var.name}-ray-head" },
+      { name = "RAYFLEET_WORKER_SERVICE", value = "${var.name}-ray-worker" },
+      { name = "RAYFLEET_AUTOSTOP_IDLE_MIN", value = tostring(var.autostop.idle_minutes) },
+      { name = "RAYFLEET_AUTOSTOP_HEAD", value = tostring(var.autostop.head) },
+    ]
     secrets          = local.ray_secrets
     dependsOn        = [{ containerName = "ray-head", condition = "HEALTHY" }]
     logConfiguration = local.logging["ray-head"] # stream ray-head/ray-snapshot/<task id>
@@ -160,7 +169,7 @@ resource "aws_ecs_task_definition" "head" {
   requires_compatibilities = ["EC2"]
   network_mode             = "awsvpc"
   execution_role_arn       = var.execution_role_arn
-  task_role_arn            = var.task_role_arn
+  task_role_arn            = var.head_task_role_arn
   container_definitions    = jsonencode([local.head_container, local.snapshot_container])
   tags                     = local.tags
 

@@ -82,6 +82,20 @@ variable "task_role_arn" {
   type        = string
 }
 
+variable "head_task_role_arn" {
+  description = "Task role of the head task: the task role's rights, and scaling the two services (autostop)."
+  type        = string
+}
+
+variable "autostop" {
+  description = "Scale the workers (and with head = true the head) to zero after idle_minutes without a job, a Serve application or a trainer task; 0 turns it off."
+  type = object({
+    idle_minutes = optional(number, 30)
+    head         = optional(bool, false)
+  })
+  default = {}
+}
+
 variable "kms_key_arn" {
   description = "KMS key for the log groups and the Ray token secret."
   type        = string

@@ -1,0 +1,150 @@
+"""Autostop and start on demand against moto_server's ECS and S3 (the stack Terraform renders, aws_stack.py).
+
+Autostop scales the real services (moto keeps their desired counts; it runs no task, so the head's snapshot
+that start waits for is written here, in the format scripts/container/head_snapshot.py writes). What moto
+cannot show: the capacity providers removing and launching instances, and IAM refusing a worker's role
+(the policy is tested in infra/tests/iam.tftest.hcl)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from scripts.container.autostop import Autostop, Settings
+from scripts.container.head_snapshot import KEY
+from scripts.ecs.outputs import Outputs
+from scripts.ecs.start import start
+from tests.integration.helpers import REPO
+from training.core.aws import Aws
+
+pytestmark = pytest.mark.integration
+IDLE = {"jobs": [{"status": "SUCCEEDED"}], "serve": []}
+
+
+@pytest.fixture
+def stack(aws_stack, monkeypatch):
+    """The session's moto stack; its services are put back to their deployed counts afterwards."""
+    for key, value in aws_stack["env"].items():
+        if key.startswith(("AWS_", "RAYFLEET_")):
+            monkeypatch.setenv(key, value)
+    out = Outputs.load()
+    ecs = aws_stack["server"].client("ecs")
+    names = [out.head_service_name, out.worker_service_name]
+    before = {
+        s["serviceName"]: s["desiredCount"]
+        for s in ecs.describe_services(cluster=out.cluster_name, services=names)["services"]
+    }
+    yield {"out": out, "ecs": ecs, "s3": aws_stack["server"].client("s3"), "env": aws_stack["env"]}
+    for name, count in before.items():
+        ecs.update_service(cluster=out.cluster_name, service=name, desiredCount=count)
+
+
+def desired(stack) -> dict[str, int]:
+    out = stack["out"]
+    found = stack["ecs"].describe_services(
+        cluster=out.cluster_name, services=[out.head_service_name, out.worker_service_name]
+    )
+    return {s["serviceName"]: s["desiredCount"] for s in found["services"]}
+
+
+def write_snapshot(stack, workers: int) -> None:
+    """What the new head's ray-snapshot container writes once Ray sees its workers."""
+    nodes = [{"node_id": "h", "alive": True, "head": True, "address": "10.0.1.5", "resources": {"CPU": 4.0}}]
+    nodes += [
+        {"node_id": f"w{i}", "alive": True, "head": False, "address": f"10.0.1.{10 + i}", "resources": {"GPU": 1.0}}
+        for i in range(workers)
+    ]
+    body = {"taken_at": datetime.now(UTC).isoformat(timespec="seconds"), "nodes": nodes, "jobs": [], "serve": []}
+    stack["s3"].put_object(Bucket=stack["out"].results_bucket, Key=KEY, Body=json.dumps(body).encode())
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_autostop_scales_the_workers_to_zero_after_the_idle_time(stack):
+    out, clock = stack["out"], Clock()
+    settings = Settings(out.cluster_name, out.head_service_name, out.worker_service_name, idle_s=600)
+    stopper = Autostop(settings, stack["ecs"], clock=clock, say=lambda _: None)
+    deployed = desired(stack)
+    assert deployed[out.worker_service_name] >= 1 and deployed[out.head_service_name] == 1
+    stopper.tick(IDLE)
+    clock.now += 599
+    assert not stopper.tick(IDLE)["stopped"] and desired(stack) == deployed
+    clock.now += 1
+    assert stopper.tick(IDLE)["stopped"]
+    assert desired(stack) == {out.head_service_name: 1, out.worker_service_name: 0}  # the head stays by default
+
+
+def test_a_running_trainer_task_keeps_the_workers(stack):
+    out, clock = stack["out"], Clock()
+    ecs = stack["ecs"]
+    task = ecs.run_task(cluster=out.cluster_name, taskDefinition=out.trainer_task_definition, startedBy="rayfleet")
+    arn = task["tasks"][0]["taskArn"]
+    try:
+        settings = Settings(out.cluster_name, out.head_service_name, out.worker_service_name, idle_s=60, stop_head=True)
+        stopper = Autostop(settings, ecs, clock=clock, say=lambda _: None)
+        stopper.tick(IDLE)
+        clock.now += 3600
+        assert stopper.tick(IDLE)["busy"] == "1 trainer task(s) running"
+        assert 0 not in desired(stack).values()
+    finally:
+        ecs.stop_task(cluster=out.cluster_name, task=arn, reason="test over")
+    clock.now += 1
+    stopper.tick(IDLE)
+    clock.now += 60
+    assert stopper.tick(IDLE)["stopped"] and set(desired(stack).values()) == {0}  # then both, head included
+
+
+def test_start_brings_the_services_back_and_waits_until_ray_sees_the_workers(stack):
+    out, ecs = stack["out"], stack["ecs"]
+    for name in (out.worker_service_name, out.head_service_name):
+        ecs.update_service(cluster=out.cluster_name, service=name, desiredCount=0)
+    write_snapshot(stack, 0)  # the old head's last word: older than the start, so it does not count
+    time.sleep(1.1)
+    said: list[str] = []
+    threading.Timer(2.0, write_snapshot, (stack, 1)).start()  # the new head, one worker so far
+    threading.Timer(4.0, write_snapshot, (stack, out.worker_count)).start()
+    result = start(Aws(out.region), out, say=said.append, poll_s=0.5)
+    assert result["workers"] == out.worker_count
+    assert desired(stack) == {out.head_service_name: 1, out.worker_service_name: out.worker_count}
+    assert said[:2] == [
+        f"scaling {out.head_service_name} to 1 ...",
+        f"scaling {out.worker_service_name} to {out.worker_count} ...",
+    ]
+    assert any("no snapshot from the new head yet" in line or "Ray sees" in line for line in said[2:])
+    assert said[-1].startswith(f"Ray sees the head and {out.worker_count}/{out.worker_count} workers after")
+
+
+def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
+    out, ecs = stack["out"], stack["ecs"]
+    ecs.update_service(cluster=out.cluster_name, service=out.worker_service_name, desiredCount=0)
+    (tmp_path / "train.py").write_text("print('hello')\n")
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(json.dumps({"name": "wake", "entrypoint": "train.py", "resources": {"workers": 1}}))
+    threading.Timer(5.0, write_snapshot, (stack, out.worker_count)).start()
+    result = subprocess.run(
+        [sys.executable, "-m", "scripts.recipes.run", str(recipe), "--target", "ecs", "--run-name", "wake", "--detach"],
+        env=stack["env"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert (
+        f"[rayfleet] {out.worker_service_name} at zero (make stop, or an autostop): starting them first"
+        in result.stdout
+    )
+    assert result.stdout.index("Ray sees the head") < result.stdout.index("run wake: task")  # started, then launched
+    assert desired(stack)[out.worker_service_name] == out.worker_count
