@@ -64,6 +64,26 @@ def write_snapshot(stack, workers: int) -> None:
     stack["s3"].put_object(Bucket=stack["out"].results_bucket, Key=KEY, Body=json.dumps(body).encode())
 
 
+class NewHead:
+    """The new head's ray-snapshot container: a snapshot every 0.5 s with `workers` alive, until stopped."""
+
+    def __init__(self, stack, workers: int) -> None:
+        self.stack, self.workers, self.done = stack, workers, threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+
+    def run(self) -> None:
+        while not self.done.wait(0.5):
+            write_snapshot(self.stack, self.workers)
+
+    def __enter__(self) -> NewHead:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+
+
 class Clock:
     def __init__(self) -> None:
         self.now = time.time()
@@ -89,7 +109,15 @@ def test_autostop_scales_the_workers_to_zero_after_the_idle_time(stack):
 def test_a_running_trainer_task_keeps_the_workers(stack):
     out, clock = stack["out"], Clock()
     ecs = stack["ecs"]
-    task = ecs.run_task(cluster=out.cluster_name, taskDefinition=out.trainer_task_definition, startedBy="rayfleet")
+    network = {
+        "awsvpcConfiguration": {"subnets": out.private_subnet_ids, "securityGroups": [out.task_security_group_id]}
+    }
+    task = ecs.run_task(
+        cluster=out.cluster_name,
+        taskDefinition=out.trainer_task_definition,
+        startedBy="rayfleet",
+        networkConfiguration=network,
+    )
     arn = task["tasks"][0]["taskArn"]
     try:
         settings = Settings(out.cluster_name, out.head_service_name, out.worker_service_name, idle_s=60, stop_head=True)
@@ -132,15 +160,15 @@ def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
     (tmp_path / "train.py").write_text("print('hello')\n")
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(json.dumps({"name": "wake", "entrypoint": "train.py", "resources": {"workers": 1}}))
-    threading.Timer(5.0, write_snapshot, (stack, out.worker_count)).start()
-    result = subprocess.run(
-        [sys.executable, "-m", "scripts.recipes.run", str(recipe), "--target", "ecs", "--run-name", "wake", "--detach"],
-        env=stack["env"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
+    with NewHead(stack, out.worker_count):
+        result = subprocess.run(
+            [sys.executable, "-m", "scripts.recipes.run", str(recipe), "--target=ecs", "--run-name=wake", "--detach"],
+            env=stack["env"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     assert result.returncode == 0, result.stdout + result.stderr
     assert (
         f"[rayfleet] {out.worker_service_name} at zero (make stop, or an autostop): starting them first"

@@ -126,7 +126,7 @@ def test_a_changed_command_and_environment_in_terraform_reach_the_moto_stack(ecs
     definitions = infra / "modules" / "ray" / "task_definitions.tf"
     text = definitions.read_text()
     old_command = 'command          = ["ddp"] # launch overrides it with the job and its arguments'
-    old_env = '{ name = "AWS_REGION", value = var.region },'  # the last fixed element of trainer_environment
+    old_env = '{ name = "RAYFLEET_METRICS_NAMESPACE", value = var.metric_namespace },'  # one of trainer_environment
     assert old_command in text and text.count(old_env) == 1
     text = text.replace(old_command, 'command          = ["ddp", "epochs=1"]')
     added = '{ name = "RAYFLEET_CHANGED_IN_TERRAFORM", value = "yes" }'
