@@ -164,18 +164,12 @@ def left_running(run: str) -> list[int]:
     return pids
 
 
-def worker_node_ids(env: dict) -> set[str]:
-    """The cluster's alive non-head nodes, asked in a subprocess: Ray reads RAY_AUTH_MODE once per process."""
+def listed_nodes(env: dict) -> list[dict]:
+    """`ray list nodes --detail` of the test cluster, dead ones included, asked in a subprocess: Ray reads
+    RAY_AUTH_MODE once per process."""
+    ray, dashboard = str(Path(sys.executable).parent / "ray"), f"--address=http://127.0.0.1:{DASHBOARD_PORT}"
     listed = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ray"),
-            "list",
-            "nodes",
-            "--format",
-            "json",
-            "--address",
-            f"http://127.0.0.1:{DASHBOARD_PORT}",
-        ],
+        [ray, "list", "nodes", "--format=json", "--detail", dashboard],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -183,8 +177,12 @@ def worker_node_ids(env: dict) -> set[str]:
         timeout=120,
     )
     assert listed.returncode == 0, listed.stderr[-2000:]
-    nodes = json.loads(listed.stdout)
-    return {n["node_id"] for n in nodes if n["state"] == "ALIVE" and not n["is_head_node"]}
+    return json.loads(listed.stdout)
+
+
+def worker_node_ids(env: dict) -> set[str]:
+    """The cluster's alive non-head nodes."""
+    return {n["node_id"] for n in listed_nodes(env) if n["state"] == "ALIVE" and not n["is_head_node"]}
 
 
 FSDP_TINY = "training/configs/fsdp-tiny.yaml"

@@ -24,13 +24,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.integration.helpers import DASHBOARD_PORT, FSDP_TINY, RAY_PORT, REPO
+from tests.integration.helpers import DASHBOARD_PORT, FSDP_TINY, RAY_PORT, REPO, listed_nodes
 from training.checkpoint import read_state
 from training.core.run_dir import RunDir
 from training.metrics import read_rows
 
 pytestmark = pytest.mark.integration
-DASHBOARD = f"http://127.0.0.1:{DASHBOARD_PORT}"
 DEADLINE_S = 25
 CHECK_EVERY = 2
 
@@ -115,23 +114,8 @@ def preempted_run(
             job.kill()
 
 
-def dead_node_message(cluster_env: dict) -> list[str]:
-    listed = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ray"),
-            "list",
-            "nodes",
-            "--format=json",
-            "--detail",
-            f"--address={DASHBOARD}",
-        ],
-        env=cluster_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert listed.returncode == 0, listed.stderr[-2000:]
-    return [n.get("state_message") or "" for n in json.loads(listed.stdout) if n["state"] == "DEAD"]
+def dead_messages(cluster_env: dict) -> list[str]:
+    return [n.get("state_message") or "" for n in listed_nodes(cluster_env) if n["state"] == "DEAD"]
 
 
 def check_the_node(node_out: str, node_rc: int, cluster_env: dict, reason: str) -> None:
@@ -142,7 +126,7 @@ def check_the_node(node_out: str, node_rc: int, cluster_env: dict, reason: str) 
     assert drained and drained.group(1).startswith(reason), node_out[-3000:]
     assert DEADLINE_S - 2 <= int(drained.group(2)) <= DEADLINE_S, node_out[-3000:]
     assert "stopping the Ray node: " in node_out
-    assert any(m.startswith(f"Terminated due to preemption: {reason}") for m in dead_node_message(cluster_env))
+    assert any(m.startswith(f"Terminated due to preemption: {reason}") for m in dead_messages(cluster_env))
 
 
 def check_the_notice(out: str) -> int:

@@ -195,92 +195,77 @@ def test_make_runs_lists_s3_runs_with_their_state(launched, aws_stack, tmp_path)
     assert row["state"] == expected and expected != "SUBMITTED"
 
 
-def test_a_lost_trainer_task_is_relaunched_with_the_same_overrides(aws_stack, tmp_path):
-    """`retries: 1`: the first trainer task stops before the run ends (as when its instance is reclaimed); the
-    follower relaunches it with the same overrides and follows the second, whose driver finishes the record."""
-    import time
+class Follower:
+    """`make run` on ECS without --detach, as a process, and the run's record in moto's bucket."""
 
-    server = aws_stack["server"]
-    ecs, s3 = server.client("ecs"), server.client("s3")
-    cluster, bucket = aws_stack["outputs"]["cluster_name"], aws_stack["outputs"]["results_bucket"]
-    recipe = write_recipe(tmp_path, env={"MODE": "fast"}, resources={"workers": 1}, retries=1)
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "scripts.recipes.run", str(recipe), "--target", "ecs", "--run-name", "lost-1"],
-        env=aws_stack["env"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    def __init__(self, aws_stack, recipe, run: str) -> None:
+        self.s3, self.ecs = aws_stack["server"].client("s3"), aws_stack["server"].client("ecs")
+        self.cluster, self.bucket = aws_stack["outputs"]["cluster_name"], aws_stack["outputs"]["results_bucket"]
+        self.key = f"runs/{run}/run.json"
+        command = [sys.executable, "-m", "scripts.recipes.run", str(recipe), "--target=ecs", f"--run-name={run}"]
+        self.proc = subprocess.Popen(
+            command, env=aws_stack["env"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
 
-    def record() -> dict:
+    def record(self) -> dict:
         try:
-            return json.loads(s3.get_object(Bucket=bucket, Key="runs/lost-1/run.json")["Body"].read())
-        except s3.exceptions.NoSuchKey:
+            return json.loads(self.s3.get_object(Bucket=self.bucket, Key=self.key)["Body"].read())
+        except self.s3.exceptions.NoSuchKey:
             return {}
 
-    def wait_for_task(not_this: str | None) -> str:
+    def task(self, not_this: str | None = None) -> str:
         """The follower's new trainer task, once it has recorded it (launch, then the follower's own update)."""
+        import time
+
         deadline = time.monotonic() + 60
-        while (arn := record().get("task_arn")) in (None, not_this) or record().get("state") != "SUBMITTED":
-            assert follower.poll() is None, follower.communicate()
+        while (arn := self.record().get("task_arn")) in (None, not_this) or self.record().get("state") != "SUBMITTED":
+            assert self.proc.poll() is None, self.proc.communicate()
             assert time.monotonic() < deadline, "no trainer task"
             time.sleep(0.2)
         return arn
 
+    def stop(self, arn: str, reason: str) -> None:
+        self.ecs.stop_task(cluster=self.cluster, task=arn, reason=reason)
+
+    def end(self) -> tuple[str, str]:
+        try:
+            return self.proc.communicate(timeout=120)
+        finally:
+            self.proc.kill()
+
+
+def test_a_lost_trainer_task_is_relaunched_with_the_same_overrides(aws_stack, tmp_path):
+    """`retries: 1`: the first trainer task stops before the run ends (as when its instance is reclaimed); the
+    follower relaunches it with the same overrides and follows the second, whose driver finishes the record."""
+    recipe = write_recipe(tmp_path, env={"MODE": "fast"}, resources={"workers": 1}, retries=1)
+    follower = Follower(aws_stack, recipe, "lost-1")
     try:
-        first = wait_for_task(None)
-        ecs.stop_task(cluster=cluster, task=first, reason="Host EC2 (instance i-0abc) terminated.")
-        second = wait_for_task(first)
+        first = follower.task()
+        follower.stop(first, "Host EC2 (instance i-0abc) terminated.")
+        second = follower.task(not_this=first)
         # What the relaunched trainer's driver does at the end (scripts/recipes/job.py), then its task stops.
-        done = {**record(), "state": "SUCCEEDED", "exit_code": 0, "message": ""}
-        s3.put_object(Bucket=bucket, Key="runs/lost-1/run.json", Body=json.dumps(done).encode())
-        ecs.stop_task(cluster=cluster, task=second, reason="Essential container in task exited")
-        out, err = follower.communicate(timeout=120)
+        done = {**follower.record(), "state": "SUCCEEDED", "exit_code": 0, "message": ""}
+        follower.s3.put_object(Bucket=follower.bucket, Key=follower.key, Body=json.dumps(done).encode())
+        follower.stop(second, "Essential container in task exited")
     finally:
-        follower.kill()
-    assert follower.returncode == 0, out + err
+        out, err = follower.end()
+    assert follower.proc.returncode == 0, out + err
     assert "the trainer task stopped before the run ended (Host EC2 (instance i-0abc) terminated.); relaunching" in out
-    tasks = ecs.describe_tasks(cluster=cluster, tasks=[first, second])["tasks"]
+    tasks = follower.ecs.describe_tasks(cluster=follower.cluster, tasks=[first, second])["tasks"]
     overrides = [{e["name"]: e["value"] for e in t["overrides"]["containerOverrides"][0]["environment"]} for t in tasks]
     assert overrides[0] == overrides[1] and overrides[0]["RAYFLEET_RUN_NAME"] == "lost-1"  # the same run, resumed
-    (lost,) = record()["attempts"]
+    (lost,) = follower.record()["attempts"]
     assert lost["task_arn"] == first and lost["state"] == "LOST" and "terminated" in lost["why"]
 
 
-def test_a_second_lost_trainer_task_beyond_the_retries_fails_the_run(aws_stack, tmp_path):
-    import time
-
-    server = aws_stack["server"]
-    ecs, s3 = server.client("ecs"), server.client("s3")
-    cluster, bucket = aws_stack["outputs"]["cluster_name"], aws_stack["outputs"]["results_bucket"]
+def test_a_lost_trainer_task_beyond_the_retries_fails_the_run(aws_stack, tmp_path):
     recipe = write_recipe(tmp_path, env={"MODE": "fast"}, resources={"workers": 1})  # retries: 0
-    follower = subprocess.Popen(
-        [sys.executable, "-m", "scripts.recipes.run", str(recipe), "--target", "ecs", "--run-name", "lost-2"],
-        env=aws_stack["env"],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    follower = Follower(aws_stack, recipe, "lost-2")
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                arn = json.loads(s3.get_object(Bucket=bucket, Key="runs/lost-2/run.json")["Body"].read()).get(
-                    "task_arn"
-                )
-            except s3.exceptions.NoSuchKey:
-                arn = None
-            if arn:
-                break
-            assert time.monotonic() < deadline and follower.poll() is None, "no trainer task"
-            time.sleep(0.2)
-        ecs.stop_task(cluster=cluster, task=arn, reason="Task stopped by user")
-        out, err = follower.communicate(timeout=120)
+        follower.stop(follower.task(), "Task stopped by user")
     finally:
-        follower.kill()
-    assert follower.returncode != 0 and "relaunching" not in out
+        out, err = follower.end()
+    assert follower.proc.returncode != 0 and "relaunching" not in out
     assert "error: run lost-2: the trainer task stopped before the run ended: Task stopped by user" in err
-    final = json.loads(s3.get_object(Bucket=bucket, Key="runs/lost-2/run.json")["Body"].read())
+    final = follower.record()
     assert final["state"] == "LOST" and [a["state"] for a in final["attempts"]] == ["LOST"]
