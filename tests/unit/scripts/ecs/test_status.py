@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from scripts.ecs.status import registered_gpus, render
+from scripts.ecs.status import autostop_line, registered_gpus, render, render_ray
 from training.core.catalog import gpus_of
 
 
@@ -98,3 +98,25 @@ def test_status_renders_rays_view_nodes_resources_and_jobs():
     assert "10.0.0.2" in text and "CPU 4, GPU 1" in text
     assert "ddp-1" in text and "RUNNING" in text
     assert "  serve: rayfleet  RUNNING  route /\n      model: HEALTHY (2 RUNNING)" in text
+
+
+def test_the_autostop_line_says_when_the_workers_stop():
+    idle = {
+        "idle_min": 30,
+        "idle_since": "2026-11-23T12:00:00+00:00",
+        "stops_at": "2026-11-23T12:30:00+00:00",
+        "stops": ["rf-ray-worker"],
+        "stopped": False,
+    }
+    assert autostop_line(idle) == (
+        "rf-ray-worker to 0 at 2026-11-23T12:30:00+00:00 unless a run starts (idle since 2026-11-23T12:00:00+00:00)"
+    )
+    done = {**idle, "stops": ["rf-ray-worker", "rf-ray-head"], "stopped": True}
+    assert autostop_line(done).startswith("rf-ray-worker and rf-ray-head scaled to 0 at 2026-11-23T12:30:00")
+    assert autostop_line({"idle_min": 30, "busy": "1 Ray job(s) running"}) == (
+        "not idle (1 Ray job(s) running); stops after 30 idle minutes"
+    )
+    assert autostop_line(None) == "off"
+    assert autostop_line({"error": "AccessDeniedException: no"}) == "cannot decide (AccessDeniedException: no)"
+    shown = render_ray({"nodes": [], "total": {}, "available": {}, "jobs": [], "autostop": idle})
+    assert "  autostop: rf-ray-worker to 0 at 2026-11-23T12:30:00+00:00 unless a run starts" in "\n".join(shown)
