@@ -127,11 +127,14 @@ def venv_first(path: str) -> str:
     return os.pathsep.join(p for p in (first, path) if p)
 
 
-def node_env(cluster_id: str) -> dict[str, str]:
+def node_env(cluster_id: str, address: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(ray_auth.auth_env())
     env.pop("RAY_AUTH_TOKEN", None)  # the file only: a token in the environment leaks into /proc
-    env.pop("RAY_ADDRESS", None)
+    # What Ray starts on the nodes (actors, Ray Train's helpers, a job's driver) connects to this cluster by
+    # name: left to find "the" local Ray by scanning the host's processes it would see every other GCS on the
+    # host (a second cluster, containers) and refuse to choose.
+    env["RAY_ADDRESS"] = address
     env["RAYFLEET_CLUSTER_ID"] = cluster_id
     # Job entrypoints (`ray job submit -- python x.py`) run in the nodes' environment.
     env["PATH"] = venv_first(env.get("PATH", ""))
@@ -351,7 +354,7 @@ def up(spec: ClusterSpec, quiet: bool = False) -> ClusterState:
     )
     # Written before anything starts, so `down` finds the processes even if `up` dies half way.
     _write_state(state)
-    env = node_env(cluster_id)
+    env = node_env(cluster_id, state.address)
     try:
         say(f"starting Ray head (no CPUs for training, {head_memory / GIB:.1f} GiB) at {state.address} ...")
         state.pids.append(_start_node("head", _head_args(spec, temp_dir, head_memory), spec, env, log_dir))

@@ -206,9 +206,11 @@ def test_sigterm_to_run_alone_is_passed_on_and_the_cluster_stopped(tmp_path):
 def test_node_env_puts_this_virtualenv_first_so_jobs_find_ray(monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("RAY_AUTH_TOKEN", "not-in-the-environment")
-    env = local_cluster.node_env("c1")
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.9:6379")  # someone else's cluster, in the caller's shell
+    env = local_cluster.node_env("c1", "127.0.0.1:6390")
     assert env["PATH"] == f"{VENV_BIN}{os.pathsep}/usr/bin:/bin"
     assert "RAY_AUTH_TOKEN" not in env and env["RAYFLEET_CLUSTER_ID"] == "c1"
+    assert env["RAY_ADDRESS"] == "127.0.0.1:6390"  # what the nodes start connects here, never by a scan
     # What `ray job submit -- python hello.py` runs on a node: `python` by PATH, then `import ray`.
     assert shutil.which("python", path=env["PATH"]) == str(VENV_BIN / "python")
     subprocess.run(["python", "-c", "import ray"], env=env, check=True, timeout=60)
