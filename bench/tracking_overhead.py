@@ -56,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             times: dict[str, list[float]] = {"without": [], "with": []}
             train_epoch(model, optimizer, data, cfg, rt, 1, 0, 1)  # warm-up
             for epoch in range(2, 2 + opts.rounds):
+                track.epoch = epoch  # as the job sets it: the step count (and the rate) runs on
                 for label, on_step in (("without", None), ("with", track)):
                     start = time.perf_counter()
                     train_epoch(model, optimizer, data, cfg, rt, epoch, 0, 1, on_step)
