@@ -32,6 +32,9 @@ from scripts.recipes.secrets import REFS_VAR
 from training import stop
 from training.core.run_dir import RunDir
 
+SUBMITTER_STOPPED = "the submitter stopped"  # the record's message when the follower itself failed or was stopped
+STOPPED_BY_A_SIGNAL = ("SIGTERM", "SIGINT", "KeyboardInterrupt")
+
 
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
@@ -107,9 +110,7 @@ def _run_once(recipe: Recipe, run_dir: RunDir, **how) -> tuple[int, str | None]:
         try:
             spool.close()
         finally:
-            run_dir.update(
-                state="FAILED", ended_at=now(), message=f"the submitter stopped ({why}) before the job ended"
-            )
+            run_dir.update(state="FAILED", ended_at=now(), message=f"{SUBMITTER_STOPPED} ({why}) before the job ended")
         raise
     finally:
         if previous is not None:

@@ -32,7 +32,7 @@ from scripts.ecs.outputs import DEFAULT_FILE, Outputs
 from scripts.local_cluster import cluster as local_cluster
 from scripts.recipes import cost
 from scripts.recipes import secrets as recipe_secrets
-from scripts.recipes.job import now, run_job, submitter
+from scripts.recipes.job import STOPPED_BY_A_SIGNAL, SUBMITTER_STOPPED, now, run_job, submitter
 from scripts.recipes.package import PackageError, package
 from scripts.recipes.schema import Capacity, LoadedRecipe, check_fits, load
 from training.core import ray_auth
@@ -224,17 +224,27 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
 UNFINISHED = ("PENDING", "SUBMITTED", "RUNNING")
 
 
+def ended_with_the_run(record: dict) -> bool:
+    """The trainer task ended because its run did, not because the task, its node or the head was lost (the
+    driver failed, not by a signal, before its job ended: scripts/recipes/job.py)."""
+    state, message = record.get("state"), record.get("message") or ""
+    lost_head = message.startswith(SUBMITTER_STOPPED) and not any(s in message for s in STOPPED_BY_A_SIGNAL)
+    return state not in UNFINISHED and not (state == "FAILED" and lost_head)
+
+
 def follow_relaunching(aws: Aws, out: Outputs, run_dir: RunDir, recipe, record: dict, start_trainer) -> int:
     """Follow the trainer task; when it stops before the run has ended (its instance lost, the task stopped
-    or killed: the record is still unfinished), relaunch it with the same overrides, as long as the recipe's
-    `retries` leave one. The run resumes from its checkpoint; run.json's `attempts` says what happened."""
+    or killed: the record is still unfinished; or the head went away under its driver), relaunch it with the
+    same overrides, as long as the recipe's `retries` leave one. The new trainer waits for the head and the
+    run resumes from its checkpoint; run.json's `attempts` says what happened."""
     while True:
         code = follow_task(aws, out, record["task_arn"], record["log_stream"])
         current = run_dir.record()
-        if current.get("state") not in UNFINISHED:  # the trainer finished the record: its exit code is the run's
+        if ended_with_the_run(current):  # the trainer finished the record: its exit code is the run's
             return int(current.get("exit_code", code))
         task = aws.client("ecs").describe_tasks(cluster=out.cluster_name, tasks=[record["task_arn"]])["tasks"][0]
-        why = task.get("stoppedReason") or f"the trainer exited {code}"
+        why = current.get("message") if current.get("state") == "FAILED" else None
+        why = why or task.get("stoppedReason") or f"the trainer exited {code}"
         attempts = [*(current.get("attempts") or [])]
         attempts.append(
             {

@@ -269,3 +269,27 @@ def test_a_lost_trainer_task_beyond_the_retries_fails_the_run(aws_stack, tmp_pat
     assert "error: run lost-2: the trainer task stopped before the run ended: Task stopped by user" in err
     final = follower.record()
     assert final["state"] == "LOST" and [a["state"] for a in final["attempts"]] == ["LOST"]
+
+
+def test_a_trainer_whose_head_went_away_is_relaunched(aws_stack, tmp_path):
+    """The head is replaced under a running job: the driver's follow fails and it records FAILED "the submitter
+    stopped (...)" before exiting; that is a lost trainer, relaunched (it waits for the new head and resumes).
+    A driver stopped by SIGTERM (make stop) is not."""
+    recipe = write_recipe(tmp_path, env={"MODE": "fast"}, resources={"workers": 1}, retries=2)
+    follower = Follower(aws_stack, recipe, "headless")
+
+    def driver_ends(arn: str, message: str, reason: str) -> None:
+        ended = {**follower.record(), "state": "FAILED", "exit_code": 1, "message": message}
+        follower.s3.put_object(Bucket=follower.bucket, Key=follower.key, Body=json.dumps(ended).encode())
+        follower.stop(arn, reason)
+
+    try:
+        first = follower.task()
+        driver_ends(first, "the submitter stopped (ConnectionError) before the job ended", "Essential container exited")
+        second = follower.task(not_this=first)
+        driver_ends(second, "the submitter stopped (SIGTERM) before the job ended", "Task stopped by user")
+    finally:
+        out, err = follower.end()
+    assert follower.proc.returncode == 1 and out.count("relaunching") == 1, out + err
+    assert "the trainer task stopped before the run ended (the submitter stopped (ConnectionError)" in out
+    assert [a["state"] for a in follower.record()["attempts"]] == ["LOST"]
