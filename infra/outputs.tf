@@ -110,11 +110,6 @@ output "worker_count" {
   value       = var.workers.count
 }
 
-output "autostop_idle_minutes" {
-  description = "Idle minutes before the workers scale to zero by themselves (0: never)."
-  value       = var.autostop.idle_minutes
-}
-
 output "image_tag" {
   description = "Tag of the images the services run (make push marks those images deployed-<tag>, which the ECR lifecycle never expires)."
   value       = var.image_tag

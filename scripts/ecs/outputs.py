@@ -37,7 +37,6 @@ class Outputs:
     worker_instance_type: str = ""  # make run checks a recipe's resources against it
     worker_instance_types: tuple[str, ...] = ()  # with Spot types, all of them: the check uses the smallest
     worker_count: int = 0  # make start scales the worker service back to it
-    autostop_idle_minutes: float = 0  # 0: autostop off
     worker_lifecycle: str = "on-demand"  # or "spot": make run prices a run's workers from Spot price history
     image_tag: str = ""  # make push marks the deployed tag's images (scripts/deploy/images.py mark_deployed)
     serve_endpoint: str = ""  # http://head.<namespace>:<port> when serving is on (make serve), else ""
