@@ -217,8 +217,9 @@ cluster-down: ## Stop exactly what cluster-up started (also after a crash)
 cluster-status: setup ## Show the local cluster
 	$(PY) -m scripts.local_cluster status
 
-# Two pytest-xdist workers: the local-cluster tests in one, the image build and the podman rehearsal in the
-# other, the rest wherever a worker is free (groups: tests/conftest.py). PYTEST_WORKERS=0 runs them in one process.
+# Two pytest-xdist workers: the local-cluster tests and then the podman rehearsal in one, the image build and
+# the image tests in the other, the rest wherever a worker is free (groups: tests/conftest.py).
+# PYTEST_WORKERS=0 runs them in one process.
 PYTEST_WORKERS ?= 2
 PYTEST_SPLIT = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 

@@ -16,15 +16,16 @@ from training.data import synthetic
 # Tests that share a session resource that cannot be doubled run in one worker, as one xdist group, and the
 # two groups go first, one to each worker (`--dist loadgroup --no-loadscope-reorder` keeps this order);
 # everything else follows a module at a time (a module's fixtures are set up once) as a worker comes free.
-#   "cluster": the local Ray cluster (fixed ports) and everything built on it.
-#   "images": the image build, the image tests, then the podman rehearsal, which runs those images. It runs
-#     beside the local cluster: that cluster's nodes name their GCS in RAY_ADDRESS (scripts/local_cluster),
-#     so Ray never has to pick among the GCS processes it would find on this host, the rehearsal's included.
+#   "cluster": the local Ray cluster (fixed ports) and everything built on it, then the podman rehearsal.
+#     Not side by side: both are CPU-heavy, and beside each other on two cores their longest runs (DeepSpeed
+#     on the local cluster, the rehearsal's token rotation) failed. (The local cluster's nodes name their
+#     GCS in RAY_ADDRESS, so Ray's address discovery no longer mixes them up: scripts/local_cluster.)
+#   "images": the image build and the image tests (the rehearsal, later, finds the images built).
 # (name, the fixtures that put a test in it, its xdist group), in the order they run.
 SERIAL = [
     ("local-cluster", {"cluster_env"}, "cluster"),
+    ("rehearsal", {"images"}, "cluster"),
     ("images", {"built_images", "running"}, "images"),
-    ("rehearsal", {"images"}, "images"),
 ]
 
 
