@@ -3,8 +3,7 @@
 A third worker node joins the test cluster the way an ECS worker task does (`rayfleet-node worker`, here
 `python -m scripts.container.ray_node worker`, with 2 CPUs so Ray packs the run's two workers onto it). A
 DDP (or FSDP) run with max_failures=0 starts there; SIGTERM to the entry point (what ECS sends when Spot
-takes the instance; the DDP test) or the Spot notice the instance's poller writes (the FSDP test) makes it
-drain its own node with Ray's PREEMPTION reason and a deadline. The run sees
+takes the instance) makes it drain its own node with Ray's PREEMPTION reason and a deadline. The run sees
 the notice at its next check, saves a checkpoint, waits; at the deadline Ray Train restarts it on the
 cluster's two other workers, where it finishes. No failure is spent: with max_failures=0 one would end it.
 """
@@ -18,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -79,12 +77,6 @@ def wait_for(predicate, timeout: float, what: str, job: subprocess.Popen) -> Non
 
 def sigterm(node: subprocess.Popen, scratch: Path) -> None:
     node.send_signal(signal.SIGTERM)  # what ECS sends (also once Spot interrupts the instance)
-
-
-def spot_notice(node: subprocess.Popen, scratch: Path) -> None:
-    """What the instance's poller writes when IMDS has a Spot notice (infra/modules/cluster/user_data.sh.tftpl)."""
-    when = datetime.fromtimestamp(time.time() + DEADLINE_S + 20, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    (scratch / "spot-action.json").write_text(json.dumps({"action": "terminate", "time": when}))
 
 
 def preempted_run(
@@ -168,10 +160,10 @@ def test_an_fsdp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_
     command += ["max_steps=30", "checkpoint_every=10", "log_every=5", "run_name=spot-fsdp", "max_failures=0"]
     command += [f"preemption_check_steps={CHECK_EVERY}", "export=false"]
     out, node_out, node_rc, rc = preempted_run(
-        cluster_env, tmp_path, command, lambda: any(r["step"] >= 10 for r in read_rows(run_dir)), spot_notice
+        cluster_env, tmp_path, command, lambda: any(r["step"] >= 10 for r in read_rows(run_dir))
     )
     assert rc == 0, out[-4000:]
-    check_the_node(node_out, node_rc, cluster_env, "Spot interruption notice: terminate at")
+    check_the_node(node_out, node_rc, cluster_env, "the task was stopped (SIGTERM)")
     check_the_notice(out)
     saved = re.search(r"checkpoint saved at step (\d+); waiting for Ray Train to restart", out)
     assert saved and int(saved.group(1)) % CHECK_EVERY == 0, out[-4000:]
