@@ -13,29 +13,33 @@ import pytest
 from tests.images.helpers import BUILD, BackgroundBuild
 from training.data import synthetic
 
-# Tests that share a session resource that cannot be doubled run in one worker, as one xdist group, and the
-# two groups go first, one to each worker (`--dist loadgroup --no-loadscope-reorder` keeps this order);
-# everything else follows a module at a time (a module's fixtures are set up once) as a worker comes free.
-#   "cluster": the local Ray cluster (fixed ports) and everything built on it, then the podman rehearsal.
-#     Not side by side: both are CPU-heavy, and beside each other on two cores their longest runs (DeepSpeed
-#     on the local cluster, the rehearsal's token rotation) failed. (The local cluster's nodes name their
-#     GCS in RAY_ADDRESS, so Ray's address discovery no longer mixes them up: scripts/local_cluster.)
-#   "images": the image build and the image tests (the rehearsal, later, finds the images built).
-# (name, the fixtures that put a test in it, its xdist group), in the order they run.
-SERIAL = [
+# Tests that share a session resource that cannot be doubled run in one worker, as one xdist group
+# (`--dist loadgroup --no-loadscope-reorder` keeps the order below: xdist hands each worker the next unit when
+# it is almost out of tests).
+#   "cluster", first: the local Ray cluster (fixed ports) and everything built on it, the long pole; its worker
+#     takes nothing else until its last tests.
+#   then every other module (unit, infra, moto), a module at a time (a module's fixtures are set up once);
+#   "images", last: the image tests, then the podman rehearsal on the images they checked. By then the local
+#     cluster's heaviest runs (DDP, FSDP, DeepSpeed: the first modules) are over; the two ran side by side
+#     from the start once, and on two cores DeepSpeed's longest run and the rehearsal's token rotation failed.
+#     The image build itself starts with the session (pytest_collection_finish below), beside everything.
+# (name, the fixtures that put a test in it, its xdist group), in the order they run; None: the modules.
+ORDER = [
     ("local-cluster", {"cluster_env"}, "cluster"),
-    ("rehearsal", {"images"}, "cluster"),
+    None,
     ("images", {"built_images", "running"}, "images"),
+    ("rehearsal", {"images"}, "images"),
 ]
+MODULES = ORDER.index(None)
 
 
 def group_of(item) -> tuple[int, str]:
     """(order, xdist group): a serial part's, else the test's module."""
     names = set(getattr(item, "fixturenames", ()))
-    for order, (_, users, group) in enumerate(SERIAL):
-        if users & names:
-            return order, group
-    return len(SERIAL), Path(item.nodeid.split("::")[0]).stem
+    for order, part in enumerate(ORDER):
+        if part is not None and part[1] & names:
+            return order, part[2]
+    return MODULES, Path(item.nodeid.split("::")[0]).stem
 
 
 @pytest.hookimpl(tryfirst=True)

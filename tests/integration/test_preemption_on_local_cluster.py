@@ -157,7 +157,10 @@ def test_an_fsdp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_
     run_dir = RunDir(str(tmp_path), "spot-fsdp")
     command = [sys.executable, "-m", "training.fsdp", "--config", FSDP_TINY, f"model={tiny['model']}"]
     command += [f"data={tiny['data']}", f"storage={tmp_path}"]
-    command += ["max_steps=30", "checkpoint_every=10", "log_every=5", "run_name=spot-fsdp", "max_failures=0"]
+    # A tiny step takes about 0.4 s here: 90 steps after the trigger leave the drain (a `ray drain-node` process,
+    # then Ray's notice at a check) over half a minute, more under load; 20 steps did not, in a loaded CI run.
+    steps = 100
+    command += [f"max_steps={steps}", "checkpoint_every=10", "log_every=5", "run_name=spot-fsdp", "max_failures=0"]
     command += [f"preemption_check_steps={CHECK_EVERY}", "export=false"]
     out, node_out, node_rc, rc = preempted_run(
         cluster_env, tmp_path, command, lambda: any(r["step"] >= 10 for r in read_rows(run_dir))
@@ -170,6 +173,6 @@ def test_an_fsdp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_
     step = int(saved.group(1))
     assert f"resuming at step {step + 1} (attempt 1)" in out
     rows = read_rows(run_dir)
-    assert [r["step"] for r in rows] == sorted({r["step"] for r in rows}) and rows[-1]["step"] == 30
+    assert [r["step"] for r in rows] == sorted({r["step"] for r in rows}) and rows[-1]["step"] == steps
     after = [r for r in rows if r["step"] > step]
     assert after and all(r["preemptions"] == 1 and r["steps_redone"] <= CHECK_EVERY for r in after), after
