@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import queue
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -37,6 +35,7 @@ from pathlib import Path
 
 from scripts.rehearsal import podman
 from scripts.rehearsal.host import Adaptation
+from scripts.rehearsal.log_shipper import LogShipper
 from training.core.aws import STARTED_BY
 
 SERVICE_STARTED_BY = "ecs-svc/rehearsal"
@@ -95,74 +94,6 @@ class TaskRun:
     @property
     def short(self) -> str:
         return f"{self.key} {self.id[:8]}"
-
-
-class LogShipper(threading.Thread):
-    """`podman logs -f` of one container into its CloudWatch Logs stream (the awslogs driver's job)."""
-
-    def __init__(self, logs, podman_name: str, group: str, stream: str, local_file):
-        super().__init__(name=f"logs-{podman_name}", daemon=True)
-        self.logs, self.podman_name, self.group, self.stream = logs, podman_name, group, stream
-        self.local_file = local_file
-        self.proc: subprocess.Popen | None = None
-
-    def run(self) -> None:
-        with contextlib.suppress(Exception):
-            self.logs.create_log_stream(logGroupName=self.group, logStreamName=self.stream)
-        self.proc = proc = subprocess.Popen(
-            ["podman", "logs", "-f", self.podman_name],
-            env=podman.env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            errors="replace",
-            start_new_session=True,
-        )
-        lines: queue.Queue[str | None] = queue.Queue()
-        reader = threading.Thread(target=_read_lines, args=(proc.stdout, lines), daemon=True)
-        reader.start()
-        batch: list[dict] = []
-        while True:
-            # A quiet container's last lines go out within half a second, not with its next line.
-            try:
-                line = lines.get(timeout=0.5)
-            except queue.Empty:
-                self._put(batch)
-                batch = []
-                continue
-            if line is None:
-                break
-            if self.local_file is not None:
-                self.local_file.write(line)
-                self.local_file.flush()
-            batch.append({"timestamp": int(time.time() * 1000), "message": line.rstrip("\n")})
-            if len(batch) >= 200:
-                self._put(batch)
-                batch = []
-        self._put(batch)
-        proc.wait()
-
-    def close(self) -> None:
-        """End `podman logs -f` (podman 4.3's can outlive a container removed under it)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
-
-    def _put(self, batch: list[dict]) -> None:
-        if not batch:
-            return
-        with contextlib.suppress(Exception):
-            self.logs.put_log_events(logGroupName=self.group, logStreamName=self.stream, logEvents=batch)
-
-
-def _read_lines(stream, lines: queue.Queue[str | None]) -> None:
-    for line in stream:
-        lines.put(line)
-    lines.put(None)
 
 
 class Agent:
