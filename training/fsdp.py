@@ -170,6 +170,10 @@ def train_loop(loop_config: dict) -> None:
         grad_norm = strategy.step()
         info["steps"] += 1
         done = step + 1
+        # Asked first: a step that is checkpointed anyway at a notice is saved once, as the preemption's
+        # checkpoint (two saves into one directory were two reports of it, and Ray's pruning of the
+        # first one failed the run on the second).
+        preempted = preemption.noticed(done)  # every rank, the same steps
         if done % cfg.log_every == 0 or done % cfg.checkpoint_every == 0 or done == last:
             seconds = time.perf_counter() - window_start
             row = {
@@ -188,7 +192,7 @@ def train_loop(loop_config: dict) -> None:
                 record_reached(run_dir, done)
             window_start, loss_sum, tokens, info["steps"] = time.perf_counter(), 0.0, 0, 0
             reason = stop.agreed(run_dir, rank, device)  # a budget: every rank stops at this step
-            if done % cfg.checkpoint_every == 0 or done == last or reason:
+            if reason or ((done % cfg.checkpoint_every == 0 or done == last) and not preempted):
                 strategy.save(done, {**train_state, **carried}, row)
                 if scalars is not None:
                     scalars.flush()
@@ -202,7 +206,7 @@ def train_loop(loop_config: dict) -> None:
                 progress.line(done, run_name, _window(loss_sum, tokens, window_start, info["steps"], cfg)), flush=True
             )
             record_reached(run_dir, done)
-        if preemption.noticed(done):  # every rank, the same steps
+        if preempted:
             noticed = {**train_state, **carried, "preemptions": carried["preemptions"] + 1}
             strategy.save(done, noticed, {"step": done, "preempted": True})
             if rank == 0:
