@@ -547,8 +547,10 @@ def test_rotate_ray_token_brings_every_node_back(rehearsal, aws):
     deadline = time.monotonic() + 240
     while True:
         head = containers(rehearsal.rid, "-ray-head")
-        if len(head) == 1 and ray_nodes_alive(head[0]) == 3:
-            break
+        # ray_nodes_alive fails while the new head's dashboard starts (in a CI run: connection refused)
+        with contextlib.suppress(AssertionError, ValueError, subprocess.TimeoutExpired):
+            if len(head) == 1 and ray_nodes_alive(head[0]) == 3:
+                break
         assert time.monotonic() < deadline, rehearsal.output[-3000:]
         time.sleep(3)
     assert podman("exec", head[0], "printenv", "RAY_AUTH_TOKEN").stdout.strip() == secret["SecretString"]
