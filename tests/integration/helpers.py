@@ -3,8 +3,10 @@ and the job and verb commands run as real subprocesses."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -207,3 +209,25 @@ def run_fsdp(env, tiny, storage, *overrides, timeout=600):
         text=True,
         timeout=timeout,
     )
+
+
+def ctrl_c_reaches_it() -> None:
+    """A Popen preexec_fn for a process a test stops with Ctrl-C: a shell leaves SIGINT ignored for what it
+    starts in the background (a CI run under nohup), Python then keeps ignoring it, and the Ctrl-C never
+    arrives. As from a terminal, the child gets the default (Python's KeyboardInterrupt)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def ctrl_c_on_failure(proc: subprocess.Popen):
+    """For a run verb a test stops with Ctrl-C: if the test fails before, Ctrl-C it anyway (then kill it), so
+    its job does not hold the session cluster's workers while the next tests wait for them."""
+    try:
+        yield
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.communicate(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import REPO, left_running, worker_node_ids
+from tests.integration.helpers import REPO, ctrl_c_on_failure, ctrl_c_reaches_it, left_running, worker_node_ids
 
 pytestmark = pytest.mark.integration
 EXAMPLE = REPO / "recipes" / "examples" / "torch-ddp"
@@ -111,10 +111,11 @@ def test_stopping_the_run_stops_every_nodes_processes(cluster_env, tmp_path):
     proc = subprocess.Popen(
         [sys.executable, "-m", "scripts.recipes.run", str(recipe), "--target", "local", "--run-name", "torch-stop"],
         env=cluster_env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        preexec_fn=ctrl_c_reaches_it,
     )  # fmt: skip
     lines = []
-    try:
-        # Under load (CI: the rehearsal beside this cluster) starting two torchruns took minutes.
+    with ctrl_c_on_failure(proc):
+        # Under load (CI: the rehearsal beside this cluster) starting and stopping the job took minutes.
         deadline = time.monotonic() + 600
         for line in proc.stdout:
             lines.append(line)
@@ -124,13 +125,6 @@ def test_stopping_the_run_stops_every_nodes_processes(cluster_env, tmp_path):
         assert len(left_running("torch-stop")) >= 4, "".join(lines)[-3000:]  # two launchers, two ranks at least
         proc.send_signal(signal.SIGINT)  # Ctrl-C on make run
         rest, _ = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:  # a failure above must not leave the job holding the cluster for the next tests
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
     assert proc.returncode == 130, "".join(lines)[-2000:] + rest[-3000:]
     deadline = time.monotonic() + 120
     while left_running("torch-stop") and time.monotonic() < deadline:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fakes.webhook import Receiver
-from tests.integration.helpers import DASHBOARD_PORT, REPO
+from tests.integration.helpers import DASHBOARD_PORT, REPO, ctrl_c_on_failure, ctrl_c_reaches_it
 
 pytestmark = pytest.mark.integration
 
@@ -301,8 +301,9 @@ def test_ctrl_c_stops_the_job_and_keeps_its_record(cluster_env, tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=ctrl_c_reaches_it,
     )
-    try:
+    with ctrl_c_on_failure(proc):
         deadline = time.monotonic() + 300  # minutes under load (CI: the rehearsal beside this cluster)
         for line in proc.stdout:
             if line.strip() == "started":
@@ -310,13 +311,6 @@ def test_ctrl_c_stops_the_job_and_keeps_its_record(cluster_env, tmp_path):
             assert time.monotonic() < deadline, "the job never started"
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=300)
-    finally:
-        if proc.poll() is None:  # a failure above must not leave the job holding the cluster for the next tests
-            proc.send_signal(signal.SIGINT)
-            try:
-                proc.communicate(timeout=120)
-            except subprocess.TimeoutExpired:
-                proc.kill()
     assert proc.returncode == 130, err
     record = json.loads((only_run(storage) / "run.json").read_text())
     assert record["state"] == "STOPPED" and record["exit_code"] == 130
