@@ -108,14 +108,7 @@ class LogShipper(threading.Thread):
 
 
 def container_running(name: str) -> bool:
-    result = subprocess.run(
-        ["podman", "container", "inspect", "--format", "{{.State.Running}}", name],
-        env=podman.env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    return result.returncode == 0 and result.stdout.strip() == "true"
+    return bool((podman.state(name) or {}).get("Running"))
 
 
 def _read_lines(stream, lines: queue.Queue[str | None]) -> None:
