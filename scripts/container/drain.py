@@ -26,6 +26,9 @@ STOP_TIMEOUT_S = 120  # the task definitions' stopTimeout: SIGKILL comes this lo
 DEFAULT_DEADLINE_S = 100  # of those, what Ray may use; the rest is for Ray itself to stop
 SPOT_MARGIN_S = 15  # a Spot notice's deadline: this long before the instance is taken
 SPOT_NOTICE_FILE = "/etc/rayfleet/spot-action.json"
+# What every raylet runs below itself whatever the node does (ray._private.ray_constants.AGENT_PROCESS_LIST):
+# never work, or a drained node would always wait out its whole deadline.
+RAY_AGENTS = ("ray::DashboardAgent", "ray::RuntimeEnvAgent")
 
 
 def own_node_id(ray_start_pid: int) -> str | None:
@@ -45,7 +48,8 @@ def own_node_id(ray_start_pid: int) -> str | None:
 
 
 def busy_workers(ray_start_pid: int) -> int:
-    """Ray worker processes below this node that run a task or an actor (idle ones are named ray::IDLE)."""
+    """Ray worker processes below this node that run a task or an actor (idle ones are named ray::IDLE; Ray's
+    own agents are not work)."""
     busy = 0
     try:
         processes = psutil.Process(ray_start_pid).children(recursive=True)
@@ -56,7 +60,7 @@ def busy_workers(ray_start_pid: int) -> int:
             title = " ".join(process.cmdline()[:1])
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        if title.startswith("ray::") and not title.startswith("ray::IDLE"):
+        if title.startswith("ray::") and not title.startswith(("ray::IDLE", *RAY_AGENTS)):
             busy += 1
     return busy
 
@@ -87,9 +91,9 @@ def spot_notice(path: Path, now: float | None = None) -> tuple[str, float] | Non
     goes). None when there is none (on-demand instances, or no interruption)."""
     try:
         notice = json.loads(path.read_text())
-    except (OSError, ValueError):
+        when = datetime.fromisoformat(notice["time"].replace("Z", "+00:00")).timestamp()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):  # unreadable, or not IMDS's notice
         return None
-    when = datetime.fromisoformat(notice["time"].replace("Z", "+00:00")).timestamp()
     left = when - (time.time() if now is None else now)
     return f"Spot interruption notice: {notice.get('action', 'terminate')} at {notice['time']}", left
 
