@@ -562,4 +562,4 @@ def test_the_agents_skipped_are_rays_own_list():
     """RAY_AGENTS is Ray's own list of the agents every raylet starts: a Ray upgrade that adds one fails here."""
     from ray._private import ray_constants
 
-    assert drain.RAY_AGENTS == tuple(ray_constants.AGENT_PROCESS_LIST)
+    assert tuple(ray_constants.AGENT_PROCESS_LIST) == drain.RAY_AGENTS
