@@ -24,8 +24,10 @@ from training.data import synthetic
 #     from the start once, and on two cores DeepSpeed's longest run and the rehearsal's token rotation failed.
 #     The image build itself starts with the session (pytest_collection_finish below), beside everything.
 # (name, the fixtures that put a test in it, its xdist group), in the order they run; None: the modules.
+#   "local-cluster-alone": the one test that starts a cluster of its own, after the session cluster is stopped.
 ORDER = [
     ("local-cluster", {"cluster_env"}, "cluster"),
+    ("local-cluster-alone", {"session_cluster_stopped"}, "cluster"),
     None,
     ("images", {"built_images", "running"}, "images"),
     ("rehearsal", {"images"}, "images"),
@@ -34,20 +36,18 @@ MODULES = ORDER.index(None)
 
 
 def group_of(item) -> tuple[int, str]:
-    """(order, xdist group): a serial part's, else the test's module."""
+    """(order, xdist group): the last serial part whose fixtures it uses, else the test's module."""
     names = set(getattr(item, "fixturenames", ()))
-    for order, part in enumerate(ORDER):
-        if part is not None and part[1] & names:
-            return order, part[2]
-    return MODULES, Path(item.nodeid.split("::")[0]).stem
+    parts = [(order, part[2]) for order, part in enumerate(ORDER) if part is not None and part[1] & names]
+    return parts[-1] if parts else (MODULES, Path(item.nodeid.split("::")[0]).stem)
 
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
     # An xdist worker sees --dist as "no" and its own `loadgroup` flag; the controller and one process see --dist.
+    groups = {item: group_of(item) for item in items}
+    items.sort(key=lambda item: groups[item][0])  # stable: modules keep their order within a part
     if getattr(config.option, "loadgroup", False) or getattr(config.option, "dist", "no") == "loadgroup":
-        groups = {item: group_of(item) for item in items}
-        items.sort(key=lambda item: groups[item][0])  # stable: modules keep their order within a part
         for item in items:
             group_item(item, groups[item][1])
 

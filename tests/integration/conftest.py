@@ -14,7 +14,16 @@ import sys
 import pytest
 
 from tests.integration import aws_stack as stack
-from tests.integration.helpers import DASHBOARD_PORT, RAY_PORT, REPO, MotoServer, run_ddp, run_fsdp, verbs_env
+from tests.integration.helpers import (
+    DASHBOARD_PORT,
+    FSDP_LEARN,
+    RAY_PORT,
+    REPO,
+    MotoServer,
+    run_ddp,
+    run_fsdp,
+    verbs_env,
+)
 from tests.integration.moto_ecs import EcsMotoServer
 from training import tiny_lm
 from training.core import ray_auth
@@ -49,6 +58,17 @@ def cluster_env(tmp_path_factory, aws_stack) -> dict:
         yield {**env, "RAY_ADDRESS": f"127.0.0.1:{RAY_PORT}"}
     finally:
         subprocess.run([*cli, "down"], env=env, cwd=REPO, check=False)
+
+
+@pytest.fixture
+def session_cluster_stopped(cluster_env) -> dict:
+    """For the one test that starts a cluster of its own: the session cluster is stopped first (never two
+    clusters at once on two cores). tests/conftest.py orders its users after every other local-cluster test;
+    cluster_env's own teardown then finds nothing left to stop. Yields the session cluster's environment."""
+    cli = [sys.executable, "-m", "scripts.local_cluster", "down"]
+    env = {k: v for k, v in cluster_env.items() if k != "RAY_ADDRESS"}
+    subprocess.run(cli, env=env, cwd=REPO, check=True, timeout=120)
+    return cluster_env
 
 
 @pytest.fixture(scope="session")
@@ -117,16 +137,20 @@ def ddp_basic(cluster_env, small_dataset, tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def fsdp_learned(cluster_env, tiny, tmp_path_factory):
-    """The FSDP job's run "learn" (30 steps, checkpoints every 10, the export) for a strategy, once per session:
-    test_fsdp_on_local_cluster checks it, the serve tests serve its export."""
+    """The FSDP job's run "learn" for a strategy, once per session, interrupted and resumed: 30 steps,
+    checkpoints every 10, the export; the first invocation stops after step 10 (stop_at_step), the second
+    resumes it. test_fsdp_on_local_cluster checks the learning, the shards, checkpoints and the resume (against
+    an uninterrupted run), the serve tests serve its export. "first"/"result": the two invocations."""
     done: dict[str, dict] = {}
 
     def learned(strategy: str) -> dict:
         if strategy not in done:
             root = tmp_path_factory.mktemp(f"fsdp-{strategy}")
-            args = ["max_steps=30", "checkpoint_every=10", "log_every=10", "run_name=learn", f"strategy={strategy}"]
-            args.append("progress_every_s=2")
-            done[strategy] = {"result": run_fsdp(cluster_env, tiny, root, *args), "storage": root}
+            args = [*FSDP_LEARN, "run_name=learn", f"strategy={strategy}", "progress_every_s=2"]
+            first = run_fsdp(cluster_env, tiny, root, *args, "stop_at_step=10")
+            exported_early = (root / "learn" / "export").exists()
+            second = run_fsdp(cluster_env, tiny, root, *args) if first.returncode == 0 else first
+            done[strategy] = {"first": first, "result": second, "storage": root, "exported_early": exported_early}
         return done[strategy]
 
     return learned

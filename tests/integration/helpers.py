@@ -188,6 +188,8 @@ def worker_node_ids(env: dict) -> set[str]:
 
 
 FSDP_TINY = "training/configs/fsdp-tiny.yaml"
+# The session's FSDP run and its uninterrupted twin share these settings (same schedule, same numbers).
+FSDP_LEARN = ("max_steps=30", "checkpoint_every=10", "log_every=10")
 
 
 def run_fsdp(env, tiny, storage, *overrides, timeout=600):

@@ -2,28 +2,31 @@
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from tests.integration.helpers import REPO, run_fsdp
+from tests.integration.helpers import FSDP_LEARN, REPO, run_fsdp
 from training.core.run_dir import RunDir
 from training.metrics import read_rows
 from training.tracking.events import read_scalars
 
 pytestmark = pytest.mark.integration
-TINY = "training/configs/fsdp-tiny.yaml"
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
 def test_two_workers_learn_hold_their_shard_checkpoint_and_export(fsdp_learned, tiny, strategy):
+    """The session's run (stopped after step 10, resumed to 30): the loss falls, each rank holds its shard,
+    sharded checkpoints (last two kept), an export equal to the sharded model, progress lines, TensorBoard
+    scalars and the curves across both invocations."""
     learned = fsdp_learned(strategy)
-    result, tmp_path = learned["result"], learned["storage"]
+    first, result, tmp_path = learned["first"], learned["result"], learned["storage"]
+    assert first.returncode == 0, first.stderr[-3000:]
     assert result.returncode == 0, result.stderr[-3000:]
     rows = read_rows(RunDir(str(tmp_path), "learn"))
     assert [r["step"] for r in rows] == [10, 20, 30]
@@ -56,12 +59,11 @@ def test_two_workers_learn_hold_their_shard_checkpoint_and_export(fsdp_learned, 
     with torch.no_grad():
         logits = exported(input_ids=probe["probe"]).logits
     assert torch.allclose(logits, probe["logits"], atol=1e-5)
-    assert "step 30/30" in result.stdout and result.stdout.count("step 10/30 ") == 1
+    both = first.stdout + result.stdout
+    assert "step 30/30" in result.stdout and both.count("step 10/30 ") == 1
     # Progress lines between the logged steps (progress_every_s=2), from rank 0 only; TensorBoard's reader
-    # finds each logged step's scalars; the curves PNG.
-    progress = re.findall(
-        r"learn  step (\d+)/30  loss \S+  tok/s/device \S+  elapsed \S+  remaining \S+", result.stdout
-    )
+    # finds each logged step's scalars, across the two invocations; the curves PNG.
+    progress = re.findall(r"learn  step (\d+)/30  loss \S+  tok/s/device \S+  elapsed \S+  remaining \S+", both)
     assert progress and all(int(step) % 10 for step in progress), result.stdout
     assert len(progress) == len(set(progress))
     scalars = read_scalars(run_dir / "tensorboard")
@@ -71,49 +73,26 @@ def test_two_workers_learn_hold_their_shard_checkpoint_and_export(fsdp_learned, 
     assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
-@pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
-def test_interrupted_and_resumed_equals_uninterrupted(cluster_env, tiny, tmp_path, strategy):
-    common = ["max_steps=12", "checkpoint_every=4", "log_every=4", "warmup_steps=2", f"strategy={strategy}"]
-    straight = run_fsdp(cluster_env, tiny, tmp_path, *common, "run_name=straight")
-    assert straight.returncode == 0, straight.stderr[-3000:]
-    first = run_fsdp(cluster_env, tiny, tmp_path, *common, "run_name=resumed", "stop_at_step=4")
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert not (tmp_path / "resumed" / "export").exists()  # stopped early: nothing exported yet
-    second = run_fsdp(cluster_env, tiny, tmp_path, *common, "run_name=resumed")
-    assert second.returncode == 0, second.stderr[-3000:]
-    assert "resuming at step 5 (attempt 1)" in second.stdout
-    a = read_rows(RunDir(str(tmp_path), "straight"))
-    b = read_rows(RunDir(str(tmp_path), "resumed"))
-    assert [r["step"] for r in b] == [4, 8, 12] and [r["attempt"] for r in b] == [0, 1, 1]
-    for x, y in zip(a, b, strict=True):
-        assert x["loss"] == pytest.approx(y["loss"], rel=1e-5, abs=1e-6)
-    from safetensors.torch import load_file
+def uninterrupted(cluster_env, tiny, moto_endpoint, tmp_path, strategy) -> tuple[list[dict], dict, Path]:
+    """The session run's twin, never interrupted: (its metrics rows, its export's tensors, its run directory).
+    FSDP's reads its text from an s3:// object and writes its run to s3:// on a real moto server; DeepSpeed's
+    runs as `make train-fsdp` (the built-in fsdp-tiny recipe through the Jobs API)."""
+    from safetensors.torch import load, load_file
 
-    pa = load_file(tmp_path / "straight" / "export" / "model.safetensors")
-    pb = load_file(tmp_path / "resumed" / "export" / "model.safetensors")
-    assert pa.keys() == pb.keys()
-    assert max((pa[k] - pb[k]).abs().max().item() for k in pa) < 1e-5
-
-
-@pytest.mark.parametrize(
-    ("overrides", "message"),
-    [
-        (["model=/nowhere/no-such-model"], "model: '/nowhere/no-such-model' is neither a directory"),
-        (["seq_len=1024"], "seq_len: 1024 is above the model's maximum of 512 positions"),
-        (["global_batch_size=7"], "global_batch_size: 7 cannot be split across 2 workers"),
-        (["data=/nowhere/corpus.txt"], "data: /nowhere/corpus.txt does not exist"),
-    ],
-)
-def test_bad_input_fails_before_any_worker_starts(cluster_env, tiny, tmp_path, overrides, message):
-    started = time.monotonic()
-    result = run_fsdp(cluster_env, tiny, tmp_path, *overrides, "run_name=bad", timeout=120)
-    assert result.returncode == 2 and message in result.stderr, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr and not (tmp_path / "bad").exists()
-    assert time.monotonic() - started < 60
-
-
-def test_text_and_checkpoints_in_s3(cluster_env, tiny, moto_endpoint, tmp_path):
-    """Data read from an s3:// object and sharded checkpoints written to s3://, on a real moto server."""
+    if strategy == "deepspeed":
+        settings = f"SET=storage={tmp_path}"
+        args = " ".join([f"model={tiny['model']}", f"data={tiny['data']}", *FSDP_LEARN, "strategy=deepspeed"])
+        command = ["make", "--no-print-directory", "train-fsdp", "TARGET=local", "RUN=straight", settings]
+        result = subprocess.run(
+            [*command, f"ARGS={args}"], env=cluster_env, cwd=REPO, capture_output=True, text=True, timeout=900
+        )
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        record = json.loads((tmp_path / "straight" / "run.json").read_text())
+        assert record["recipe"] == "fsdp-tiny" and record["state"] == "SUCCEEDED"
+        assert record["recipe_file"].endswith("recipes/fsdp-tiny.yaml")
+        assert (tmp_path / "straight" / "recipe.yaml").is_file()
+        rows = read_rows(RunDir(str(tmp_path), "straight"))
+        return rows, load_file(tmp_path / "straight" / "export" / "model.safetensors"), tmp_path / "straight"
     import boto3
 
     s3 = boto3.client(
@@ -125,39 +104,58 @@ def test_text_and_checkpoints_in_s3(cluster_env, tiny, moto_endpoint, tmp_path):
     )
     s3.create_bucket(Bucket="fsdp-test")
     s3.put_object(Bucket="fsdp-test", Key="text/corpus.txt", Body=Path(tiny["data"]).read_bytes())
-    env = cluster_env  # the workers learn the endpoint from the config alone (s3_endpoint_url)
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "training.fsdp",
-            "--config",
-            TINY,
-            f"model={tiny['model']}",
-            "data=s3://fsdp-test/text/corpus.txt",
-            "storage=s3://fsdp-test/runs",
-            f"s3_endpoint_url={moto_endpoint}",
-            "max_steps=4",
-            "warmup_steps=1",
-            "checkpoint_every=2",
-            "log_every=2",
-            "run_name=s3",
-            "export=false",
-        ],
-        env={**env, "HF_HUB_OFFLINE": "1"},
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    s3_tiny = {**tiny, "data": "s3://fsdp-test/text/corpus.txt"}
+    # the workers learn the endpoint from the config alone (s3_endpoint_url)
+    args = [*FSDP_LEARN, "strategy=fsdp", "run_name=straight", f"s3_endpoint_url={moto_endpoint}"]
+    result = run_fsdp(cluster_env, s3_tiny, "s3://fsdp-test/runs", *args)
     assert result.returncode == 0, result.stderr[-3000:]
-    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="fsdp-test", Prefix="runs/s3/")["Contents"]}
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="fsdp-test", Prefix="runs/straight/")["Contents"]}
     assert {
-        "runs/s3/checkpoint_step_0000004/__0_0.distcp",
-        "runs/s3/checkpoint_step_0000004/__1_0.distcp",
-        "runs/s3/checkpoint_step_0000004/train_state.json",
-        "runs/s3/metrics.jsonl",
+        "runs/straight/checkpoint_step_0000030/__0_0.distcp",
+        "runs/straight/checkpoint_step_0000030/__1_0.distcp",
+        "runs/straight/checkpoint_step_0000030/train_state.json",
+        "runs/straight/metrics.jsonl",
+        "runs/straight/export/model.safetensors",
     } <= keys
+    body = s3.get_object(Bucket="fsdp-test", Key="runs/straight/metrics.jsonl")["Body"].read().decode()
+    rows = [json.loads(line) for line in body.splitlines() if line.strip()]
+    export = s3.get_object(Bucket="fsdp-test", Key="runs/straight/export/model.safetensors")["Body"].read()
+    return rows, load(export), Path("s3://fsdp-test/runs/straight")
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
+def test_interrupted_and_resumed_equals_uninterrupted(
+    cluster_env, fsdp_learned, tiny, moto_endpoint, tmp_path, strategy
+):
+    """The session's run, stopped after step 10 and resumed, equals an uninterrupted twin: the same losses and
+    the same exported weights. The FSDP twin also proves s3:// text and s3:// sharded checkpoints (per-rank
+    files, train state, metrics, export); the DeepSpeed twin, the fsdp-tiny recipe through `make train-fsdp`."""
+    from safetensors.torch import load_file
+
+    learned = fsdp_learned(strategy)
+    assert not learned["exported_early"]  # stopped early: nothing exported yet
+    assert learned["first"].returncode == 0 and "step 10/30" in learned["first"].stdout
+    assert "resuming at step 11 (attempt 1)" in learned["result"].stdout
+    b = read_rows(RunDir(str(learned["storage"]), "learn"))
+    assert [r["step"] for r in b] == [10, 20, 30] and [r["attempt"] for r in b] == [0, 1, 1]
+    a, pa, _ = uninterrupted(cluster_env, tiny, moto_endpoint, tmp_path, strategy)
+    assert [r["attempt"] for r in a] == [0, 0, 0]
+    for x, y in zip(a, b, strict=True):
+        assert x["loss"] == pytest.approx(y["loss"], rel=1e-5, abs=1e-6)
+    pb = load_file(learned["storage"] / "learn" / "export" / "model.safetensors")
+    assert pa.keys() == pb.keys()
+    assert max((pa[k] - pb[k]).abs().max().item() for k in pa) < 1e-5
+
+
+def test_bad_input_fails_before_any_worker_starts(cluster_env, tiny, tmp_path):
+    """Refused on the driver: exit 2, one line, no traceback, nothing written. One case end to end; the
+    driver's other checks are unit tests (tests/unit/training/test_fsdp_config.py)."""
+    started = time.monotonic()
+    result = run_fsdp(cluster_env, tiny, tmp_path, "global_batch_size=7", "run_name=bad", timeout=120)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "global_batch_size: 7 cannot be split across 2 workers" in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and not (tmp_path / "bad").exists()
+    assert time.monotonic() - started < 60
 
 
 # The GPU settings exercised on CPU, one at a time: torch 2.14.1's CPU inductor emits C++ that does not compile

@@ -76,25 +76,9 @@ def test_hf_trainer_runs_on_both_worker_nodes(cluster_env, tiny_lm, tmp_path):
     assert len(rank["losses"]) == 10  # logging_steps=1, --max-steps 10
 
 
-def test_hf_trainer_failing_rank_fails_the_run_and_leaves_no_processes(cluster_env, tiny_lm, tmp_path):
-    storage = tmp_path / "runs"
-    args = f"--model {tiny_lm['model']} --text {tiny_lm['text']} --fail-rank 1 --fail-at-step 2"
-    result = make_run(cluster_env, EXAMPLES / "hf-trainer" / "recipe.yaml", storage, "hf-trainer-fails", args)
-    assert result.returncode != 0, result.stdout[-3000:]
-    run_dir = storage / "hf-trainer-fails"
-    record = json.loads((run_dir / "run.json").read_text())
-    assert record["state"] == "FAILED" and record["exit_code"] != 0
-    assert "injected failure on rank 1" in (run_dir / "driver.log").read_text()
-    assert not (run_dir / "ranks" / "rank-1.json").exists()
-    left = subprocess.run(["pgrep", "-af", tiny_lm["text"].name], capture_output=True, text=True)
-    assert left.returncode == 1, f"processes left after the run:\n{left.stdout}"
-    # the failing rank's own traceback, not only its launcher's or the other node's, is what make run prints
-    assert "[node 1] [rank1]: RuntimeError: injected failure on rank 1 at step 2" in result.stdout
-    assert "RuntimeError: injected failure on rank 1 at step 2" in result.stderr, result.stderr[-5000:]
-    assert "Traceback (most recent call last)" in result.stderr
-
-
 def test_accelerate_failing_rank_fails_the_run_with_its_traceback(cluster_env, tmp_path):
+    """The failure path of a `launcher: accelerate` recipe (the torchrun one, which the HF Trainer recipe also
+    uses, is test_recipe_launchers' failing-rank run: the HF Trainer's own failing run was merged into it)."""
     storage = tmp_path / "runs"
     run = f"accelerate-fails-{uuid.uuid4().hex[:6]}"
     args = "--fail-rank 1 --fail-at-step 3"

@@ -17,6 +17,7 @@ pytestmark = pytest.mark.integration
 # A plain Ray Train program: nothing from rayfleet, only the RAYFLEET_* variables every run gets.
 USER_SCRIPT = textwrap.dedent("""
     import json, os, sys
+    import tabulate  # the recipe's pinned pip package, installed for this job only
     import ray.train
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
@@ -27,10 +28,14 @@ USER_SCRIPT = textwrap.dedent("""
 
     def loop(config):
         import tempfile
+        import time
         import torch
         import torch.distributed as dist
         import ray.train
         ctx = ray.train.get_context()
+        with open("data/values.txt") as f:  # relative to the code, as at home
+            total = sum(int(v) for v in f.read().split())
+        print(f"rank {ctx.get_world_rank()} read total {total} in {os.getcwd()}", flush=True)
         x = torch.tensor([float(ctx.get_world_rank() + 1)])
         dist.all_reduce(x)
         metrics = {"sum_of_ranks": x.item(), "world_size": ctx.get_world_size()}
@@ -40,7 +45,10 @@ USER_SCRIPT = textwrap.dedent("""
                 torch.save({"x": x}, os.path.join(d, "state.pt"))
                 checkpoint = ray.train.Checkpoint.from_directory(d)
             ray.train.report(metrics, checkpoint=checkpoint)
+        print("reported", flush=True)
+        time.sleep(4)  # silent, as a stuck collective would be: the run's stall notice
 
+    print("tabulate", tabulate.__version__, flush=True)
     workers = int(os.environ["RAYFLEET_NUM_WORKERS"])
     scaling = ScalingConfig(num_workers=workers,
                             resources_per_worker={"CPU": float(os.environ["RAYFLEET_CPUS_PER_WORKER"])})
@@ -55,11 +63,17 @@ USER_SCRIPT = textwrap.dedent("""
 """)
 
 FAILING_SCRIPT = textwrap.dedent("""
+    import sys, traceback
+
     def load_batches():
         raise ValueError("shard 7 is corrupt")
 
     print("about to fail")
-    load_batches()
+    try:
+        load_batches()
+    except ValueError:
+        traceback.print_exc()
+        sys.exit(76)
 """)
 
 SECRET = "s3cr3t-value-never-stored-0123456789"
@@ -70,6 +84,8 @@ def write_recipe(directory: Path, script: str, storage: Path, **extra) -> Path:
     code.mkdir()
     (code / "train.py").write_text(script)
     (code / "helper.py").write_text("VALUE = 41 + 1\n")
+    (code / "data").mkdir()
+    (code / "data" / "values.txt").write_text("1 2 3 36\n")
     (code / "big.ckpt").write_bytes(b"x" * 1024)  # excluded by the recipe
     recipe = {
         "name": "user-job",
@@ -127,13 +143,38 @@ def only_run(storage: Path) -> Path:
 
 
 def test_user_train_script_runs_from_a_recipe(cluster_env, tmp_path):
+    """One Ray Train program through `make run` proves: the whole code directory ships (helper module, a data
+    file opened relative to the code from each Ray Train worker, excludes honoured), ARGS/env/secret/setup
+    reach the script, the all-reduce spans both workers, the run record/zip/log/listing/logs verb, pinned pip
+    packages installed for the job only, and the stall notice and start/end messages to the webhook. (It
+    merges five earlier runs: the pip, relative-files and stall tests each trained a job of their own.)"""
     storage = tmp_path / "runs"
-    recipe = write_recipe(tmp_path, USER_SCRIPT, storage)
-    result = make_run(cluster_env, recipe, "ARGS=--extra 7", "RUN=user-job-ok")
+    hook = Receiver()
+    try:
+        recipe = write_recipe(
+            tmp_path,
+            USER_SCRIPT,
+            storage,
+            pip=["tabulate==0.10.0"],
+            notify={"webhook": {"secret": "env:TEST_HOOK"}, "stall_after_s": 2},
+        )
+        result = make_run({**cluster_env, "TEST_HOOK": hook.url}, recipe, "ARGS=--extra 7", "RUN=user-job-ok")
+    finally:
+        hook.close()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "user script done: 3.0" in result.stdout  # followed live: the job's own output
+    assert "tabulate 0.10.0" in result.stdout  # the recipe's pip package
+    isolated = subprocess.run([str(REPO / ".venv/bin/python"), "-c", "import tabulate"], capture_output=True)
+    assert isolated.returncode != 0  # Ray's per-job environment, not the cluster's own
+    for rank in (0, 1):  # each Ray Train worker, in the unpacked code (Ray's working_dir), not a run directory
+        line = result.stdout.split(f"rank {rank} read total 42 in ", 1)[1].splitlines()[0]
+        assert "/runtime_resources/working_dir_files/_ray_pkg_" in line, line
+    texts = hook.texts()
+    assert texts[0] == "rayfleet: run user-job-ok started" and texts[-1] == "rayfleet: run user-job-ok succeeded"
+    assert [t for t in texts if t.startswith("rayfleet: run user-job-ok stalled\nno output for ")], texts
     run = only_run(storage)
     assert run.name == "user-job-ok"
+    assert hook.url not in (run / "run.json").read_text() + (run / "driver.log").read_text()  # a secret
     out = json.loads((run / "result.json").read_text())
     assert out["metric"] == 3.0 and out["world_size"] == 2  # ranks 1 + 2, all-reduced over 2 workers
     assert out["argv"] == ["--run-dir", str(run), "--extra", "7"]
@@ -149,7 +190,8 @@ def test_user_train_script_runs_from_a_recipe(cluster_env, tmp_path):
     import zipfile
 
     assert hashlib.sha256(code_zip.read_bytes()).hexdigest() == record["code_sha256"]
-    assert sorted(zipfile.ZipFile(code_zip).namelist()) == ["helper.py", "train.py"]
+    names = {n for n in zipfile.ZipFile(code_zip).namelist() if not n.endswith("/")}
+    assert names == {"data/values.txt", "helper.py", "train.py"}  # big.ckpt excluded
     assert "user script done" in (run / "driver.log").read_text()
     resolved = (run / "recipe.yaml").read_text()
     assert "env:TEST_API_KEY" in resolved
@@ -178,36 +220,27 @@ def test_user_train_script_runs_from_a_recipe(cluster_env, tmp_path):
     assert logs.returncode == 0 and "user script done" in logs.stdout, logs.stderr
 
 
-def test_failing_script_fails_make_run_with_its_traceback(cluster_env, tmp_path):
-    storage = tmp_path / "runs"
-    recipe = write_recipe(tmp_path, FAILING_SCRIPT, storage, resources={"workers": 1, "cpus_per_worker": 1})
-    result = make_run(cluster_env, recipe)
-    assert result.returncode != 0
-    assert "ValueError: shard 7 is corrupt" in result.stderr  # the traceback tail, on stderr
-    assert "in load_batches" in result.stderr
-    record = json.loads((only_run(storage) / "run.json").read_text())
-    assert record["state"] == "FAILED" and record["exit_code"] == 1
-    assert "shard 7 is corrupt" in (only_run(storage) / "driver.log").read_text()
-
-
-def test_the_scripts_exit_code_is_the_runs(cluster_env, tmp_path):
+def test_failing_script_fails_make_run_with_its_traceback_and_its_exit_code(cluster_env, tmp_path):
+    """A script that prints its traceback and exits 76, which the recipe's retries do not name: make run fails
+    at once (make's `Error 76`: the verb's exit code is the script's), the traceback tail on stderr, the
+    record FAILED with exit 76 and one attempt. (It merges the former exit-code and non-retried runs.)"""
     storage = tmp_path / "runs"
     recipe = write_recipe(
         tmp_path,
-        "import sys; print('giving up'); sys.exit(3)\n",
+        FAILING_SCRIPT,
         storage,
         resources={"workers": 1, "cpus_per_worker": 1},
+        retries={"count": 2, "exit_codes": [75]},
     )
-    result = subprocess.run(
-        [str(REPO / ".venv/bin/python"), "-m", "scripts.recipes.run", str(recipe), "--target", "local"],
-        env={**cluster_env, "TEST_API_KEY": SECRET},
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert result.returncode == 3, result.stderr
-    assert json.loads((only_run(storage) / "run.json").read_text())["exit_code"] == 3
+    result = make_run(cluster_env, recipe)
+    assert result.returncode != 0 and "Error 76" in result.stderr, result.stderr[-3000:]  # make exits 2
+    assert "retrying" not in result.stdout
+    assert "ValueError: shard 7 is corrupt" in result.stderr  # the traceback tail, on stderr
+    assert "in load_batches" in result.stderr
+    record = json.loads((only_run(storage) / "run.json").read_text())
+    assert record["state"] == "FAILED" and record["exit_code"] == 76
+    assert [(a["attempt"], a["state"], a["exit_code"]) for a in record["attempts"]] == [(1, "FAILED", 76)]
+    assert "shard 7 is corrupt" in (only_run(storage) / "driver.log").read_text()
 
 
 # A script that keeps its place in its run directory (as a user's script keeps its checkpoint there) and
@@ -225,66 +258,25 @@ print("finished at step 6", flush=True)
 """
 
 
-@pytest.mark.parametrize(("code", "retried"), [(75, True), (76, False)])
-def test_a_failure_the_retries_name_is_resubmitted_and_resumes(cluster_env, tmp_path, code, retried):
+def test_a_failure_the_retries_name_is_resubmitted_and_resumes(cluster_env, tmp_path):
+    """Exit 75, named by the recipe's retries: resubmitted under the same run name, resumed at step 4.
+    (The unnamed code's case is test_failing_script_fails_make_run_with_its_traceback_and_its_exit_code.)"""
     storage = tmp_path / "runs"
     recipe = write_recipe(
         tmp_path,
         RETRIED_SCRIPT,
         storage,
-        args=[str(code)],
+        args=["75"],
         resources={"workers": 1, "cpus_per_worker": 1},
         retries={"count": 2, "exit_codes": [75]},
     )
     result = make_run(cluster_env, recipe, timeout=300)
-    record = json.loads((only_run(storage) / "run.json").read_text())
-    attempts = record["attempts"]
-    if retried:
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        assert "attempt 1 ended with exit 75; retrying (attempt 2 of 3) under the same run name" in result.stdout
-        assert "starting at step 4" in result.stdout and "finished at step 6" in result.stdout  # resumed
-        assert [(a["attempt"], a["state"], a["exit_code"]) for a in attempts] == [
-            (1, "FAILED", 75),
-            (2, "SUCCEEDED", 0),
-        ]
-        assert attempts[0]["job_id"] != attempts[1]["job_id"] and record["state"] == "SUCCEEDED"
-    else:
-        assert result.returncode != 0 and "Error 76" in result.stderr and "retrying" not in result.stdout  # make: 2
-        assert [(a["attempt"], a["state"], a["exit_code"]) for a in attempts] == [(1, "FAILED", 76)]
-
-
-def test_pinned_pip_packages_are_installed_for_the_job_only(cluster_env, tmp_path):
-    storage = tmp_path / "runs"
-    script = "import tabulate\nprint('tabulate', tabulate.__version__)\n"
-    recipe = write_recipe(
-        tmp_path, script, storage, resources={"workers": 1, "cpus_per_worker": 1}, pip=["tabulate==0.10.0"]
-    )
-    result = make_run(cluster_env, recipe)
-    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
-    assert "tabulate 0.10.0" in result.stdout
-    isolated = subprocess.run([str(REPO / ".venv/bin/python"), "-c", "import tabulate"], capture_output=True)
-    assert isolated.returncode != 0  # Ray's per-job environment, not the cluster's own
-
-
-@pytest.mark.parametrize(
-    ("target", "args", "recipe"),
-    [
-        ("train-ddp", "epochs=1 eval_batch_size=600", "ddp"),
-        ("train-fsdp", "max_steps=3 warmup_steps=1 checkpoint_every=3 log_every=1", "fsdp-tiny"),
-    ],
-)
-def test_make_train_targets_are_shortcuts_for_the_builtin_recipes(
-    cluster_env, tmp_path, small_dataset, target, args, recipe
-):
-    storage = tmp_path / "runs"
-    result = make_train(cluster_env, target, small_dataset, f"storage={storage}", args, f"{recipe}-shortcut")
+    attempts = json.loads((only_run(storage) / "run.json").read_text())["attempts"]
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    run = only_run(storage)
-    record = json.loads((run / "run.json").read_text())
-    assert record["recipe"] == recipe and record["state"] == "SUCCEEDED"
-    assert record["recipe_file"].endswith(f"recipes/{recipe}.yaml")
-    assert (run / "metrics.jsonl").is_file() and list(run.glob("checkpoint_*"))  # the job wrote into the run dir
-    assert (run / "config.yaml").is_file() and (run / "recipe.yaml").is_file()
+    assert "attempt 1 ended with exit 75; retrying (attempt 2 of 3) under the same run name" in result.stdout
+    assert "starting at step 4" in result.stdout and "finished at step 6" in result.stdout  # resumed
+    assert [(a["attempt"], a["state"], a["exit_code"]) for a in attempts] == [(1, "FAILED", 75), (2, "SUCCEEDED", 0)]
+    assert attempts[0]["job_id"] != attempts[1]["job_id"]
 
 
 def test_ctrl_c_stops_the_job_and_keeps_its_record(cluster_env, tmp_path):
@@ -325,13 +317,17 @@ def test_ctrl_c_stops_the_job_and_keeps_its_record(cluster_env, tmp_path):
 
 def test_a_budget_stops_the_run_cleanly_after_a_checkpoint(cluster_env, tmp_path, small_dataset):
     """max_hours of 8 s on a 5-epoch DDP run: the follower asks, the job checkpoints and ends, the record
-    says STOPPED by budget, with the run's cost ($0 here: a local run holds this machine)."""
+    says STOPPED by budget, with the run's cost ($0 here: a local run holds this machine). Started with
+    `make train-ddp`, it is also the built-in DDP recipe's end-to-end run."""
     storage = tmp_path / "runs"
     settings = f"storage={storage} max_hours=0.0022"
     result = make_train(cluster_env, "train-ddp", small_dataset, settings, "epochs=5 eval_batch_size=600", "budgeted")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = only_run(storage)
     record = json.loads((run / "run.json").read_text())
+    # `make train-ddp` is the built-in recipe's shortcut (its forwarding: tests/unit/test_make_shortcuts.py)
+    assert record["recipe"] == "ddp" and record["recipe_file"].endswith("recipes/ddp.yaml")
+    assert (run / "config.yaml").is_file() and (run / "recipe.yaml").is_file()
     assert record["state"] == "STOPPED" and record["message"].startswith("stopped by budget: max_hours 0.0022")
     assert record["held"] == {"where": "local", "instances": [], "usd_per_hour": 0.0} and record["cost_usd"] == 0.0
     epochs = [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()]
@@ -340,38 +336,3 @@ def test_a_budget_stops_the_run_cleanly_after_a_checkpoint(cluster_env, tmp_path
     )
     assert f"stopping after epoch {epochs[-1]} (its checkpoint is saved): stopped by budget" in result.stdout
     assert "[rayfleet] run budgeted stopped (its checkpoint is saved)" in result.stdout
-
-
-STALLING_SCRIPT = textwrap.dedent("""
-    import time
-    import ray.train
-    from ray.train.torch import TorchTrainer
-
-    def loop():
-        ray.train.report({"step": 1})
-        print("reported step 1", flush=True)
-        time.sleep(4)  # hangs, as a stuck collective would
-
-    TorchTrainer(loop, scaling_config=ray.train.ScalingConfig(num_workers=1)).fit()
-""")
-
-
-def test_a_recipe_that_stalls_is_reported_to_its_webhook(cluster_env, tmp_path):
-    hook = Receiver()
-    try:
-        recipe = write_recipe(
-            tmp_path,
-            STALLING_SCRIPT,
-            tmp_path / "runs",
-            notify={"webhook": {"secret": "env:TEST_HOOK"}, "stall_after_s": 2},
-            resources={"workers": 1, "cpus_per_worker": 1},
-        )
-        result = make_run({**cluster_env, "TEST_HOOK": hook.url}, recipe, "RUN=stalls")
-    finally:
-        hook.close()
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    texts = hook.texts()
-    assert texts[0] == "rayfleet: run stalls started" and texts[-1] == "rayfleet: run stalls succeeded"
-    assert [t for t in texts if t.startswith("rayfleet: run stalls stalled\nno output for ")]
-    run = only_run(tmp_path / "runs")
-    assert hook.url not in (run / "run.json").read_text() + (run / "driver.log").read_text()  # a secret

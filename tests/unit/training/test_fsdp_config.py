@@ -25,3 +25,34 @@ def cfg(*overrides: str) -> FSDPConfig:
 def test_config_rejections(overrides, message):
     with pytest.raises(ConfigError, match=message):
         cfg(*overrides)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from training import tiny_lm
+
+    root = tmp_path_factory.mktemp("tiny")
+    text = tiny_lm.corpus()
+    (root / "corpus.txt").write_text(text)
+    tiny_lm.build(root / "model", text)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model=/nowhere/no-such-model"], "model: '/nowhere/no-such-model' is neither a directory"),
+        (["seq_len=1024"], "seq_len: 1024 is above the model's maximum of 512 positions"),
+        (["data=/nowhere/corpus.txt"], "data: /nowhere/corpus.txt does not exist"),
+    ],
+)
+def test_the_driver_refuses_before_any_worker_starts(tiny_model, overrides, message):
+    """The driver-side checks (training.fsdp.check_before_start) that the local-cluster test ran one job each
+    for; the end-to-end refusal (exit 2, one line, nothing written) keeps one case there."""
+    from training.fsdp import check_before_start
+
+    base = [f"model={tiny_model / 'model'}", f"data={tiny_model / 'corpus.txt'}"]
+    settings = load_config(FSDPConfig, "training/configs/fsdp-tiny.yaml", [*base, *overrides])
+    with pytest.raises(ConfigError, match=message):
+        check_before_start(settings)
+    assert check_before_start(load_config(FSDPConfig, "training/configs/fsdp-tiny.yaml", base)).is_dir()

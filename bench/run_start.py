@@ -1,0 +1,89 @@
+"""Seconds from submitting a run to its first training step, and to the end of a 1-step run.
+
+    python -m bench.run_start [--repeats 3] [--data DIR]          # make bench-run-start
+
+On one local cluster (the running `make cluster-up`, else one of 2 workers x 1 CPU started for the
+benchmark), the DDP job on 256 generated images (one step of batch 128 on each of 2 workers, no evaluation
+beyond 128 test images), timed from outside, line by line as the output arrives:
+  direct:  `python -m training.ddp ...` (what `make train-ddp-local` runs);
+  recipe:  `python -m scripts.recipes.run recipes/ddp.yaml --target local` (what `make run` / `make train-ddp`
+           run: package the code, submit through the Jobs API, follow the log).
+Columns: the driver's "run ...: N workers" line (imports, connection, placement check, storage, tracking),
+the first step's progress line (Ray Train's controller and worker group, the runtime env, the workers'
+imports, data and model), and the process's exit (the step, the checkpoint, the summary). Medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from bench.on_cluster import local_cluster_state
+
+REPO = Path(__file__).resolve().parents[1]
+ONE_STEP = ["epochs=1", "train_subset=256", "test_subset=128", "eval_batch_size=128", "progress_every_s=0.001"]
+MARKS = {"driver": ": 2 workers (", "first step": "step 1/1 "}
+
+
+def timeline(cmd: list[str], env: dict, cwd: Path) -> dict[str, float]:
+    """Seconds from the start of `cmd` to the first line holding each mark, and to its exit."""
+    start = time.perf_counter()
+    seen: dict[str, float] = {}
+    tail: list[str] = []
+    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        tail = [*tail[-39:], line]
+        for name, mark in MARKS.items():
+            if name not in seen and mark in line:
+                seen[name] = time.perf_counter() - start
+    if proc.wait() != 0 or len(seen) != len(MARKS):
+        raise SystemExit(f"{' '.join(cmd[:4])} failed or printed no step:\n{''.join(tail)}")
+    return {**seen, "end": time.perf_counter() - start}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--data", type=Path, default=REPO / "data", help="FashionMNIST-format data (make data)")
+    args = parser.parse_args(argv)
+    if not (args.data / "FashionMNIST").is_dir():
+        print(f"error: no FashionMNIST data in {args.data}: run `make data` first", file=sys.stderr)
+        return 2
+    with local_cluster_state() as state, tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "RAY_ADDRESS": state.address, "PYTHONUNBUFFERED": "1"}
+        job = [f"data_dir={args.data.resolve()}", f"storage={tmp}", *ONE_STEP]
+        ways = {
+            "direct (python -m training.ddp)": lambda run: [
+                sys.executable,
+                "-m",
+                "training.ddp",
+                *job,
+                f"run_name={run}",
+            ],
+            "recipe (make train-ddp)": lambda run: [
+                *[sys.executable, "-m", "scripts.recipes.run", "recipes/ddp.yaml", "--target", "local"],
+                *["--run-name", run, "--set", f"storage={tmp}", "--", *job],
+            ],
+        }
+        times: dict[str, list[dict[str, float]]] = {name: [] for name in ways}
+        for i in range(args.repeats):
+            for n, (name, command) in enumerate(ways.items()):
+                print(f"repeat {i + 1}/{args.repeats}: {name} ...", flush=True)
+                times[name].append(timeline(command(f"start-{i}-{n}"), env, REPO))
+    print(f"\nmedians of {args.repeats}, seconds from the command's start")
+    print(f"| {'how':34} | driver ready | first step | 1-step run ends |")
+    print(f"|{'-' * 36}|--------------|------------|-----------------|")
+    for name, rows in times.items():
+        cells = [statistics.median(r[key] for r in rows) for key in ("driver", "first step", "end")]
+        print(f"| {name:34} | {cells[0]:12.1f} | {cells[1]:10.1f} | {cells[2]:15.1f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
