@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import torch
-from torchvision.models import resnet18
 
 
 def resnet18_grayscale(num_classes: int = 10) -> torch.nn.Module:
+    # Imported here, not at the top: torchvision's package import pulls in torch._dynamo (several seconds on
+    # two cores), which the job's driver and Ray Train's controller import training.ddp for but never use.
+    from torchvision.models import resnet18
+
     model = resnet18(num_classes=num_classes)
     model.conv1 = torch.nn.Conv2d(1, 64, kernel_size=7, stride=2, padding=3, bias=False)
     return model
