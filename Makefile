@@ -27,7 +27,7 @@ AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 .DEFAULT_GOAL := help
 .PHONY: launch logs status exec ray-status stop start clean deploy plan lint-infra rotate-ray-token build push
 .PHONY: text-data train-fsdp train-fsdp-local run runs serve serve-status serve-down bench-serve bench-tracking plot tensorboard
-.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-vs-blueprint bench-data bench-fsdp bench-recipe bench-launcher bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
+.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-vs-blueprint bench-speed-levers bench-data bench-fsdp bench-recipe bench-launcher bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-unit test-integration lint format clean-local
 
 help: ## List every target with what it does
@@ -180,6 +180,9 @@ bench-ddp: setup data ## Benchmark DDP epochs; prints a table (ARGS="--epochs 2 
 
 bench-vs-blueprint: setup data ## rayfleet's DDP job against the blueprint's loop, interleaved (ARGS="--rounds 2 --variant LABEL:key=value")
 	$(PY) -m bench.vs_blueprint --data-dir $(DATA_DIR) $(ARGS)
+
+bench-speed-levers: setup data ## Whether the bf16 gradient all-reduce and bf16 autocast learn like fp32, from one initialization (prints a table)
+	$(PY) -m bench.speed_levers_learning --data-dir $(DATA_DIR) $(ARGS)
 
 bench-data: setup data ## Benchmark the data path alone: blueprint DataLoader+PIL vs device-resident batches
 	$(PY) -m bench.data_path --data-dir $(DATA_DIR) $(ARGS)
