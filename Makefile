@@ -28,7 +28,7 @@ AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 .PHONY: launch logs status exec ray-status stop start clean deploy plan lint-infra rotate-ray-token build push
 .PHONY: text-data train-fsdp train-fsdp-local run runs serve serve-status serve-down bench-serve bench-tracking plot tensorboard
 .PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-vs-blueprint bench-speed-levers bench-data bench-fsdp bench-recipe bench-launcher bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
-        test test-unit test-integration lint format clean-local
+        test test-quick test-unit test-integration lint format clean-local
 
 help: ## List every target with what it does
 	@if [ -t 1 ]; then b='\033[1m'; n='\033[0m'; else b=''; n=''; fi; \
@@ -222,12 +222,16 @@ cluster-status: setup ## Show the local cluster
 
 # Two pytest-xdist workers: the local-cluster tests and then the podman rehearsal in one, the image build and
 # the image tests in the other, the rest wherever a worker is free (groups: tests/conftest.py).
-# PYTEST_WORKERS=0 runs them in one process.
+# PYTEST_WORKERS=0 runs them in one process. Every run ends with a table of wall time per tier (tests/tiers.py).
 PYTEST_WORKERS ?= 2
 PYTEST_SPLIT = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
-test: setup ## Run all tests: unit, infra, images, integration (a real local Ray cluster, moto, podman), two at a time
+test: setup ## Run all tests: unit, infra, images, integration (a real local Ray cluster, moto, podman), two at a time; what CI runs
 	$(PY) -m pytest $(PYTEST_SPLIT) --durations=20 $(PYTEST_ARGS)
+
+# --quick (tests/tiers.py) deselects the local-cluster, image and rehearsal tiers by their fixtures and paths.
+test-quick: setup ## The edit loop: unit, infra and moto tests, no local cluster, images or podman (minutes)
+	$(PY) -m pytest --quick $(PYTEST_SPLIT) --durations=10 $(PYTEST_ARGS)
 
 test-unit: setup ## Unit tests only (seconds)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

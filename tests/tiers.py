@@ -1,0 +1,116 @@
+"""A pytest plugin (`-p tests.tiers`, pyproject.toml): every run ends with a table of wall time per test tier,
+so the CI budget shows in every log; `--quick` (make test-quick) runs only the fast tiers.
+
+A test's tier comes from its path and fixtures (`tier_of`). It is decided where the test runs, and travels
+on its reports: under xdist the controller collects nothing, it only receives the workers' reports."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+
+import pytest
+
+TIERS = ("local cluster", "rehearsal", "images", "moto", "unit", "infra")
+SLOW = ("local cluster", "images", "rehearsal")  # what --quick leaves out
+GROUP = re.compile(r"@[\w.-]+$")  # the xdist group tests/conftest.py appends to a test id
+
+
+def tier_of(nodeid: str, fixturenames=()) -> str:
+    path = GROUP.sub("", nodeid).split("::")[0]
+    names = set(fixturenames)
+    if path.startswith("tests/unit/"):
+        return "unit"
+    if path.startswith("tests/infra/"):
+        return "infra"
+    if "cluster_env" in names:
+        return "local cluster"
+    if path == "tests/integration/test_rehearsal.py" or "images" in names:
+        return "rehearsal"
+    if names & {"built_images", "running"} or path.startswith("tests/images/"):
+        return "images"
+    return "moto" if path.startswith("tests/integration/") else "other"
+
+
+@dataclass
+class Tier:
+    tests: set = field(default_factory=set)
+    start: float = float("inf")  # the first setup's start
+    stop: float = 0.0  # the last teardown's stop
+    seconds: float = 0.0  # setup + call + teardown, summed over its tests
+
+    def add(self, report) -> None:
+        self.tests.add(GROUP.sub("", report.nodeid))
+        self.start, self.stop = min(self.start, report.start), max(self.stop, report.stop)
+        self.seconds += report.duration
+
+
+def tally(reports) -> dict[str, Tier]:
+    tiers: dict[str, Tier] = {}
+    for report in reports:
+        tier = getattr(report, "rayfleet_tier", None) or tier_of(report.nodeid)
+        tiers.setdefault(tier, Tier()).add(report)
+    return tiers
+
+
+def mmss(seconds: float) -> str:
+    seconds = int(seconds + 0.5)
+    return f"{seconds // 60}:{seconds % 60:02d}"
+
+
+def table(tiers: dict[str, Tier], total: float) -> list[str]:
+    lines = [f"{'tier':<14}{'tests':>7}{'wall span':>12}{'test time':>12}"]
+    for name in TIERS + tuple(sorted(set(tiers) - set(TIERS))):
+        tier = tiers.get(name) or Tier()
+        span, summed = (mmss(tier.stop - tier.start), mmss(tier.seconds)) if tier.tests else ("-", "-")
+        lines.append(f"{name:<14}{len(tier.tests):>7}{span:>12}{summed:>12}")
+    lines.append(f"{'session':<14}{'':>7}{mmss(total):>12}")
+    return lines
+
+
+def pytest_addoption(parser):
+    parser.addoption("--quick", action="store_true", help="only the unit, infra and moto tiers (make test-quick)")
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(TierTimes(config), "rayfleet-tiers")
+
+
+class TierTimes:
+    def __init__(self, config):
+        self.config, self.reports, self.deselected = config, [], 0
+        self.began = time.time()
+
+    def pytest_collection_modifyitems(self, config, items):
+        if not config.getoption("quick"):
+            return
+        slow = [item for item in items if tier_of(item.nodeid, getattr(item, "fixturenames", ())) in SLOW]
+        config.hook.pytest_deselected(items=slow)
+        items[:] = [item for item in items if item not in slow]
+        self.deselected = len(slow)
+        if hasattr(config, "workeroutput"):  # an xdist worker: tell the controller
+            config.workeroutput["rayfleet_quick_deselected"] = len(slow)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node, error):
+        self.deselected = max(self.deselected, getattr(node, "workeroutput", {}).get("rayfleet_quick_deselected", 0))
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_makereport(self, item, call):
+        report = yield
+        report.rayfleet_tier = tier_of(item.nodeid, item.fixturenames)
+        return report
+
+    def pytest_runtest_logreport(self, report):
+        self.reports.append(report)
+
+    @pytest.hookimpl(trylast=True)  # after --durations; pytest's short summary (-ra) still comes last
+    def pytest_terminal_summary(self, terminalreporter):
+        if hasattr(self.config, "workerinput"):  # an xdist worker: the controller prints the table
+            return
+        terminalreporter.write_sep("=", "wall time per tier (m:ss; tiers overlap under xdist)")
+        for line in table(tally(self.reports), time.time() - self.began):
+            terminalreporter.write_line(line)
+        if self.config.getoption("quick"):
+            terminalreporter.write_line(f"--quick: deselected {self.deselected} tests ({', '.join(SLOW)})")
