@@ -44,6 +44,18 @@ def deepspeed_config(cfg, bf16: bool) -> dict:
     }
 
 
+def skip_unused_cpu_ops(device: torch.device) -> None:
+    """On a CPU, DeepSpeed's first process group probes every op builder (compiler subprocesses) and JIT-builds
+    a shared-memory all-reduce op in C++: 30 s on an idle 2-core machine, minutes under load, in every fresh
+    process whose cache is empty (each new container). Only inference_all_reduce uses that op, never training,
+    and nothing else reads the compatibility table, so an empty table skips both. DeepSpeed keeps the table in
+    its module so that edits to it persist (deepspeed/ops/__init__.py)."""
+    if device.type == "cpu":
+        import deepspeed.ops
+
+        vars(deepspeed.ops).setdefault("__compatible_ops__", {})
+
+
 class DeepSpeedStrategy:
     def __init__(self, cfg, model_dir: Path, device: torch.device, rank: int):
         import deepspeed
@@ -53,6 +65,7 @@ class DeepSpeedStrategy:
         self.cfg, self.rank = cfg, rank
         self.bf16 = wants_bf16(cfg.precision, device)
         self.ds_config = deepspeed_config(cfg, self.bf16)
+        skip_unused_cpu_ops(device)
         # Ray Train already set up torch.distributed (gloo or NCCL); DeepSpeed joins that process group.
         deepspeed.init_distributed(dist_backend=torch.distributed.get_backend())
         self._hf_ds = HfDeepSpeedConfig(self.ds_config)  # must stay alive: from_pretrained partitions under it
