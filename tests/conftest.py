@@ -33,6 +33,7 @@ ORDER = [
     ("rehearsal", {"images"}, "images"),
 ]
 MODULES = ORDER.index(None)
+ALONE = next(i for i, part in enumerate(ORDER) if part and part[0] == "local-cluster-alone")
 
 
 def group_of(item) -> tuple[int, str]:
@@ -46,10 +47,12 @@ def group_of(item) -> tuple[int, str]:
 def pytest_collection_modifyitems(config, items):
     # An xdist worker sees --dist as "no" and its own `loadgroup` flag; the controller and one process see --dist.
     groups = {item: group_of(item) for item in items}
-    items.sort(key=lambda item: groups[item][0])  # stable: modules keep their order within a part
     if getattr(config.option, "loadgroup", False) or getattr(config.option, "dist", "no") == "loadgroup":
+        items.sort(key=lambda item: groups[item][0])  # stable: modules keep their order within a part
         for item in items:
             group_item(item, groups[item][1])
+    else:  # one process: only the test that stops the session cluster moves, to the end
+        items.sort(key=lambda item: groups[item][0] == ALONE)
 
 
 def group_item(item, group: str) -> None:

@@ -188,8 +188,10 @@ def worker_node_ids(env: dict) -> set[str]:
 
 
 FSDP_TINY = "training/configs/fsdp-tiny.yaml"
-# The session's FSDP run and its uninterrupted twin share these settings (same schedule, same numbers).
-FSDP_LEARN = ("max_steps=30", "checkpoint_every=10", "log_every=10")
+# The session's FSDP run and its uninterrupted twin share these settings (same schedule, same numbers). fp32:
+# precision=auto picks bf16 on a CPU with AVX512-BF16/AMX, and the checks below (shard bytes, the export's
+# 1e-5 logits) are fp32's; bf16 has its own run (test_bf16_mixed_precision_and_per_block_compile).
+FSDP_LEARN = ("max_steps=30", "checkpoint_every=10", "log_every=10", "precision=fp32")
 
 
 def run_fsdp(env, tiny, storage, *overrides, timeout=600):

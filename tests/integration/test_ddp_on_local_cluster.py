@@ -117,12 +117,10 @@ def test_killed_worker_resumes_from_last_checkpoint(cluster_env, small_dataset, 
 
 
 def test_rejects_more_workers_than_the_cluster_can_place(cluster_env, small_dataset, tmp_path):
-    started = time.monotonic()
     result = run(cluster_env, *small(small_dataset, tmp_path, "num_workers=5", "run_name=toomany"), timeout=120)
     assert result.returncode == 2  # refused before anything ran (training.core.errors.EXIT_BAD_INPUT)
     assert "num_workers: 5 workers of 1 CPU each do not fit this cluster, which can place 2" in result.stderr
     assert "Traceback" not in result.stderr
-    assert time.monotonic() - started < 60
     assert not (tmp_path / "toomany").exists()  # rejected before anything was written or started
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -150,12 +149,10 @@ def test_interrupted_and_resumed_equals_uninterrupted(
 def test_bad_input_fails_before_any_worker_starts(cluster_env, tiny, tmp_path):
     """Refused on the driver: exit 2, one line, no traceback, nothing written. One case end to end; the
     driver's other checks are unit tests (tests/unit/training/test_fsdp_config.py)."""
-    started = time.monotonic()
     result = run_fsdp(cluster_env, tiny, tmp_path, "global_batch_size=7", "run_name=bad", timeout=120)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "global_batch_size: 7 cannot be split across 2 workers" in result.stderr, result.stderr[-2000:]
-    assert "Traceback" not in result.stderr and not (tmp_path / "bad").exists()
-    assert time.monotonic() - started < 60
+    assert "Traceback" not in result.stderr and not (tmp_path / "bad").exists()  # refused before it started
 
 
 # The GPU settings exercised on CPU, one at a time: torch 2.14.1's CPU inductor emits C++ that does not compile
