@@ -16,7 +16,6 @@ imports, data and model), and the process's exit (the step, the checkpoint, the 
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import subprocess
 import sys
@@ -25,6 +24,7 @@ import time
 from pathlib import Path
 
 from bench.on_cluster import local_cluster_state
+from scripts.local_cluster import cluster as local_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 ONE_STEP = ["epochs=1", "train_subset=256", "test_subset=128", "eval_batch_size=128", "progress_every_s=0.001"]
@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no FashionMNIST data in {args.data}: run `make data` first", file=sys.stderr)
         return 2
     with local_cluster_state() as state, tempfile.TemporaryDirectory() as tmp:
-        env = {**os.environ, "RAY_ADDRESS": state.address, "PYTHONUNBUFFERED": "1"}
+        env = {**local_cluster.command_env(state), "PYTHONUNBUFFERED": "1"}  # token auth, as `make` sets it
         job = [f"data_dir={args.data.resolve()}", f"storage={tmp}", *ONE_STEP]
         ways = {
             "direct (python -m training.ddp)": lambda run: [
