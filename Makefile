@@ -27,7 +27,7 @@ AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
 .DEFAULT_GOAL := help
 .PHONY: launch logs status exec ray-status stop start clean deploy plan lint-infra rotate-ray-token build push
 .PHONY: text-data train-fsdp train-fsdp-local run runs serve serve-status serve-down bench-serve bench-tracking plot tensorboard
-.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-vs-blueprint bench-speed-levers bench-data bench-fsdp bench-recipe bench-launcher bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
+.PHONY: help setup data demo train-ddp train-ddp-local bench-ddp bench-vs-blueprint bench-speed-levers bench-run-start bench-data bench-fsdp bench-recipe bench-launcher bench-sidecar dashboard gpu-metrics-once cluster-up cluster-down cluster-status \
         test test-quick test-unit test-integration lint format clean-local
 
 help: ## List every target with what it does
@@ -201,6 +201,9 @@ bench-tracking: setup ## What rank 0's tracking (TensorBoard, progress) costs a 
 
 bench-serve: setup ## Load on a served tiny model: N concurrent clients, p50/p99 latency, requests/s (ARGS="--clients 1 4 8 --replicas 2")
 	$(PY) -m bench.serve_load $(ARGS)
+
+bench-run-start: setup data ## Seconds from submitting a DDP run to its first step and to the end of a 1-step run, direct and as a recipe
+	$(PY) -m bench.run_start $(ARGS)
 
 bench-sidecar: setup ## Measure the GPU-metrics sidecar's CPU and memory at its default intervals
 	$(PY) -m bench.sidecar_cost $(ARGS)
