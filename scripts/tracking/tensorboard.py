@@ -14,8 +14,8 @@ import sys
 from pathlib import Path
 
 from scripts.tracking.runs_arg import add_arguments, run_dirs
-from training.core.errors import EXIT_BAD_INPUT
-from training.core.run_dir import RunDir
+from training.core.errors import EXIT_BAD_INPUT, EXIT_FAILED
+from training.core.run_dir import RunDir, UnsafeKey
 from training.tracking.events import FOLDER
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     except FileNotFoundError as exc:
         print(f"error: no TensorBoard events: {exc} (runs before tensorboard=true have none)", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except UnsafeKey as exc:  # written by a job into run storage: nothing of it is downloaded
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     print(f"TensorBoard on http://127.0.0.1:{opts.port} (Ctrl-C stops it)", flush=True)
     cmd = command(folders, opts.port)
     os.execv(cmd[0], cmd)  # TensorBoard's own server, in this process's place

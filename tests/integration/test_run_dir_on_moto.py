@@ -29,3 +29,50 @@ def test_s3_run_directory_round_trip(moto, monkeypatch, tmp_path):
     assert body == b"{}"
     RunDir("s3://results/runs", "ddp-0", endpoint_url=moto.url).write("run.json", "{}")
     assert list_runs("s3://results/runs", endpoint_url=moto.url) == ["ddp-0", "ddp-1"]
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "runs/r/tensorboard/../../../../Makefile",  # up and out of the download folder
+        "runs/r/tensorboard/sub/../../../outside.txt",
+        "runs/r/tensorboard//etc/outside.txt",  # an absolute path after the prefix
+        "runs/r/tensorboard/./outside.txt",
+    ],
+)
+def test_a_key_that_would_leave_the_download_folder_is_refused_and_nothing_lands_outside(
+    moto, monkeypatch, tmp_path, planted
+):
+    """Any job can write run storage: a planted key with `..`, `.` or empty segments stops the download with
+    one line naming it, and nothing is written outside the folder (issue 27, finding 1)."""
+    from training.core.run_dir import UnsafeKey
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    s3 = moto.client("s3")
+    s3.create_bucket(Bucket="results")
+    s3.put_object(Bucket="results", Key="runs/r/tensorboard/events.out", Body=b"ok")
+    s3.put_object(Bucket="results", Key=planted, Body=b"owned")
+    scratch = tmp_path / "a" / "b" / "c" / "scratch"
+    scratch.mkdir(parents=True)
+    before = {p for p in tmp_path.rglob("*")}
+    with pytest.raises(UnsafeKey, match=f"refusing to download s3://results/{planted}") as refused:
+        RunDir("s3://results/runs", "r", endpoint_url=moto.url).local_copy("tensorboard", scratch)
+    assert "\n" not in str(refused.value)
+    written = {p for p in tmp_path.rglob("*")} - before
+    assert all(p.is_relative_to(scratch / "tensorboard") for p in written), written
+    assert not [p for p in tmp_path.rglob("*") if p.is_file() and p.read_bytes() == b"owned"]
+
+
+def test_a_folder_with_a_folder_marker_downloads_whole(moto, monkeypatch, tmp_path):
+    """The console's "create folder" writes an empty key ending in "/": skipped, the files below still come."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    s3 = moto.client("s3")
+    s3.create_bucket(Bucket="results")
+    s3.put_object(Bucket="results", Key="runs/r/export/", Body=b"")
+    s3.put_object(Bucket="results", Key="runs/r/export/sub/config.json", Body=b"{}")
+    folder = RunDir("s3://results/runs", "r", endpoint_url=moto.url).local_copy("export", tmp_path)
+    assert folder == tmp_path / "export" and (folder / "sub" / "config.json").read_bytes() == b"{}"

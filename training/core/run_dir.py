@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 from training.core.aws import Aws
+from training.core.errors import RayfleetError
 
 RECORD = "run.json"
 
@@ -94,7 +95,9 @@ class RunDir:
         client, target, count = self._s3(), scratch / name, 0
         for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key + "/"):
             for obj in page.get("Contents", []):
-                local = target / obj["Key"][len(key) + 1 :]
+                if obj["Key"].endswith("/"):  # a folder marker (the console's "create folder"): nothing to copy
+                    continue
+                local = inside(target, obj["Key"][len(key) + 1 :], f"s3://{bucket}/{obj['Key']}")
                 local.parent.mkdir(parents=True, exist_ok=True)
                 client.download_file(bucket, obj["Key"], str(local))  # streamed to disk, in parts when large
                 count += 1
@@ -152,6 +155,22 @@ class RunDir:
             options["endpoint_override"] = parsed.netloc
             options["scheme"] = parsed.scheme
         return self.storage.removeprefix("s3://"), pafs.S3FileSystem(**options)
+
+
+class UnsafeKey(RayfleetError):
+    """An object in run storage whose key would land outside the folder it is downloaded into."""
+
+
+def inside(target: Path, relative: str, url: str) -> Path:
+    """Where an object below a downloaded folder goes: `target`/`relative`, never outside `target`. Any job can
+    write run storage, so a key is untrusted: absolute keys and `.`, `..` or empty segments are refused."""
+    parts = relative.split("/")
+    if relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise UnsafeKey(f"refusing to download {url}: its key would leave {target} (., .. or empty segments)")
+    local = target.joinpath(*parts)
+    if not local.resolve().is_relative_to(target.resolve()):  # a symlink already in the target, say
+        raise UnsafeKey(f"refusing to download {url}: it would land outside {target}")
+    return local
 
 
 def list_runs(storage: str, region: str | None = None, endpoint_url: str | None = None) -> list[str]:
