@@ -79,7 +79,7 @@ def run_watched(command: str, env: dict, watch: Watch) -> int:
     # Unbuffered: a Python child that block-buffers its pipe would look silent (stalled) and scramble the tail.
     env = {"PYTHONUNBUFFERED": "1", **env}
     child = subprocess.Popen(
-        ["/bin/sh", "-c", command], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+        ["/bin/sh", "-c", command], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=0
     )
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda s, _frame: forward(child.pid, s))
@@ -93,7 +93,10 @@ def run_watched(command: str, env: dict, watch: Watch) -> int:
     if poll:
         threading.Thread(target=stall_loop, daemon=True).start()
     assert child.stdout is not None
-    for text in child.stdout:
+    # Bytes, decoded with replacement: a job may print anything, and one byte that is not UTF-8 must not end
+    # the watch (the run marked failed, the job killed by EPIPE, no notification sent).
+    for raw in iter(child.stdout.readline, b""):
+        text = raw.decode("utf-8", errors="replace")
         sys.stdout.write(text)
         sys.stdout.flush()
         watch.line(text)

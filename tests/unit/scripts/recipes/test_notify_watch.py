@@ -34,6 +34,13 @@ def test_a_run_that_succeeds_says_started_and_succeeded(receiver, capfd):
     assert capfd.readouterr().out == "hello\nworld\n"  # the output passes through unchanged
 
 
+def test_a_byte_that_is_not_utf8_is_passed_on_replaced_and_the_run_still_succeeds(receiver, capfd):
+    """A job printing \\xff keeps being watched to its end, which is notified (issue 27, finding 7)."""
+    assert watched(receiver, r"printf 'before \377 after\n'; echo done") == 0
+    assert receiver.texts() == ["rayfleet: run r1 started", "rayfleet: run r1 succeeded"]
+    assert capfd.readouterr().out == "before \ufffd after\ndone\n"
+
+
 def test_a_failure_says_the_exit_code_and_the_traceback_tail(receiver):
     script = "import sys; print('step 1'); raise ValueError('bad batch')"
     assert watched(receiver, f'{sys.executable} -c "{script}"') == 1
