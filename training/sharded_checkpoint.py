@@ -13,8 +13,10 @@ torch.Size, dtypes, layouts, paths) and `SafePlanner` loads those items with `we
 
 from __future__ import annotations
 
+import importlib
 import io
 import pickle
+from functools import cache
 
 import torch
 import torch.distributed.checkpoint as dcp
@@ -29,9 +31,22 @@ _METADATA_MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed
 _ALLOWED = {("torch", "Size"), ("torch.serialization", "_get_layout"), ("pathlib", "PosixPath"), ("pathlib", "Path")}
 
 
+@cache
+def _metadata_classes() -> frozenset[tuple[str, str]]:
+    """(module, name) of every class DCP's metadata modules define themselves: exact pairs, so neither a name
+    those modules merely import (`os`) nor a dotted name walked attribute by attribute (`os.system`, which
+    pickle protocol 4 resolves from the module) passes."""
+    return frozenset(
+        (module, name)
+        for module in _METADATA_MODULES
+        for name, value in vars(importlib.import_module(module)).items()
+        if isinstance(value, type) and value.__module__ == module
+    )
+
+
 class _MetadataUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
-        if module in _METADATA_MODULES or (module, name) in _ALLOWED:
+        if (module, name) in _metadata_classes() or (module, name) in _ALLOWED:
             return super().find_class(module, name)
         if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
             return getattr(torch, name)

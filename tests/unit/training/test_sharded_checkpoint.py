@@ -82,3 +82,31 @@ def test_a_planted_object_among_the_plain_items_is_refused(tmp_path, monkeypatch
     msd, osd = get_state_dict(*_trained())
     dcp.load({"model": msd, "optim": osd}, checkpoint_id=tmp_path / "ckpt")
     assert pwned.exists()
+
+
+def dotted_payload(command: str) -> bytes:
+    """`os.system(command)` as pickle protocol 4 writes a global: STACK_GLOBAL of a module DCP's metadata comes
+    from and the dotted name `os.system`, which the unpickler walks attribute by attribute from that module."""
+
+    def text(value: str) -> bytes:
+        data = value.encode()
+        return b"\x8c" + bytes([len(data)]) + data  # SHORT_BINUNICODE
+
+    module, name = "torch.distributed.checkpoint.filesystem", "os.system"
+    return b"\x80\x04" + text(module) + text(name) + b"\x93" + text(command) + b"\x85R."  # ... TUPLE1 REDUCE STOP
+
+
+def test_a_dotted_name_through_a_metadata_module_is_refused_and_does_not_run(tmp_path, monkeypatch):
+    """Issue 27, finding 2: torch.distributed.checkpoint.filesystem imports os, so `os.system` resolved from it
+    by pickle's dotted-name walk ran a command; only the classes those modules define pass now."""
+    pwned = tmp_path / "pwned"
+    monkeypatch.setenv("PWNED", str(pwned))
+    model, opt = _trained()
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=tmp_path / "ckpt")
+    planted = dotted_payload(f"touch {pwned}")
+    (tmp_path / "ckpt" / ".metadata").write_bytes(planted)
+    with pytest.raises(CheckpointException) as err:
+        _load(tmp_path / "ckpt")
+    assert "refers to torch.distributed.checkpoint.filesystem.os.system" in _text(err.value)
+    assert not pwned.exists()
