@@ -31,6 +31,16 @@ def test_s3_run_directory_round_trip(moto, monkeypatch, tmp_path):
     assert list_runs("s3://results/runs", endpoint_url=moto.url) == ["ddp-0", "ddp-1"]
 
 
+def results_bucket(moto, monkeypatch):
+    """The bucket "results" on the test's moto server, and this process's test credentials for it."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
+    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
+    s3 = moto.client("s3")
+    s3.create_bucket(Bucket="results")
+    return s3
+
+
 @pytest.mark.parametrize(
     "planted",
     [
@@ -47,11 +57,7 @@ def test_a_key_that_would_leave_the_download_folder_is_refused_and_nothing_lands
     one line naming it, and nothing is written outside the folder (issue 27, finding 1)."""
     from training.core.run_dir import UnsafeKey
 
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    s3 = moto.client("s3")
-    s3.create_bucket(Bucket="results")
+    s3 = results_bucket(moto, monkeypatch)
     s3.put_object(Bucket="results", Key="runs/r/tensorboard/events.out", Body=b"ok")
     s3.put_object(Bucket="results", Key=planted, Body=b"owned")
     scratch = tmp_path / "a" / "b" / "c" / "scratch"
@@ -67,11 +73,7 @@ def test_a_key_that_would_leave_the_download_folder_is_refused_and_nothing_lands
 
 def test_a_folder_with_a_folder_marker_downloads_whole(moto, monkeypatch, tmp_path):
     """The console's "create folder" writes an empty key ending in "/": skipped, the files below still come."""
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "test")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "test")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    s3 = moto.client("s3")
-    s3.create_bucket(Bucket="results")
+    s3 = results_bucket(moto, monkeypatch)
     s3.put_object(Bucket="results", Key="runs/r/export/", Body=b"")
     s3.put_object(Bucket="results", Key="runs/r/export/sub/config.json", Body=b"{}")
     folder = RunDir("s3://results/runs", "r", endpoint_url=moto.url).local_copy("export", tmp_path)
