@@ -31,6 +31,13 @@ def split(image: str) -> tuple[str, str | None, str | None]:
     return image, None, None
 
 
+def under(image: str, prefix: str) -> bool:
+    """Whether `image` is the allow-listed name or below it, at a boundary: `ghcr.io/acme` admits
+    `ghcr.io/acme/x` and `ghcr.io/acme@sha256:...`, never `ghcr.io/acme-evil/x`."""
+    base = prefix.rstrip("/")
+    return image == base or image.startswith((f"{base}/", f"{base}@", f"{base}:"))
+
+
 def check(aws: Aws, account: str, image: str) -> None:
     """Raise ConfigError (one line, naming the rule) unless the recipe may run `image`."""
     name, tag, digest = split(image)
@@ -55,7 +62,7 @@ def check(aws: Aws, account: str, image: str) -> None:
             )
         return
     allowed = [p.strip() for p in os.environ.get(ALLOW_ENV, "").split(",") if p.strip()]
-    if not any(image.startswith(prefix) for prefix in allowed):
+    if not any(under(image, prefix) for prefix in allowed):
         raise ConfigError(
             f"image: {image} is not in this deployment's ECR ({account}, {aws.region}); other registries need "
             f"{ALLOW_ENV} to list them"

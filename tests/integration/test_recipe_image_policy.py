@@ -56,3 +56,11 @@ def test_an_allow_listed_registry_only_by_digest(ecr, monkeypatch):
         image_policy.check(ecr, ACCOUNT, "ghcr.io/my-org/trainer:v1")
     with pytest.raises(ConfigError, match="RAYFLEET_ALLOWED_IMAGE_PREFIXES"):
         image_policy.check(ecr, ACCOUNT, f"ghcr.io/other/trainer{DIGEST}")
+
+
+def test_an_allow_listed_prefix_ends_at_a_boundary(ecr, monkeypatch):
+    """`ghcr.io/acme` admits its own repositories, not `ghcr.io/acme-evil/...` (issue 27, low)."""
+    monkeypatch.setenv(image_policy.ALLOW_ENV, "ghcr.io/acme")
+    image_policy.check(ecr, ACCOUNT, f"ghcr.io/acme/trainer{DIGEST}")
+    with pytest.raises(ConfigError, match="RAYFLEET_ALLOWED_IMAGE_PREFIXES"):
+        image_policy.check(ecr, ACCOUNT, f"ghcr.io/acme-evil/trainer{DIGEST}")
