@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 from datetime import UTC, datetime, timedelta
@@ -41,6 +42,7 @@ from training.core.catalog import INSTANCE_TYPES
 from training.core.config import ConfigError
 from training.core.errors import EXIT_BAD_INPUT, EXIT_FAILED
 from training.core.run_dir import RunDir
+from training.job_config import RUN_NAME_PATTERN
 
 
 def machine_gpus() -> int:
@@ -113,6 +115,15 @@ def package_into(
         attempts=[],  # this invocation's; a relaunched trainer task on ECS continues the list
     )
     return {"path": pkg.path, "url": code_url}
+
+
+def run_name_arg(value: str) -> str:
+    """A run name is a folder and an S3 prefix: the jobs' own rule (letters, digits, . _ -; no path)."""
+    if not re.fullmatch(RUN_NAME_PATTERN, value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: a run name is up to 100 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
+    return value
 
 
 def run_local(loaded: LoadedRecipe, extra_args: list[str], run_name: str, launch_dir: Path) -> int:
@@ -298,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
         metavar="KEY=VALUE",
         help="override a recipe field, as in resources.workers=4 (repeatable)",
     )
-    parser.add_argument("--run-name", help="default: <recipe name>-<UTC time>")
+    parser.add_argument("--run-name", type=run_name_arg, help="default: <recipe name>-<UTC time>")
     parser.add_argument("--detach", action="store_true", help="ECS: return once the trainer task has started")
     parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
     argv = sys.argv[1:] if argv is None else argv
