@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
@@ -57,6 +58,8 @@ class Notifier:
         Aws(region).client("sns").publish(TopicArn=self.topic_arn, Subject=event.subject, Message=event.text)
 
     def _post(self, event: Event) -> None:
+        if urllib.parse.urlsplit(self.webhook).scheme not in ("https", "http"):  # urllib also opens file:, ftp:
+            raise ValueError("the webhook URL is not http(s)")  # the URL itself is a secret: never printed
         body = json.dumps({"text": event.text}).encode()  # Slack's incoming-webhook shape (Mattermost, Teams too)
         request = urllib.request.Request(self.webhook, body, {"Content-Type": "application/json"}, method="POST")
         with urllib.request.urlopen(request, timeout=10) as response:

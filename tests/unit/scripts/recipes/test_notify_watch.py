@@ -107,3 +107,14 @@ def test_the_submitter_passes_the_run_stall_time_and_topic_and_the_webhook_only_
     assert env["RAYFLEET_NOTIFY_TOPIC_ARN"].endswith(":rayfleet-notifications")
     with pytest.raises(ValueError, match="RAYFLEET_NOTIFY_WEBHOOK is set by rayfleet"):
         Recipe(name="r", entrypoint="train.py", env={"RAYFLEET_NOTIFY_WEBHOOK": "x"})
+
+
+def test_a_webhook_that_is_not_http_is_never_opened(tmp_path, capsys):
+    """A file: URL as the webhook (urllib would open it and "succeed" silently): refused, with one warning that
+    does not show the URL (issue 27, low)."""
+    target = tmp_path / "a-local-file"
+    target.write_text("anything")
+    Notifier(None, f"file://{target}").send(Event("r1", "started"))
+    warning = capsys.readouterr().err
+    assert "could not notify through the webhook: the webhook URL is not http(s)" in warning
+    assert str(target) not in warning
