@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from tests.images.helpers import BUILD, BackgroundBuild
+from tests.tiers import CLUSTER_FIXTURES, IMAGE_FIXTURES, REHEARSAL_FIXTURES
 from training.data import synthetic
 
 # Tests that share a session resource that cannot be doubled run in one worker, as one xdist group
@@ -26,11 +27,11 @@ from training.data import synthetic
 # (name, the fixtures that put a test in it, its xdist group), in the order they run; None: the modules.
 #   "local-cluster-alone": the one test that starts a cluster of its own, after the session cluster is stopped.
 ORDER = [
-    ("local-cluster", {"cluster_env"}, "cluster"),
+    ("local-cluster", CLUSTER_FIXTURES, "cluster"),
     ("local-cluster-alone", {"session_cluster_stopped"}, "cluster"),
     None,
-    ("images", {"built_images", "running"}, "images"),
-    ("rehearsal", {"images"}, "images"),
+    ("images", IMAGE_FIXTURES, "images"),
+    ("rehearsal", REHEARSAL_FIXTURES, "images"),
 ]
 MODULES = ORDER.index(None)
 ALONE = next(i for i, part in enumerate(ORDER) if part and part[0] == "local-cluster-alone")
@@ -71,7 +72,7 @@ def group_item(item, group: str) -> None:
 def pytest_collection_finish(session):
     """Start building the images now when tests that use them were collected (the image tests, the
     rehearsal): the build takes minutes, and the unit and infra tests that run first leave a core free."""
-    users = {"built_images", "running", "images"}  # tests/images' fixtures, and the rehearsal's
+    users = IMAGE_FIXTURES | REHEARSAL_FIXTURES
     wanted = any(users & set(getattr(item, "fixturenames", ())) for item in session.items)
     if not wanted or shutil.which("podman") is None or os.environ.get("RAYFLEET_IMAGES_PREBUILT"):
         return

@@ -14,6 +14,10 @@ import pytest
 
 TIERS = ("local cluster", "rehearsal", "images", "moto", "unit", "infra")
 SLOW = ("local cluster", "images", "rehearsal")  # what --quick leaves out
+# The fixtures that put a test in a slow tier: also how tests/conftest.py orders and groups them for xdist.
+CLUSTER_FIXTURES = frozenset({"cluster_env"})  # the session's local Ray cluster
+IMAGE_FIXTURES = frozenset({"built_images", "running"})  # tests/images' built images
+REHEARSAL_FIXTURES = frozenset({"images"})  # the rehearsal's images
 GROUP = re.compile(r"@[\w.-]+$")  # the xdist group tests/conftest.py appends to a test id
 
 
@@ -24,11 +28,11 @@ def tier_of(nodeid: str, fixturenames=()) -> str:
         return "unit"
     if path.startswith("tests/infra/"):
         return "infra"
-    if "cluster_env" in names:
+    if names & CLUSTER_FIXTURES:
         return "local cluster"
-    if path == "tests/integration/test_rehearsal.py" or "images" in names:
+    if path == "tests/integration/test_rehearsal.py" or names & REHEARSAL_FIXTURES:
         return "rehearsal"
-    if names & {"built_images", "running"} or path.startswith("tests/images/"):
+    if names & IMAGE_FIXTURES or path.startswith("tests/images/"):
         return "images"
     return "moto" if path.startswith("tests/integration/") else "other"
 
