@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from scripts.rehearsal import podman
+from scripts.rehearsal import admission, podman
 from scripts.rehearsal.host import Adaptation
 from scripts.rehearsal.log_shipper import LogShipper
 from training.core.aws import STARTED_BY
@@ -112,7 +112,7 @@ class Agent:
         self.ecs = moto.client("ecs")
         self.cluster = deployed["cluster"]
         self.services = deployed["services"]  # name -> {"task_definition": key, "dns_names", "network"}
-        self.definition_keys = {arn: key for key, arn in deployed["task_definitions"].items()}
+        self.rendered_arns = dict(deployed["task_definitions"])  # key -> the ARN registered from the picture
         self.adaptation = adaptation
         self.rid = rid
         self.network = network
@@ -120,6 +120,7 @@ class Agent:
         self.mounts = mounts  # task definition key -> container name -> ["--volume", "src:dst:ro", ...]
         self.log_dir = log_dir
         self.tasks: dict[str, TaskRun] = {}
+        self.refused: set[str] = set()  # task ARNs whose definitions the rehearsal did not render
         self.failures: dict[str, int] = {}
         self.next_start: dict[str, float] = {}
         self.lock = threading.Lock()
@@ -197,14 +198,17 @@ class Agent:
             return
         task = response["tasks"][0]
         run = self._launch(task, service=name, aliases=info.get("dns_names", []), overrides=None)
-        run.deployment = _primary_deployment(service)
+        if run is None:  # refused: ask again in a minute, as ECS backs off a service that cannot start
+            self.next_start[name] = time.monotonic() + 60
+        else:
+            run.deployment = _primary_deployment(service)
 
     # -- trainers ----------------------------------------------------------------------------------------
     def _start_trainers(self) -> None:
         pages = self.ecs.get_paginator("list_tasks").paginate(
             cluster=self.cluster, startedBy=STARTED_BY, desiredStatus="RUNNING"
         )
-        new = [arn for page in pages for arn in page["taskArns"] if arn not in self.tasks]
+        new = [arn for page in pages for arn in page["taskArns"] if arn not in self.tasks and arn not in self.refused]
         if not new:
             return
         for task in self.ecs.describe_tasks(cluster=self.cluster, tasks=new)["tasks"]:
@@ -216,12 +220,24 @@ class Agent:
             self._definitions[arn] = self.ecs.describe_task_definition(taskDefinition=arn)["taskDefinition"]
         return self._definitions[arn]
 
-    def _launch(self, task: dict, service: str | None, aliases: list[str], overrides: dict | None) -> TaskRun:
+    def _admitted(self, task: dict, definition: dict) -> str | None:
+        """The rendered definition this task's is (scripts/rehearsal/admission.py); None after stopping it."""
+        rendered = {key: self._definition(arn) for key, arn in self.rendered_arns.items()}
+        try:
+            return admission.admit(definition, rendered, podman.image_exists)
+        except admission.NotRendered as exc:
+            reason = f"refused: not a task definition this rehearsal rendered ({exc})"[:255]
+            say(f"task {task['taskArn'].rsplit('/', 1)[-1][:8]} {reason}")
+            self.refused.add(task["taskArn"])
+            with contextlib.suppress(Exception):
+                self.ecs.stop_task(cluster=self.cluster, task=task["taskArn"], reason=reason)
+            return None
+
+    def _launch(self, task: dict, service: str | None, aliases: list[str], overrides: dict | None) -> TaskRun | None:
         definition = self._definition(task["taskDefinitionArn"])
-        key = self.definition_keys.get(task["taskDefinitionArn"])
-        if key is None:  # a revision registered later (a recipe's own image): same family as one we know
-            family = definition["family"]
-            key = next((k for a, k in self.definition_keys.items() if f"/{family}:" in a), "trainer")
+        key = self._admitted(task, definition)
+        if key is None:
+            return None
         task_id = task["taskArn"].rsplit("/", 1)[-1]
         pod = f"rf-{self.rid}-{key}-{task_id[:8]}"
         containers = {}
@@ -337,6 +353,7 @@ class Agent:
         args = [
             "run",
             "-d",
+            "--pull=never",  # only images built or loaded here (scripts/rehearsal/admission.py)
             "--name",
             container.podman_name,
             "--pod",

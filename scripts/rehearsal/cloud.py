@@ -1,7 +1,7 @@
 """The rehearsal's AWS: a moto server in this process, holding what `make deploy` would have created.
 
 moto serves ECS, S3, Secrets Manager, CloudWatch Logs, CloudWatch, Cloud Map and EC2 on one port, bound to
-all interfaces so the containers reach it through the podman network's gateway. It runs inside the
+loopback and to the rehearsal network's gateway address, through which the containers reach it. It runs inside the
 rehearsal's own process, so it stops with it, and so the agent can record what moto's API has no call
 for. Those few writes into moto's ECS backend are all in `Moto` below (the ECS agent records them with
 SubmitTaskStateChange / SubmitContainerStateChange, which moto does not implement):
@@ -16,7 +16,6 @@ Nothing else reaches into moto: the rest goes through the same APIs the laptop v
 
 from __future__ import annotations
 
-import errno
 import json
 import socket
 import threading
@@ -32,10 +31,32 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing
 REGISTERED_SHARE = 0.95  # of an instance's nominal memory that its ECS agent registers (an assumption)
 
 
-class Moto:
-    """moto_server's app on 0.0.0.0:<port>, served from a thread of this process."""
+IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # Linux: bind an address its interface does not have yet
 
-    def __init__(self, port: int = 0, host: str = "0.0.0.0"):
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A listening socket on host:port; EADDRINUSE (OSError) when the port is taken there."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if host != "127.0.0.1":
+        # The podman network's bridge, which carries its gateway address, exists only while a container is
+        # attached to it: the socket is bound before, and accepts once the bridge is up.
+        sock.setsockopt(socket.SOL_IP, IP_FREEBIND, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+class Moto:
+    """moto_server's app, served from threads of this process on 127.0.0.1:<port> and, for the containers,
+    on the podman network's gateway address (the host's end of the rehearsal's own bridge), never on every
+    interface: moto checks no credentials, and the agent runs what moto holds."""
+
+    def __init__(self, port: int = 0, gateway: str | None = None):
         from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
         from werkzeug.serving import make_server
 
@@ -43,17 +64,30 @@ class Moto:
             def log_request(self, *args, **kwargs):  # one line per request would drown the rehearsal's output
                 pass
 
-        if port:  # werkzeug prints its own message and exits when the port is taken: ask first
-            with socket.socket() as probe:
-                probe.bind((host, port))  # OSError EADDRINUSE
         app = DomainDispatcherApplication(create_backend_app)
+        sockets = [_listen("127.0.0.1", port)]
         try:
-            self.server = make_server(host, port, app, threaded=True, request_handler=Quiet)
-        except SystemExit:
-            raise OSError(errno.EADDRINUSE, f"port {port} is in use") from None
-        self.port = self.server.server_port
-        self.thread = threading.Thread(target=self.server.serve_forever, name="moto", daemon=True)
-        self.thread.start()
+            self.port = sockets[0].getsockname()[1]
+            if gateway:
+                sockets.append(_listen(gateway, self.port))
+        except OSError:
+            for sock in sockets:
+                sock.close()
+            raise
+        self.hosts = [sock.getsockname()[0] for sock in sockets]
+        self.servers = []
+        for sock in sockets:
+            host = sock.getsockname()[0]
+            self.servers.append(
+                make_server(host, self.port, app, threaded=True, request_handler=Quiet, fd=sock.fileno())
+            )
+            sock.close()  # werkzeug serves a duplicate of it
+        self.threads = [
+            threading.Thread(target=server.serve_forever, name=f"moto-{server.host}", daemon=True)
+            for server in self.servers
+        ]
+        for thread in self.threads:
+            thread.start()
         self.region = "us-east-1"
         self._clients: dict[str, object] = {}
         from moto.moto_api import state_manager
@@ -78,9 +112,11 @@ class Moto:
         return self._clients[service]
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self.thread.join(timeout=10)
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()
+        for thread in self.threads:
+            thread.join(timeout=10)
 
     # -- what moto's API cannot record (see the module docstring) -----------------------------------------
     def _ecs(self):

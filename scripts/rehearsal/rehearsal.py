@@ -131,8 +131,9 @@ class Rehearsal:
             raise RehearsalError(f"--data {opts.data}: no FashionMNIST/raw in it; run `make data`")
         opts.state_dir.mkdir(parents=True, exist_ok=True)
         self._write_state()
+        self.network = podman.create_network(f"rayfleet-rehearsal-{self.rid}", self.rid)
         try:
-            self.moto = Moto(opts.port)
+            self.moto = Moto(opts.port, gateway=self.network["gateway"])
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise RehearsalError(
@@ -141,11 +142,10 @@ class Rehearsal:
                 ) from None
             raise
         self.moto.region = opts.picture.get("region", "us-east-1")
-        self.network = podman.create_network(f"rayfleet-rehearsal-{self.rid}", self.rid)
         endpoint = opts.container_endpoint or f"http://{self.network['gateway']}:{self.moto.port}"
         self._write_state(moto_port=self.moto.port, network=self.network["name"], endpoint=endpoint)
         say(
-            f"moto on 0.0.0.0:{self.moto.port} (containers: {endpoint}); "
+            f"moto on {' and '.join(f'{h}:{self.moto.port}' for h in self.moto.hosts)} (containers: {endpoint}); "
             f"network {self.network['name']} {self.network['subnet']}"
         )
         self._check_reachable(endpoint)

@@ -117,7 +117,7 @@ def test_images_not_built_names_make_build(images, tmp_path):
 def test_port_taken_is_one_line(images, tmp_path):
     before = labelled()
     with socket.socket() as taken:
-        taken.bind(("0.0.0.0", 0))
+        taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         result = rehearsal_cli("up", "--tag", TAG, "--port", str(port), "--state-dir", str(tmp_path / "state"))
@@ -254,6 +254,46 @@ def test_cluster_forms_as_the_task_definitions_say(rehearsal, aws):
     assert "is using /tmp/ray instead of /dev/shm" not in log_text(aws, "ray-worker")
     assert has_gpu() or "no_gpu_idle" in wait_for_log(aws, "gpu-metrics", "no_gpu_idle")
     assert ray_nodes_alive(head) == 3
+
+
+def test_moto_is_closed_to_other_hosts_and_the_agent_runs_only_rendered_definitions(rehearsal, aws):
+    """Issue 27 item 3, on the running rehearsal: its moto refuses a connection to this host's outward
+    address (it listened on 0.0.0.0), and a definition registered by anyone who reaches moto, RunTask'd as
+    rayfleet's launcher does (startedBy=rayfleet), with the host's / mounted, is stopped unrun."""
+    port = rehearsal.state["moto_port"]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect(("192.0.2.123", 9))
+        outward = probe.getsockname()[0]
+    with pytest.raises(ConnectionRefusedError), socket.create_connection((outward, port), timeout=5):
+        pass
+    ecs = aws["client"]("ecs")
+    trainer = ecs.describe_task_definition(taskDefinition=aws["outputs"]["trainer_task_definition"])["taskDefinition"]
+    container = {**trainer["containerDefinitions"][0], "command": ["sh", "-c", "touch /host/tmp/owned"]}
+    container["mountPoints"] = [{"sourceVolume": "root", "containerPath": "/host"}]
+    evil = ecs.register_task_definition(
+        family=trainer["family"],
+        containerDefinitions=[container],
+        volumes=[{"name": "root", "host": {"sourcePath": "/"}}],
+        networkMode=trainer["networkMode"],
+    )["taskDefinition"]["taskDefinitionArn"]
+    task = ecs.run_task(
+        cluster=aws["outputs"]["cluster_name"],
+        taskDefinition=evil,
+        startedBy="rayfleet",
+        networkConfiguration={
+            "awsvpcConfiguration": {
+                "subnets": list(aws["outputs"]["private_subnet_ids"]),
+                "securityGroups": [aws["outputs"]["task_security_group_id"]],
+            }
+        },
+    )["tasks"][0]["taskArn"]
+    rehearsal.wait_for(f"task {task.rsplit('/', 1)[-1][:8]} refused: not a task definition", timeout=30)
+    (described,) = ecs.describe_tasks(cluster=aws["outputs"]["cluster_name"], tasks=[task])["tasks"]
+    assert (
+        described["desiredStatus"] == "STOPPED" and "differs from the rendered definition" in described["stoppedReason"]
+    )
+    assert not Path("/tmp/owned").exists()
+    assert not [c for c in containers(rehearsal.rid, "-trainer-") if task.rsplit("/", 1)[-1][:8] in c]
 
 
 def sidecars_that_saw(run: str, sidecars: list[str], follow: subprocess.Popen) -> set[str]:
