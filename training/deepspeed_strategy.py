@@ -3,7 +3,8 @@
 The DeepSpeed config is generated from the job's typed config (`deepspeed_config`). With ZeRO-3 announced
 to transformers (HfDeepSpeedConfig) before loading, `from_pretrained` creates every parameter already
 partitioned, so no rank holds the full model. Checkpoints are DeepSpeed's own per-rank partition files,
-reported by every rank into the run's `checkpoint_step_<step>` directory like FSDP's. Runs on CUDA (NCCL)
+reported by every rank into the run's `checkpoint_step_<step>` directory like FSDP's, and read back
+weights-only (training.deepspeed_checkpoint). Runs on CUDA (NCCL)
 and, for tests and laptops, on CPU (gloo).
 """
 
@@ -62,6 +63,8 @@ class DeepSpeedStrategy:
         from transformers import AutoModelForCausalLM
         from transformers.integrations import HfDeepSpeedConfig
 
+        from training.deepspeed_checkpoint import use_weights_only_loads
+
         self.cfg, self.rank = cfg, rank
         self.bf16 = wants_bf16(cfg.precision, device)
         self.ds_config = deepspeed_config(cfg, self.bf16)
@@ -80,6 +83,8 @@ class DeepSpeedStrategy:
         self.engine, self.optimizer, _, _ = deepspeed.initialize(
             model=model, model_parameters=model.parameters(), config=self.ds_config
         )
+        # A resume unpickles the run's storage on every rank: weights-only, never DeepSpeed's arbitrary load.
+        use_weights_only_loads(self.engine)
 
     @property
     def config(self):
