@@ -7,8 +7,10 @@ token itself, so it shows up neither in `ps` output nor in process environments.
 
 from __future__ import annotations
 
+import errno
 import os
 import secrets
+import stat
 from pathlib import Path
 
 TOKEN_ENV = "RAYFLEET_RAY_TOKEN_FILE"
@@ -22,16 +24,43 @@ def token_path() -> Path:
     return config_home / "rayfleet" / "ray-auth-token"
 
 
+def _open_private(path: Path) -> int:
+    """Open the token file for reading, refusing what would hand Ray someone else's token or leak ours: a
+    symbolic link (O_NOFOLLOW: whoever can write its directory could point it at a file of their choosing),
+    anything but a regular file, a file of another user, or one that group or others may access. Links in
+    the directories above it are the user's own business and still work."""
+    try:
+        # O_NONBLOCK: a FIFO planted in its place would block the open; it is refused below instead.
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise PermissionError(f"{path} is a symbolic link; the Ray token must be a file of its own") from None
+        raise
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        problem = "is not a regular file"
+    elif info.st_uid != os.getuid():
+        problem = "belongs to another user"
+    elif info.st_mode & 0o077:
+        problem = f"is readable by other users (mode {stat.S_IMODE(info.st_mode):o}); run: chmod 600 {path}"
+    else:
+        return fd
+    os.close(fd)
+    raise PermissionError(f"{path} {problem}")
+
+
 def ensure_token(path: Path | None = None) -> Path:
-    """Create the token file (mode 0600, directory 0700) if it does not exist; return its path."""
+    """Create the token file (mode 0600, directory 0700) if it does not exist; return its path. An existing
+    one must pass `_open_private`."""
     path = path or token_path()
-    if path.exists():
-        mode = path.stat().st_mode & 0o777
-        if mode & 0o077:
-            raise PermissionError(f"{path} is readable by other users (mode {mode:o}); run: chmod 600 {path}")
+    try:
+        os.close(_open_private(path))
         return path
+    except FileNotFoundError:
+        pass
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    # O_EXCL + 0600 from the start: the token is never readable by others, not even briefly.
+    # O_EXCL + 0600 from the start: the token is never readable by others, not even briefly; O_EXCL also
+    # fails on a link planted in the meantime rather than following it.
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         f.write(secrets.token_hex(32))
@@ -56,4 +85,5 @@ def auth_env(path: Path | None = None) -> dict[str, str]:
 
 def read_token(path: Path | None = None) -> str:
     """The token, for HTTP clients of the dashboard and Jobs API. Never print it."""
-    return (path or token_path()).read_text().strip()
+    with os.fdopen(_open_private(path or token_path())) as f:
+        return f.read().strip()

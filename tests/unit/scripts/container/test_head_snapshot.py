@@ -143,6 +143,7 @@ def test_dashboard_and_token_come_from_the_task(tmp_path):
     assert head_snapshot.default_dashboard({}) == "http://127.0.0.1:8265"
     assert head_snapshot.token(env) == "t"
     (tmp_path / "tok").write_text("from-file\n")
+    (tmp_path / "tok").chmod(0o600)  # ray_auth reads only a private token file
     assert head_snapshot.token({"RAY_AUTH_TOKEN_PATH": str(tmp_path / "tok")}) == "from-file"
 
 
