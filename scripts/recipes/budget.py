@@ -2,13 +2,15 @@
 price is known then: recipe resources x the catalog's on-demand price, or the Spot price, scripts/recipes/
 cost.py). When the limit passes, the follower asks the job to stop cleanly (training/stop.py: the job
 checkpoints, then ends) and the run record says STOPPED and why. A job that does not stop within the grace
-period is stopped through the Jobs API."""
+period is stopped through the Jobs API. Earlier attempts of the run, lost trainer tasks included, have
+used up part of the limit (`left`)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
 
+from scripts.recipes import cost
 from training import stop
 from training.core.run_dir import RunDir
 
@@ -25,6 +27,13 @@ def limit_s(max_hours: float | None, max_cost_usd: float | None, usd_per_hour: f
             (max_cost_usd / usd_per_hour * 3600, f"max_cost_usd {max_cost_usd:g} at ${usd_per_hour:.2f}/hour")
         )
     return min(limits) if limits else None
+
+
+def left(max_hours: float | None, max_cost_usd: float | None, record: dict) -> tuple[float, str] | None:
+    """What is left of the run's limit for the attempt about to start: the limit at the run's hourly price
+    (`held`) less the time of the attempts run.json already lists."""
+    limit = limit_s(max_hours, max_cost_usd, (record.get("held") or {}).get("usd_per_hour", 0.0))
+    return None if limit is None else (limit[0] - cost.spent_s(record), limit[1])
 
 
 class Budget:

@@ -2,7 +2,11 @@
 (`cost_usd`) written when it ends; `make runs` shows it. Local runs hold this machine: $0. On ECS the run
 holds the worker instances its resources need (the head and trainer are the cluster's, shared by its runs),
 priced at the catalog's on-demand list price (training/core/catalog.py), or for Spot workers at the mean of
-EC2's Spot price history over the hour before submission (all zones of the region)."""
+EC2's Spot price history over the hour before submission (all zones of the region).
+
+A run's time is that of every attempt run.json lists (`spent_s`: each submission, and each trainer task lost
+on ECS, scripts/recipes/run.py) plus the one in progress (`attempt_started`); its budget and cost count them all.
+"""
 
 from __future__ import annotations
 
@@ -50,6 +54,23 @@ def held_ecs(recipe: Recipe, instance_type: str, capacity: Capacity | None, spot
         "usd_per_hour": round(count * price, 4),
         "priced": "Spot price history, mean of the hour before submission" if spot else "on-demand list price",
     }
+
+
+def spent_s(record: dict) -> float:
+    """The time of every attempt run.json lists, lost trainer tasks included."""
+    return sum(attempt.get("duration_s") or 0.0 for attempt in record.get("attempts") or [])
+
+
+def attempt_started(record: dict) -> datetime | None:
+    """When the attempt in progress began to hold the workers: its job's submission, or before that its trainer
+    task's launch (ECS; `make launch` runs have only that). A submission older than the launch was an earlier
+    trainer task's, already counted in `spent_s`."""
+    submitted, launched = (
+        datetime.fromisoformat(record[k]) if record.get(k) else None for k in ("submitted_at", "launched_at")
+    )
+    if submitted is not None and (launched is None or submitted >= launched):
+        return submitted
+    return launched
 
 
 def cost_usd(held: dict | None, duration_s: float | None) -> float | None:

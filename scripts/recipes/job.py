@@ -182,11 +182,10 @@ def _submit_and_follow(
     print(f"[rayfleet] run {run_dir.run_name}: job {job_id} on {address}; results in {run_dir.url}", flush=True)
     record = run_dir.record()
     held = record.get("held") or {}
-    spent = sum(a.get("duration_s", 0.0) for a in record.get("attempts") or [])  # earlier attempts count too
-    limit = budget.limit_s(recipe.max_hours, recipe.max_cost_usd, held.get("usd_per_hour", 0.0))
-    if limit is not None:
-        limit = (limit[0] - spent, limit[1])
-    watch = budget.Budget(run_dir, limit, lambda: client.stop_job(job_id))
+    spent = cost.spent_s(record)  # earlier attempts count too, lost trainer tasks included
+    watch = budget.Budget(
+        run_dir, budget.left(recipe.max_hours, recipe.max_cost_usd, record), lambda: client.stop_job(job_id)
+    )
     try:
         outcome = jobs_api.follow(client, job_id, spool=spool, on_tick=watch.tick)
     finally:

@@ -256,6 +256,10 @@ def follow_relaunching(aws: Aws, out: Outputs, run_dir: RunDir, recipe, record: 
         task = aws.client("ecs").describe_tasks(cluster=out.cluster_name, tasks=[record["task_arn"]])["tasks"][0]
         why = current.get("message") if current.get("state") == "FAILED" else None
         why = why or task.get("stoppedReason") or f"the trainer exited {code}"
+        # The lost attempt's time counts toward the run's budget and cost like any other's (scripts/recipes/cost.py).
+        ended = task.get("stoppedAt") or datetime.now(UTC)
+        started = cost.attempt_started(current)
+        duration_s = round(max(0.0, (ended - started).total_seconds()), 1) if started else 0.0
         attempts = [*(current.get("attempts") or [])]
         attempts.append(
             {
@@ -263,10 +267,19 @@ def follow_relaunching(aws: Aws, out: Outputs, run_dir: RunDir, recipe, record: 
                 "task_arn": record["task_arn"],
                 "state": "LOST",
                 "exit_code": code,
+                "ended_at": ended.isoformat(timespec="seconds"),
+                "duration_s": duration_s,
                 "why": why,
             }
         )
-        run_dir.update(attempts=attempts, state="LOST", message=f"the trainer task stopped before the run ended: {why}")
+        run_dir.update(
+            attempts=attempts,
+            state="LOST",
+            message=f"the trainer task stopped before the run ended: {why}",
+            ended_at=ended.isoformat(timespec="seconds"),
+            duration_s=duration_s,
+            cost_usd=cost.cost_usd(current.get("held"), cost.spent_s({"attempts": attempts})),
+        )
         if len(attempts) > recipe.retries.count:
             print(
                 f"error: run {run_dir.run_name}: the trainer task stopped before the run ended: {why}", file=sys.stderr

@@ -25,7 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from scripts.ecs.outputs import Outputs
 from scripts.ecs.tasks import task_state
-from scripts.recipes.cost import cost_usd
+from scripts.recipes.cost import attempt_started, cost_usd, spent_s
 from scripts.recipes.job import now, submitter_gone
 from training.core.aws import Aws, MissingOutputs, run_cli
 from training.core.errors import RayfleetError
@@ -33,12 +33,21 @@ from training.core.run_dir import RunDir, list_runs
 
 
 def _duration(record: dict) -> float | None:
-    if record.get("duration_s") is not None:
-        return float(record["duration_s"])
-    start = record.get("submitted_at") or record.get("launched_at")
-    if not start or record.get("state") not in ("RUNNING", "SUBMITTED"):
-        return None
-    return (datetime.now(UTC) - datetime.fromisoformat(start)).total_seconds()
+    """The attempt in progress so far, else the last attempt's time as recorded."""
+    if record.get("state") in ("RUNNING", "SUBMITTED"):
+        start = attempt_started(record)
+        return (datetime.now(UTC) - start).total_seconds() if start else None
+    return float(record["duration_s"]) if record.get("duration_s") is not None else None
+
+
+def _cost(record: dict) -> float | None:
+    """Every attempt's time at the run's price, lost trainer tasks included: so far while it runs (a cost_usd
+    there is an earlier attempt's), else as its end wrote it."""
+    if record.get("state") in ("RUNNING", "SUBMITTED"):
+        return cost_usd(record.get("held"), spent_s(record) + (_duration(record) or 0.0))
+    if record.get("cost_usd") is not None:
+        return record["cost_usd"]
+    return cost_usd(record.get("held"), _duration(record))
 
 
 def _row(run: str, where: str, record: dict, results: str) -> dict:
@@ -48,9 +57,7 @@ def _row(run: str, where: str, record: dict, results: str) -> dict:
         "state": record.get("state", "?"),
         "started": record.get("submitted_at") or record.get("created_at") or record.get("launched_at") or "",
         "duration_s": _duration(record),
-        "cost_usd": record.get("cost_usd")
-        if record.get("cost_usd") is not None
-        else cost_usd(record.get("held"), _duration(record)),
+        "cost_usd": _cost(record),
         "results": results,
     }
 

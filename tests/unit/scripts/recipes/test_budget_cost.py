@@ -134,3 +134,95 @@ def test_spot_workers_are_priced_from_ec2s_spot_price_history_and_the_cluster_sp
         spent, since = cost.spend_usd(ec2, instances, now)
         assert since == two_hours_ago
         assert spent == pytest.approx(round(2 * INSTANCE_TYPES["m5.xlarge"]["usd_per_hour"] + 1 * spot, 2))
+
+
+class LostTrainer:
+    """The ECS side of `make run`'s follower (scripts/recipes/run.py follow_relaunching): the first trainer task
+    is lost an hour after its job was submitted (its instance reclaimed); a relaunched one, if any, ends the run."""
+
+    def __init__(self, run_dir: RunDir, now):
+        from datetime import timedelta
+
+        self.run_dir, self.now = run_dir, now
+        self.launched = now - timedelta(hours=2)
+        self.stopped = self.launched + timedelta(minutes=5, hours=1)
+        self.seen_by_the_relaunch: list[dict] = []
+        self.cluster_name = "c"  # the Outputs it reads
+
+    def client(self, name):
+        return self
+
+    def describe_tasks(self, cluster, tasks):
+        reason = "Host EC2 (instance i-0abc) terminated."
+        return {"tasks": [{"lastStatus": "STOPPED", "stoppedReason": reason, "stoppedAt": self.stopped}]}
+
+    def follow_task(self, aws, out, task_arn, stream):
+        if task_arn == "arn:task/2":  # the relaunched trainer's driver ends the run
+            self.run_dir.update(state="SUCCEEDED", exit_code=0, message="")
+            return 0
+        return 1
+
+    def start_trainer(self):
+        from datetime import timedelta
+
+        launched = self.stopped + timedelta(minutes=1)
+        self.run_dir.update(
+            task_arn="arn:task/2", launched_at=launched.isoformat(timespec="seconds"), state="SUBMITTED"
+        )
+        self.seen_by_the_relaunch.append(self.run_dir.record())
+        return {"task_arn": "arn:task/2", "log_stream": "s/2"}
+
+    def follow(self, recipe, monkeypatch) -> int:
+        from datetime import timedelta
+
+        from scripts.recipes import run
+
+        held = {"where": "ecs", "instances": [], "usd_per_hour": 4.0}
+        submitted = self.launched + timedelta(minutes=5)  # the job's submission: an hour before the loss
+        self.run_dir.update(
+            state="RUNNING",
+            held=held,
+            attempts=[],
+            task_arn="arn:task/1",
+            log_stream="s/1",
+            launched_at=self.launched.isoformat(timespec="seconds"),
+            submitted_at=submitted.isoformat(timespec="seconds"),
+            job_id="rayfleet-lost-1",
+        )
+        monkeypatch.setattr(run, "follow_task", self.follow_task)
+        return run.follow_relaunching(self, self, self.run_dir, recipe, self.run_dir.record(), self.start_trainer)
+
+
+def test_a_lost_trainer_attempt_counts_toward_the_relaunched_runs_budget_and_cost(tmp_path, monkeypatch):
+    """Issue 27: the lost attempt was recorded without its time, so the relaunched trainer's budget and the run's
+    cost started from zero again, though recipes/README.md says they count all attempts together."""
+    from datetime import UTC, datetime
+
+    from scripts.recipes.runs import _row
+
+    trainer = LostTrainer(RunDir(str(tmp_path), "lost"), datetime.now(UTC).replace(microsecond=0))
+    recipe = Recipe(name="r", entrypoint="t.py", retries=1, max_hours=2)
+    assert trainer.follow(recipe, monkeypatch) == 0
+    (relaunch,) = trainer.seen_by_the_relaunch
+    (lost,) = relaunch["attempts"]
+    assert lost["state"] == "LOST" and lost["duration_s"] == 3600.0  # submission to the task's stop
+    # What the relaunched trainer's driver gets (scripts/recipes/job.py): the hour the lost attempt took is gone.
+    assert budget.left(recipe.max_hours, recipe.max_cost_usd, relaunch) == (3600.0, "max_hours 2")
+    assert cost.spent_s(relaunch) == 3600.0
+    # make runs while the relaunched trainer runs: the lost hour plus the new attempt since its launch (54 min).
+    row = _row("lost", "ecs", relaunch, "")
+    assert row["duration_s"] == pytest.approx(54 * 60, abs=30)
+    assert row["cost_usd"] == pytest.approx(4.0 * (3600 + 54 * 60) / 3600, abs=0.05)
+
+
+def test_a_run_lost_beyond_its_retries_costs_the_time_of_its_lost_attempt(tmp_path, monkeypatch):
+    from datetime import UTC, datetime
+
+    from scripts.recipes.runs import _row
+
+    trainer = LostTrainer(RunDir(str(tmp_path), "lost"), datetime.now(UTC).replace(microsecond=0))
+    assert trainer.follow(Recipe(name="r", entrypoint="t.py"), monkeypatch) == 1  # retries: 0
+    final = trainer.run_dir.record()
+    assert final["state"] == "LOST" and [a["duration_s"] for a in final["attempts"]] == [3600.0]
+    assert final["cost_usd"] == 4.0 and final["duration_s"] == 3600.0
+    assert _row("lost", "ecs", final, "")["cost_usd"] == 4.0  # make runs' COST
