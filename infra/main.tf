@@ -49,6 +49,8 @@ module "iam" {
   name             = var.name
   bucket_arn       = module.storage.bucket_arn
   bucket_prefixes  = module.storage.prefixes
+  control_prefix   = module.storage.control_prefix
+  scaled_services  = values(module.ray.service_names)
   repository_arns  = values(module.registry.repository_arns)
   metric_namespace = module.observability.metric_namespace
 
@@ -64,6 +66,8 @@ module "network" {
   interface_endpoints     = var.interface_endpoints
   ray_ports               = local.ray_ports
   kms_key_arn             = module.iam.kms_key_arn
+  bucket_arn              = module.storage.bucket_arn
+  s3_read_buckets         = var.s3_read_buckets
   flow_log_retention_days = var.log_retention_days
   efa                     = var.workers.efa
   serve                   = var.serve.enabled ? { port = var.serve.port, allowed_cidrs = var.serve.allowed_cidrs, allowed_security_group_ids = var.serve.allowed_security_group_ids } : null
@@ -110,7 +114,7 @@ module "ray" {
   worker_node           = { instance_type = var.workers.instance_type, vcpus = local.worker.vcpus, memory_mib = local.worker.memory_mib, gpus = local.worker.gpus, count = var.workers.count, efa = var.workers.efa, efa_devices = var.workers.efa ? local.worker.efa_devices : 0, efa_rdma = var.workers.efa && local.worker.efa_rdma }
   ray_ports             = local.ray_ports
   object_store_fraction = var.object_store_fraction
-  head_task_role_arn    = module.iam.head_task_role_arn
+  control_task_role_arn = module.iam.control_task_role_arn
   autostop              = var.autostop
   results_bucket        = module.storage.bucket_name
   execution_role_arn    = module.iam.execution_role_arn

@@ -50,6 +50,11 @@ output "head_container_name" {
   value       = module.ray.container_names.head
 }
 
+output "control_service_name" {
+  description = "ECS service of the control task (the head's snapshot and autostop)."
+  value       = module.ray.control_service_name
+}
+
 output "worker_service_name" {
   description = "ECS service of the Ray workers."
   value       = module.ray.worker_service_name

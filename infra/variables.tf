@@ -189,3 +189,14 @@ variable "create_autoscaling_service_linked_role" {
   type        = bool
   default     = false
 }
+
+variable "s3_read_buckets" {
+  description = "Buckets besides the deployment's that jobs may read (S3 gateway endpoint policy): e.g. public datasets in the region. Nothing else is reachable over S3 from the private subnets."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for b in var.s3_read_buckets : can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", b))])
+    error_message = "s3_read_buckets holds bucket names (not ARNs or s3:// URLs)."
+  }
+}

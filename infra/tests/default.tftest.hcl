@@ -25,12 +25,12 @@ variables {
     "trainer"     = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rayfleet/trainer:0123456789ab"
     "gpu-metrics" = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rayfleet/gpu-metrics:0123456789ab"
   }
-  execution_role_arn = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
-  task_role_arn      = "arn:aws:iam::123456789012:role/rayfleet-task"
-  head_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-head-task"
-  kms_key_arn        = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
-  results_bucket     = "rayfleet-results-0123456789" # the ray module's ray-snapshot writes here
-  token_secret_arn   = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/ray-auth-token-20250601-AbCdEf"
+  execution_role_arn    = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
+  task_role_arn         = "arn:aws:iam::123456789012:role/rayfleet-task"
+  control_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-control-task"
+  kms_key_arn           = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
+  results_bucket        = "rayfleet-results-0123456789" # the ray module's ray-control writes here
+  token_secret_arn      = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/ray-auth-token-20250601-AbCdEf"
 }
 
 run "root" {
@@ -53,6 +53,7 @@ run "root" {
   assert {
     condition = output.log_groups == {
       "ray-head"    = "/rayfleet/rayfleet/ray-head"
+      "ray-control" = "/rayfleet/rayfleet/ray-control"
       "ray-worker"  = "/rayfleet/rayfleet/ray-worker"
       "trainer"     = "/rayfleet/rayfleet/trainer"
       "gpu-metrics" = "/rayfleet/rayfleet/gpu-metrics"
@@ -137,36 +138,45 @@ run "ray" {
 
   # ---- the head ---------------------------------------------------------------------------------------
   assert {
-    condition     = [for c in jsondecode(aws_ecs_task_definition.head.container_definitions) : c.name] == ["ray-head", "ray-snapshot"]
-    error_message = "The head task runs the head and its ray-snapshot sidecar."
+    condition     = [for c in jsondecode(aws_ecs_task_definition.head.container_definitions) : c.name] == ["ray-head"]
+    error_message = "The head task runs the head only: whatever may write cluster/ or scale the services runs in the control task."
   }
 
   assert {
-    condition = jsondecode(aws_ecs_task_definition.head.container_definitions)[1] == {
-      name       = "ray-snapshot"
+    condition = { for k, v in jsondecode(aws_ecs_task_definition.control.container_definitions)[0] : k => v if !contains(["readonlyRootFilesystem", "privileged", "dockerSecurityOptions", "user", "linuxParameters", "mountPoints"], k) } == {
+      name       = "ray-control"
       image      = var.images["ray-head"]
-      essential  = false
+      essential  = true
       entryPoint = ["python", "-m", "scripts.container.head_snapshot"]
       command    = ["--bucket", var.results_bucket, "--interval", "30"]
       memory     = 256
       environment = [
         { name = "RAYFLEET_RAY_PORTS", value = jsonencode(var.ray_ports) },
+        { name = "RAYFLEET_HEAD_HOST", value = "head.rayfleet.rayfleet.internal" },
         { name = "AWS_REGION", value = "us-east-1" },
         { name = "RAYFLEET_CLUSTER_NAME", value = "rayfleet" },
         { name = "RAYFLEET_HEAD_SERVICE", value = "rayfleet-ray-head" },
         { name = "RAYFLEET_WORKER_SERVICE", value = "rayfleet-ray-worker" },
+        { name = "RAYFLEET_CONTROL_SERVICE", value = "rayfleet-ray-control" },
         { name = "RAYFLEET_AUTOSTOP_IDLE_MIN", value = "30" },
         { name = "RAYFLEET_AUTOSTOP_HEAD", value = "false" },
       ]
-      secrets   = [{ name = "RAY_AUTH_TOKEN", valueFrom = var.token_secret_arn }]
-      dependsOn = [{ containerName = "ray-head", condition = "HEALTHY" }]
+      secrets = [{ name = "RAY_AUTH_TOKEN", valueFrom = var.token_secret_arn }]
       logConfiguration = {
         logDriver = "awslogs"
-        options   = { awslogs-group = "/rayfleet/rayfleet/ray-head", awslogs-region = "us-east-1", awslogs-stream-prefix = "ray-head" }
+        options   = { awslogs-group = "/rayfleet/rayfleet/ray-control", awslogs-region = "us-east-1", awslogs-stream-prefix = "ray-control" }
       }
       stopTimeout = 10
     }
-    error_message = "ray-snapshot: the head image running scripts.container.head_snapshot into the results bucket, with the token, once the head is healthy, never essential: ${jsonencode(jsondecode(aws_ecs_task_definition.head.container_definitions)[1])}"
+    error_message = "ray-control: the head image running scripts.container.head_snapshot into the results bucket, with the token and the head's name: ${jsonencode(jsondecode(aws_ecs_task_definition.control.container_definitions)[0])}"
+  }
+
+  assert {
+    condition = (
+      aws_ecs_task_definition.control.task_role_arn == var.control_task_role_arn &&
+      aws_ecs_service.control.desired_count == 1 && aws_ecs_service.control.name == "rayfleet-ray-control"
+    )
+    error_message = "The control task alone runs with the control role (cluster/, autostop), one task of it."
   }
 
   assert {
@@ -203,7 +213,7 @@ run "ray" {
 
   assert {
     condition = jsondecode(aws_ecs_task_definition.head.container_definitions)[0].linuxParameters == {
-      sharedMemorySize = 3171, initProcessEnabled = true
+      sharedMemorySize = 3171, initProcessEnabled = true, capabilities = { drop = ["ALL"] }
     }
     error_message = "Head shared memory is its object store + 1 GiB, with an init process."
   }
@@ -240,10 +250,10 @@ run "ray" {
   assert {
     condition = (
       aws_ecs_task_definition.head.network_mode == "awsvpc" && aws_ecs_task_definition.head.requires_compatibilities == toset(["EC2"]) &&
-      aws_ecs_task_definition.head.execution_role_arn == var.execution_role_arn && aws_ecs_task_definition.head.task_role_arn == var.head_task_role_arn &&
+      aws_ecs_task_definition.head.execution_role_arn == var.execution_role_arn && aws_ecs_task_definition.head.task_role_arn == var.task_role_arn &&
       aws_ecs_task_definition.worker.task_role_arn == var.task_role_arn && aws_ecs_task_definition.trainer.task_role_arn == var.task_role_arn
     )
-    error_message = "The head task: awsvpc on EC2, the execution role pulls and reads the token, the head's own task role runs (autostop scales the services); workers and trainers share the plain task role."
+    error_message = "The head task: awsvpc on EC2, the execution role pulls and reads the token; head, workers and trainers share the plain task role (a job can run in any of them)."
   }
 
   # ---- the workers --------------------------------------------------------------------------------------
@@ -285,7 +295,7 @@ run "ray" {
   assert {
     condition = (
       jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].secrets == [{ name = "RAY_AUTH_TOKEN", valueFrom = var.token_secret_arn }] &&
-      jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].linuxParameters == { sharedMemorySize = 5370, initProcessEnabled = true } &&
+      jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].linuxParameters == { sharedMemorySize = 5370, initProcessEnabled = true, capabilities = { drop = ["ALL"] } } &&
       jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].ulimits == [{ name = "nofile", softLimit = 65536, hardLimit = 65536 }]
     )
     error_message = "Worker: the token secret, shared memory = object store + 1 GiB and no EFA device, 65536 files."
@@ -297,7 +307,7 @@ run "ray" {
   }
 
   assert {
-    condition = jsondecode(aws_ecs_task_definition.worker.container_definitions)[1] == {
+    condition = { for k, v in jsondecode(aws_ecs_task_definition.worker.container_definitions)[1] : k => v if !contains(["readonlyRootFilesystem", "privileged", "dockerSecurityOptions", "user", "linuxParameters"], k) } == {
       name      = "gpu-metrics"
       image     = var.images["gpu-metrics"]
       essential = false
@@ -334,13 +344,15 @@ run "ray" {
   # poller writes beside it. Both mount it read-only; no other task has it.
   assert {
     condition = (
-      [for v in aws_ecs_task_definition.worker.volume : v.name] == ["instance-identity", "current-run"] &&
+      toset([for v in aws_ecs_task_definition.worker.volume : v.name]) == toset(["current-run", "home", "instance-identity", "tmp"]) &&
       [for v in aws_ecs_task_definition.worker.volume : v.host_path if v.name == "instance-identity"] == ["/etc/rayfleet"] &&
       jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].mountPoints == [
+        { sourceVolume = "tmp", containerPath = "/tmp", readOnly = false },
+        { sourceVolume = "home", containerPath = "/home/ray", readOnly = false },
         { sourceVolume = "current-run", containerPath = "/run/rayfleet", readOnly = false },
         { sourceVolume = "instance-identity", containerPath = "/etc/rayfleet", readOnly = true },
       ] &&
-      length(aws_ecs_task_definition.head.volume) == 0 && length(aws_ecs_task_definition.trainer.volume) == 0
+      toset([for v in aws_ecs_task_definition.head.volume : v.name]) == toset(["home", "tmp"]) && toset([for v in aws_ecs_task_definition.trainer.volume : v.name]) == toset(["home", "tmp"])
     )
     error_message = "Only the worker task has the host's /etc/rayfleet, read-only in both of its containers."
   }
@@ -350,8 +362,8 @@ run "ray" {
   # read-write in ray-worker, read-only in gpu-metrics, the same directory named to both.
   assert {
     condition = (
-      [for v in aws_ecs_task_definition.worker.volume : v.name if v.host_path == null] == ["current-run"] &&
-      jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].mountPoints[0] == { sourceVolume = "current-run", containerPath = "/run/rayfleet", readOnly = false }
+      [for v in aws_ecs_task_definition.worker.volume : v.name if v.host_path == null && length(v.docker_volume_configuration) == 0] == ["current-run"] &&
+      jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].mountPoints[2] == { sourceVolume = "current-run", containerPath = "/run/rayfleet", readOnly = false }
     )
     error_message = "The current-run volume: no host path, read-write for the worker: ${jsonencode(aws_ecs_task_definition.worker.volume)}"
   }
@@ -367,7 +379,7 @@ run "ray" {
       command         = ["ddp"]
       memory          = 5898
       secrets         = [{ name = "RAY_AUTH_TOKEN", valueFrom = var.token_secret_arn }]
-      linuxParameters = { sharedMemorySize = 2498, initProcessEnabled = true }
+      linuxParameters = { sharedMemorySize = 2498, initProcessEnabled = true, capabilities = { drop = ["ALL"] } }
     }
     error_message = "Trainer container: ${aws_ecs_task_definition.trainer.container_definitions}"
   }

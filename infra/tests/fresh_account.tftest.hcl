@@ -12,7 +12,9 @@ mock_provider "aws" {
 variables {
   name             = "rayfleet"
   bucket_arn       = "arn:aws:s3:::rayfleet-results-20250601"
-  bucket_prefixes  = ["runs/", "cluster/", "data/"]
+  bucket_prefixes  = ["runs/", "data/"]
+  control_prefix   = "cluster/"
+  scaled_services  = ["rayfleet-ray-head", "rayfleet-ray-worker", "rayfleet-ray-control"]
   repository_arns  = ["arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/ray-head"]
   metric_namespace = "Rayfleet/GPU"
 }

@@ -26,7 +26,7 @@ variables {
     "gpu-metrics" = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rayfleet/gpu-metrics:0123456789ab"
   }
   kms_key_arn    = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
-  results_bucket = "rayfleet-results-0123456789" # the ray module's ray-snapshot writes here
+  results_bucket = "rayfleet-results-0123456789" # the ray module's ray-control writes here
 }
 
 run "root" {
@@ -56,18 +56,18 @@ run "ray" {
   }
 
   variables {
-    name               = "rayfleet"
-    region             = "us-east-1"
-    vpc_id             = "vpc-0123456789abcdef0"
-    cluster_arn        = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"
-    capacity_providers = { head = "rayfleet-head", worker = "rayfleet-worker" }
-    subnet_ids         = ["subnet-0123456789abcdef0"]
-    security_group_id  = "sg-0000000000000ray0"
-    ray_ports          = jsondecode(file("catalog/ray_ports.json"))
-    execution_role_arn = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
-    task_role_arn      = "arn:aws:iam::123456789012:role/rayfleet-task"
-    head_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-head-task"
-    head_node          = { vcpus = var.catalog["m5.xlarge"].vcpus, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = var.catalog["m5.xlarge"].gpus }
+    name                  = "rayfleet"
+    region                = "us-east-1"
+    vpc_id                = "vpc-0123456789abcdef0"
+    cluster_arn           = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"
+    capacity_providers    = { head = "rayfleet-head", worker = "rayfleet-worker" }
+    subnet_ids            = ["subnet-0123456789abcdef0"]
+    security_group_id     = "sg-0000000000000ray0"
+    ray_ports             = jsondecode(file("catalog/ray_ports.json"))
+    execution_role_arn    = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
+    task_role_arn         = "arn:aws:iam::123456789012:role/rayfleet-task"
+    control_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-control-task"
+    head_node             = { vcpus = var.catalog["m5.xlarge"].vcpus, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = var.catalog["m5.xlarge"].gpus }
     worker_node = {
       instance_type = var.workers.instance_type
       vcpus         = var.catalog[var.workers.instance_type].vcpus
@@ -93,6 +93,7 @@ run "ray" {
       memory               = 176691
       resourceRequirements = [{ type = "GPU", value = "4" }]
       linuxParameters = {
+        capabilities       = { drop = ["ALL"] }
         sharedMemorySize   = 54031
         initProcessEnabled = true
         devices = [{
@@ -133,7 +134,7 @@ run "ray" {
   }
 
   assert {
-    condition     = !can(jsondecode(aws_ecs_task_definition.worker.container_definitions)[1].linuxParameters) && !anytrue([for e in jsondecode(aws_ecs_task_definition.worker.container_definitions)[1].environment : startswith(e.name, "FI_")])
+    condition     = !can(jsondecode(aws_ecs_task_definition.worker.container_definitions)[1].linuxParameters.devices) && !anytrue([for e in jsondecode(aws_ecs_task_definition.worker.container_definitions)[1].environment : startswith(e.name, "FI_")])
     error_message = "The sidecar gets no EFA device and no EFA environment."
   }
 
@@ -268,18 +269,18 @@ run "ray_p4d" {
   }
 
   variables {
-    name               = "rayfleet"
-    region             = "us-east-1"
-    vpc_id             = "vpc-0123456789abcdef0"
-    cluster_arn        = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"
-    capacity_providers = { head = "rayfleet-head", worker = "rayfleet-worker" }
-    subnet_ids         = ["subnet-0123456789abcdef0"]
-    security_group_id  = "sg-0000000000000ray0"
-    ray_ports          = jsondecode(file("catalog/ray_ports.json"))
-    execution_role_arn = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
-    task_role_arn      = "arn:aws:iam::123456789012:role/rayfleet-task"
-    head_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-head-task"
-    head_node          = { vcpus = var.catalog["m5.xlarge"].vcpus, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = var.catalog["m5.xlarge"].gpus }
+    name                  = "rayfleet"
+    region                = "us-east-1"
+    vpc_id                = "vpc-0123456789abcdef0"
+    cluster_arn           = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"
+    capacity_providers    = { head = "rayfleet-head", worker = "rayfleet-worker" }
+    subnet_ids            = ["subnet-0123456789abcdef0"]
+    security_group_id     = "sg-0000000000000ray0"
+    ray_ports             = jsondecode(file("catalog/ray_ports.json"))
+    execution_role_arn    = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
+    task_role_arn         = "arn:aws:iam::123456789012:role/rayfleet-task"
+    control_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-control-task"
+    head_node             = { vcpus = var.catalog["m5.xlarge"].vcpus, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = var.catalog["m5.xlarge"].gpus }
     worker_node = {
       instance_type = "p4d.24xlarge"
       vcpus         = var.catalog["p4d.24xlarge"].vcpus

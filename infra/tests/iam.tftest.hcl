@@ -9,7 +9,9 @@ mock_provider "aws" {
 variables {
   name             = "rayfleet"
   bucket_arn       = "arn:aws:s3:::rayfleet-results-20250601"
-  bucket_prefixes  = ["runs/", "cluster/", "data/"]
+  bucket_prefixes  = ["runs/", "data/"]
+  control_prefix   = "cluster/"
+  scaled_services  = ["rayfleet-ray-head", "rayfleet-ray-worker", "rayfleet-ray-control"]
   repository_arns  = ["arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/ray-head", "arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/trainer"]
   metric_namespace = "Rayfleet/GPU"
 }
@@ -47,7 +49,7 @@ run "iam" {
       for s in jsondecode(aws_iam_role_policy.task.policy).Statement : s.Sid => s.Resource
       } == {
       ListOwnPrefixes                = var.bucket_arn
-      ReadWriteOwnPrefixes           = ["arn:aws:s3:::rayfleet-results-20250601/runs/*", "arn:aws:s3:::rayfleet-results-20250601/cluster/*", "arn:aws:s3:::rayfleet-results-20250601/data/*"]
+      ReadWriteOwnPrefixes           = ["arn:aws:s3:::rayfleet-results-20250601/runs/*", "arn:aws:s3:::rayfleet-results-20250601/data/*"]
       BucketKey                      = aws_kms_key.this.arn
       GpuMetrics                     = "*"
       EcsExecChannel                 = "*"
@@ -81,7 +83,7 @@ run "iam" {
   assert {
     condition = (
       [for s in jsondecode(aws_iam_role_policy.task.policy).Statement : s.Condition if s.Sid == "GpuMetrics"] == [{ StringEquals = { "cloudwatch:namespace" = "Rayfleet/GPU" } }] &&
-      [for s in jsondecode(aws_iam_role_policy.task.policy).Statement : s.Condition if s.Sid == "ListOwnPrefixes"] == [{ StringLike = { "s3:prefix" = ["runs/", "cluster/", "data/", "runs/*", "cluster/*", "data/*"] } }]
+      [for s in jsondecode(aws_iam_role_policy.task.policy).Statement : s.Condition if s.Sid == "ListOwnPrefixes"] == [{ StringLike = { "s3:prefix" = ["runs/", "data/", "runs/*", "data/*"] } }]
     )
     error_message = "Metrics only into the module's namespace; listing only under the deployment's prefixes."
   }
@@ -129,7 +131,7 @@ run "iam" {
   assert {
     condition = (
       aws_kms_key.this.enable_key_rotation && aws_kms_alias.this.name == "alias/rayfleet-rayfleet" &&
-      [for s in jsondecode(aws_kms_key.this.policy).Statement : s.Sid] == ["AccountAdministers", "LogsOfThisDeployment", "AlarmsToTheNotificationsTopic", "AutoScalingVolumes"] &&
+      [for s in jsondecode(aws_kms_key.this.policy).Statement : s.Sid] == ["AccountAdministers", "LogsOfThisDeployment", "AlarmsToTheNotificationsTopic", "AutoScalingVolumes", "AutoScalingVolumeGrants"] &&
       jsondecode(aws_kms_key.this.policy).Statement[0].Principal == { AWS = "arn:aws:iam::123456789012:root" } &&
       jsondecode(aws_kms_key.this.policy).Statement[1].Condition == { ArnLike = { "kms:EncryptionContext:aws:logs:arn" = "arn:aws:logs:us-east-1:123456789012:log-group:/rayfleet/rayfleet/*" } }
     )
@@ -145,29 +147,36 @@ run "iam" {
     error_message = "Only this account's alarms, and the task role only through SNS, use the key for the notifications topic."
   }
 
-  # issue 17: autostop. The head's task role has the task role's rights and, beyond them, exactly one write:
-  # UpdateService on the deployment's two services (plus listing this cluster's tasks, read-only); the task
-  # role of workers and trainers cannot scale anything.
+  # issue 27 item 4: the control task's role (head snapshot, autostop) alone scales the deployment's three
+  # services, in this cluster, and alone writes cluster/ (the snapshot `make start`/`make status` trust).
   assert {
     condition = (
-      aws_iam_role_policy.head_task.role == aws_iam_role.head_task.id &&
-      aws_iam_role_policy.head_task.policy == aws_iam_role_policy.task.policy &&
-      jsonencode({ for s in jsondecode(aws_iam_role_policy.autostop.policy).Statement : s.Sid => [s.Action, s.Resource, lookup(s, "Condition", null)] }) == jsonencode({
+      jsonencode({ for s in jsondecode(aws_iam_role_policy.control.policy).Statement : s.Sid => [s.Action, s.Resource, lookup(s, "Condition", null)] }) == jsonencode({
         ScaleOwnServices = ["ecs:UpdateService", [
           "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-head",
           "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-worker",
-        ], null]
+          "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-control",
+        ], { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
         SeeOwnTrainerTasks = ["ecs:ListTasks", "*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
+        WriteTheSnapshot   = [["s3:GetObject", "s3:PutObject"], "arn:aws:s3:::rayfleet-results-20250601/cluster/*", null]
+        BucketKey          = [["kms:Decrypt", "kms:GenerateDataKey"], aws_kms_key.this.arn, { StringEquals = { "kms:ViaService" = "s3.us-east-1.amazonaws.com" } }]
       }) &&
-      aws_iam_role_policy.autostop.role == aws_iam_role.head_task.id
+      aws_iam_role_policy.control.role == aws_iam_role.control.id && aws_iam_role.control.assume_role_policy == aws_iam_role.task.assume_role_policy
     )
-    error_message = "Autostop: ${aws_iam_role_policy.autostop.policy}"
+    error_message = "Control role: ${aws_iam_role_policy.control.policy}"
+  }
+
+  assert {
+    condition = [
+      for s in jsondecode(aws_kms_key.this.policy).Statement : [s.Action, s.Condition] if s.Sid == "AutoScalingVolumeGrants"
+    ] == [["kms:CreateGrant", { Bool = { "kms:GrantIsForAWSResource" = "true" } }]]
+    error_message = "Auto Scaling's role creates grants on the key only for AWS resources (the instances' volumes)."
   }
 
   assert {
     condition = alltrue([
       for s in jsondecode(aws_iam_role_policy.task.policy).Statement : !anytrue([for a in flatten([s.Action]) : startswith(a, "ecs:")])
     ])
-    error_message = "The shared task role has no ECS rights: only the head's role may scale the services."
+    error_message = "The task role (head, workers, trainers: every job) has no ECS rights: only the control role may scale the services."
   }
 }

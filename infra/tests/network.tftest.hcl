@@ -10,6 +10,7 @@ variables {
   name        = "rayfleet"
   kms_key_arn = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
   ray_ports   = jsondecode(file("catalog/ray_ports.json"))
+  bucket_arn  = "arn:aws:s3:::rayfleet-results-20250601"
 }
 
 run "two_zones_with_endpoints" {
@@ -113,6 +114,15 @@ run "two_zones_with_endpoints" {
       aws_vpc_endpoint.s3.service_name == "com.amazonaws.us-east-1.s3" && aws_vpc_endpoint.s3.vpc_endpoint_type == "Gateway"
     )
     error_message = "Interface endpoints for the image pulls, logs, token, ECS Exec and metrics; S3 through a gateway."
+  }
+
+  # issue 27 item 9: nothing in the private subnets writes to another account's bucket through the endpoint.
+  assert {
+    condition = jsonencode({ for s in jsondecode(aws_vpc_endpoint.s3.policy).Statement : s.Sid => [s.Action, s.Resource] }) == jsonencode({
+      DeploymentBucket = ["s3:*", ["arn:aws:s3:::rayfleet-results-20250601", "arn:aws:s3:::rayfleet-results-20250601/*"]]
+      EcrImageLayers   = ["s3:GetObject", "arn:aws:s3:::prod-us-east-1-starport-layer-bucket/*"]
+    })
+    error_message = "S3 gateway endpoint policy: ${aws_vpc_endpoint.s3.policy}"
   }
 
   assert {

@@ -9,23 +9,24 @@ mock_provider "aws" {
 mock_provider "random" {}
 
 variables {
-  image_tag = "0123456789ab"
-  catalog   = jsondecode(file("catalog/instance_types.json")).instance_types
-  name      = "rayfleet"
-  ray_ports = jsondecode(file("catalog/ray_ports.json"))
+  bucket_arn = "arn:aws:s3:::rayfleet-results-0123456789" # the network module's S3 endpoint policy
+  image_tag  = "0123456789ab"
+  catalog    = jsondecode(file("catalog/instance_types.json")).instance_types
+  name       = "rayfleet"
+  ray_ports  = jsondecode(file("catalog/ray_ports.json"))
   # the ray module's other inputs, as default.tftest.hcl gives them
-  region             = "us-east-1"
-  vpc_id             = "vpc-0123456789abcdef0"
-  cluster_arn        = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"
-  capacity_providers = { head = "rayfleet-head", worker = "rayfleet-worker" }
-  subnet_ids         = ["subnet-0123456789abcdef0"]
-  security_group_id  = "sg-0000000000000ray0"
-  images             = { "ray-head" = "h:1", "ray-worker" = "w:1", "trainer" = "t:1", "gpu-metrics" = "g:1" }
-  execution_role_arn = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
-  task_role_arn      = "arn:aws:iam::123456789012:role/rayfleet-task"
-  head_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-head-task"
-  kms_key_arn        = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
-  results_bucket     = "rayfleet-results-0123456789"
+  region                = "us-east-1"
+  vpc_id                = "vpc-0123456789abcdef0"
+  cluster_arn           = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"
+  capacity_providers    = { head = "rayfleet-head", worker = "rayfleet-worker" }
+  subnet_ids            = ["subnet-0123456789abcdef0"]
+  security_group_id     = "sg-0000000000000ray0"
+  images                = { "ray-head" = "h:1", "ray-worker" = "w:1", "trainer" = "t:1", "gpu-metrics" = "g:1" }
+  execution_role_arn    = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
+  task_role_arn         = "arn:aws:iam::123456789012:role/rayfleet-task"
+  control_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-control-task"
+  kms_key_arn           = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
+  results_bucket        = "rayfleet-results-0123456789"
 }
 
 run "serve_network" {

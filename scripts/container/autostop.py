@@ -1,6 +1,6 @@
 """Autostop, decided beside the head: idle GPUs scale to zero by themselves.
 
-The head's `ray-snapshot` container (scripts/container/head_snapshot.py) asks the head every 30 s what runs;
+The control task, `ray-control` (scripts/container/head_snapshot.py), asks the head every 30 s what runs;
 with each snapshot it asks `Autostop.tick` too. The cluster is busy while Ray has a job that is not finished
 (a recipe's submission or a job's driver), a Serve application is up, or a trainer task of this cluster runs
 (it may still be pulling its image, not yet a Ray job). Once the cluster has been idle for
@@ -45,6 +45,7 @@ class Settings:
     worker_service: str
     idle_s: float = DEFAULT_IDLE_MIN * 60
     stop_head: bool = False
+    control_service: str | None = None  # this task's own service, stopped after the head (it holds its instance)
 
     @classmethod
     def from_env(cls, env: dict) -> Settings | None:
@@ -54,7 +55,9 @@ class Settings:
         if not all(names) or idle_min <= 0:
             return None
         stop_head = (env.get("RAYFLEET_AUTOSTOP_HEAD") or "false").lower() == "true"
-        return cls(*names, idle_s=idle_min * 60, stop_head=stop_head)
+        return cls(
+            *names, idle_s=idle_min * 60, stop_head=stop_head, control_service=env.get("RAYFLEET_CONTROL_SERVICE")
+        )
 
 
 class Autostop:
@@ -77,9 +80,11 @@ class Autostop:
         if self.idle_since is None:
             self.idle_since = now
         at = self.idle_since + self.settings.idle_s
-        services = [self.settings.worker_service] + ([self.settings.head_service] if self.settings.stop_head else [])
+        services = [self.settings.worker_service]
+        if self.settings.stop_head:  # then nothing is left to watch: this task's own service goes last
+            services += [self.settings.head_service] + [s for s in [self.settings.control_service] if s]
         if now >= at and not self.stopped:
-            for service in services:  # workers first: the head may be the one running this
+            for service in services:  # workers first, then the head, then this task's own service
                 self.ecs.update_service(cluster=self.settings.cluster, service=service, desiredCount=0)
             self.stopped = True
             self.say(f"autostop: idle for {(now - self.idle_since) / 60:.0f} min: {', '.join(services)} scaled to 0")

@@ -2,12 +2,12 @@
 
     python -m scripts.container.head_snapshot --bucket B [--dashboard URL] [--interval 30] [--once]
 
-On ECS it is the head task's second container, `ray-snapshot` (infra/modules/ray/task_definitions.tf): the
-head image with this module as its entry point, non-essential (a failure never stops the head), started once
-the head is healthy. It reads the head's dashboard over the task's shared network namespace
-(http://127.0.0.1:<dashboard port of RAYFLEET_RAY_PORTS>) with the cluster token (RAY_AUTH_TOKEN from the
-task's secret; else RAY_AUTH_TOKEN_PATH or the machine's token file), so it needs no Ray node of its own and
-never joins the cluster as a driver (it would show up as a job). `make status` reads
+On ECS it is the control task, `ray-control` (infra/modules/ray/task_definitions.tf): the head image with this
+module as its entry point, in a task of its own, because its role may write cluster/ and scale the services
+(autostop) and no job may: nothing Ray schedules can land in a task that runs no Ray node. It reads the head's
+dashboard at http://<RAYFLEET_HEAD_HOST, else 127.0.0.1>:<dashboard port of RAYFLEET_RAY_PORTS> with the
+cluster token (RAY_AUTH_TOKEN from the task's secret; else RAY_AUTH_TOKEN_PATH or the machine's token file),
+and never joins the cluster as a driver (it would show up as a job). `make status` reads
 `s3://B/cluster/ray-status.json`, so it shows Ray's view from a laptop that cannot reach the head (the
 dashboard and GCS never leave the cluster's security group).
 
@@ -38,7 +38,8 @@ def say(message: str) -> None:
 
 def default_dashboard(env: dict) -> str:
     ports = json.loads(env["RAYFLEET_RAY_PORTS"]) if env.get("RAYFLEET_RAY_PORTS") else {}
-    return f"http://127.0.0.1:{ports.get('dashboard', {}).get('from', 8265)}"
+    host = env.get("RAYFLEET_HEAD_HOST") or "127.0.0.1"
+    return f"http://{host}:{ports.get('dashboard', {}).get('from', 8265)}"
 
 
 def token(env: dict) -> str:
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     env = dict(os.environ if env is None else env)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--bucket", required=True)
-    parser.add_argument("--dashboard", default=None, help="the head's dashboard (default: 127.0.0.1, this task)")
+    parser.add_argument("--dashboard", default=None, help="default: RAYFLEET_HEAD_HOST or 127.0.0.1")
     parser.add_argument("--interval", type=float, default=30.0)
     parser.add_argument("--once", action="store_true", help="one snapshot; exit 1 when it fails")
     args = parser.parse_args(argv)

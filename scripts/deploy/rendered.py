@@ -109,6 +109,25 @@ class _State:
         return found[0]["values"]
 
 
+def _volume(vol: dict) -> dict:
+    docker = _one(vol.get("docker_volume_configuration")) or {}
+    return _compact(
+        {
+            "name": vol.get("name"),
+            "host": _compact({"sourcePath": vol.get("host_path")}),
+            "dockerVolumeConfiguration": _compact(
+                {
+                    "scope": docker.get("scope"),
+                    "autoprovision": docker.get("autoprovision") if docker.get("scope") == "shared" else None,
+                    "driver": docker.get("driver"),
+                    "driverOpts": docker.get("driver_opts"),
+                    "labels": docker.get("labels"),
+                }
+            ),
+        }
+    )
+
+
 def _task_definition(v: dict) -> dict:
     spec = {
         "family": v["family"],
@@ -125,10 +144,7 @@ def _task_definition(v: dict) -> dict:
             _compact({"type": c.get("type"), "expression": c.get("expression")})
             for c in v.get("placement_constraints") or []
         ],
-        "volumes": [
-            _compact({"name": vol.get("name"), "host": _compact({"sourcePath": vol.get("host_path")})})
-            for vol in v.get("volume") or []
-        ],
+        "volumes": [_volume(vol) for vol in v.get("volume") or []],
         "tags": _tags(v),
     }
     platform = _one(v.get("runtime_platform"))

@@ -28,6 +28,7 @@ class Outputs:
     worker_service_name: str
     results_bucket: str
     trainer_log_group: str
+    control_service_name: str = ""  # the snapshot and autostop (ray-control); "" before issue 27's deployments
     trainer_container_name: str = "trainer"
     trainer_log_stream_prefix: str = "trainer"
     head_container_name: str = "ray-head"

@@ -51,7 +51,8 @@ def start(aws: Aws, out: Outputs, say=print, timeout_s: float = 1800, poll_s: fl
     aws.check_cluster(out.cluster_name)
     workers = int(out.worker_count or 0) or 1
     began = clock()
-    for service, count in ((out.head_service_name, 1), (out.worker_service_name, workers)):
+    control = [(out.control_service_name, 1)] if out.control_service_name else []  # autostop may have stopped it
+    for service, count in [(out.head_service_name, 1), *control, (out.worker_service_name, workers)]:
         say(f"scaling {service} to {count} ...")
         ecs.update_service(cluster=out.cluster_name, service=service, desiredCount=count)
     said = began - PROGRESS_EVERY_S

@@ -197,9 +197,7 @@ def render(s: dict) -> str:
     ] or ["  (none running)"]
     ray = s["ray"]
     lines += ["", "ray (as the head reports it" + (f", {ray['taken_at']})" if ray else ")")]
-    lines += (
-        render_ray(ray) if ray else ["  no snapshot yet: the head task's ray-snapshot container writes one every 30 s"]
-    )
+    lines += render_ray(ray) if ray else ["  no snapshot yet: the ray-control task writes one every 30 s"]
     lines += ["", "recent runs"]
     lines += [
         f"  {r['run']:<28}{r['state']:<20}{r['last_checkpoint'] or '-':<22}{r['results']}" for r in s["runs"]

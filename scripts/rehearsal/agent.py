@@ -410,7 +410,11 @@ class Agent:
         if d.get("user"):
             args += ["--user", d["user"]]
         if d.get("readonlyRootFilesystem"):
-            args.append("--read-only")
+            args += ["--read-only", "--read-only-tmpfs=false"]  # what ECS gives: nothing writable but the mounts
+        for option in d.get("dockerSecurityOptions") or []:
+            args += ["--security-opt", option]
+        if d.get("privileged"):
+            args.append("--privileged")
         args += ["--stop-timeout", str(d.get("stopTimeout", 30))]
         for mount in d.get("mountPoints") or []:
             source = run.volumes.get(mount["sourceVolume"])

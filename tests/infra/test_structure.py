@@ -61,9 +61,10 @@ def test_every_output_the_scripts_read_exists():
         ("worker", "worker_container_name"),
         ("trainer", "trainer_container_name"),
     ):
-        container = locals_[f"{role}_container"]
+        container = locals_[f"{role}_container"]  # merge(local.locked_down, {...}): hcl2 keeps it as text
         assert names[role] == f"${{local.{role}_container.name}}"
-        assert container["name"] == Outputs.__dataclass_fields__[field].default
+        name = container["name"] if isinstance(container, dict) else re.search(r'"name": "([^"]+)"', container)[1]
+        assert name == Outputs.__dataclass_fields__[field].default
     prefix = Outputs.__dataclass_fields__["trainer_log_stream_prefix"].default
     assert outputs["trainer_log_stream_prefix"]["value"] == prefix
     assert locals_["logging"]  # the stream prefix is the container's name: trainer/trainer/<task id>

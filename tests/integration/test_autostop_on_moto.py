@@ -48,7 +48,7 @@ def stack(aws_stack, monkeypatch):
 def desired(stack) -> dict[str, int]:
     out = stack["out"]
     found = stack["ecs"].describe_services(
-        cluster=out.cluster_name, services=[out.head_service_name, out.worker_service_name]
+        cluster=out.cluster_name, services=[out.head_service_name, out.worker_service_name, out.control_service_name]
     )
     return {s["serviceName"]: s["desiredCount"] for s in found["services"]}
 
@@ -120,7 +120,14 @@ def test_a_running_trainer_task_keeps_the_workers(stack):
     )
     arn = task["tasks"][0]["taskArn"]
     try:
-        settings = Settings(out.cluster_name, out.head_service_name, out.worker_service_name, idle_s=60, stop_head=True)
+        settings = Settings(
+            out.cluster_name,
+            out.head_service_name,
+            out.worker_service_name,
+            idle_s=60,
+            stop_head=True,
+            control_service=out.control_service_name,
+        )
         stopper = Autostop(settings, ecs, clock=clock, say=lambda _: None)
         stopper.tick(IDLE)
         clock.now += 3600
@@ -131,7 +138,7 @@ def test_a_running_trainer_task_keeps_the_workers(stack):
     clock.now += 1
     stopper.tick(IDLE)
     clock.now += 60
-    assert stopper.tick(IDLE)["stopped"] and set(desired(stack).values()) == {0}  # then both, head included
+    assert stopper.tick(IDLE)["stopped"] and set(desired(stack).values()) == {0}  # then all, head and control included
 
 
 def test_start_brings_the_services_back_and_waits_until_ray_sees_the_workers(stack):

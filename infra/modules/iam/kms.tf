@@ -66,8 +66,18 @@ resource "aws_kms_key" "this" {
         Sid       = "AutoScalingVolumes"
         Effect    = "Allow"
         Principal = { AWS = local.autoscaling_role_arn }
-        Action    = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey", "kms:CreateGrant"]
+        Action    = ["kms:Encrypt", "kms:Decrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*", "kms:DescribeKey"]
         Resource  = "*"
+      },
+      {
+        # EC2 attaches the volumes with a grant: only grants for an AWS resource (AWS's key policy for EBS),
+        # never one Auto Scaling's role could hand to anyone else.
+        Sid       = "AutoScalingVolumeGrants"
+        Effect    = "Allow"
+        Principal = { AWS = local.autoscaling_role_arn }
+        Action    = "kms:CreateGrant"
+        Resource  = "*"
+        Condition = { Bool = { "kms:GrantIsForAWSResource" = "true" } }
       },
     ]
   })

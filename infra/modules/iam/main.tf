@@ -56,25 +56,12 @@ resource "aws_iam_role_policy" "execution" {
   })
 }
 
-# Task role: what the head, workers, trainer and sidecar do at run time. No account-wide read.
+# Task role: what the head, workers, trainer and sidecars do at run time, and so what any job can do. No
+# account-wide read, no write outside its prefixes (runs/, data/), no change to the deployment.
 resource "aws_iam_role" "task" {
   name               = "${var.name}-task"
   assume_role_policy = local.assume["ecs-tasks"]
   tags               = local.tags
-}
-
-# The head's task role: the same rights, and (autostop, scripts/container/autostop.py) exactly one write more:
-# scaling its own two services. A worker or trainer task cannot change the deployment's size.
-resource "aws_iam_role" "head_task" {
-  name               = "${var.name}-head-task"
-  assume_role_policy = local.assume["ecs-tasks"]
-  tags               = local.tags
-}
-
-resource "aws_iam_role_policy" "head_task" {
-  name   = "results-metrics-exec"
-  role   = aws_iam_role.head_task.id
-  policy = aws_iam_role_policy.task.policy
 }
 
 resource "aws_iam_role_policy" "task" {
@@ -154,17 +141,30 @@ resource "aws_iam_role_policy" "task" {
   })
 }
 
-resource "aws_iam_role_policy" "autostop" {
-  name = "autostop-own-services"
-  role = aws_iam_role.head_task.id
+# The control task's role (the head's snapshot and autostop: scripts/container/head_snapshot.py). No job can
+# use it: the control task runs no Ray node, so nothing Ray schedules lands there, and every task a job can
+# reach (head, workers, trainer) has the task role above, which can neither change the deployment's size
+# nor write cluster/, where `make start` and `make status` read the head's snapshot.
+resource "aws_iam_role" "control" {
+  name               = "${var.name}-control-task"
+  assume_role_policy = local.assume["ecs-tasks"]
+  tags               = local.tags
+}
+
+resource "aws_iam_role_policy" "control" {
+  name = "snapshot-autostop"
+  role = aws_iam_role.control.id
   policy = jsonencode({
     Version = "2012-10-17"
     Statement = [
       {
-        Sid      = "ScaleOwnServices"
-        Effect   = "Allow"
-        Action   = "ecs:UpdateService"
-        Resource = [for s in ["ray-head", "ray-worker"] : "arn:${local.partition}:ecs:${local.region}:${local.account}:service/${var.name}/${var.name}-${s}"]
+        # Autostop scales these to 0, nothing else: no other service, and (ECS has no condition on the new
+        # size or network) only this role may call it.
+        Sid       = "ScaleOwnServices"
+        Effect    = "Allow"
+        Action    = "ecs:UpdateService"
+        Resource  = [for s in var.scaled_services : "arn:${local.partition}:ecs:${local.region}:${local.account}:service/${var.name}/${s}"]
+        Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
       },
       {
         # Read-only: a trainer task still pulling its image is activity too. ListTasks names no task; the
@@ -173,7 +173,20 @@ resource "aws_iam_role_policy" "autostop" {
         Effect    = "Allow"
         Action    = "ecs:ListTasks"
         Resource  = "*"
-        Condition = { ArnEquals = { "ecs:cluster" = "arn:${local.partition}:ecs:${local.region}:${local.account}:cluster/${var.name}" } }
+        Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
+      },
+      {
+        Sid      = "WriteTheSnapshot"
+        Effect   = "Allow"
+        Action   = ["s3:GetObject", "s3:PutObject"]
+        Resource = "${var.bucket_arn}/${var.control_prefix}*"
+      },
+      {
+        Sid       = "BucketKey"
+        Effect    = "Allow"
+        Action    = ["kms:Decrypt", "kms:GenerateDataKey"]
+        Resource  = aws_kms_key.this.arn
+        Condition = { StringEquals = { "kms:ViaService" = "s3.${local.region}.amazonaws.com" } }
       },
     ]
   })

@@ -8,9 +8,9 @@ output "task_role_arn" {
   value       = aws_iam_role.task.arn
 }
 
-output "head_task_role_arn" {
-  description = "The head's task role: the task role's rights, and scaling its own two services (autostop)."
-  value       = aws_iam_role.head_task.arn
+output "control_task_role_arn" {
+  description = "The control task's role: the head's snapshot under cluster/ and scaling the deployment's services (autostop); no job runs with it."
+  value       = aws_iam_role.control.arn
 }
 
 output "instance_profile_arn" {

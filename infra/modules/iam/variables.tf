@@ -13,6 +13,16 @@ variable "bucket_prefixes" {
   type        = list(string)
 }
 
+variable "control_prefix" {
+  description = "The bucket prefix only the control task writes (the head's snapshot), outside bucket_prefixes."
+  type        = string
+}
+
+variable "scaled_services" {
+  description = "Names of the ECS services autostop may scale (the control task's role only)."
+  type        = list(string)
+}
+
 variable "repository_arns" {
   description = "ECR repositories the execution role may pull from."
   type        = list(string)

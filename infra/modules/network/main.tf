@@ -1,5 +1,7 @@
 data "aws_region" "current" {}
 
+data "aws_partition" "current" {}
+
 data "aws_availability_zones" "available" {
   # checkov:skip=CKV_AWS_394: only the first az_count zones by name are used, or the ones pinned in availability_zones
   state = "available"
@@ -115,7 +117,35 @@ resource "aws_vpc_endpoint" "s3" {
   service_name      = "com.amazonaws.${data.aws_region.current.name}.s3"
   vpc_endpoint_type = "Gateway"
   route_table_ids   = aws_route_table.private[*].id
-  tags              = merge(local.tags, { Name = "${var.name}-s3" })
+  # Every S3 request from the private subnets passes here: only the deployment's bucket, ECR's image layers
+  # (a pull fetches them from S3) and buckets the operator names for reading, so no job can write to a
+  # bucket of another account. Each role's own policy still decides within that.
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = concat([
+      {
+        Sid       = "DeploymentBucket"
+        Effect    = "Allow"
+        Principal = "*"
+        Action    = "s3:*"
+        Resource  = [var.bucket_arn, "${var.bucket_arn}/*"]
+      },
+      {
+        Sid       = "EcrImageLayers"
+        Effect    = "Allow"
+        Principal = "*"
+        Action    = "s3:GetObject"
+        Resource  = "arn:${data.aws_partition.current.partition}:s3:::prod-${data.aws_region.current.name}-starport-layer-bucket/*"
+      },
+      ], length(var.s3_read_buckets) == 0 ? [] : [{
+        Sid       = "ReadListedBuckets"
+        Effect    = "Allow"
+        Principal = "*"
+        Action    = ["s3:GetObject", "s3:ListBucket"]
+        Resource  = flatten([for b in var.s3_read_buckets : ["arn:${data.aws_partition.current.partition}:s3:::${b}", "arn:${data.aws_partition.current.partition}:s3:::${b}/*"]])
+    }])
+  })
+  tags = merge(local.tags, { Name = "${var.name}-s3" })
 }
 
 resource "aws_vpc_endpoint" "interface" {

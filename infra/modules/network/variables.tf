@@ -69,3 +69,14 @@ variable "serve" {
   })
   default = null
 }
+
+variable "bucket_arn" {
+  description = "The deployment's bucket: the only one the S3 gateway endpoint lets anything write to."
+  type        = string
+}
+
+variable "s3_read_buckets" {
+  description = "Other buckets (names) the tasks may read through the S3 gateway endpoint, e.g. public datasets in the region."
+  type        = list(string)
+  default     = []
+}

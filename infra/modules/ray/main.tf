@@ -1,8 +1,10 @@
 locals {
-  tags        = merge(var.tags, { Component = "ray" })
-  head_dns    = "head.${aws_service_discovery_private_dns_namespace.this.name}"
-  components  = toset(["ray-head", "ray-worker", "trainer", "gpu-metrics"])
-  worker_mode = var.worker_node.efa ? "host" : "awsvpc" # EFA on ECS needs host networking
+  tags       = merge(var.tags, { Component = "ray" })
+  head_dns   = "head.${aws_service_discovery_private_dns_namespace.this.name}"
+  components = toset(["ray-head", "ray-control", "ray-worker", "trainer", "gpu-metrics"])
+  # One place for the services' names: the control task's role (iam module) may scale exactly these.
+  service_names = { for s in ["head", "worker", "control"] : s => "${var.name}-ray-${s}" }
+  worker_mode   = var.worker_node.efa ? "host" : "awsvpc" # EFA on ECS needs host networking
 }
 
 # The head registers its task IP under head.<name>.rayfleet.internal; a 10 s TTL means a replaced head is
@@ -45,7 +47,7 @@ resource "aws_cloudwatch_log_group" "this" {
 # One worker task per worker instance: it takes all of the instance's GPUs, so a second cannot fit anyway,
 # and distinctInstance makes the intent explicit.
 resource "aws_ecs_service" "head" {
-  name                               = "${var.name}-ray-head"
+  name                               = local.service_names.head
   cluster                            = var.cluster_arn
   task_definition                    = aws_ecs_task_definition.head.arn
   desired_count                      = 1
@@ -79,7 +81,7 @@ resource "aws_ecs_service" "head" {
 }
 
 resource "aws_ecs_service" "worker" {
-  name                               = "${var.name}-ray-worker"
+  name                               = local.service_names.worker
   cluster                            = var.cluster_arn
   task_definition                    = aws_ecs_task_definition.worker.arn
   desired_count                      = var.worker_node.count
@@ -113,6 +115,38 @@ resource "aws_ecs_service" "worker" {
   }
 
   # Terraform orders creation; the workers' entrypoint additionally waits until the head's GCS answers.
+  depends_on = [aws_ecs_service.head]
+  tags       = local.tags
+}
+
+# The control task (head_snapshot, autostop) beside the head, on the head's instances. It holds no Ray node,
+# so autostop, which stops the head, stops this service last; `make start` brings all three back.
+resource "aws_ecs_service" "control" {
+  name                               = local.service_names.control
+  cluster                            = var.cluster_arn
+  task_definition                    = aws_ecs_task_definition.control.arn
+  desired_count                      = 1
+  propagate_tags                     = "SERVICE"
+  deployment_minimum_healthy_percent = 0 # two would both scale the services
+  deployment_maximum_percent         = 100
+  wait_for_steady_state              = false
+
+  capacity_provider_strategy {
+    capacity_provider = var.capacity_providers["head"]
+    weight            = 1
+  }
+
+  network_configuration {
+    subnets          = var.subnet_ids
+    security_groups  = [var.security_group_id]
+    assign_public_ip = false
+  }
+
+  placement_constraints {
+    type       = "memberOf"
+    expression = "attribute:rayfleet.node-group == head"
+  }
+
   depends_on = [aws_ecs_service.head]
   tags       = local.tags
 }

@@ -3,6 +3,16 @@ output "head_service_name" {
   value       = aws_ecs_service.head.name
 }
 
+output "control_service_name" {
+  description = "ECS service of the control task (the head's snapshot and autostop)."
+  value       = aws_ecs_service.control.name
+}
+
+output "service_names" {
+  description = "The services' names (head, worker, control), known before they exist: the control role's scope."
+  value       = local.service_names
+}
+
 output "worker_service_name" {
   description = "ECS service of the Ray workers."
   value       = aws_ecs_service.worker.name

@@ -4,12 +4,12 @@
 # transport), and it must leave at least 2 GiB of the limit to the processes themselves (preconditions in
 # main.tf; tests/infra/test_sizing.py evaluates these same expressions for every catalog type).
 locals {
-  sidecar_memory_mib = 256 # gpu-metrics beside each worker; ray-snapshot beside the head
+  sidecar_memory_mib = 256 # gpu-metrics beside each worker; the ray-control task on the head instance
   shm_headroom_mib   = 1024
   process_floor_mib  = 2048
 
   head_instance_memory_mib = floor(var.head_node.memory_mib * 0.9)
-  # The head instance also hosts the trainer (the job driver): 60% head (less its ray-snapshot sidecar), 40% trainer.
+  # The head instance also hosts the trainer (the job driver): 60% head (less the ray-control task), 40% trainer.
   head_memory_mib          = floor(local.head_instance_memory_mib * 0.6) - local.sidecar_memory_mib
   head_object_store_mib    = floor(local.head_memory_mib * min(var.object_store_fraction, 0.25)) # schedules, holds few objects
   head_shm_mib             = local.head_object_store_mib + local.shm_headroom_mib

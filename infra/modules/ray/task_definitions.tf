@@ -32,6 +32,23 @@ locals {
   serve_secrets = [for s in aws_secretsmanager_secret.serve_api_key : { name = "RAYFLEET_SERVE_API_KEY", valueFrom = s.arn }]
   ulimits       = [{ name = "nofile", softLimit = 65536, hardLimit = 65536 }] # Ray opens a socket per worker and object
 
+  # Issue 27 item 5: no container can gain a privilege or change its image. A fixed non-root user (the
+  # images' own), no capabilities, no-new-privileges (the images carry no sudo and no setuid file either),
+  # and a read-only root file system: what a container writes goes to /dev/shm, the task volumes below
+  # (/tmp, /home/ray: task-scoped Docker volumes, which start as a copy of the image's directory, owner and
+  # mode included) and, on workers, /run/rayfleet. tests/infra/test_task_definitions.py checks the rendering.
+  locked_down = {
+    readonlyRootFilesystem = true
+    privileged             = false
+    dockerSecurityOptions  = ["no-new-privileges"]
+  }
+  no_capabilities = { capabilities = { drop = ["ALL"] } }
+  scratch_mounts = [
+    { sourceVolume = "tmp", containerPath = "/tmp", readOnly = false },
+    { sourceVolume = "home", containerPath = "/home/ray", readOnly = false },
+  ]
+  ray_user = "1000" # the ray user of every Ray image (images/base/ray.Dockerfile)
+
   logging = { for c in local.components : c => {
     logDriver = "awslogs"
     options = {
@@ -41,8 +58,10 @@ locals {
     }
   } }
 
-  head_container = {
+  head_container = merge(local.locked_down, {
     name             = "ray-head"
+    user             = local.ray_user
+    mountPoints      = local.scratch_mounts
     image            = var.images["ray-head"]
     essential        = true
     command          = ["head"]
@@ -50,7 +69,7 @@ locals {
     environment      = concat(local.ray_environment, local.head_environment)
     secrets          = local.ray_secrets
     ulimits          = local.ulimits
-    linuxParameters  = { sharedMemorySize = local.head_shm_mib, initProcessEnabled = true }
+    linuxParameters  = merge(local.no_capabilities, { sharedMemorySize = local.head_shm_mib, initProcessEnabled = true })
     logConfiguration = local.logging["ray-head"]
     stopTimeout      = 120
     healthCheck = {
@@ -60,34 +79,37 @@ locals {
       retries     = 4
       startPeriod = 60
     }
-  }
+  })
 
-  # Beside the head: Ray's view (nodes, resources, jobs) every 30 s to s3://<bucket>/cluster/ray-status.json,
-  # where `make status` reads it (scripts/container/head_snapshot.py). The head image with the snapshot as its
-  # entry point; it reads the head's dashboard on 127.0.0.1 (awsvpc: the task's containers share the network)
-  # with the token, joins no Ray node. Not essential: losing the snapshot must never stop the head.
-  snapshot_container = {
-    name       = "ray-snapshot"
-    image      = var.images["ray-head"]
-    essential  = false
-    entryPoint = ["python", "-m", "scripts.container.head_snapshot"]
-    command    = ["--bucket", var.results_bucket, "--interval", "30"]
-    memory     = local.sidecar_memory_mib
-    # Autostop (scripts/container/autostop.py) decides here, with each snapshot: the two services it may scale.
+  # The control task (its own task, so its own role: scripts/container/head_snapshot.py): Ray's view (nodes,
+  # resources, jobs) every 30 s to s3://<bucket>/cluster/ray-status.json, where `make status` and `make start`
+  # read it, and autostop. The head image with the snapshot as its entry point; it reads the head's dashboard
+  # by its Cloud Map name with the token and joins no Ray node, so nothing a job runs can land here.
+  control_container = merge(local.locked_down, {
+    name            = "ray-control"
+    user            = local.ray_user
+    linuxParameters = merge(local.no_capabilities, { initProcessEnabled = true })
+    mountPoints     = local.scratch_mounts
+    image           = var.images["ray-head"]
+    essential       = true
+    entryPoint      = ["python", "-m", "scripts.container.head_snapshot"]
+    command         = ["--bucket", var.results_bucket, "--interval", "30"]
+    memory          = local.sidecar_memory_mib
     environment = [
       { name = "RAYFLEET_RAY_PORTS", value = jsonencode(var.ray_ports) },
+      { name = "RAYFLEET_HEAD_HOST", value = local.head_dns },
       { name = "AWS_REGION", value = var.region },
       { name = "RAYFLEET_CLUSTER_NAME", value = var.name },
-      { name = "RAYFLEET_HEAD_SERVICE", value = "${var.name}-ray-head" },
-      { name = "RAYFLEET_WORKER_SERVICE", value = "${var.name}-ray-worker" },
+      { name = "RAYFLEET_HEAD_SERVICE", value = local.service_names.head },
+      { name = "RAYFLEET_WORKER_SERVICE", value = local.service_names.worker },
+      { name = "RAYFLEET_CONTROL_SERVICE", value = local.service_names.control },
       { name = "RAYFLEET_AUTOSTOP_IDLE_MIN", value = tostring(var.autostop.idle_minutes) },
       { name = "RAYFLEET_AUTOSTOP_HEAD", value = tostring(var.autostop.head) },
     ]
     secrets          = local.ray_secrets
-    dependsOn        = [{ containerName = "ray-head", condition = "HEALTHY" }]
-    logConfiguration = local.logging["ray-head"] # stream ray-head/ray-snapshot/<task id>
+    logConfiguration = local.logging["ray-control"]
     stopTimeout      = 10
-  }
+  })
 
   # EFA (issue 15 item 9): every EFA device of the instance type (one per EFA interface the launch template
   # attaches), NCCL through libfabric's EFA provider (the EFA worker image's aws-ofi-nccl), fork-safe under
@@ -104,8 +126,9 @@ locals {
   ) : []
   efa_ulimits = var.worker_node.efa ? [{ name = "memlock", softLimit = -1, hardLimit = -1 }] : []
 
-  worker_container = {
+  worker_container = merge(local.locked_down, {
     name                 = "ray-worker"
+    user                 = local.ray_user
     image                = var.images["ray-worker"]
     essential            = true
     command              = ["worker"]
@@ -115,26 +138,29 @@ locals {
     secrets              = concat(local.ray_secrets, local.serve_secrets)
     ulimits              = concat(local.ulimits, local.efa_ulimits)
     linuxParameters = merge(
+      local.no_capabilities,
       { sharedMemorySize = local.worker_shm_mib, initProcessEnabled = true },
       var.worker_node.efa ? { devices = local.efa_devices } : {},
     )
     # The host's /etc/rayfleet, read-only: the Spot interruption notice its poller writes there (the entry point
     # drains the Ray node when it appears: scripts/container/drain.py).
-    mountPoints = [
+    mountPoints = concat(local.scratch_mounts, [
       merge(local.current_run_mount, { readOnly = false }),
       { sourceVolume = "instance-identity", containerPath = "/etc/rayfleet", readOnly = true },
-    ]
+    ])
     logConfiguration = local.logging["ray-worker"]
     stopTimeout      = 120
-  }
+  })
 
   # The sidecar takes no GPU reservation (ECS hands each GPU to one container); its image sets
   # NVIDIA_VISIBLE_DEVICES=all with the utility capability only, so it reads NVML for every GPU, read-only.
-  gpu_metrics_container = {
-    name      = "gpu-metrics"
-    image     = var.images["gpu-metrics"]
-    essential = false # losing metrics must not stop training
-    memory    = local.sidecar_memory_mib
+  gpu_metrics_container = merge(local.locked_down, {
+    name            = "gpu-metrics"
+    user            = "10001" # images/gpu-metrics/Dockerfile
+    linuxParameters = local.no_capabilities
+    image           = var.images["gpu-metrics"]
+    essential       = false # losing metrics must not stop training
+    memory          = local.sidecar_memory_mib
     environment = [
       { name = "RAYFLEET_CLUSTER_NAME", value = var.name },
       { name = "RAYFLEET_INSTANCE_TYPE", value = var.worker_node.instance_type },
@@ -147,10 +173,12 @@ locals {
       merge(local.current_run_mount, { readOnly = true }),
     ]
     logConfiguration = local.logging["gpu-metrics"]
-  }
+  })
 
-  trainer_container = {
+  trainer_container = merge(local.locked_down, {
     name             = "trainer"
+    user             = local.ray_user
+    mountPoints      = local.scratch_mounts
     image            = var.images["trainer"]
     essential        = true
     command          = ["ddp"] # launch overrides it with the job and its arguments
@@ -158,10 +186,10 @@ locals {
     environment      = concat(local.ray_environment, local.trainer_environment)
     secrets          = local.ray_secrets
     ulimits          = local.ulimits
-    linuxParameters  = { sharedMemorySize = local.trainer_shm_mib, initProcessEnabled = true }
+    linuxParameters  = merge(local.no_capabilities, { sharedMemorySize = local.trainer_shm_mib, initProcessEnabled = true })
     logConfiguration = local.logging["trainer"]
     stopTimeout      = 120
-  }
+  })
 }
 
 resource "aws_ecs_task_definition" "head" {
@@ -169,14 +197,46 @@ resource "aws_ecs_task_definition" "head" {
   requires_compatibilities = ["EC2"]
   network_mode             = "awsvpc"
   execution_role_arn       = var.execution_role_arn
-  task_role_arn            = var.head_task_role_arn
-  container_definitions    = jsonencode([local.head_container, local.snapshot_container])
+  task_role_arn            = var.task_role_arn # what every job has: a job can run in the head container
+  container_definitions    = jsonencode([local.head_container])
   tags                     = local.tags
+
+  dynamic "volume" {
+    for_each = ["tmp", "home"]
+    content {
+      name = volume.value
+      docker_volume_configuration {
+        scope  = "task"
+        driver = "local"
+      }
+    }
+  }
 
   lifecycle {
     precondition {
       condition     = local.head_shm_mib + local.process_floor_mib <= local.head_memory_mib
       error_message = "The head instance type has too little memory for Ray's object store plus 2 GiB (head_memory_mib = ${local.head_memory_mib})."
+    }
+  }
+}
+
+resource "aws_ecs_task_definition" "control" {
+  family                   = "${var.name}-ray-control"
+  requires_compatibilities = ["EC2"]
+  network_mode             = "awsvpc"
+  execution_role_arn       = var.execution_role_arn
+  task_role_arn            = var.control_task_role_arn
+  container_definitions    = jsonencode([local.control_container])
+  tags                     = local.tags
+
+  dynamic "volume" {
+    for_each = ["tmp", "home"]
+    content {
+      name = volume.value
+      docker_volume_configuration {
+        scope  = "task"
+        driver = "local"
+      }
     }
   }
 }
@@ -189,6 +249,17 @@ resource "aws_ecs_task_definition" "worker" {
   task_role_arn            = var.task_role_arn
   container_definitions    = jsonencode([local.worker_container, local.gpu_metrics_container])
   tags                     = local.tags
+
+  dynamic "volume" {
+    for_each = ["tmp", "home"]
+    content {
+      name = volume.value
+      docker_volume_configuration {
+        scope  = "task"
+        driver = "local"
+      }
+    }
+  }
 
   # Written by the instance's root services (infra/modules/cluster/user_data.sh.tftpl): the identity file the sidecar
   # reads, the Spot notice the worker's entry point watches.
@@ -222,6 +293,17 @@ resource "aws_ecs_task_definition" "trainer" {
   task_role_arn            = var.task_role_arn
   container_definitions    = jsonencode([local.trainer_container])
   tags                     = local.tags
+
+  dynamic "volume" {
+    for_each = ["tmp", "home"]
+    content {
+      name = volume.value
+      docker_volume_configuration {
+        scope  = "task"
+        driver = "local"
+      }
+    }
+  }
 
   lifecycle {
     precondition {

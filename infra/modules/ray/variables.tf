@@ -68,7 +68,7 @@ variable "object_store_fraction" {
 }
 
 variable "results_bucket" {
-  description = "Name of the results bucket: the head's ray-snapshot container writes cluster/ray-status.json there for make status."
+  description = "Name of the results bucket: the ray-control task writes cluster/ray-status.json there for make status."
   type        = string
 }
 
@@ -82,8 +82,8 @@ variable "task_role_arn" {
   type        = string
 }
 
-variable "head_task_role_arn" {
-  description = "Task role of the head task: the task role's rights, and scaling the two services (autostop)."
+variable "control_task_role_arn" {
+  description = "Task role of the control task (head snapshot, autostop): writes cluster/, scales the services."
   type        = string
 }
 

@@ -9,6 +9,11 @@ output "bucket_arn" {
 }
 
 output "prefixes" {
-  description = "Prefixes the Ray tasks may use: runs/ (one per run), cluster/ (head snapshot), data/ (datasets)."
-  value       = ["runs/", "cluster/", "data/"]
+  description = "Prefixes the Ray tasks (and so every job) may use: runs/ (one per run), data/ (datasets)."
+  value       = ["runs/", "data/"]
+}
+
+output "control_prefix" {
+  description = "The prefix only the control task writes: cluster/ (the head's snapshot, which make start and make status trust)."
+  value       = "cluster/"
 }

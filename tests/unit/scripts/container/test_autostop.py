@@ -63,7 +63,10 @@ def test_the_workers_stop_after_the_idle_time_and_once():
 
 def test_activity_resets_the_clock_and_a_later_idle_spell_stops_again():
     ecs, clock = Ecs(), Clock()
-    stopper = Autostop(Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=600, stop_head=True), ecs, clock=clock)
+    settings = Settings(
+        "rf", "rf-ray-head", "rf-ray-worker", idle_s=600, stop_head=True, control_service="rf-ray-control"
+    )
+    stopper = Autostop(settings, ecs, clock=clock)
     stopper.tick(IDLE)
     clock.now += 500
     ecs.trainers = ["arn:trainer"]  # a trainer task still pulling its image: not idle
@@ -73,8 +76,9 @@ def test_activity_resets_the_clock_and_a_later_idle_spell_stops_again():
     assert not stopper.tick(IDLE)["stopped"]  # the idle spell began again at the last busy snapshot
     clock.now += 600
     decided = stopper.tick(IDLE)
-    assert decided["stopped"] and decided["stops"] == ["rf-ray-worker", "rf-ray-head"]
-    assert ecs.updates == [("rf-ray-worker", 0), ("rf-ray-head", 0)]  # workers first, then the head
+    assert decided["stopped"] and decided["stops"] == ["rf-ray-worker", "rf-ray-head", "rf-ray-control"]
+    # workers first, then the head, then the control task itself (it would keep the head's instance up)
+    assert ecs.updates == [("rf-ray-worker", 0), ("rf-ray-head", 0), ("rf-ray-control", 0)]
 
 
 @pytest.mark.parametrize(

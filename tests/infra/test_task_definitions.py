@@ -1,0 +1,133 @@
+"""Issue 27 items 4, 5 and 9, checked on what Terraform renders (infra/ applied offline by the stand-in
+providers), because checkov cannot look inside `jsonencode`d container definitions and passes its read-only
+root and no-privilege checks vacuously:
+
+  * every container of every task definition runs as a fixed non-root user, with no capability, with
+    no-new-privileges, never privileged, on a read-only root file system, writing only to the volumes meant
+    for it; no host path but the read-only /etc/rayfleet;
+  * no role a job can run under (the task role of every task that runs a Ray node or a job's driver) may
+    call ecs:UpdateService or write the head's snapshot under cluster/; the control task's role may both.
+
+What this cannot check: IAM's own evaluation (moto does not evaluate resources or conditions of ECS
+actions); the statements are matched here with IAM's wildcard rules, Allow only (the roles have no Deny).
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import json
+
+import pytest
+
+from scripts.deploy import rendered
+from scripts.deploy.terraform_standin.render import rendered_state
+
+WRITABLE = {"/tmp", "/home/ray", "/run/rayfleet"}  # plus /dev/shm (sharedMemorySize), which is a tmpfs
+HOST_PATHS = {"/etc/rayfleet"}  # the instance's identity and Spot notice, read-only
+SHAPES = {"default": (), "fsdp (EFA, host network)": ("fsdp.tfvars",)}
+
+
+@pytest.fixture(scope="module", params=list(SHAPES))
+def state(request) -> dict:
+    return rendered_state(var_files=SHAPES[request.param])
+
+
+def violations(definition: dict) -> list[str]:
+    """What lets a container of this task definition gain a privilege or write outside its volumes."""
+    found = []
+    volumes = {v["name"]: v for v in definition.get("volumes", [])}
+    for c in definition["containerDefinitions"]:
+        name = c["name"]
+        user = str(c.get("user", ""))
+        if not user.isdigit() or int(user) < 1000:
+            found.append(f"{name}: user {user or '(the image default)'} is not a fixed non-root uid")
+        if c.get("readonlyRootFilesystem") is not True:
+            found.append(f"{name}: the root file system is writable")
+        if c.get("privileged"):
+            found.append(f"{name}: privileged")
+        if "no-new-privileges" not in (c.get("dockerSecurityOptions") or []):
+            found.append(f"{name}: no no-new-privileges")
+        capabilities = (c.get("linuxParameters") or {}).get("capabilities") or {}
+        if capabilities.get("drop") != ["ALL"] or capabilities.get("add"):
+            found.append(f"{name}: capabilities {capabilities or 'as the engine grants them'}")
+        for mount in c.get("mountPoints") or []:
+            host = (volumes.get(mount["sourceVolume"], {}).get("host") or {}).get("sourcePath")
+            if host and (host not in HOST_PATHS or not mount.get("readOnly")):
+                found.append(f"{name}: host path {host} mounted {'read-only' if mount.get('readOnly') else 'writable'}")
+            if not mount.get("readOnly") and mount["containerPath"] not in WRITABLE:
+                found.append(f"{name}: writable {mount['containerPath']}")
+    return found
+
+
+def test_every_rendered_container_is_locked_down(state):
+    picture = rendered.picture(state)
+    assert set(picture["taskDefinitions"]) >= {"head", "worker", "trainer", "control"}
+    for key, definition in picture["taskDefinitions"].items():
+        assert violations(definition) == [], key
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (lambda c: c.update(user="0"), "user 0 is not a fixed non-root uid"),
+        (lambda c: c.pop("user"), "user (the image default)"),
+        (lambda c: c.update(readonlyRootFilesystem=False), "the root file system is writable"),
+        (lambda c: c.update(privileged=True), "privileged"),
+        (lambda c: c.update(dockerSecurityOptions=[]), "no no-new-privileges"),
+        (lambda c: c["linuxParameters"].update(capabilities={"add": ["SYS_ADMIN"]}), "capabilities"),
+        (lambda c: c["mountPoints"].append({"sourceVolume": "home", "containerPath": "/opt"}), "writable /opt"),
+    ],
+)
+def test_the_check_refuses_a_container_that_can_gain_privileges(change, expected):
+    """The check above can fail: the rendered trainer with one hole in it."""
+    trainer = copy.deepcopy(rendered.picture(rendered_state())["taskDefinitions"]["trainer"])
+    change(trainer["containerDefinitions"][0])
+    assert any(expected in v for v in violations(trainer)), violations(trainer)
+
+
+# -- roles --------------------------------------------------------------------------------------------------
+def _allows(policy: dict, action: str, resource: str) -> bool:
+    for s in policy["Statement"]:
+        actions, resources = s.get("Action", []), s.get("Resource", [])
+        actions = [actions] if isinstance(actions, str) else actions
+        resources = [resources] if isinstance(resources, str) else resources
+        if (
+            s["Effect"] == "Allow"
+            and any(fnmatch.fnmatchcase(action, a) for a in actions)
+            and any(fnmatch.fnmatchcase(resource, r) for r in resources)
+        ):
+            return True
+    return False
+
+
+def role_policies(state: dict) -> dict[str, list[dict]]:
+    """Role ARN -> the policy documents attached to it (inline; the deployment attaches no managed policy)."""
+    roles = {r["values"]["name"]: r["values"]["arn"] for r in rendered.resources(state) if r["type"] == "aws_iam_role"}
+    assert not [r for r in rendered.resources(state) if r["type"] == "aws_iam_role_policy_attachment"]
+    found: dict[str, list[dict]] = {arn: [] for arn in roles.values()}
+    for r in rendered.resources(state):
+        if r["type"] == "aws_iam_role_policy":
+            found[roles[r["values"]["role"]]].append(json.loads(r["values"]["policy"]))
+    return found
+
+
+def test_no_role_a_job_runs_under_can_scale_the_services_or_write_the_snapshot(state):
+    """Before: the head task's role could UpdateService (any job can run in the head container) and every
+    task role could write cluster/ray-status.json."""
+    picture = rendered.picture(state)
+    policies = role_policies(state)
+    bucket, cluster = picture["bucket"]["name"], picture["cluster"]["clusterName"]
+    snapshot = f"arn:aws:s3:::{bucket}/cluster/ray-status.json"
+    services = [s["serviceName"] for s in picture["services"]]
+    service_arns = [f"arn:aws:ecs:{picture['region']}:{picture['account']}:service/{cluster}/{s}" for s in services]
+    job_roles = {d["taskRoleArn"] for key, d in picture["taskDefinitions"].items() if key != "control"}
+    control = picture["taskDefinitions"]["control"]["taskRoleArn"]
+    assert control not in job_roles and len(services) == 3
+    for role in job_roles:
+        for document in policies[role]:
+            assert not any(_allows(document, "ecs:UpdateService", arn) for arn in service_arns), role
+            assert not _allows(document, "s3:PutObject", snapshot), role
+            assert _allows(document, "s3:PutObject", f"arn:aws:s3:::{bucket}/runs/r/run.json")  # the check bites
+    assert all(any(_allows(d, "ecs:UpdateService", arn) for d in policies[control]) for arn in service_arns)
+    assert any(_allows(d, "s3:PutObject", snapshot) for d in policies[control])
