@@ -31,11 +31,16 @@ def client(dashboard_url: str):
     return ServeSubmissionClient(dashboard_url)
 
 
-def serve_config(args: dict, port: int, host: str) -> dict:
-    """Serve's declarative config: one application, the proxy on the head only (one port to reach)."""
+def serve_config(args: dict, port: int) -> dict:
+    """Serve's declarative config: one application, the proxy on the head only and on 127.0.0.1 only.
+
+    Serve's proxy has no authentication and serves every application any token holder deploys, so it is never
+    on the network: locally the laptop calls it (the replicas check the key), and on ECS only the serve gate
+    beside it in the head's task reaches it (port GATED_PROXY_PORT), which checks the key on every route.
+    """
     return {
         "proxy_location": "HeadOnly",
-        "http_options": {"host": host, "port": port},
+        "http_options": {"host": "127.0.0.1", "port": port},
         "applications": [{"name": APP, "route_prefix": "/", "import_path": "training.serving.app:build", "args": args}],
     }
 

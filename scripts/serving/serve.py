@@ -8,8 +8,10 @@ local: on the running local cluster (make cluster-up); the endpoint listens on 1
        key is .rayfleet/serve/api_key (made once, mode 0600).
 ecs:   the run's files from s3://<results bucket>/runs/<RUN>/; a trainer task deploys through the head's
        dashboard and exits; the endpoint is the head's private DNS name on the Serve port, reachable only
-       from the sources Terraform lists (serve_allowed_cidrs / serve_allowed_security_group_ids); the key
-       is in Secrets Manager (serve_api_key_secret_arn).
+       from the sources Terraform lists (serve_allowed_cidrs / serve_allowed_security_group_ids), where the
+       serve gate (scripts/container/serve_gate.py) checks the key on every route before Serve's proxy,
+       which listens on 127.0.0.1:GATED_PROXY_PORT behind it; the key is in Secrets Manager
+       (serve_api_key_secret_arn) and reaches only the gate.
 Everything that can be wrong (no such run, nothing to serve, a config that does not fit the workers) is
 said in one line before anything is deployed.
 """
@@ -36,7 +38,7 @@ from training.core.config import ConfigError, load_config
 from training.core.errors import RayfleetError
 from training.core.run_dir import RunDir
 from training.serving.app import ServeArgs
-from training.serving.config import ServeConfig
+from training.serving.config import GATED_PROXY_PORT, ServeConfig
 from training.serving.keys import ensure_key_file
 from training.serving.served_run import ServedRun, find
 
@@ -77,7 +79,7 @@ def up_local(run: str, cfg: ServeConfig, runs_dir: str, timeout: float) -> int:
     )
     say(describe(served, run_dir))
     control.deploy_and_wait(
-        state.dashboard_url, control.serve_config(args.model_dump(mode="json"), cfg.port, "127.0.0.1"), timeout, say
+        state.dashboard_url, control.serve_config(args.model_dump(mode="json"), cfg.port), timeout, say
     )
     path = "/v1/completions" if served.kind == "llm" else "/v1/classify"
     say(f"serving at http://127.0.0.1:{cfg.port}{path}; every request needs `Authorization: Bearer $(cat {key})`")
@@ -93,15 +95,26 @@ def up_ecs(run: str, cfg: ServeConfig, outputs: str | None, timeout: float) -> i
     port = int(out.serve_endpoint.rsplit(":", 1)[1])
     if cfg.port != port:
         raise ConfigError(f"port={cfg.port}, but the deployment opens the Serve port {port} (serve_port in Terraform)")
+    if port == GATED_PROXY_PORT:
+        raise ConfigError(
+            f"the deployment's Serve port {port} is where Serve's proxy listens behind the gate: pick another"
+        )
     run_dir = RunDir(f"s3://{out.results_bucket}/runs", run, region=out.region)
     served = find(run_dir)
     shape = INSTANCE_TYPES.get(out.worker_instance_type)
     if shape is not None:
         check_fits(cfg, float(shape["vcpus"]), int(shape["gpus"]), f"the ECS workers ({out.worker_instance_type})")
+    # The gate holds the Serve port and checks the key; the replicas hold none (keys.py).
     args = ServeArgs(
-        storage=run_dir.storage, run_name=run, kind=served.kind, folder=served.folder, region=out.region, config=cfg
+        storage=run_dir.storage,
+        run_name=run,
+        kind=served.kind,
+        folder=served.folder,
+        region=out.region,
+        gated=True,
+        config=cfg,
     )
-    config = control.serve_config(args.model_dump(mode="json"), port, "0.0.0.0")
+    config = control.serve_config(args.model_dump(mode="json"), GATED_PROXY_PORT)
     command = [
         "python",
         "-m",

@@ -18,6 +18,7 @@ from tests.integration.helpers import DASHBOARD_PORT, REPO, free_port
 from training.core.run_dir import RunDir
 from training.data import fashion_mnist
 from training.metrics import read_rows
+from training.serving.config import GATED_PROXY_PORT
 
 pytestmark = pytest.mark.integration
 
@@ -199,7 +200,9 @@ def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_mana
         command = task["overrides"]["containerOverrides"][0]["command"]
         assert command[:4] == ["python", "-m", "scripts.serving.control", "up"]
         config = json.loads(command[command.index("--config-json") + 1])
-        assert config["http_options"] == {"host": "0.0.0.0", "port": 8000} and config["proxy_location"] == "HeadOnly"
+        # Serve's proxy on loopback, behind the serve gate that holds the Serve port (8000) in the head's task
+        assert config["http_options"] == {"host": "127.0.0.1", "port": GATED_PROXY_PORT}
+        assert config["proxy_location"] == "HeadOnly"
         args = config["applications"][0]["args"]
         assert (args["storage"], args["run_name"], args["kind"], args["folder"]) == (
             f"s3://{bucket}/runs",
@@ -207,7 +210,7 @@ def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_mana
             "classifier",
             latest.name,
         )
-        assert args["api_key_file"] is None and args["region"] == aws_stack["outputs"]["region"]
+        assert args["api_key_file"] is None and args["gated"] and args["region"] == aws_stack["outputs"]["region"]
         time.sleep(2)  # at least one poll sees the task running
         ecs.stop_task(cluster=cluster, task=record["task_arn"], reason="deployed")
         out, err = proc.communicate(timeout=60)

@@ -2,7 +2,8 @@
 
 One deployment holds the model (its replicas, CPUs, GPUs and autoscaling from ServeConfig) and answers HTTP
 itself (FastAPI ingress): /v1/completions, /v1/chat/completions and /v1/models for a language model,
-/v1/classify for a DDP run. Every request needs the API key (keys.py). The replica reads the run's files
+/v1/classify for a DDP run. Every request needs the API key (keys.py): checked here, or by the serve gate in
+front of Serve when the verbs say `gated` (ECS). The replica reads the run's files
 from its storage, local or s3://, when it starts; a run that does not load fails the deployment, which
 `make serve` reports.
 """
@@ -20,8 +21,8 @@ from ray import serve
 from training.core.config import StrictModel
 from training.core.run_dir import RunDir
 from training.serving.config import ServeConfig
-from training.serving.http import keyed_app, parse
-from training.serving.keys import KeySource
+from training.serving.http import api_app, parse
+from training.serving.keys import replica_key
 
 DEPLOYMENT = "model"
 
@@ -36,6 +37,9 @@ class ServeArgs(StrictModel):
     endpoint_url: str | None = None
     region: str | None = None
     api_key_file: str | None = None
+    # True only where the verbs put Serve's proxy on 127.0.0.1 behind scripts/container/serve_gate.py, which
+    # checks the key on every route of the Serve port (ECS): the replicas then hold no key and check nothing.
+    gated: bool = False
     config: ServeConfig = ServeConfig()
 
     def run_dir(self) -> RunDir:
@@ -48,8 +52,7 @@ class LLMEndpoint:
         from training.serving.llm import TextGenerator
 
         spec = ServeArgs.model_validate(args)
-        self.source = KeySource(spec.api_key_file)
-        self.source.read()  # no key, no replica: never serve openly
+        self.source = replica_key(spec.api_key_file, spec.gated)  # no key, no replica (unless gated)
         with tempfile.TemporaryDirectory() as scratch:
             folder = spec.run_dir().local_copy(spec.folder, Path(scratch))
             self.generator = TextGenerator(folder, spec.run_name, spec.config.max_tokens_limit)
@@ -57,7 +60,7 @@ class LLMEndpoint:
     def __serve_build_asgi_app__(self):
         from training.serving.llm import ChatRequest, CompletionRequest
 
-        app, generator = keyed_app(self.source), self.generator
+        app, generator = api_app(self.source), self.generator
 
         @app.post("/v1/completions")
         async def completions(request: Request):
@@ -80,8 +83,7 @@ class ClassifierEndpoint:
         from training.serving.classifier import ImageClassifier
 
         spec = ServeArgs.model_validate(args)
-        self.source = KeySource(spec.api_key_file)
-        self.source.read()
+        self.source = replica_key(spec.api_key_file, spec.gated)
         run_dir = spec.run_dir()
         config = run_dir.read("config.yaml")
         if config is None:
@@ -93,7 +95,7 @@ class ClassifierEndpoint:
     def __serve_build_asgi_app__(self):
         from training.serving.classifier import ClassifyRequest
 
-        app, classifier = keyed_app(self.source), self.classifier
+        app, classifier = api_app(self.source), self.classifier
 
         @app.post("/v1/classify")
         async def classify(request: Request):

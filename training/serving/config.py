@@ -9,6 +9,10 @@ from pydantic import Field, model_validator
 from training.core.config import StrictModel
 
 CONSTRUCTOR_RETRIES = 2
+# On ECS the serve gate (scripts/container/serve_gate.py) holds the Serve port and checks the key; Serve's own
+# proxy listens behind it on 127.0.0.1 at this port, in the head task's network only. Neither one of Ray's ports
+# (infra/catalog/ray_ports.json) nor in their ranges (Ray's workers, the kernel's ephemeral ports).
+GATED_PROXY_PORT = 18000
 
 
 class Autoscaling(StrictModel):
@@ -34,7 +38,9 @@ class ServeConfig(StrictModel):
     tensor_parallel_size: int = Field(1, ge=1, description="vllm only: GPUs one model is split over")
     max_tokens_limit: int = Field(512, ge=1, description="the most tokens one request may ask to generate")
     max_ongoing_requests: int = Field(8, ge=1, description="per replica; more wait in the proxy's queue")
-    port: int = Field(8000, ge=1024, le=65535, description="the Serve HTTP port (locally on 127.0.0.1)")
+    port: int = Field(
+        8000, ge=1024, le=65535, description="the endpoint's port: Serve's proxy on 127.0.0.1, or on ECS the gate's"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> ServeConfig:

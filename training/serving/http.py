@@ -14,7 +14,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ValidationError
 from starlette.middleware.base import BaseHTTPMiddleware
 
-from training.serving.keys import KeyMissing, KeySource, matches
+from training.serving.keys import REFUSED, KeyMissing, KeySource, matches
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -43,15 +43,16 @@ class RequireKey(BaseHTTPMiddleware):
             except KeyMissing as exc:
                 return error_response(503, str(exc), "no_api_key", "server_error")
         if not matches(request.headers.get("authorization"), self.key):
-            message = "missing or wrong API key: send `Authorization: Bearer <key>`"
-            return error_response(401, message, "invalid_api_key", "authentication_error")
+            return error_response(401, REFUSED, "invalid_api_key", "authentication_error")
         return await call_next(request)
 
 
-def keyed_app(source: KeySource) -> FastAPI:
-    """A FastAPI app behind RequireKey that turns RequestError into its response."""
+def api_app(source: KeySource | None) -> FastAPI:
+    """A FastAPI app that turns RequestError into its response, behind RequireKey unless the serve gate checks
+    the key in front of Serve (`source` None: keys.replica_key)."""
     app = FastAPI(docs_url=None, redoc_url=None, openapi_url=None)
-    app.add_middleware(RequireKey, source=source)
+    if source is not None:
+        app.add_middleware(RequireKey, source=source)
 
     @app.exception_handler(RequestError)
     async def request_error(_request: Request, exc: RequestError):

@@ -1,9 +1,12 @@
-"""The API key every request carries (`Authorization: Bearer <key>`), read inside the replica.
+"""The API key every request carries (`Authorization: Bearer <key>`), and who checks it.
 
-The key reaches a replica from the node's environment (RAYFLEET_SERVE_API_KEY: on ECS the task
-definitions inject it from Secrets Manager, like the Ray token) or from a file only its owner can read (the
-local cluster: .rayfleet/serve/api_key, made by `make serve`). Only where to find it goes through Ray's
-application config, never the key: Ray's dashboard shows that config to anyone with the cluster token.
+On ECS the serve gate checks it (scripts/container/serve_gate.py): a container of its own in the head's task
+that holds the Serve port, checks every request with `matches` and forwards it to Serve's proxy on 127.0.0.1.
+ECS injects the key (RAYFLEET_SERVE_API_KEY, from Secrets Manager) into that container only, so no Ray
+process, and with it no job, holds it; the replicas are `gated` and check nothing. On the local cluster the
+replica checks it, read from a file only its owner can read (.rayfleet/serve/api_key, made by `make serve`)
+or from RAYFLEET_SERVE_API_KEY. Only where to find it goes through Ray's application config, never the key:
+Ray's dashboard shows that config to anyone with the cluster token.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pathlib import Path
 
 ENV = "RAYFLEET_SERVE_API_KEY"
 MIN_LENGTH = 16
+REFUSED = "missing or wrong API key: send `Authorization: Bearer <key>`"  # the same for both: no hint which
 
 
 class KeyMissing(RuntimeError):
@@ -42,6 +46,17 @@ class KeySource:
                 f"no API key of at least {MIN_LENGTH} characters in {where}: refusing to serve without one"
             )
         return key
+
+
+def replica_key(file: str | None, gated: bool) -> KeySource | None:
+    """What a replica checks requests against: nothing when `gated` (the serve gate checks every request in
+    front of Serve, and the deploy verb bound Serve's proxy to 127.0.0.1 behind it), else the key, read now:
+    a replica without one never starts, so nothing is ever served openly by accident."""
+    if gated:
+        return None
+    source = KeySource(file)
+    source.read()
+    return source
 
 
 def matches(header: str | None, key: str) -> bool:

@@ -1,4 +1,4 @@
-"""The language-model endpoint on GPUs: Ray Serve LLM with vLLM, OpenAI's routes, the same API key.
+"""The language-model endpoint on GPUs: Ray Serve LLM with vLLM, OpenAI's routes, the same API key check.
 
 Runs only where vLLM is installed: the ray-worker-llm image (requirements/serve-llm.txt; vLLM pins its
 own torch, so it is an image of its own). `serving_args` is the translation from ServeConfig and can be
@@ -27,7 +27,10 @@ def serving_args(spec) -> dict:
     }
     return {
         "llm_configs": [llm_config],
-        "ingress_cls_config": {"ingress_cls": INGRESS, "ingress_extra_kwargs": {"api_key_file": spec.api_key_file}},
+        "ingress_cls_config": {
+            "ingress_cls": INGRESS,
+            "ingress_extra_kwargs": {"api_key_file": spec.api_key_file, "gated": spec.gated},
+        },
     }
 
 

@@ -10,7 +10,8 @@ from scripts.serving import control, serve
 from scripts.serving.summary import lines, summarize
 from training.core.config import ConfigError, load_config
 from training.serving.app import ServeArgs
-from training.serving.config import ServeConfig
+from training.serving.config import GATED_PROXY_PORT, ServeConfig
+from training.serving.served_run import ServedRun
 from training.serving.vllm_app import serving_args
 
 OUTPUTS = {
@@ -31,7 +32,7 @@ def test_serve_config_has_one_application_no_key_and_the_proxy_on_the_head():
     args = ServeArgs(storage="/runs", run_name="lm", kind="llm", folder="export", api_key_file="/k").model_dump(
         mode="json"
     )
-    config = control.serve_config(args, 8123, "127.0.0.1")
+    config = control.serve_config(args, 8123)
     assert config["proxy_location"] == "HeadOnly" and config["http_options"] == {"host": "127.0.0.1", "port": 8123}
     (app,) = config["applications"]
     assert app["import_path"] == "training.serving.app:build" and app["args"]["folder"] == "export"
@@ -46,7 +47,10 @@ def test_vllm_gets_the_same_replicas_parallelism_and_key(tmp_path):
     assert llm["model_loading_config"] == {"model_id": "lm", "model_source": {"bucket_uri": "s3://b/runs/lm/export"}}
     assert llm["engine_kwargs"]["tensor_parallel_size"] == 2
     assert llm["deployment_config"]["autoscaling_config"]["max_replicas"] == 3
-    assert args["ingress_cls_config"]["ingress_cls"] == "training.serving.vllm_ingress:KeyedOpenAiIngress"
+    assert args["ingress_cls_config"] == {
+        "ingress_cls": "training.serving.vllm_ingress:KeyedOpenAiIngress",
+        "ingress_extra_kwargs": {"api_key_file": None, "gated": False},
+    }
 
 
 @pytest.mark.parametrize(
@@ -54,6 +58,7 @@ def test_vllm_gets_the_same_replicas_parallelism_and_key(tmp_path):
     [
         ({}, [], "serving is off in this deployment"),
         ({"serve_endpoint": "http://head.x.internal:8000"}, ["port=8001"], "serve_port"),
+        ({"serve_endpoint": "http://head.x.internal:18000"}, ["port=18000"], "behind the gate"),
     ],
 )
 def test_ecs_refusals_before_anything_starts(tmp_path, monkeypatch, outputs, sets, words):
@@ -62,6 +67,30 @@ def test_ecs_refusals_before_anything_starts(tmp_path, monkeypatch, outputs, set
     cfg = load_config(ServeConfig, None, sets)
     with pytest.raises(ConfigError, match=words):
         serve.up_ecs("lm", cfg, str(path), 60)
+
+
+def test_on_ecs_the_proxy_is_on_loopback_behind_the_gate_and_the_replicas_hold_no_key(tmp_path, monkeypatch):
+    """Finding 8: what the trainer task deploys on ECS. Serve's proxy, which authenticates nothing, listens on
+    127.0.0.1 only (the gate beside it in the head's task holds the Serve port); the replicas are told the gate
+    checks, and get no key file."""
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps({**OUTPUTS, "serve_endpoint": "http://head.x.internal:8000"}))
+    launched = {}
+    monkeypatch.setattr(serve, "find", lambda run_dir: ServedRun("classifier", "checkpoint_000002"))
+    monkeypatch.setattr(
+        serve,
+        "launch",
+        lambda aws, out, job, args, run_name, command: (
+            launched.update(command=command) or {"task_arn": "arn:aws:ecs:us-east-1:1:task/c/t", "log_stream": "s"}
+        ),
+    )
+    monkeypatch.setattr(serve, "follow_task", lambda *a: 0)
+    assert serve.up_ecs("clf", load_config(ServeConfig, None, []), str(path), 60) == 0
+    command = launched["command"]
+    config = json.loads(command[command.index("--config-json") + 1])
+    assert config["http_options"] == {"host": "127.0.0.1", "port": GATED_PROXY_PORT}
+    args = ServeArgs.model_validate(config["applications"][0]["args"])
+    assert args.gated and args.api_key_file is None and args.config.port == 8000
 
 
 def test_a_replica_needs_what_a_worker_has():

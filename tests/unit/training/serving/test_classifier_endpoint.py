@@ -17,7 +17,7 @@ from training.data.device_batches import normalize
 from training.ddp import Runtime, build_model
 from training.ddp_config import DDPConfig
 from training.serving.classifier import ClassifyRequest, ImageClassifier
-from training.serving.http import keyed_app, parse
+from training.serving.http import api_app, parse
 from training.serving.keys import KeySource
 
 KEY = "c" * 24
@@ -43,7 +43,7 @@ def trained(tmp_path_factory):
 def client(trained, monkeypatch):
     monkeypatch.setenv("RAYFLEET_SERVE_API_KEY", KEY)
     classifier = ImageClassifier(trained[0], CONFIG, "ddp-run")
-    app = keyed_app(KeySource())
+    app = api_app(KeySource())
 
     @app.post("/v1/classify")
     async def classify(request: Request):

@@ -7,7 +7,7 @@ import pytest
 from training.core.config import load_config
 from training.core.errors import ConfigError
 from training.serving.config import ServeConfig
-from training.serving.keys import ENV, KeyMissing, KeySource, ensure_key_file, matches
+from training.serving.keys import ENV, KeyMissing, KeySource, ensure_key_file, matches, replica_key
 
 
 def test_the_key_comes_from_the_environment_first_then_a_private_file(tmp_path, monkeypatch):
@@ -34,6 +34,15 @@ def test_no_key_a_short_key_or_a_readable_file_is_refused(tmp_path, monkeypatch)
     monkeypatch.setenv(ENV, "short")
     with pytest.raises(KeyMissing, match="at least 16"):
         KeySource().read()
+
+
+def test_a_replica_checks_its_key_unless_the_spec_says_the_gate_does(tmp_path, monkeypatch):
+    monkeypatch.delenv(ENV, raising=False)
+    with pytest.raises(KeyMissing, match="refusing to serve"):
+        replica_key(None, gated=False)  # no key and no gate: no replica, never an open endpoint
+    assert replica_key(None, gated=True) is None
+    path = ensure_key_file(tmp_path / "api_key")
+    assert replica_key(str(path), gated=False) == KeySource(str(path))
 
 
 def test_the_header_must_be_bearer_and_the_exact_key():

@@ -8,7 +8,7 @@ from fastapi import Request
 from fastapi.testclient import TestClient
 
 from training import tiny_lm
-from training.serving.http import keyed_app, parse
+from training.serving.http import api_app, parse
 from training.serving.keys import KeySource
 from training.serving.llm import ChatRequest, CompletionRequest, TextGenerator
 
@@ -25,7 +25,7 @@ def export(tmp_path_factory):
 
 def client_for(generator: TextGenerator, monkeypatch) -> TestClient:
     monkeypatch.setenv("RAYFLEET_SERVE_API_KEY", KEY)
-    app = keyed_app(KeySource())
+    app = api_app(KeySource())
 
     @app.post("/v1/completions")
     async def completions(request: Request):
