@@ -114,7 +114,7 @@ def package_into(
         held=held,
         attempts=[],  # this invocation's; a relaunched trainer task on ECS continues the list
     )
-    return {"path": pkg.path, "url": code_url}
+    return {"path": pkg.path, "url": code_url, "sha256": pkg.sha256}
 
 
 def run_name_arg(value: str) -> str:
@@ -198,6 +198,7 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     environment = {
         "RAYFLEET_RECIPE": recipe.model_dump_json(exclude_none=True),  # references only, never secret values
         "RAYFLEET_CODE_URI": code["url"],
+        "RAYFLEET_CODE_SHA256": code["sha256"],  # the trainer runs the zip only if it still has this hash
         "RAYFLEET_STORAGE": storage,
         "RAYFLEET_EXTRA_ARGS": json.dumps(extra_args),
     }

@@ -35,7 +35,7 @@ def stack(aws_stack, monkeypatch):
             monkeypatch.setenv(key, value)
     out = Outputs.load()
     ecs = aws_stack["server"].client("ecs")
-    names = [out.head_service_name, out.worker_service_name]
+    names = [out.head_service_name, out.worker_service_name, out.control_service_name]
     before = {
         s["serviceName"]: s["desiredCount"]
         for s in ecs.describe_services(cluster=out.cluster_name, services=names)["services"]
@@ -103,7 +103,7 @@ def test_autostop_scales_the_workers_to_zero_after_the_idle_time(stack):
     assert not stopper.tick(IDLE)["stopped"] and desired(stack) == deployed
     clock.now += 1
     assert stopper.tick(IDLE)["stopped"]
-    assert desired(stack) == {out.head_service_name: 1, out.worker_service_name: 0}  # the head stays by default
+    assert desired(stack) == {out.head_service_name: 1, out.worker_service_name: 0, out.control_service_name: 1}
 
 
 def test_a_running_trainer_task_keeps_the_workers(stack):
@@ -152,12 +152,17 @@ def test_start_brings_the_services_back_and_waits_until_ray_sees_the_workers(sta
     threading.Timer(4.0, write_snapshot, (stack, out.worker_count)).start()
     result = start(Aws(out.region), out, say=said.append, poll_s=0.5)
     assert result["workers"] == out.worker_count
-    assert desired(stack) == {out.head_service_name: 1, out.worker_service_name: out.worker_count}
-    assert said[:2] == [
+    assert desired(stack) == {
+        out.head_service_name: 1,
+        out.worker_service_name: out.worker_count,
+        out.control_service_name: 1,
+    }
+    assert said[:3] == [
         f"scaling {out.head_service_name} to 1 ...",
+        f"scaling {out.control_service_name} to 1 ...",
         f"scaling {out.worker_service_name} to {out.worker_count} ...",
     ]
-    assert any("no snapshot from the new head yet" in line or "Ray sees" in line for line in said[2:])
+    assert any("no snapshot from the new head yet" in line or "Ray sees" in line for line in said[3:])
     assert said[-1].startswith(f"Ray sees the head and {out.worker_count}/{out.worker_count} workers after")
 
 

@@ -154,6 +154,35 @@ def test_trainer_submits_the_s3_code_to_the_cluster_and_records_the_result(launc
     assert SECRET_VALUE not in log + result.stdout + result.stderr
 
 
+def test_a_code_zip_replaced_in_s3_is_refused_before_ray_sees_it(launched, aws_stack):
+    """Issue 27 item 9: any job can write under runs/; the trainer runs the zip only if it has the hash
+    `make run` computed and put in the RunTask overrides (which no job can change). Before, the trainer
+    handed Ray the S3 URI, whatever it held by then. Nothing of Ray is needed: the refusal comes first."""
+    record = json.loads(_object(launched, "runs/ecs-1/run.json"))
+    task = launched["ecs"].describe_tasks(cluster=launched["cluster"], tasks=[record["task_arn"]])["tasks"][0]
+    overrides = {e["name"]: e["value"] for e in task["overrides"]["containerOverrides"][0]["environment"]}
+    assert overrides["RAYFLEET_CODE_SHA256"] == record["code_sha256"]
+    tampered = io.BytesIO()
+    with zipfile.ZipFile(tampered, "w") as z:
+        z.writestr("train.py", "import os; os.system('echo owned')\n")
+    name = record["code"].rsplit("/", 1)[-1]
+    launched["s3"].put_object(Bucket=launched["bucket"], Key=f"runs/tampered-1/{name}", Body=tampered.getvalue())
+    env = {
+        **aws_stack["env"],
+        **overrides,
+        "RAYFLEET_RUN_NAME": "tampered-1",
+        "RAYFLEET_CODE_URI": f"s3://{launched['bucket']}/runs/tampered-1/{name}",
+        "RAYFLEET_DASHBOARD_URL": "http://127.0.0.1:9",  # never asked
+    }
+    result = subprocess.run(
+        [sys.executable, "-m", "scripts.recipes.driver"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert "is not the one `make run` uploaded" in line and line.endswith("refusing to run it")
+    assert json.loads(_object(launched, "runs/tampered-1/run.json"))["state"] == "FAILED"
+
+
 def test_recipe_beyond_the_worker_instance_is_refused_before_upload(aws_stack, tmp_path):
     recipe = write_recipe(tmp_path, resources={"workers": 1, "gpus_per_worker": 4})
     result = run_recipe(aws_stack["env"], str(recipe), "--target", "ecs", "--run-name", "too-big", "--detach")

@@ -72,7 +72,11 @@ def test_moto_holds_the_task_definitions_exactly_as_terraform_rendered_them(aws_
     assert trainer["command"] == ["ddp"] and trainer["secrets"] == [{"name": "RAY_AUTH_TOKEN", "valueFrom": secret}]
     head = _containers(_definition(server, out["ids"][picture["taskDefinitionArns"]["head"]]))["ray-head"]
     assert head["healthCheck"]["command"] == ["CMD", "rayfleet-node", "health"]
-    assert head["linuxParameters"] == {"sharedMemorySize": 3171, "initProcessEnabled": True}
+    assert head["linuxParameters"] == {
+        "sharedMemorySize": 3171,
+        "initProcessEnabled": True,
+        "capabilities": {"drop": ["ALL"]},
+    }
 
 
 def test_services_tasks_and_outputs_are_the_rendered_deployment(aws_stack):
@@ -85,7 +89,8 @@ def test_services_tasks_and_outputs_are_the_rendered_deployment(aws_stack):
         aws_stack["outputs"]["ids"][s] for s in picture["outputs"]["private_subnet_ids"]
     ]
     services = ecs.describe_services(
-        cluster=loaded.cluster_name, services=[loaded.head_service_name, loaded.worker_service_name]
+        cluster=loaded.cluster_name,
+        services=[loaded.head_service_name, loaded.worker_service_name, loaded.control_service_name],
     )
     by_name = {s["serviceName"]: s for s in services["services"]}
     for rendered in picture["services"]:

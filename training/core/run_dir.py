@@ -83,6 +83,24 @@ class RunDir:
         tmp.replace(path)  # readers never see half a file
         return self.display(name)
 
+    def download(self, name: str, local: Path) -> Path:
+        """One file of the run directory to `local` (streamed); FileNotFoundError when it is not there."""
+        if self.is_s3:
+            bucket, key = self._key(name)
+            client = self._s3()
+            try:
+                client.download_file(bucket, key, str(local))
+            except client.exceptions.ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
+                    raise FileNotFoundError(f"{self.display(name)} does not exist") from None
+                raise
+            return local
+        source = Path(self.url) / name
+        if not source.is_file():
+            raise FileNotFoundError(f"{self.display(name)} does not exist")
+        shutil.copyfile(source, local)
+        return local
+
     def local_copy(self, name: str, scratch: Path) -> Path:
         """A folder of the run directory as a local path: itself when local, else downloaded under `scratch`
         (every object below `<run>/<name>/`). FileNotFoundError when it holds nothing."""
