@@ -117,8 +117,8 @@ variable "serve" {
   default = {}
 
   validation {
-    condition     = var.serve.port >= 1024 && var.serve.port <= 65535 && !contains([for r in values(jsondecode(file("${path.module}/catalog/ray_ports.json"))) : r.from if r.from == r.to], var.serve.port)
-    error_message = "serve.port must be 1024-65535 and not one of Ray's own ports (infra/catalog/ray_ports.json)."
+    condition     = var.serve.port >= 1024 && var.serve.port <= 65535 && !anytrue([for r in values(jsondecode(file("${path.module}/catalog/ray_ports.json"))) : var.serve.port >= r.from && var.serve.port <= r.to])
+    error_message = "serve.port must be 1024-65535 and outside every port and port range of Ray's (infra/catalog/ray_ports.json: its workers' and collectives' ranges too)."
   }
 
   validation {
@@ -127,8 +127,8 @@ variable "serve" {
   }
 
   validation {
-    condition     = alltrue([for c in var.serve.allowed_cidrs : can(cidrhost(c, 0)) && !endswith(c, "/0")])
-    error_message = "serve.allowed_cidrs must be CIDR blocks, and none may be /0 (the endpoint is never open to everyone)."
+    condition     = alltrue([for c in var.serve.allowed_cidrs : can(cidrhost(c, 0)) && tonumber(split("/", c)[1]) >= (strcontains(c, ":") ? 32 : 8)])
+    error_message = "serve.allowed_cidrs must be CIDR blocks of at least /8 (IPv6: /32): the endpoint is never open to the internet at large (0.0.0.0/1 is half of it)."
   }
 }
 

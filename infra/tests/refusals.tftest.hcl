@@ -189,6 +189,22 @@ run "serving_open_to_the_world" {
   expect_failures = [var.serve]
 }
 
+run "serving_open_to_half_the_internet" {
+  command = plan
+  variables {
+    serve = { enabled = true, allowed_cidrs = ["0.0.0.0/1"] }
+  }
+  expect_failures = [var.serve]
+}
+
+run "serving_inside_rays_worker_port_range" {
+  command = plan
+  variables {
+    serve = { enabled = true, port = 10500, allowed_cidrs = ["10.0.0.0/8"] }
+  }
+  expect_failures = [var.serve]
+}
+
 run "serving_on_a_ray_port" {
   command = plan
   variables {
