@@ -69,6 +69,11 @@ def forwarded(headers) -> list[tuple[str, str]]:
     return [(name, value) for name, value in headers.items() if name.lower() not in NOT_FORWARDED | named]
 
 
+def logged(request: web.Request) -> str:
+    """The path as sent, percent-encoded (no line breaks in the log), without the query (it may hold secrets)."""
+    return request.rel_url.raw_path[:200]
+
+
 def refused() -> web.Response:
     # OpenAI's error shape, as the replicas answer, so OpenAI clients show it; the same for no key and a wrong one.
     body = {"error": {"message": REFUSED, "type": "authentication_error", "code": "invalid_api_key"}}
@@ -78,17 +83,25 @@ def refused() -> web.Response:
 def make_app(key: str, upstream: str) -> web.Application:
     async def session(app: web.Application):
         # No pool limit (Serve's proxy queues and sheds load itself); no total timeout (a long generation
-        # streams for minutes); bytes passed through as they are (compressed stays compressed).
+        # streams for minutes); bytes passed through as they are (compressed stays compressed), and no header
+        # the caller did not send (aiohttp would add these four).
         connector = TCPConnector(limit=0)
         timeout = ClientTimeout(total=None, sock_connect=10)
-        async with ClientSession(connector=connector, timeout=timeout, auto_decompress=False) as client:
+        own = (hdrs.ACCEPT, hdrs.ACCEPT_ENCODING, hdrs.USER_AGENT, hdrs.CONTENT_TYPE)
+        options = {"connector": connector, "timeout": timeout, "auto_decompress": False, "skip_auto_headers": own}
+        async with ClientSession(**options) as client:
             app[SESSION] = client
             yield
 
-    async def gate(request: web.Request) -> web.StreamResponse:
+    @web.middleware
+    async def gate(request: web.Request, handler) -> web.StreamResponse:
+        # A middleware, not the route: it runs for every request, one that matches no route included.
         if not matches(request.headers.get(hdrs.AUTHORIZATION), key):
-            say(f"refused {request.method} {request.path} from {request.remote}: no or wrong API key")
+            say(f"refused {request.method} {logged(request)} from {request.remote}: no or wrong API key")
             return refused()
+        return await handler(request)
+
+    async def forward(request: web.Request) -> web.StreamResponse:
         try:
             reply = await request.app[SESSION].request(
                 request.method,
@@ -98,7 +111,7 @@ def make_app(key: str, upstream: str) -> web.Application:
                 allow_redirects=False,
             )
         except (ClientError, OSError) as exc:
-            say(f"{request.method} {request.path}: Serve's proxy did not answer: {type(exc).__name__}")
+            say(f"{request.method} {logged(request)}: Serve's proxy did not answer: {type(exc).__name__}")
             body = {"error": {"message": "the endpoint is not serving", "type": "server_error", "code": "no_upstream"}}
             return web.json_response(body, status=502)
         async with reply:
@@ -109,9 +122,9 @@ def make_app(key: str, upstream: str) -> web.Application:
             await response.write_eof()
             return response
 
-    app = web.Application()
+    app = web.Application(middlewares=[gate])
     app.cleanup_ctx.append(session)
-    app.router.add_route("*", "/{tail:.*}", gate)
+    app.router.add_route("*", r"/{tail:[\s\S]*}", forward)  # every path, line breaks (%0a) included
     return app
 
 

@@ -74,7 +74,7 @@ class Upstream:
         app = web.Application()
         app.router.add_route("*", "/echo", self.echo)
         app.router.add_get("/stream", self.stream)
-        app.router.add_route("*", "/{tail:.*}", self.open_route)
+        app.router.add_route("*", r"/{tail:[\s\S]*}", self.open_route)
         ready = threading.Event()
 
         async def serve():
@@ -147,7 +147,9 @@ def call(port: int, method: str, path: str, headers: dict | None = None, body: b
     return response.status, dict(response.getheaders()), response.read(), response
 
 
-@pytest.mark.parametrize("path", ["/", "/x", "/anything/at/all?q=1", "/v1/completions", "/-/routes", "/-/healthz"])
+@pytest.mark.parametrize(
+    "path", ["/", "/x", "/anything/at/all?q=1", "/v1/completions", "/-/routes", "/-/healthz", "/x%0Ay", "//x"]
+)
 def test_without_the_key_every_path_is_refused_before_serve(gate, upstream, path):
     before = len(upstream.seen)
     for headers in ({}, {"Authorization": "Bearer wrong-key-wrong-key"}, {"Authorization": f"Basic {KEY}"}):
@@ -180,6 +182,10 @@ def test_with_the_key_the_request_and_the_answer_pass_as_they_are(gate, upstream
     assert seen["headers"]["x-custom"] == "kept" and "x-drop" not in seen["headers"]
     assert "authorization" not in seen["headers"]  # the key stops at the gate
     assert call(gate.port, "DELETE", "/echo", AUTH)[0] == 200 and upstream.seen[-1]["method"] == "DELETE"
+    assert call(gate.port, "PUT", "/echo", AUTH, b"raw")[0] == 200  # no Content-Type, Accept or User-Agent added
+    assert {"content-type", "accept", "user-agent"}.isdisjoint(upstream.seen[-1]["headers"])
+    assert upstream.seen[-1]["headers"]["accept-encoding"] == "identity"  # what http.client sent
+    assert call(gate.port, "GET", "/odd%0Apath", AUTH)[0] == 200 and upstream.seen[-1]["raw_path_qs"] == "/odd%0Apath"
 
 
 def test_a_streamed_answer_arrives_chunk_by_chunk(gate, upstream):
@@ -199,11 +205,15 @@ def test_refusals_are_logged_one_line_each_without_the_key(upstream, tmp_path):
     gate = Gate(tmp_path, upstream.port, [], gate_env(**{ENV: KEY}))
     try:
         call(gate.port, "GET", "/x?token=abc", {"Authorization": f"Bearer {KEY}-almost"})
+        call(gate.port, "GET", "/x%0aserve-gate:%20forged", {})
         call(gate.port, "GET", "/x", AUTH)
     finally:
         log = gate.stop()
-    refused = [line for line in log.splitlines() if "refused" in line]
-    assert refused == ["serve-gate: refused GET /x from 127.0.0.1: no or wrong API key"]
+    refused = [line for line in log.splitlines() if "refused" in line or "forged" in line]
+    assert refused == [
+        "serve-gate: refused GET /x from 127.0.0.1: no or wrong API key",
+        "serve-gate: refused GET /x%0aserve-gate:%20forged from 127.0.0.1: no or wrong API key",  # one line
+    ]
     assert KEY not in log and "abc" not in log
 
 
