@@ -15,11 +15,18 @@ RUN (id -u ray >/dev/null 2>&1 || useradd --uid 1000 --create-home --shell /bin/
 COPY requirements/ /opt/rayfleet/requirements/
 RUN /opt/rayfleet/venv/bin/pip install --no-cache-dir --quiet -r /opt/rayfleet/requirements/serve-llm.txt
 
+# As the ray base (images/base/ray.Dockerfile): HOME for a read-only root with volumes at /tmp and /home/ray,
+# and nothing left that raises privileges (images/bin/rayfleet-harden; issue 27 item 5).
 ENV PATH=/opt/rayfleet/venv/bin:${PATH} \
+    HOME=/home/ray \
     PYTHONPATH=/opt/rayfleet/src \
     PYTHONUNBUFFERED=1 \
     RAY_USAGE_STATS_ENABLED=0 \
     RAY_AUTH_MODE=token
+COPY images/bin/rayfleet-harden /usr/local/sbin/rayfleet-harden
+RUN rayfleet-harden \
+ && install -d -o 1000 -m 0750 /home/ray \
+ && chmod 1777 /tmp
 COPY scripts/__init__.py /opt/rayfleet/src/scripts/
 COPY scripts/container/ /opt/rayfleet/src/scripts/container/
 COPY scripts/serving/ /opt/rayfleet/src/scripts/serving/

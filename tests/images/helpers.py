@@ -1,5 +1,6 @@
 """podman for the image tests (and the rehearsal, which runs the same images): the repository root, the
-engine's configuration, `podman ...` as a command, and the build of the four test images."""
+engine's configuration, `podman ...` as a command, the flags and volumes of a container run as ECS runs it,
+and the build of the four test images."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import shutil
 import signal
 import subprocess
 import sys
+import uuid
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,37 @@ def podman(*args: str, check: bool = True, timeout: int = 600) -> subprocess.Com
     return subprocess.run(
         ["podman", *args], env=podman_env(), capture_output=True, text=True, timeout=timeout, check=check
     )
+
+
+# How ECS runs every container of the project (infra/modules/ray/task_definitions.tf, issue 27 item 5): a
+# read-only root file system, no capability, no-new-privileges, the image's own non-root user. podman, unlike
+# Docker, would mount tmpfs on /tmp, /var/tmp and /run of a --read-only container, which would hide a write
+# there: --read-only-tmpfs=false, so what is writable is only what ECS makes writable (volumes, /dev/shm).
+def locked_down(user: str) -> list[str]:
+    return [
+        "--read-only",
+        "--read-only-tmpfs=false",
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "--user",
+        user,
+    ]
+
+
+@contextmanager
+def task_volumes(*paths: str):
+    """Empty named volumes, one per path, as `-v` arguments: like the task-scoped Docker volumes of the task
+    definitions, they start as a copy of the image's directory there (content, owner and mode)."""
+    names = [f"rf-test-{uuid.uuid4().hex[:8]}" for _ in paths]
+    try:
+        for name in names:
+            podman("volume", "create", name)
+        yield [arg for name, path in zip(names, paths, strict=True) for arg in ("-v", f"{name}:{path}")]
+    finally:
+        for name in names:
+            podman("volume", "rm", "-f", name, check=False)
 
 
 def build_images(scratch: Path) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.images.helpers import ROOT, podman
+from tests.images.helpers import ROOT, locked_down, podman, task_volumes
 
 pytestmark = pytest.mark.integration
 RAY_IMAGES = ("ray-head", "ray-worker", "trainer")
@@ -81,7 +81,8 @@ print("imported")
 @pytest.mark.parametrize("image", RAY_IMAGES)
 def test_every_module_the_image_carries_imports(running, image):
     result = running[image].run(f"python - <<'EOF'\n{IMPORT_ALL}\nEOF")
-    assert result.rc == 0 and result.stdout.strip() == "imported", result.stderr[-2000:]
+    # the last line: importing DeepSpeed prints its accelerator warning to stdout on a machine without a GPU
+    assert result.rc == 0 and result.stdout.strip().splitlines()[-1:] == ["imported"], result.stderr[-2000:]
 
 
 def test_image_configs_set_the_entry_points_and_token_mode(built_images):
@@ -131,8 +132,13 @@ def test_no_token_is_baked_into_any_image(built_images, running):
 
 
 def test_the_worker_gives_up_on_a_head_that_never_answers(built_images):
+    """Started as ECS starts it (test_least_privilege.py has the head and the trainer): read-only, no
+    capability, its volumes at /tmp, /home/ray and /run/rayfleet."""
     env = ["-e", "RAYFLEET_HEAD_HOST=head.rayfleet-test.invalid", "-e", "RAYFLEET_HEAD_WAIT_S=4"]
-    result = podman("run", "--rm", *env, built_images["ray-worker"], check=False, timeout=120)
+    with task_volumes("/tmp", "/home/ray", "/run/rayfleet") as volumes:
+        result = podman(
+            "run", "--rm", *locked_down("1000"), *volumes, *env, built_images["ray-worker"], check=False, timeout=120
+        )
     assert result.returncode != 0
     assert "waiting for the head head.rayfleet-test.invalid:6379" in result.stdout
     assert "did not answer within 4s" in result.stderr
@@ -157,7 +163,12 @@ def test_the_trainer_holds_the_models_its_manifest_lists(running):
 
 
 def test_the_sidecar_reports_no_gpu_cleanly(built_images):
-    result = podman("run", "--rm", built_images["gpu-metrics"], check=False, timeout=120)
+    # as ECS runs it: read-only, no capability, no volume but the current-run one (read-only)
+    with task_volumes("/run/rayfleet") as volumes:
+        volumes[-1] += ":ro"
+        result = podman(
+            "run", "--rm", *locked_down("10001"), *volumes, built_images["gpu-metrics"], check=False, timeout=120
+        )
     assert result.returncode == 3, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert "error: NVML is not available" in result.stderr and "no NVIDIA driver" in result.stderr

@@ -64,6 +64,29 @@ def test_labels_user_and_no_secrets(dockerfile):
     assert not re.search(r"^(ENV|ARG)\s+\S*(TOKEN|SECRET|PASSWORD|AWS_ACCESS)", text, flags=re.M | re.I)
 
 
+INSTALLS = re.compile(r"apt-get install|apt install|dpkg -i|pip install|efa_installer")
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: str(p.relative_to(IMAGES)))
+def test_the_final_stage_hardens_after_its_last_install(dockerfile):
+    """Issue 27 item 5: images/bin/rayfleet-harden (no sudo, no setuid/setgid bit, no file capability) runs
+    in every final stage built on a third-party base, and after whatever a final stage installs as root.
+    tests/images/test_least_privilege.py scans the built images themselves."""
+    text = re.sub(r"\\\n\s*", " ", dockerfile.read_text())  # continuation lines joined
+    final = re.split(r"^FROM ", text, flags=re.M)[-1]
+    runs = [line for line in final.splitlines() if line.startswith("RUN ")]
+    third_party = re.match(r"\$\{(BASE_IMAGE|PYTHON_BASE_IMAGE)\}", final)
+    hardened = [i for i, run in enumerate(runs) if "rayfleet-harden" in run]
+    if third_party:
+        assert hardened, f"{dockerfile.name}: the final stage never runs rayfleet-harden"
+    for i, run in enumerate(runs):
+        if INSTALLS.search(run):
+            last = max(INSTALLS.finditer(run), key=lambda m: m.start()).start()
+            later = run.rfind("rayfleet-harden") > last or any(h > i for h in hardened)
+            assert later, f"{dockerfile.name}: nothing hardens after {run[:100]}"
+    assert (ROOT / "images" / "bin" / "rayfleet-harden").stat().st_mode & 0o111
+
+
 def test_the_build_context_carries_only_what_the_images_copy():
     ignore = (ROOT / ".dockerignore").read_text().splitlines()
     assert next(line for line in ignore if not line.startswith("#")) == "**"

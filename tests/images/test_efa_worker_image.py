@@ -36,6 +36,7 @@ def test_the_efa_variant_installs_libfabric_and_the_nccl_ofi_plugin_as_aws_docum
     assert "--prefix=/opt/aws-ofi-nccl" in run and "--enable-platform-aws" in run
     assert "rm -rf /var/lib/apt/lists/* /tmp/efa" in run  # no installer or apt lists left in the layer
     assert "test -e /opt/aws-ofi-nccl/lib/libnccl-net.so" in run  # the build fails if the plugin is missing
+    assert run.endswith("&& rayfleet-harden")  # what it installed raises no privilege either (issue 27 item 5)
 
 
 def test_the_plugin_and_libfabric_are_found_by_the_loader_and_the_user_is_not_root():
