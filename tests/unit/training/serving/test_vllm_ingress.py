@@ -11,6 +11,7 @@ import gc
 import importlib.abc
 import importlib.machinery
 import sys
+import time
 import types
 from contextlib import contextmanager
 
@@ -119,15 +120,21 @@ def replica_app(ray_llm, spec: ServeArgs):
     finally:
         context._INTERNAL_REPLICA_CONTEXT = None
         replica.call_destructor().result(timeout=60)  # the app's lifespan ends, as when Serve stops a replica
-        asyncio.run_coroutine_threadsafe(_cancel_the_rest(), replica.event_loop).result(timeout=60)
-        replica.event_loop.call_soon_threadsafe(replica.event_loop.stop)
+        loop = replica.event_loop
+        asyncio.run_coroutine_threadsafe(_cancel_the_rest(), loop).result(timeout=60)
+        loop.call_soon_threadsafe(loop.stop)
+        deadline = time.monotonic() + 60
+        while loop.is_running() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        loop.close()
 
 
 async def _cancel_the_rest() -> None:
     """Serve's event-loop monitor, which runs until the replica's process ends."""
-    for task in asyncio.all_tasks():
-        if task is not asyncio.current_task():
-            task.cancel()
+    rest = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
 
 
 @pytest.fixture(autouse=True)
