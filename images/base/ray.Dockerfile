@@ -19,21 +19,22 @@ COPY requirements/ /opt/rayfleet/requirements/
 RUN /opt/rayfleet/venv/bin/pip install --no-cache-dir --quiet -r /opt/rayfleet/requirements/train.txt
 
 # HOME: ECS runs the images with a read-only root file system, as uid 1000, with task volumes at /tmp and
-# /home/ray (issue 27 item 5). What Ray and the jobs write goes there: Ray's session under /tmp/ray, tempfile
+# /work (issue 27 item 5); not /home/ray, which on rayproject/ray holds conda (the Python the venv runs on):
+# a volume there would start as a copy of it in every task, writable by the jobs. What Ray and the jobs write goes there: Ray's session under /tmp/ray, tempfile
 # under /tmp, the caches (pip, Hugging Face, torch, triton, CUDA's) under ~/.cache and ~; so HOME is set here
 # rather than left to whatever the engine derives from the user.
 ENV PATH=/opt/rayfleet/venv/bin:${PATH} \
-    HOME=/home/ray \
+    HOME=/work \
     PYTHONPATH=/opt/rayfleet/src \
     PYTHONUNBUFFERED=1 \
     RAY_USAGE_STATS_ENABLED=0 \
     RAY_AUTH_MODE=token
 # Nothing left that raises privileges (issue 27 item 5): sudo purged, setuid/setgid bits and file capabilities
 # stripped (images/bin/rayfleet-harden). After the last root install; the derived images run it again after
-# theirs. /home/ray belongs to the ray user and /tmp is 1777: an empty volume mounted there starts as a copy.
+# theirs. /work (empty) belongs to the ray user and /tmp is 1777: an empty volume mounted there starts as a copy.
 COPY images/bin/rayfleet-harden /usr/local/sbin/rayfleet-harden
 RUN rayfleet-harden \
- && install -d -o 1000 -m 0750 /home/ray \
+ && install -d -o 1000 -m 0750 /work \
  && chmod 1777 /tmp
 # The container-side code and the training library (training/core: token auth, the AWS adapter).
 COPY scripts/__init__.py /opt/rayfleet/src/scripts/
@@ -51,7 +52,7 @@ COPY infra/catalog/instance_types.json /opt/rayfleet/src/infra/catalog/instance_
 COPY images/bin/rayfleet-node /usr/local/bin/rayfleet-node
 
 USER 1000
-WORKDIR /home/ray
+WORKDIR /work
 
 # Last: these change with every commit and must not invalidate the layers above.
 ARG REVISION=unknown

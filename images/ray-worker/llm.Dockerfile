@@ -15,17 +15,17 @@ RUN (id -u ray >/dev/null 2>&1 || useradd --uid 1000 --create-home --shell /bin/
 COPY requirements/ /opt/rayfleet/requirements/
 RUN /opt/rayfleet/venv/bin/pip install --no-cache-dir --quiet -r /opt/rayfleet/requirements/serve-llm.txt
 
-# As the ray base (images/base/ray.Dockerfile): HOME for a read-only root with volumes at /tmp and /home/ray,
+# As the ray base (images/base/ray.Dockerfile): HOME (/work) for a read-only root with volumes at /tmp and /work,
 # and nothing left that raises privileges (images/bin/rayfleet-harden; issue 27 item 5).
 ENV PATH=/opt/rayfleet/venv/bin:${PATH} \
-    HOME=/home/ray \
+    HOME=/work \
     PYTHONPATH=/opt/rayfleet/src \
     PYTHONUNBUFFERED=1 \
     RAY_USAGE_STATS_ENABLED=0 \
     RAY_AUTH_MODE=token
 COPY images/bin/rayfleet-harden /usr/local/sbin/rayfleet-harden
 RUN rayfleet-harden \
- && install -d -o 1000 -m 0750 /home/ray \
+ && install -d -o 1000 -m 0750 /work \
  && chmod 1777 /tmp
 COPY scripts/__init__.py /opt/rayfleet/src/scripts/
 COPY scripts/container/ /opt/rayfleet/src/scripts/container/
@@ -36,7 +36,7 @@ COPY training/serving/ /opt/rayfleet/src/training/serving/
 COPY images/bin/rayfleet-node /usr/local/bin/rayfleet-node
 
 USER 1000
-WORKDIR /home/ray
+WORKDIR /work
 ENTRYPOINT ["rayfleet-node"]
 CMD ["worker"]
 

@@ -348,7 +348,7 @@ run "ray" {
       [for v in aws_ecs_task_definition.worker.volume : v.host_path if v.name == "instance-identity"] == ["/etc/rayfleet"] &&
       jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].mountPoints == [
         { sourceVolume = "tmp", containerPath = "/tmp", readOnly = false },
-        { sourceVolume = "home", containerPath = "/home/ray", readOnly = false },
+        { sourceVolume = "home", containerPath = "/work", readOnly = false },
         { sourceVolume = "current-run", containerPath = "/run/rayfleet", readOnly = false },
         { sourceVolume = "instance-identity", containerPath = "/etc/rayfleet", readOnly = true },
       ] &&

@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--var-file", action="append", help="Terraform variables file (infra/fsdp.tfvars)")
         p.add_argument("--state", help="`terraform show -json` of a deployment (default: infra/ applied offline)")
     up.add_argument("--picture", help="a saved deployment picture (the output of `picture`)")
-    up.add_argument("--data", help="a FashionMNIST directory to mount at /home/ray/data (make data writes data/)")
+    up.add_argument("--data", help="a FashionMNIST directory to mount at /work/data (make data writes data/)")
     up.add_argument("--port", type=int, default=0, help="moto's port (default: any free port)")
     up.add_argument(
         "--container-endpoint",

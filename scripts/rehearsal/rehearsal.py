@@ -27,7 +27,7 @@ from training.core.errors import RayfleetError
 ROOT = Path(__file__).resolve().parents[2]
 STATE_DIR = ROOT / ".rayfleet" / "rehearsal"
 DATA_TARGET = (
-    "/home/ray/data"  # recipes/ddp.yaml: data_dir=${RAYFLEET_LAUNCH_DIR}/data; the trainer's WORKDIR is /home/ray
+    "/work/data"  # recipes/ddp.yaml: data_dir=${RAYFLEET_LAUNCH_DIR}/data; the trainer's WORKDIR is /work
 )
 NODES_SCRIPT = (
     "import json,os,urllib.request;"

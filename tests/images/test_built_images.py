@@ -133,9 +133,9 @@ def test_no_token_is_baked_into_any_image(built_images, running):
 
 def test_the_worker_gives_up_on_a_head_that_never_answers(built_images):
     """Started as ECS starts it (test_least_privilege.py has the head and the trainer): read-only, no
-    capability, its volumes at /tmp, /home/ray and /run/rayfleet."""
+    capability, its volumes at /tmp, /work and /run/rayfleet."""
     env = ["-e", "RAYFLEET_HEAD_HOST=head.rayfleet-test.invalid", "-e", "RAYFLEET_HEAD_WAIT_S=4"]
-    with task_volumes("/tmp", "/home/ray", "/run/rayfleet") as volumes:
+    with task_volumes("/tmp", "/work", "/run/rayfleet") as volumes:
         result = podman(
             "run", "--rm", *locked_down("1000"), *volumes, *env, built_images["ray-worker"], check=False, timeout=120
         )

@@ -1,6 +1,6 @@
 """Issue 27 item 5: nothing in the images can raise a privilege, and they work the way ECS runs them
 (infra/modules/ray/task_definitions.tf): a read-only root file system, every capability dropped,
-no-new-privileges, the image's own non-root user, task volumes at /tmp and /home/ray (and /run/rayfleet on
+no-new-privileges, the image's own non-root user, task volumes at /tmp and /work (HOME) (and /run/rayfleet on
 workers), /dev/shm.
 
 On the production base (rayproject/ray: `ray ALL=NOPASSWD: ALL` in /etc/sudoers) the sudo checks are the
@@ -164,8 +164,8 @@ def test_the_head_and_a_trainer_driver_run_locked_down_as_on_ecs(built_images, t
     with ExitStack() as cleanup:  # on the way out: the containers, then their volumes, then the network
         podman("network", "create", network)
         cleanup.callback(podman, "network", "rm", "-f", network, check=False)
-        head_volumes = cleanup.enter_context(task_volumes("/tmp", "/home/ray"))
-        trainer_volumes = cleanup.enter_context(task_volumes("/tmp", "/home/ray"))
+        head_volumes = cleanup.enter_context(task_volumes("/tmp", "/work"))
+        trainer_volumes = cleanup.enter_context(task_volumes("/tmp", "/work"))
         for name in (head, trainer):
             cleanup.callback(podman, "rm", "-f", "-t", "0", name, check=False)
         podman("run", "-d", "--name", head, *common, *head_volumes, built_images["ray-head"], "head")
@@ -201,9 +201,9 @@ def test_the_head_and_a_trainer_driver_run_locked_down_as_on_ecs(built_images, t
         assert report["nodes"] == 2
         for where in ("driver", "task"):
             seen = report[where]
-            assert seen["uid"] == 1000 and seen["home"] == "/home/ray", seen
+            assert seen["uid"] == 1000 and seen["home"] == "/work", seen
             assert seen["no_new_privs"] == "1" and int(seen["cap_eff"], 16) == int(seen["cap_bnd"], 16) == 0, seen
-            assert all(path.startswith(("/home/ray/", "/tmp/")) for path in seen["wrote"].values()), seen
+            assert all(path.startswith(("/work/", "/tmp/")) for path in seen["wrote"].values()), seen
             assert set(seen["refused"].values()) == {errno.EROFS}, seen  # the root file system, not a permission
         head_logs = podman(
             "exec", head, "sh", "-c", "grep -rlI 'Read-only file system' /tmp/ray/session_latest/logs || true"

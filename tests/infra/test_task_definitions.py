@@ -23,7 +23,7 @@ import pytest
 from scripts.deploy import rendered
 from scripts.deploy.terraform_standin.render import rendered_state
 
-WRITABLE = {"/tmp", "/home/ray", "/run/rayfleet"}  # plus /dev/shm (sharedMemorySize), which is a tmpfs
+WRITABLE = {"/tmp", "/work", "/run/rayfleet"}  # plus /dev/shm (sharedMemorySize), which is a tmpfs
 HOST_PATHS = {"/etc/rayfleet"}  # the instance's identity and Spot notice, read-only
 SHAPES = {"default": (), "fsdp (EFA, host network)": ("fsdp.tfvars",)}
 

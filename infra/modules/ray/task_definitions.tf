@@ -35,7 +35,7 @@ locals {
   # Issue 27 item 5: no container can gain a privilege or change its image. A fixed non-root user (the
   # images' own), no capabilities, no-new-privileges (the images carry no sudo and no setuid file either),
   # and a read-only root file system: what a container writes goes to /dev/shm, the task volumes below
-  # (/tmp, /home/ray: task-scoped Docker volumes, which start as a copy of the image's directory, owner and
+  # (/tmp, /work (HOME): task-scoped Docker volumes, which start as a copy of the image's directory, owner and
   # mode included) and, on workers, /run/rayfleet. tests/infra/test_task_definitions.py checks the rendering.
   locked_down = {
     readonlyRootFilesystem = true
@@ -45,7 +45,7 @@ locals {
   no_capabilities = { capabilities = { drop = ["ALL"] } }
   scratch_mounts = [
     { sourceVolume = "tmp", containerPath = "/tmp", readOnly = false },
-    { sourceVolume = "home", containerPath = "/home/ray", readOnly = false },
+    { sourceVolume = "home", containerPath = "/work", readOnly = false },
   ]
   ray_user = "1000" # the ray user of every Ray image (images/base/ray.Dockerfile)
 
