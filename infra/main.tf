@@ -45,14 +45,16 @@ check "efa_supported" {
 }
 
 module "iam" {
-  source           = "./modules/iam"
-  name             = var.name
-  bucket_arn       = module.storage.bucket_arn
-  bucket_prefixes  = module.storage.prefixes
-  control_prefix   = module.storage.control_prefix
-  scaled_services  = values(module.ray.service_names)
-  repository_arns  = values(module.registry.repository_arns)
-  metric_namespace = module.observability.metric_namespace
+  source          = "./modules/iam"
+  name            = var.name
+  bucket_arn      = module.storage.bucket_arn
+  bucket_prefixes = module.storage.prefixes
+  control_prefix  = module.storage.control_prefix
+  # tls_secret_arn is null unless serving is on with TLS
+  serve_tls_secret_arn = var.serve.enabled ? var.serve.tls_secret_arn : null
+  scaled_services      = values(module.ray.service_names)
+  repository_arns      = values(module.registry.repository_arns)
+  metric_namespace     = module.observability.metric_namespace
 
   create_autoscaling_service_linked_role = var.create_autoscaling_service_linked_role
 }
@@ -121,7 +123,7 @@ module "ray" {
   task_role_arn         = module.iam.task_role_arn
   kms_key_arn           = module.iam.kms_key_arn
   log_retention_days    = var.log_retention_days
-  serve                 = var.serve.enabled ? { port = var.serve.port, security_group_id = module.network.serve_security_group_id } : null
+  serve                 = var.serve.enabled ? { port = var.serve.port, security_group_id = module.network.serve_security_group_id, tls_secret_arn = var.serve.tls_secret_arn } : null
   metric_namespace      = module.observability.metric_namespace
   notify_topic_arn      = module.observability.notifications_topic_arn
 }

@@ -113,12 +113,24 @@ variable "serve" {
     port                       = optional(number, 8000)
     allowed_cidrs              = optional(list(string), [])
     allowed_security_group_ids = optional(list(string), [])
+    tls_secret_arn             = optional(string)
   })
   default = {}
 
   validation {
     condition     = var.serve.port >= 1024 && var.serve.port <= 65535 && !anytrue([for r in values(jsondecode(file("${path.module}/catalog/ray_ports.json"))) : var.serve.port >= r.from && var.serve.port <= r.to])
     error_message = "serve.port must be 1024-65535 and outside every port and port range of Ray's (infra/catalog/ray_ports.json: its workers' and collectives' ranges too)."
+  }
+
+  validation {
+    # Serve's own proxy listens on 127.0.0.1:18000 behind the gate (training/serving/config.py GATED_PROXY_PORT)
+    condition     = var.serve.port != 18000
+    error_message = "serve.port 18000 is where Serve's own proxy listens behind the key check (serve-gate): pick another."
+  }
+
+  validation {
+    condition     = var.serve.tls_secret_arn == null || can(regex("^arn:aws[a-z-]*:secretsmanager:[a-z0-9-]+:[0-9]{12}:secret:.+$", var.serve.tls_secret_arn))
+    error_message = "serve.tls_secret_arn must be a Secrets Manager secret ARN (its JSON: {\"cert\": PEM, \"key\": PEM})."
   }
 
   validation {

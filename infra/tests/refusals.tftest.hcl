@@ -205,6 +205,14 @@ run "serving_inside_rays_worker_port_range" {
   expect_failures = [var.serve]
 }
 
+run "serving_on_the_port_behind_the_gate" {
+  command = plan
+  variables {
+    serve = { enabled = true, port = 18000, allowed_cidrs = ["10.0.0.0/8"] }
+  }
+  expect_failures = [var.serve]
+}
+
 run "serving_on_a_ray_port" {
   command = plan
   variables {

@@ -126,13 +126,20 @@ run "serve_ray" {
     error_message = "The workers do not carry the Serve group."
   }
 
+  # issue 27 item 8: one process checks the key in front of every route on the Serve port: the head task's
+  # serve-gate container, which alone holds the key; it starts before the head (no job can take its port).
   assert {
     condition = (
-      contains(jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].secrets, { name = "RAYFLEET_SERVE_API_KEY", valueFrom = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/serve-api-key-20261124-AbCdEf" }) &&
-      !strcontains(aws_ecs_task_definition.head.container_definitions, "RAYFLEET_SERVE_API_KEY") &&
+      [for c in jsondecode(aws_ecs_task_definition.head.container_definitions) : c.name] == ["ray-head", "serve-gate"] &&
+      jsondecode(aws_ecs_task_definition.head.container_definitions)[0].dependsOn == [{ containerName = "serve-gate", condition = "START" }] &&
+      jsondecode(aws_ecs_task_definition.head.container_definitions)[1].entryPoint == ["python", "-m", "scripts.container.serve_gate"] &&
+      jsondecode(aws_ecs_task_definition.head.container_definitions)[1].command == ["--host", "0.0.0.0", "--port", "8000"] &&
+      jsondecode(aws_ecs_task_definition.head.container_definitions)[1].secrets == [{ name = "RAYFLEET_SERVE_API_KEY", valueFrom = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/serve-api-key-20261124-AbCdEf" }] &&
+      !strcontains(jsonencode(jsondecode(aws_ecs_task_definition.head.container_definitions)[0]), "RAYFLEET_SERVE_API_KEY") &&
+      !strcontains(aws_ecs_task_definition.worker.container_definitions, "RAYFLEET_SERVE_API_KEY") &&
       !strcontains(aws_ecs_task_definition.trainer.container_definitions, "RAYFLEET_SERVE_API_KEY")
     )
-    error_message = "The API key reaches the workers (Serve's replicas) through secrets, and no other container."
+    error_message = "The API key reaches the serve-gate container alone, which starts before the head: ${aws_ecs_task_definition.head.container_definitions}"
   }
 
   assert {
@@ -162,7 +169,30 @@ run "serving_off_ray" {
   }
 
   assert {
-    condition     = length(aws_secretsmanager_secret.serve_api_key) == 0 && output.serve_endpoint == "" && !strcontains(aws_ecs_task_definition.worker.container_definitions, "RAYFLEET_SERVE_API_KEY")
-    error_message = "With serving off there is no key, no endpoint and no key in any container."
+    condition     = length(aws_secretsmanager_secret.serve_api_key) == 0 && output.serve_endpoint == "" && !strcontains(aws_ecs_task_definition.worker.container_definitions, "RAYFLEET_SERVE_API_KEY") && length(jsondecode(aws_ecs_task_definition.head.container_definitions)) == 1
+    error_message = "With serving off there is no key, no endpoint, no gate and no key in any container."
+  }
+}
+
+run "serve_ray_with_tls" {
+  command = apply
+
+  module {
+    source = "./modules/ray"
+  }
+
+  variables {
+    head_node   = { vcpus = 4, memory_mib = 16384, gpus = 0 }
+    worker_node = { instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, count = 1, efa = false }
+    serve       = { port = 8443, security_group_id = "sg-000000000000serve", tls_secret_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:acme/serve-tls-AbCdEf" }
+  }
+
+  assert {
+    condition = (
+      output.serve_endpoint == "https://head.rayfleet.rayfleet.internal:8443" &&
+      contains(jsondecode(aws_ecs_task_definition.head.container_definitions)[1].secrets, { name = "RAYFLEET_SERVE_TLS_CERT", valueFrom = "arn:aws:secretsmanager:us-east-1:123456789012:secret:acme/serve-tls-AbCdEf:cert::" }) &&
+      contains(jsondecode(aws_ecs_task_definition.head.container_definitions)[1].secrets, { name = "RAYFLEET_SERVE_TLS_KEY", valueFrom = "arn:aws:secretsmanager:us-east-1:123456789012:secret:acme/serve-tls-AbCdEf:key::" })
+    )
+    error_message = "With a certificate the gate gets its two PEMs from the secret's JSON keys and the endpoint is https."
   }
 }

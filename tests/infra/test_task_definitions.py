@@ -25,12 +25,17 @@ from scripts.deploy.terraform_standin.render import rendered_state
 
 WRITABLE = {"/tmp", "/work", "/run/rayfleet"}  # plus /dev/shm (sharedMemorySize), which is a tmpfs
 HOST_PATHS = {"/etc/rayfleet"}  # the instance's identity and Spot notice, read-only
-SHAPES = {"default": (), "fsdp (EFA, host network)": ("fsdp.tfvars",)}
+SERVE = '{enabled = true, allowed_cidrs = ["10.0.0.0/8"], tls_secret_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:acme/tls-AbCdEf"}'
+SHAPES = {
+    "default": {},
+    "fsdp (EFA, host network)": {"var_files": ("fsdp.tfvars",)},
+    "serving with TLS (the serve-gate container)": {"variables": {"serve": SERVE}},
+}
 
 
 @pytest.fixture(scope="module", params=list(SHAPES))
 def state(request) -> dict:
-    return rendered_state(var_files=SHAPES[request.param])
+    return rendered_state(**SHAPES[request.param])
 
 
 def violations(definition: dict) -> list[str]:
@@ -63,6 +68,8 @@ def violations(definition: dict) -> list[str]:
 def test_every_rendered_container_is_locked_down(state):
     picture = rendered.picture(state)
     assert set(picture["taskDefinitions"]) >= {"head", "worker", "trainer", "control"}
+    containers = [c["name"] for d in picture["taskDefinitions"].values() for c in d["containerDefinitions"]]
+    assert ("serve-gate" in containers) == bool(picture["outputs"].get("serve_endpoint")), containers
     for key, definition in picture["taskDefinitions"].items():
         assert violations(definition) == [], key
 

@@ -24,7 +24,7 @@ resource "aws_iam_role_policy" "execution" {
   role = aws_iam_role.execution.id
   policy = jsonencode({
     Version = "2012-10-17"
-    Statement = [
+    Statement = concat([
       { Sid = "EcrAuth", Effect = "Allow", Action = "ecr:GetAuthorizationToken", Resource = "*" },
       {
         Sid      = "PullOwnImages"
@@ -52,7 +52,13 @@ resource "aws_iam_role_policy" "execution" {
         Resource  = aws_kms_key.this.arn
         Condition = { StringEquals = { "kms:ViaService" = ["secretsmanager.${local.region}.amazonaws.com", "ecr.${local.region}.amazonaws.com"] } }
       },
-    ]
+      ], var.serve_tls_secret_arn == null ? [] : [{
+        # make serve's TLS (serve.tls_secret_arn): the operator's certificate, for the serve-gate container
+        Sid      = "ServeTlsCertificate"
+        Effect   = "Allow"
+        Action   = "secretsmanager:GetSecretValue"
+        Resource = var.serve_tls_secret_arn
+    }])
   })
 }
 

@@ -39,6 +39,12 @@ variable "create_autoscaling_service_linked_role" {
   default     = false
 }
 
+variable "serve_tls_secret_arn" {
+  description = "The operator's TLS certificate secret for the Serve port (serve.tls_secret_arn), which the execution role may read; null: none."
+  type        = string
+  default     = null
+}
+
 variable "tags" {
   description = "Tags for every taggable resource."
   type        = map(string)

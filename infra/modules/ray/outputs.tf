@@ -59,5 +59,5 @@ output "serve_api_key_secret_arn" {
 
 output "serve_endpoint" {
   description = "Ray Serve's URL inside the VPC (the head's private DNS name and the Serve port), or empty."
-  value       = var.serve == null ? "" : "http://${local.head_dns}:${var.serve.port}"
+  value       = var.serve == null ? "" : "${var.serve.tls_secret_arn == null ? "http" : "https"}://${local.head_dns}:${var.serve.port}"
 }

@@ -1,7 +1,8 @@
 # Ray Serve (make serve): the API key every request carries. Like the Ray token, Terraform makes the secret and
 # never its value (`make deploy` seeds it: scripts/ecs/rotate_token.py `seed_token`); ECS hands it to the
-# workers, where Serve's replicas run, through the task definition's `secrets`. Callers read it with
-# GetSecretValue as far as their IAM policies allow; the execution role may read it (iam module).
+# serve-gate container alone (task_definitions.tf), the one process that listens on the Serve port and checks
+# it for every route; no job process has it. Callers read it with GetSecretValue as far as their IAM policies
+# allow; the execution role may read it (iam module).
 resource "aws_secretsmanager_secret" "serve_api_key" {
   # checkov:skip=CKV2_AWS_57: a new key must reach the workers (restart) and every caller; rotate by hand with make deploy after deleting the version
   count                   = var.serve == null ? 0 : 1
@@ -10,4 +11,30 @@ resource "aws_secretsmanager_secret" "serve_api_key" {
   kms_key_id              = var.kms_key_arn
   recovery_window_in_days = 7
   tags                    = merge(var.tags, { Component = "serve" })
+}
+
+locals {
+  # Serve's own proxy listens on 127.0.0.1 here (training/serving/config.py GATED_PROXY_PORT); only the gate
+  # reaches it, from inside the head task's network namespace.
+  serve_gate_container = var.serve == null ? null : merge(local.locked_down, {
+    name        = "serve-gate"
+    image       = var.images["ray-head"]
+    essential   = false # the head and its jobs outlive the gate; ECS restarts it in place
+    entryPoint  = ["python", "-m", "scripts.container.serve_gate"]
+    command     = ["--host", "0.0.0.0", "--port", tostring(var.serve.port)]
+    memory      = local.sidecar_memory_mib
+    user        = local.ray_user
+    mountPoints = local.scratch_mounts # TLS PEMs are written to /tmp (0700) for the moment they load
+    secrets = concat(
+      [for s in aws_secretsmanager_secret.serve_api_key : { name = "RAYFLEET_SERVE_API_KEY", valueFrom = s.arn }],
+      var.serve.tls_secret_arn == null ? [] : [
+        { name = "RAYFLEET_SERVE_TLS_CERT", valueFrom = "${var.serve.tls_secret_arn}:cert::" },
+        { name = "RAYFLEET_SERVE_TLS_KEY", valueFrom = "${var.serve.tls_secret_arn}:key::" },
+      ],
+    )
+    linuxParameters  = merge(local.no_capabilities, { initProcessEnabled = true })
+    restartPolicy    = { enabled = true, restartAttemptPeriod = 60 }
+    logConfiguration = local.logging["ray-head"] # stream ray-head/serve-gate/<task id>
+    stopTimeout      = 10
+  })
 }

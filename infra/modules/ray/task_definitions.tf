@@ -28,9 +28,7 @@ locals {
   current_run_dir   = "/run/rayfleet"
   current_run_mount = { sourceVolume = "current-run", containerPath = local.current_run_dir }
   ray_secrets       = [{ name = "RAY_AUTH_TOKEN", valueFrom = aws_secretsmanager_secret.ray_token.arn }]
-  # Serve replicas run on the workers and check every request against this key (training/serving/keys.py).
-  serve_secrets = [for s in aws_secretsmanager_secret.serve_api_key : { name = "RAYFLEET_SERVE_API_KEY", valueFrom = s.arn }]
-  ulimits       = [{ name = "nofile", softLimit = 65536, hardLimit = 65536 }] # Ray opens a socket per worker and object
+  ulimits           = [{ name = "nofile", softLimit = 65536, hardLimit = 65536 }] # Ray opens a socket per worker and object
 
   # Issue 27 item 5: no container can gain a privilege or change its image. A fixed non-root user (the
   # images' own), no capabilities, no-new-privileges (the images carry no sudo and no setuid file either),
@@ -135,7 +133,7 @@ locals {
     memory               = local.worker_memory_mib
     resourceRequirements = [{ type = "GPU", value = tostring(local.worker_gpus) }]
     environment          = concat(local.ray_environment, local.worker_environment, local.efa_environment)
-    secrets              = concat(local.ray_secrets, local.serve_secrets)
+    secrets              = local.ray_secrets
     ulimits              = concat(local.ulimits, local.efa_ulimits)
     linuxParameters = merge(
       local.no_capabilities,
@@ -198,8 +196,12 @@ resource "aws_ecs_task_definition" "head" {
   network_mode             = "awsvpc"
   execution_role_arn       = var.execution_role_arn
   task_role_arn            = var.task_role_arn # what every job has: a job can run in the head container
-  container_definitions    = jsonencode([local.head_container])
-  tags                     = local.tags
+  # With serving on, the gate starts first: while it holds the Serve port, no job on the head can bind it.
+  container_definitions = var.serve == null ? jsonencode([local.head_container]) : jsonencode([
+    merge(local.head_container, { dependsOn = [{ containerName = "serve-gate", condition = "START" }] }),
+    local.serve_gate_container,
+  ])
+  tags = local.tags
 
   dynamic "volume" {
     for_each = ["tmp", "home"]

@@ -126,7 +126,7 @@ variable "notify_topic_arn" {
 }
 
 variable "serve" {
-  description = "Ray Serve: its port and the group that opens it on the head (null: serving off)."
-  type        = object({ port = number, security_group_id = string })
+  description = "Ray Serve: its port, the group that opens it on the head, and optionally a Secrets Manager secret {\"cert\": PEM, \"key\": PEM} for TLS on it (null: serving off)."
+  type        = object({ port = number, security_group_id = string, tls_secret_arn = optional(string) })
   default     = null
 }
