@@ -26,9 +26,7 @@ from training.core.errors import RayfleetError
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE_DIR = ROOT / ".rayfleet" / "rehearsal"
-DATA_TARGET = (
-    "/work/data"  # recipes/ddp.yaml: data_dir=${RAYFLEET_LAUNCH_DIR}/data; the trainer's WORKDIR is /work
-)
+DATA_TARGET = "/work/data"  # recipes/ddp.yaml: data_dir=${RAYFLEET_LAUNCH_DIR}/data; the trainer's WORKDIR is /work
 NODES_SCRIPT = (
     "import json,os,urllib.request;"
     "r=urllib.request.Request('http://127.0.0.1:{port}/nodes?view=summary',"

@@ -25,7 +25,8 @@ from scripts.deploy.terraform_standin.render import rendered_state
 
 WRITABLE = {"/tmp", "/work", "/run/rayfleet"}  # plus /dev/shm (sharedMemorySize), which is a tmpfs
 HOST_PATHS = {"/etc/rayfleet"}  # the instance's identity and Spot notice, read-only
-SERVE = '{enabled = true, allowed_cidrs = ["10.0.0.0/8"], tls_secret_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:acme/tls-AbCdEf"}'
+TLS = "arn:aws:secretsmanager:us-east-1:123456789012:secret:acme/tls-AbCdEf"
+SERVE = f'{{enabled = true, allowed_cidrs = ["10.0.0.0/8"], tls_secret_arn = "{TLS}"}}'
 SHAPES = {
     "default": {},
     "fsdp (EFA, host network)": {"var_files": ("fsdp.tfvars",)},
