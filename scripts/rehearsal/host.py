@@ -86,7 +86,7 @@ class Adaptation:
     def plan(cls, picture: dict, host: Host) -> Adaptation:
         counts = {"head": 0, "worker": 0, "trainer": 1}  # one trainer at a time beside the services
         for service in picture["services"]:
-            counts[service["taskDefinition"]] += service["desiredCount"]
+            counts[service["taskDefinition"]] = counts.get(service["taskDefinition"], 0) + service["desiredCount"]
         total = sum(
             counts.get(key, 0)
             * sum(c.get("memory") or c.get("memoryReservation") or 0 for c in spec["containerDefinitions"])

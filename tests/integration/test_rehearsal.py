@@ -4,7 +4,7 @@ moto, used through the laptop verbs as on ECS.
 One rehearsal for the module (the four images of tests/images, tag `test`): the cluster forms with token
 auth through the secret; a DDP recipe run goes through the trainer image to SUCCEEDED with checkpoints in
 S3 and `status` reads it back, while each worker's gpu-metrics sidecar sees it training on its node through
-the task's current-run volume (and nothing once it ends); the head's ray-snapshot container puts Ray's view
+the task's current-run volume (and nothing once it ends); the control task's ray-control container puts Ray's view
 (nodes, resources, jobs) where `status` prints it; a worker container stopped mid-run is replaced by the
 service and the job resumes from its last checkpoint; the head container stopped mid-run is replaced with a
 new IP, the same worker containers rejoin it, and the run resubmitted under its name resumes; a worker
@@ -368,10 +368,21 @@ def ray_snapshot(aws) -> dict | None:
 
 
 def test_status_shows_rays_view_from_the_heads_snapshot(rehearsal, aws):
-    """issue 15 item 10: the head task's ray-snapshot container (the head image, head_snapshot as its entry
+    """issue 15 item 10: the control task's ray-control container (the head image, head_snapshot as its entry
     point) writes Ray's view to s3://<bucket>/cluster/ray-status.json, and `make status` prints it: the
-    nodes, their resources and the jobs, here the DDP run of the test above."""
-    assert len(containers(rehearsal.rid, "-ray-snapshot")) == 1  # beside the head, in the head's task
+    nodes, their resources and the jobs, here the DDP run of the test above. Issue 27: it is a task of its
+    own (another pod than the head's, reaching the dashboard by the head's Cloud Map name), and the
+    containers run as the task definitions lock them down: uid 1000, read-only root, no capabilities."""
+    (control,) = containers(rehearsal.rid, "-ray-control")
+    head = head_container(rehearsal.rid)
+    pods = [podman("inspect", "--format", "{{.Pod}}", c).stdout.strip() for c in (control, head)]
+    assert pods[0] != pods[1], pods
+    for container in (control, head):
+        assert podman("exec", container, "id", "-u").stdout.strip() == "1000"
+        assert podman("exec", container, "touch", "/opt/x").returncode != 0  # read-only root
+        assert podman("exec", container, "touch", "/tmp/x").returncode == 0  # its task volume
+        status = podman("exec", container, "grep", "-E", "^(CapEff|NoNewPrivs)", "/proc/self/status").stdout
+        assert "0000000000000000" in status and "NoNewPrivs:\t1" in status, status
     # The test above saw the trainer task stop, its Ray node with it: wait for a snapshot written after that
     # (it writes every 30 s), so the trainer's node is not in it.
     since = datetime.now(UTC).isoformat(timespec="seconds")
@@ -398,7 +409,7 @@ def test_status_shows_rays_view_from_the_heads_snapshot(rehearsal, aws):
     assert f"CPU {snap['total']['CPU']:g}/{snap['total']['CPU']:g} free" in human.stdout, human.stdout
     assert "rayfleet-rehearsal-ddp-" in human.stdout and "SUCCEEDED" in human.stdout, human.stdout
     assert "no snapshot" not in human.stdout
-    assert "head-snapshot: first snapshot written" in log_text(aws, "ray-head")  # its log, beside the head's
+    assert "head-snapshot: first snapshot written" in log_text(aws, "ray-control")  # its own log group
 
 
 def test_a_torchrun_recipe_runs_its_script_on_the_worker_tasks(rehearsal, aws):
