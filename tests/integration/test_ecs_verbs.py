@@ -183,9 +183,10 @@ def test_teardown_scales_to_zero_stops_trainers_and_is_idempotent(aws_stack):
     assert "nothing left running" in first.stdout
     ecs = aws_stack["server"].client("ecs")
     out = aws_stack["outputs"]
-    cluster, names = out["cluster_name"], [out["head_service_name"], out["worker_service_name"]]
+    cluster = out["cluster_name"]
+    names = [out["head_service_name"], out["worker_service_name"], out["control_service_name"]]
     services = ecs.describe_services(cluster=cluster, services=names)["services"]
-    assert [s["desiredCount"] for s in services] == [0, 0]
+    assert [s["desiredCount"] for s in services] == [0, 0, 0]  # the control task too (it holds the head's instance)
     assert ecs.list_tasks(cluster=cluster, startedBy="rayfleet", desiredStatus="RUNNING")["taskArns"] == []
     second = run_verb(env, "teardown", "--json")
     assert second.returncode == 0 and json.loads(second.stdout)["trainer_tasks_stopped"] == []
