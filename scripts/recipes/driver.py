@@ -16,7 +16,6 @@ the same task role (scripts/recipes/job_entry.py). Exit code: the job's.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -27,6 +26,7 @@ from pydantic import ValidationError
 
 from scripts.recipes import secrets as recipe_secrets
 from scripts.recipes.job import run_job
+from scripts.recipes.package import sha256_of
 from scripts.recipes.schema import Recipe
 from training.core import ray_auth
 from training.core.aws import run_cli
@@ -49,8 +49,7 @@ def verified_code(run_dir: RunDir, uri: str, sha256: str, scratch: Path) -> Path
     if uri != run_dir.display(name):
         raise RayfleetError(f"RAYFLEET_CODE_URI {uri} is not in the run's directory {run_dir.display()}")
     local = run_dir.download(name, scratch / name)
-    with local.open("rb") as f:
-        found = hashlib.file_digest(f, "sha256").hexdigest()
+    found = sha256_of(local)
     if found != sha256:
         message = f"the code zip {uri} is not the one `make run` uploaded (sha256 {found[:12]}, not {sha256[:12]})"
         run_dir.update(state="FAILED", message=f"{message}: not run")

@@ -150,5 +150,10 @@ def package(code_dir: Path, dest: Path, exclude: list[str] | tuple[str, ...] = (
             info.external_attr = (0o100000 | mode) << 16
             info.compress_type = zipfile.ZIP_DEFLATED
             zf.writestr(info, (code_dir / name).read_bytes())
-    digest = hashlib.sha256(dest.read_bytes()).hexdigest()
-    return CodePackage(dest, digest, len(names), total, left_out)
+    return CodePackage(dest, sha256_of(dest), len(names), total, left_out)
+
+
+def sha256_of(path: Path) -> str:
+    """The zip's identity: its name in S3, its record, and what the trainer checks before running it."""
+    with path.open("rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
