@@ -152,7 +152,10 @@ def test_the_head_and_a_trainer_driver_run_locked_down_as_on_ecs(built_images, t
     """The head as ECS starts it reaches healthy, its dashboard answers with the token, and a trainer started
     the same way joins it as a node, runs its driver and a Ray task on its own node: Ray, the jobs' caches and
     tempfile need nothing writable beyond the task volumes and /dev/shm. Its own network (not the default,
-    which rootless podman does not route between containers); nothing is published on the host."""
+    which rootless podman does not route between containers); nothing is published on the host. What only it
+    proves (the rehearsal runs the same flags, but only sees that its jobs succeed): each cache a job uses
+    (Hugging Face, torch hub, ~/.cache, tempfile, the working directory) is written under the volumes, and
+    /opt, /etc, /models are refused, about 25 s in the images tier instead of a rehearsal."""
     token, run = uuid.uuid4().hex + uuid.uuid4().hex, uuid.uuid4().hex[:6]
     network, head, trainer = f"rf-test-net-{run}", f"rf-test-head-{run}", f"rf-test-trainer-{run}"
     probe = tmp_path / "probe"
