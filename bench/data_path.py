@@ -17,8 +17,8 @@ from torch.utils.data import DataLoader
 from torchvision import transforms
 from torchvision.datasets import FashionMNIST
 
-from training.data import fashion_mnist
-from training.data.device_batches import MEAN, STD, DeviceSplit
+from rayfleet.train.data import fashion_mnist
+from rayfleet.train.data.device_batches import MEAN, STD, DeviceSplit
 
 
 def _epoch_seconds(batches) -> tuple[float, int]:

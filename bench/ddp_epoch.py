@@ -4,7 +4,7 @@
     python -m bench.ddp_epoch --epochs 3 --workers 2 --train-subset 12000
     RAY_ADDRESS=... python -m bench.ddp_epoch --device cuda --workers 1 --compile
 
-Runs the real job (training.ddp) on the local cluster (or RAY_ADDRESS) into a scratch storage directory
+Runs the real job (rayfleet.train.ddp) on the local cluster (or RAY_ADDRESS) into a scratch storage directory
 and reads its metrics.jsonl. The first epoch includes warm-up (allocation, compilation); the steady-state
 row is the mean of the later epochs.
 """
@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from training.core import ray_auth
+from rayfleet.core import ray_auth
 
 
 def _row(label: str, rows: list[dict]) -> str:
@@ -44,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default="data")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON instead of a table")
     args = parser.parse_args(argv)
-    ray_auth.use_token_auth()  # before training.ddp imports ray: Ray reads its auth mode once
-    from training.ddp import main as ddp_main
+    ray_auth.use_token_auth()  # before rayfleet.train.ddp imports ray: Ray reads its auth mode once
+    from rayfleet.train.ddp import main as ddp_main
 
     with tempfile.TemporaryDirectory(prefix="rayfleet-bench-") as storage:
         overrides = [

@@ -3,7 +3,7 @@
     python -m bench.ddp_step --device cuda                   # fp32, bf16, bf16+compile, +CUDA graphs
     torchrun --nproc-per-node 8 -m bench.ddp_step --device cuda --variants bf16-cl-graphs
 
-The job's own pieces (training.models, training.data.device_batches, training.parallel): generated
+The job's own pieces (rayfleet.train.models, rayfleet.train.data.device_batches, rayfleet.train.parallel): generated
 FashionMNIST-format data held on the device as uint8, ResNet-18 with the 1-channel stem, Adam, DDP.
 What `bench.ddp_epoch` measures through Ray Train, minus Ray: for machines where Ray is not installed
 (the lent GPU machines) and to isolate the step from the framework around it.
@@ -22,10 +22,10 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from training.data import fashion_mnist, synthetic
-from training.data.device_batches import DeviceSplit
-from training.models.resnet import resnet18_grayscale
-from training.parallel import parallelize
+from rayfleet.train.data import fashion_mnist, synthetic
+from rayfleet.train.data.device_batches import DeviceSplit
+from rayfleet.train.models.resnet import resnet18_grayscale
+from rayfleet.train.parallel import parallelize
 
 # name: (bf16 autocast, channels_last, compile mode or None)
 VARIANTS = {

@@ -4,7 +4,7 @@
     python -m bench.fsdp_throughput --shape pythia-1.4b --seq-len 2048 --batch 4       # one GPU
     torchrun --nproc-per-node 8 -m bench.fsdp_throughput --shape dolly-v2-7b          # eight GPUs
 
-Random weights (no download), the job's own pieces (training.parallel, training.flops): meta-device
+Random weights (no download), the job's own pieces (rayfleet.train.parallel, rayfleet.train.flops): meta-device
 build, activation checkpointing, optional per-block compile, FSDP2 with bf16 params / fp32 reduction on GPU.
 """
 
@@ -17,8 +17,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from training.flops import flops_per_token, non_embedding_params, peak_tflops
-from training.parallel import parallelize
+from rayfleet.train.flops import flops_per_token, non_embedding_params, peak_tflops
+from rayfleet.train.parallel import parallelize
 
 SHAPES = {  # GPT-NeoX configurations (hidden, layers, heads, vocab)
     "tiny": (64, 2, 4, 512),

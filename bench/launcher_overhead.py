@@ -5,7 +5,7 @@
 Interleaved in one run, on one local cluster (the running `make cluster-up`, else one of 2 workers x 1 CPU
 started for the benchmark), the unmodified recipes/examples/torch-ddp/train.py:
   by hand:  `torchrun --nproc-per-node 2 train.py` on this machine (two local processes, gloo);
-  recipe:   `python -m scripts.recipes.run` of the example's recipe: validate, package, Jobs API, place one
+  recipe:   `python -m rayfleet.targets.run` of the example's recipe: validate, package, Jobs API, place one
             bundle per worker node, one torchrun per node (world size 2), follow, record.
 Prints wall seconds (medians of --repeats), the overhead per run and the ratio.
 """
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         (work / "recipe.yaml").write_text(json.dumps(recipe))
         env = {**os.environ, "RAY_ADDRESS": state.address, "PYTHONPATH": str(REPO)}
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "train.py"]
-        run = [sys.executable, "-m", "scripts.recipes.run", str(work / "recipe.yaml"), "--target", "local"]
+        run = [sys.executable, "-m", "rayfleet.targets.run", str(work / "recipe.yaml"), "--target", "local"]
         by_hand, via_recipe = [], []
         for i in range(args.repeats):
             print(f"repeat {i + 1}/{args.repeats} ...", flush=True)

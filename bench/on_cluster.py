@@ -8,7 +8,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from scripts.local_cluster import cluster as local_cluster
+from rayfleet.local import cluster as local_cluster
 
 
 @contextlib.contextmanager

@@ -5,8 +5,8 @@
 On one local cluster (the running `make cluster-up`, else one of 2 workers x 1 CPU started for the
 benchmark), the DDP job on 256 generated images (one step of batch 128 on each of 2 workers, no evaluation
 beyond 128 test images), timed from outside, line by line as the output arrives:
-  direct:  `python -m training.ddp ...` (what `make train-ddp-local` runs);
-  recipe:  `python -m scripts.recipes.run recipes/ddp.yaml --target local` (what `make run` / `make train-ddp`
+  direct:  `python -m rayfleet.train.ddp ...` (what `make train-ddp-local` runs);
+  recipe:  `python -m rayfleet.targets.run recipes/ddp.yaml --target local` (what `make run` / `make train-ddp`
            run: package the code, submit through the Jobs API, follow the log).
 Columns: the driver's "run ...: N workers" line (imports, connection, placement check, storage, tracking),
 the first step's progress line (Ray Train's controller and worker group, the runtime env, the workers'
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from bench.on_cluster import local_cluster_state
-from scripts.local_cluster import cluster as local_cluster
+from rayfleet.local import cluster as local_cluster
 
 REPO = Path(__file__).resolve().parents[1]
 ONE_STEP = ["epochs=1", "train_subset=256", "test_subset=128", "eval_batch_size=128", "progress_every_s=0.001"]
@@ -59,15 +59,15 @@ def main(argv: list[str] | None = None) -> int:
         env = {**local_cluster.command_env(state), "PYTHONUNBUFFERED": "1"}  # token auth, as `make` sets it
         job = [f"data_dir={args.data.resolve()}", f"storage={tmp}", *ONE_STEP]
         ways = {
-            "direct (python -m training.ddp)": lambda run: [
+            "direct (python -m rayfleet.train.ddp)": lambda run: [
                 sys.executable,
                 "-m",
-                "training.ddp",
+                "rayfleet.train.ddp",
                 *job,
                 f"run_name={run}",
             ],
             "recipe (make train-ddp)": lambda run: [
-                *[sys.executable, "-m", "scripts.recipes.run", "recipes/ddp.yaml", "--target", "local"],
+                *[sys.executable, "-m", "rayfleet.targets.run", "recipes/ddp.yaml", "--target", "local"],
                 *["--run-name", run, "--set", f"storage={tmp}", "--", *job],
             ],
         }

@@ -4,7 +4,7 @@
     python -m bench.serve_load --url http://HOST:8000 --key-file K --clients 32   # an endpoint already up (GPU/vLLM)
 
 Without --url it serves a tiny GPT-NeoX export (generated, SYNTHETIC weights) on the local cluster (the
-running one, or one it starts and stops) through `scripts.serving.serve` with the transformers engine, runs
+running one, or one it starts and stops) through `rayfleet.ops.serve` with the transformers engine, runs
 the load, and shuts Serve down. Bounded: each level runs --seconds, requests time out after 120 s.
 """
 
@@ -22,9 +22,9 @@ import urllib.request
 from pathlib import Path
 
 from bench.on_cluster import local_cluster_state
-from scripts.serving import serve
-from training import tiny_lm
-from training.core import ray_auth
+from rayfleet.core import ray_auth
+from rayfleet.ops import serve
+from rayfleet.train import tiny_lm
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = "ROMEO:\nThe noble king speaks the gentle"
@@ -77,7 +77,7 @@ def serve_tiny(runs: Path, port: int, replicas: int) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "scripts.serving.serve",
+        "rayfleet.ops.serve",
         "up",
         "bench-lm",
         "--target",
@@ -115,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 one_request(url, key, opts.max_tokens)  # warm-up
                 rows = [load(url, key, c, opts.seconds, opts.max_tokens) for c in opts.clients]
             finally:
-                subprocess.run([sys.executable, "-m", "scripts.serving.serve", "down", "--target", "local"], cwd=REPO)
+                subprocess.run([sys.executable, "-m", "rayfleet.ops.serve", "down", "--target", "local"], cwd=REPO)
     print(f"\n{'clients':>8} {'requests':>9} {'errors':>7} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'tokens/s':>9}")
     for r in rows:
         print(

@@ -3,13 +3,13 @@
     python -m bench.speed_levers_learning                    # make bench-speed-levers
     python -m bench.speed_levers_learning --train-images 3000 --epochs 5 --levers grad-bf16
 
-The job's own model, optimizer, step and evaluation (`training.ddp.build_model`, `parallelize`,
+The job's own model, optimizer, step and evaluation (`rayfleet.train.ddp.build_model`, `parallelize`,
 `train_epoch`, `evaluate`) in one CPU process (a gloo group of one: the DDP wrapper and its communication
 hook run as in the job; the hook rounds each gradient to bf16), from the same seeded initialization and
 data order for every variant: plain fp32, then each lever. Prints the train loss of the first and last
 epoch, the test accuracy after the last, and whether the lever learned like fp32 by the criteria below
 (those of the unit test this replaces, which trained the same way for minutes). That each lever works,
-step by step, is tested in tests/unit/training/test_ddp_speed_levers.py; their speed is measured,
+step by step, is tested in tests/unit/train/test_ddp_speed_levers.py; their speed is measured,
 interleaved, by bench/vs_blueprint.py (the variants here run one after another, so their seconds are
 printed as progress only).
 
@@ -26,13 +26,13 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from training.core.config import load_config
-from training.data import fashion_mnist
-from training.data.device_batches import DeviceSplit
-from training.ddp import Runtime, build_model, evaluate, train_epoch
-from training.ddp_config import DDPConfig
-from training.parallel import parallelize
-from training.precision import cpu_has_native_bf16
+from rayfleet.core.config import load_config
+from rayfleet.train.data import fashion_mnist
+from rayfleet.train.data.device_batches import DeviceSplit
+from rayfleet.train.ddp import Runtime, build_model, evaluate, train_epoch
+from rayfleet.train.ddp_config import DDPConfig
+from rayfleet.train.parallel import parallelize
+from rayfleet.train.precision import cpu_has_native_bf16
 
 CPU = torch.device("cpu")
 PLAIN = ("fp32", ["precision=fp32"])

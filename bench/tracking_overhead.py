@@ -2,7 +2,7 @@
 
     python -m bench.tracking_overhead [--steps 40] [--rounds 3] [--batch 128]    # make bench-tracking
 
-The job's own model and step (`training.ddp.build_model`, `train_epoch` on one CPU process, generated
+The job's own model and step (`rayfleet.train.ddp.build_model`, `train_epoch` on one CPU process, generated
 FashionMNIST-format data), epochs of --steps steps, interleaved A B A B: without tracking, and with the
 job's StepTracking (TensorBoard events into a scratch run directory, the step loss every
 `log_every_steps`, a progress line when due). Also the tracking call alone, timed over many calls, so the
@@ -20,14 +20,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from training.core.config import load_config
-from training.core.run_dir import RunDir
-from training.data import fashion_mnist, synthetic
-from training.data.device_batches import DeviceSplit
-from training.ddp import Runtime, StepTracking, build_model, train_epoch
-from training.ddp_config import DDPConfig
-from training.tracking.progress import Progress
-from training.tracking.scalars import Scalars, Target
+from rayfleet.core.config import load_config
+from rayfleet.core.run_dir import RunDir
+from rayfleet.train.data import fashion_mnist, synthetic
+from rayfleet.train.data.device_batches import DeviceSplit
+from rayfleet.train.ddp import Runtime, StepTracking, build_model, train_epoch
+from rayfleet.train.ddp_config import DDPConfig
+from rayfleet.train.tracking.progress import Progress
+from rayfleet.train.tracking.scalars import Scalars, Target
 
 CPU = torch.device("cpu")
 

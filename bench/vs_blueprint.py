@@ -8,7 +8,7 @@ The blueprint's loop, written from its public description: torchvision FashionMN
 Normalize((0.5,), (0.5,)) per sample through a DataLoader prepared by `ray.train.torch.prepare_data_loader`,
 the model through `prepare_model` (ResNet-18 with a 1-channel 7x7 stem), Adam 1e-3, fp32, batch 128 per
 worker, no evaluation inside the timed epoch (the test accuracy is measured after the last epoch). rayfleet's
-variants run the real job (training.ddp) with the given overrides. Each round runs every variant once
+variants run the real job (rayfleet.train.ddp) with the given overrides. Each round runs every variant once
 (A B A B ...), so a noisy machine slows all of them alike; the steady state is the mean over epochs 2..n.
 """
 
@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from training.core import ray_auth
+from rayfleet.core import ray_auth
 
 BLUEPRINT = "blueprint"
 
@@ -34,7 +34,7 @@ def blueprint_loop(config: dict) -> None:
     from torch.utils.data import DataLoader, Subset
     from torchvision import datasets, transforms
 
-    from training.models.resnet import resnet18_grayscale
+    from rayfleet.train.models.resnet import resnet18_grayscale
 
     transform = transforms.Compose([transforms.ToTensor(), transforms.Normalize((0.5,), (0.5,))])
     train = datasets.FashionMNIST(config["data_dir"], train=True, download=False, transform=transform)
@@ -82,7 +82,7 @@ def _run_blueprint(args, storage: Path) -> list[dict]:
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
-    from training.ray_connect import ray_session
+    from rayfleet.train.ray_connect import ray_session
 
     out = storage / "blueprint.jsonl"
     config = {"data_dir": str(Path(args.data_dir).resolve()), "train_subset": args.train_subset}
@@ -97,9 +97,9 @@ def _run_blueprint(args, storage: Path) -> list[dict]:
 
 
 def _run_rayfleet(args, storage: Path, overrides: list[str]) -> list[dict]:
-    from training.core.run_dir import RunDir
-    from training.ddp import main as ddp_main
-    from training.metrics import read_rows
+    from rayfleet.core.run_dir import RunDir
+    from rayfleet.train.ddp import main as ddp_main
+    from rayfleet.train.metrics import read_rows
 
     name = f"rayfleet-{time.monotonic_ns()}"
     base = [

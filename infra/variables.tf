@@ -123,7 +123,7 @@ variable "serve" {
   }
 
   validation {
-    # Serve's own proxy listens on 127.0.0.1:18000 behind the gate (training/serving/config.py GATED_PROXY_PORT)
+    # Serve's own proxy listens on 127.0.0.1:18000 behind the gate (rayfleet/serve/config.py GATED_PROXY_PORT)
     condition     = var.serve.port != 18000
     error_message = "serve.port 18000 is where Serve's own proxy listens behind the key check (serve-gate): pick another."
   }

@@ -1,6 +1,6 @@
 """Which run is using this node's GPUs, read from the current-run files the training workers write.
 
-The file contract (its writer is training/current_run.py; neither side imports the other):
+The file contract (its writer is rayfleet/train/current_run.py; neither side imports the other):
 
   * the directory is $RAYFLEET_CURRENT_RUN_DIR; on ECS the worker task sets /run/rayfleet, a task volume
     mounted read-write in the ray-worker container and read-only in gpu-metrics;

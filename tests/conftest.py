@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from rayfleet.train.data import synthetic
 from tests.images.helpers import BUILD, BackgroundBuild
 from tests.tiers import CLUSTER_FIXTURES, IMAGE_FIXTURES, REHEARSAL_FIXTURES
-from training.data import synthetic
 
 # Tests that share a session resource that cannot be doubled run in one worker, as one xdist group
 # (`--dist loadgroup --no-loadscope-reorder` keeps the order below: xdist hands each worker the next unit when

@@ -16,7 +16,8 @@ RUN (id -u ray >/dev/null 2>&1 || useradd --uid 1000 --create-home --shell /bin/
 
 # Dependencies before code: a code-only change rebuilds only the small layers below.
 COPY requirements/ /opt/rayfleet/requirements/
-RUN /opt/rayfleet/venv/bin/pip install --no-cache-dir --quiet -r /opt/rayfleet/requirements/train.txt
+RUN /opt/rayfleet/venv/bin/pip install --no-cache-dir --quiet -r /opt/rayfleet/requirements/core.txt \
+    -r /opt/rayfleet/requirements/train.txt -r /opt/rayfleet/requirements/serve.txt
 
 # HOME: ECS runs the images with a read-only root file system, as uid 1000, with task volumes at /tmp and
 # /work (issue 27 item 5); not /home/ray, which on rayproject/ray holds conda (the Python the venv runs on):
@@ -36,18 +37,18 @@ COPY images/bin/rayfleet-harden /usr/local/sbin/rayfleet-harden
 RUN rayfleet-harden \
  && install -d -o 1000 -m 0750 /work \
  && chmod 1777 /tmp
-# The container-side code and the training library (training/core: token auth, the AWS adapter).
-COPY scripts/__init__.py /opt/rayfleet/src/scripts/
-COPY scripts/container/ /opt/rayfleet/src/scripts/container/
-# A launcher recipe's node processes start through scripts.recipes.job_entry (secret references resolved
-# on the node, never by Ray): the recipes package comes along, the laptop-side verbs in it unused here.
-COPY scripts/recipes/ /opt/rayfleet/src/scripts/recipes/
-# Serve's status in the head's snapshot, and the Serve application make serve deploys (its replicas run on
-# the workers and import training.serving, which loads a DDP run through the job's own model code).
-COPY scripts/serving/ /opt/rayfleet/src/scripts/serving/
-COPY training/ /opt/rayfleet/src/training/
-# The instance catalog training/core/catalog.py reads (a run's cost in its record, sizing): the same file
-# Terraform reads, at the same place relative to training/.
+# The packages that run in the images, whole (docs/DESIGN.md, "Layers"): the node entry point and what it
+# starts (node), the recipe runtime (recipes), the jobs (train), the Serve application (serve) and the core.
+# Nothing laptop-only (cli, ops, targets, ecs, local) and no development tools: the layers contract keeps
+# these five from importing those, and an image test imports every module here, in the image.
+COPY rayfleet/__init__.py /opt/rayfleet/src/rayfleet/
+COPY rayfleet/core/ /opt/rayfleet/src/rayfleet/core/
+COPY rayfleet/train/ /opt/rayfleet/src/rayfleet/train/
+COPY rayfleet/serve/ /opt/rayfleet/src/rayfleet/serve/
+COPY rayfleet/recipes/ /opt/rayfleet/src/rayfleet/recipes/
+COPY rayfleet/node/ /opt/rayfleet/src/rayfleet/node/
+# The instance catalog rayfleet/core/catalog.py reads (a run's cost in its record, sizing): the same file
+# Terraform reads, at the same place relative to rayfleet/.
 COPY infra/catalog/instance_types.json /opt/rayfleet/src/infra/catalog/instance_types.json
 COPY images/bin/rayfleet-node /usr/local/bin/rayfleet-node
 

@@ -1,5 +1,5 @@
 # The ray-worker's LLM variant: Ray Serve LLM with vLLM for `make serve` with `engine: vllm` on GPU workers
-# (training/serving/vllm_app.py). vLLM pins its own torch, so this image installs requirements/serve-llm.txt
+# (rayfleet/serve/vllm_app.py). vLLM pins its own torch, so this image installs requirements/serve-llm.txt
 # instead of the training set; it serves, it does not train. Build it on a machine with the CUDA base:
 #   docker build -f images/ray-worker/llm.Dockerfile -t <registry>/rayfleet/ray-worker:<tag>-llm .
 # and point the worker service at it. Not built by the test suite (the vLLM wheel alone is 316 MB).
@@ -27,12 +27,13 @@ COPY images/bin/rayfleet-harden /usr/local/sbin/rayfleet-harden
 RUN rayfleet-harden \
  && install -d -o 1000 -m 0750 /work \
  && chmod 1777 /tmp
-COPY scripts/__init__.py /opt/rayfleet/src/scripts/
-COPY scripts/container/ /opt/rayfleet/src/scripts/container/
-COPY scripts/serving/ /opt/rayfleet/src/scripts/serving/
-COPY training/__init__.py /opt/rayfleet/src/training/
-COPY training/core/ /opt/rayfleet/src/training/core/
-COPY training/serving/ /opt/rayfleet/src/training/serving/
+# The in-image packages, whole, as in the ray base (vLLM's own torch runs the replicas).
+COPY rayfleet/__init__.py /opt/rayfleet/src/rayfleet/
+COPY rayfleet/core/ /opt/rayfleet/src/rayfleet/core/
+COPY rayfleet/train/ /opt/rayfleet/src/rayfleet/train/
+COPY rayfleet/serve/ /opt/rayfleet/src/rayfleet/serve/
+COPY rayfleet/recipes/ /opt/rayfleet/src/rayfleet/recipes/
+COPY rayfleet/node/ /opt/rayfleet/src/rayfleet/node/
 COPY images/bin/rayfleet-node /usr/local/bin/rayfleet-node
 
 USER 1000

@@ -63,7 +63,7 @@ run "root" {
 
   assert {
     condition     = [output.head_container_name, output.worker_container_name, output.trainer_container_name] == ["ray-head", "ray-worker", "trainer"]
-    error_message = "The container names the scripts use (scripts/ecs/outputs.py) changed."
+    error_message = "The container names the scripts use (rayfleet/ecs/outputs.py) changed."
   }
 
   assert {
@@ -147,7 +147,7 @@ run "ray" {
       name       = "ray-control"
       image      = var.images["ray-head"]
       essential  = true
-      entryPoint = ["python", "-m", "scripts.container.head_snapshot"]
+      entryPoint = ["python", "-m", "rayfleet.node.head_snapshot"]
       command    = ["--bucket", var.results_bucket, "--interval", "30"]
       memory     = 256
       environment = [
@@ -168,7 +168,7 @@ run "ray" {
       }
       stopTimeout = 10
     }
-    error_message = "ray-control: the head image running scripts.container.head_snapshot into the results bucket, with the token and the head's name: ${jsonencode(jsondecode(aws_ecs_task_definition.control.container_definitions)[0])}"
+    error_message = "ray-control: the head image running rayfleet.node.head_snapshot into the results bucket, with the token and the head's name: ${jsonencode(jsondecode(aws_ecs_task_definition.control.container_definitions)[0])}"
   }
 
   assert {
@@ -358,7 +358,7 @@ run "ray" {
   }
 
   # issue 15 item 11: the sidecar follows the run using its GPUs through a task volume the training workers
-  # write their run's name into (training/current_run.py -> monitoring/current_run.py): empty, task-scoped,
+  # write their run's name into (rayfleet/train/current_run.py -> monitoring/current_run.py): empty, task-scoped,
   # read-write in ray-worker, read-only in gpu-metrics, the same directory named to both.
   assert {
     condition = (

@@ -72,13 +72,13 @@ def build_images(scratch: Path) -> None:
     if not (model / "config.json").is_file():
         model = scratch / "tiny-gpt-neox"
         subprocess.run(
-            [sys.executable, "-m", "training.tiny_lm", str(model), "--text", str(scratch / "corpus.txt")],
+            [sys.executable, "-m", "rayfleet.train.tiny_lm", str(model), "--text", str(scratch / "corpus.txt")],
             cwd=ROOT,
             check=True,
             timeout=300,
         )
     build = subprocess.run(
-        [sys.executable, "-m", "scripts.deploy.images", "build", "--tag", TAG, "--models", f"tiny-gpt-neox={model}"],
+        [sys.executable, "-m", "rayfleet.ops.images", "build", "--tag", TAG, "--models", f"tiny-gpt-neox={model}"],
         cwd=ROOT,
         env={**env, "BASE_IMAGE": BASE, "PYTHON_BASE_IMAGE": BASE},
         timeout=1800,

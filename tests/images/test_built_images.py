@@ -42,7 +42,7 @@ def test_ray_images_import_the_pinned_versions(running, image):
 
 
 def test_gpu_metrics_imports_its_pinned_versions_and_no_cuda(running):
-    want = pins("monitoring.txt") | pins("aws.txt")
+    want = pins("monitoring.txt") | pins("core.txt")
     host = running["gpu-metrics"]
     script = "import pynvml, boto3, importlib.metadata as m; print(m.version('nvidia-ml-py'), boto3.__version__)"
     out = host.check_output(f'python -c "{script}"')
@@ -58,22 +58,17 @@ def test_the_entry_point_exists_and_is_executable(running, image):
     assert usage.rc == 2 and "rayfleet-node head" in usage.stderr
 
 
-# Every first-party module a Ray image carries imports there: a module that reads a file the image lacks
-# (the instance catalog once) fails here, not in the first deployed run. Not imported: the laptop-side
-# verbs that come along with their packages (they drive ECS through scripts.ecs, which no image carries)
-# and the ingress that needs Ray Serve LLM, installed only where vLLM is.
-NOT_IN_CONTAINERS = (
-    "scripts.recipes.run",
-    "scripts.recipes.runs",
-    "scripts.serving.serve",
-    "training.serving.vllm_ingress",
-)
+# Every first-party module a Ray image carries imports there, with no exceptions: the images copy whole
+# packages, exactly those the layers contract keeps from importing anything laptop-only (pyproject.toml). A
+# module that reads a file the image lacks (the instance catalog once) fails here, not in the first deployed run.
+IN_IMAGE_PACKAGES = ("rayfleet.core", "rayfleet.train", "rayfleet.serve", "rayfleet.recipes", "rayfleet.node")
 IMPORT_ALL = f"""
-import importlib, pkgutil
-for package in ("scripts.container", "scripts.recipes", "scripts.serving", "training"):
+import importlib, pkgutil, rayfleet
+carried = sorted(info.name for info in pkgutil.iter_modules(rayfleet.__path__, "rayfleet."))
+assert carried == sorted({IN_IMAGE_PACKAGES!r}), carried
+for package in carried:
     for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
-        if info.name not in {NOT_IN_CONTAINERS!r}:
-            importlib.import_module(info.name)
+        importlib.import_module(info.name)
 print("imported")
 """
 
@@ -157,7 +152,7 @@ def test_the_trainer_holds_the_models_its_manifest_lists(running):
     assert host.check_output("printenv MODEL_DIR") == "/models"
     # the training code finds it offline, the way the FSDP job does
     found = host.check_output(
-        "python -c \"from training.hf_model import resolve_model_dir as r; print(r('tiny-gpt-neox'))\""
+        "python -c \"from rayfleet.train.hf_model import resolve_model_dir as r; print(r('tiny-gpt-neox'))\""
     )
     assert found == "/models/tiny-gpt-neox"
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from scripts.deploy import images
+from rayfleet.ops import images
 from tests.images.helpers import ROOT
 
 DOCKERFILE = ROOT / "images" / "ray-worker" / "Dockerfile"

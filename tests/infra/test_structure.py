@@ -8,7 +8,7 @@ from dataclasses import fields
 
 import pytest
 
-from scripts.ecs.outputs import Outputs
+from rayfleet.ecs.outputs import Outputs
 from tests.infra.hcl import INFRA, MODULES, load_dir, merged
 
 MODULE_DIRS = sorted(p for p in MODULES.iterdir() if p.is_dir())

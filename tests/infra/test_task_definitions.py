@@ -20,8 +20,8 @@ import json
 
 import pytest
 
-from scripts.deploy import rendered
-from scripts.deploy.terraform_standin.render import rendered_state
+from tools import rendered
+from tools.terraform_standin.render import rendered_state
 
 WRITABLE = {"/tmp", "/work", "/run/rayfleet"}  # plus /dev/shm (sharedMemorySize), which is a tmpfs
 HOST_PATHS = {"/etc/rayfleet"}  # the instance's identity and Spot notice, read-only

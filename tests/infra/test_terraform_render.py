@@ -1,11 +1,11 @@
 """The stand-in providers' render mode: a plain `terraform apply` of infra/ offline, and the state it leaves.
 
 Terraform evaluates everything (the same apply `make deploy` runs, no mock_provider); the stand-in answers
-what AWS would compute with deterministic, realistic values (scripts/deploy/terraform_standin/values.py). These
+what AWS would compute with deterministic, realistic values (tools/terraform_standin/values.py). These
 tests check that the rendered state reads like a deployment's (ids and ARNs of the right shape, for the
 account and region; the data sources answered), that it is the same every time, that infra/fsdp.tfvars
 renders too, that a data source render mode does not know is refused by name, and that the deployment
-picture (scripts/deploy/rendered.py) carries Terraform's own rendering.
+picture (tools/rendered.py) carries Terraform's own rendering.
 """
 
 from __future__ import annotations
@@ -17,10 +17,10 @@ import time
 
 import pytest
 
-from scripts.deploy import rendered
-from scripts.deploy.terraform_standin import values
-from scripts.deploy.terraform_standin.render import RenderFailed, rendered_state
-from scripts.deploy.terraform_standin.workspace import INFRA
+from tools import rendered
+from tools.terraform_standin import values
+from tools.terraform_standin.render import RenderFailed, rendered_state
+from tools.terraform_standin.workspace import INFRA
 
 ACCOUNT = values.ACCOUNT
 ID_SHAPES = {

@@ -1,7 +1,7 @@
 """`terraform test` of infra/tests/*.tftest.hcl, through the pinned Terraform, offline.
 
 The test files plan and apply the root module (its defaults, and infra/fsdp.tfvars) and the modules with
-`mock_provider`s over the stand-in providers' schemas (scripts/deploy/terraform_standin), and assert on what
+`mock_provider`s over the stand-in providers' schemas (tools/terraform_standin), and assert on what
 Terraform renders: container definitions, security-group rules, IAM statements, user data, refusals.
 One `terraform test -var-file=fsdp.tfvars -json` runs them all; each run block is reported here as its
 own test, with Terraform's diagnostics when it fails.
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from scripts.deploy.terraform_standin.workspace import INFRA, Terraform, scratch_copy
+from tools.terraform_standin.workspace import INFRA, Terraform, scratch_copy
 
 TEST_FILES = sorted((INFRA / "tests").glob("*.tftest.hcl"))
 RUNS = [(f"tests/{f.name}", name) for f in TEST_FILES for name in re.findall(r'^run "([^"]+)"', f.read_text(), re.M)]

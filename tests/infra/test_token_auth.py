@@ -1,5 +1,5 @@
 """Terraform never reads the Ray token: it makes the secret and its policy, and `make deploy` seeds the first
-value (scripts/ecs/rotate_token.py `seed_token`). The AWS provider reads a secret *version* with
+value (rayfleet/ecs/rotate_token.py `seed_token`). The AWS provider reads a secret *version* with
 GetSecretValue on create and on every refresh (internal/service/secretsmanager/secret_version.go,
 findSecretVersionByTwoPartKey), which the secret's policy denies to everyone but the execution role; the
 secret itself is read with DescribeSecret and GetResourcePolicy only. So no configuration here may hold a

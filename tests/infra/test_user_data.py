@@ -223,8 +223,8 @@ def test_the_spot_notice_poller_writes_the_notice_when_imds_has_one(tmp_path):
     finally:
         proc.kill()
         imds.server.shutdown()
-    # what the worker's entry point makes of it (scripts/container/drain.py): the drain's message and time
-    from scripts.container import drain
+    # what the worker's entry point makes of it (rayfleet/node/drain.py): the drain's message and time
+    from rayfleet.node import drain
 
     two_minutes_before = datetime(2026, 11, 24, 9, 58, tzinfo=UTC).timestamp()
     message, left = drain.spot_notice(notice_file, now=two_minutes_before)

@@ -1,13 +1,13 @@
 """What `make deploy` leaves behind, created in a moto server: the ops verbs' test bed, as Terraform renders it.
 
 The picture comes from Terraform itself: infra/ applied offline with the stand-in providers in render mode
-(scripts/deploy/terraform_standin/render.py; the default variables unless told otherwise, cached per content)
-and turned into API inputs by scripts/deploy/rendered.py. `create` makes it in moto, in dependency order:
+(tools/terraform_standin/render.py; the default variables unless told otherwise, cached per content)
+and turned into API inputs by rayfleet/ops/rendered.py. `create` makes it in moto, in dependency order:
 
   KMS key and alias; VPC (DNS support and hostnames), every subnet (CIDR, zone, tags), the security groups
   with exactly the rendered rules (moto's default allow-all egress removed, as Terraform removes it) and the
   VPC's default group emptied; the token secret (the rendered name, KMS key and tags, no value, as Terraform
-  leaves it), then seeded as `make deploy` seeds it (scripts/ecs/rotate_token.py seed_token); every log
+  leaves it), then seeded as `make deploy` seeds it (rayfleet/ecs/rotate_token.py seed_token); every log
   group (retention, key, tags); the Cloud Map namespace and its head service;
   the bucket (versioning, KMS encryption, public access block, tags); the ECS cluster (settings, ECS Exec
   configuration, tags), its capacity providers and their association; one container instance per
@@ -45,11 +45,11 @@ import json
 import urllib.request
 from pathlib import Path
 
-from scripts.deploy import rendered
-from scripts.deploy.terraform_standin.render import rendered_state
-from scripts.ecs.rotate_token import seed_token
+from rayfleet.core.catalog import INSTANCE_TYPES
+from rayfleet.ecs.rotate_token import seed_token
 from tests.integration.moto_ecs import EcsMotoServer
-from training.core.catalog import INSTANCE_TYPES
+from tools import rendered
+from tools.terraform_standin.render import rendered_state
 
 REGION = "us-east-1"  # the default variables' region
 REGISTERED_SHARE = 0.95  # of an instance's nominal memory that its ECS agent registers (an assumption)

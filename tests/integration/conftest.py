@@ -1,7 +1,7 @@
 """A real local Ray cluster (head + 2 workers, token auth) and a real moto S3 server, for the session.
 
 Both use their own ports, state directory and token file, so a developer's own `make cluster-up` on the
-default ports is left alone. Jobs run as real driver subprocesses (`python -m training.ddp`). What the tests
+default ports is left alone. Jobs run as real driver subprocesses (`python -m rayfleet.train.ddp`). What the tests
 share besides these fixtures is in helpers.py.
 """
 
@@ -13,6 +13,8 @@ import sys
 
 import pytest
 
+from rayfleet.core import ray_auth
+from rayfleet.train import tiny_lm
 from tests.integration import aws_stack as stack
 from tests.integration.helpers import (
     DASHBOARD_PORT,
@@ -25,8 +27,6 @@ from tests.integration.helpers import (
     verbs_env,
 )
 from tests.integration.moto_ecs import EcsMotoServer
-from training import tiny_lm
-from training.core import ray_auth
 
 
 @pytest.fixture(scope="session")
@@ -52,7 +52,7 @@ def cluster_env(tmp_path_factory, aws_stack) -> dict:
     }
     env.pop("RAY_ADDRESS", None)
     env.pop("RAY_AUTH_TOKEN", None)
-    cli = [sys.executable, "-m", "scripts.local_cluster"]
+    cli = [sys.executable, "-m", "rayfleet.local"]
     subprocess.run([*cli, "up", "--workers", "2", "--cpus-per-worker", "1"], env=env, cwd=REPO, check=True)
     try:
         yield {**env, "RAY_ADDRESS": f"127.0.0.1:{RAY_PORT}"}
@@ -65,7 +65,7 @@ def session_cluster_stopped(cluster_env) -> dict:
     """For the one test that starts a cluster of its own: the session cluster is stopped first (never two
     clusters at once on two cores). tests/conftest.py orders its users after every other local-cluster test;
     cluster_env's own teardown then finds nothing left to stop. Yields the session cluster's environment."""
-    cli = [sys.executable, "-m", "scripts.local_cluster", "down"]
+    cli = [sys.executable, "-m", "rayfleet.local", "down"]
     env = {k: v for k, v in cluster_env.items() if k != "RAY_ADDRESS"}
     subprocess.run(cli, env=env, cwd=REPO, check=True, timeout=120)
     return cluster_env
@@ -94,7 +94,7 @@ def moto() -> MotoServer:
 def aws_stack(tmp_path_factory):
     """A moto server holding what `make deploy` creates, as Terraform renders infra/ with its default
     variables (aws_stack.py), and the env that points the verbs at it. "outputs": the outputs file's values
-    (moto's ids) and its path; "picture": the rendered deployment picture (scripts/deploy/rendered.py)."""
+    (moto's ids) and its path; "picture": the rendered deployment picture (tools/rendered.py)."""
     picture = stack.default_picture()
     server = EcsMotoServer().start()
     try:

@@ -14,7 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from scripts.local_cluster import cluster as local_cluster
+from rayfleet.local import cluster as local_cluster
 
 REPO = Path(__file__).resolve().parents[2]
 # RAYFLEET_TEST_RAY_PORT/_DASHBOARD_PORT: a second test session beside one already running (its own cluster)
@@ -22,12 +22,12 @@ RAY_PORT = int(os.environ.get("RAYFLEET_TEST_RAY_PORT", "6490"))
 DASHBOARD_PORT = int(os.environ.get("RAYFLEET_TEST_DASHBOARD_PORT", "8365"))
 # The verbs as the Makefile names them, and the module each runs (python -m ...).
 VERBS = {
-    "launch": "scripts.ecs.launch",
-    "logs": "scripts.ecs.logs",
-    "status": "scripts.ecs.status",
-    "teardown": "scripts.ecs.teardown",
-    "exec": "scripts.ecs.shell",
-    "infra": "scripts.deploy.infra",
+    "launch": "rayfleet.ecs.launch",
+    "logs": "rayfleet.ops.logs",
+    "status": "rayfleet.ops.status",
+    "teardown": "rayfleet.ecs.teardown",
+    "exec": "rayfleet.ecs.shell",
+    "infra": "rayfleet.ops.infra",
 }
 
 
@@ -80,7 +80,7 @@ class MotoServer:
 
 def run_ddp(env: dict, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "training.ddp", *overrides],
+        [sys.executable, "-m", "rayfleet.train.ddp", *overrides],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -133,7 +133,7 @@ def verbs_env(endpoint: str, outputs_file: str, region: str, **extra: str) -> di
 # process may have imported ray (through another test) before any token was in its environment.
 _JOBS_API_CALL = """
 import sys
-from scripts.recipes import jobs_api
+from rayfleet.recipes import jobs_api
 client = jobs_api.client_for(sys.argv[1])
 answer = getattr(client, sys.argv[2])(*sys.argv[3:])
 print(answer if isinstance(answer, str) else repr(answer))
@@ -187,7 +187,7 @@ def worker_node_ids(env: dict) -> set[str]:
     return {n["node_id"] for n in listed_nodes(env) if n["state"] == "ALIVE" and not n["is_head_node"]}
 
 
-FSDP_TINY = "training/configs/fsdp-tiny.yaml"
+FSDP_TINY = "rayfleet/train/configs/fsdp-tiny.yaml"
 # The session's FSDP run and its uninterrupted twin share these settings (same schedule, same numbers). fp32:
 # precision=auto picks bf16 on a CPU with AVX512-BF16/AMX, and the checks below (shard bytes, the export's
 # 1e-5 logits) are fp32's; bf16 has its own run (test_bf16_mixed_precision_and_per_block_compile).
@@ -199,7 +199,7 @@ def run_fsdp(env, tiny, storage, *overrides, timeout=600):
         [
             sys.executable,
             "-m",
-            "training.fsdp",
+            "rayfleet.train.fsdp",
             "--config",
             FSDP_TINY,
             f"model={tiny['model']}",

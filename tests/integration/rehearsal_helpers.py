@@ -1,4 +1,4 @@
-"""The rehearsal (`python -m scripts.rehearsal up`) as a test runs it: a real subprocess in the foreground,
+"""The rehearsal (`python -m tools.rehearsal up`) as a test runs it: a real subprocess in the foreground,
 its output collected, stopped with SIGINT as Ctrl-C stops it; and what it may leave behind, looked up.
 
 The images are the ones tests/images builds (localhost/rayfleet/<image>:test): reused when all four
@@ -47,7 +47,7 @@ def ensure_images(scratch: Path) -> None:
 
 def rehearsal_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "scripts.rehearsal", *args],
+        [sys.executable, "-m", "tools.rehearsal", *args],
         cwd=REPO,
         env=env or podman_env(),
         capture_output=True,
@@ -57,13 +57,13 @@ def rehearsal_cli(*args: str, env: dict | None = None, timeout: float = 300) -> 
 
 
 class Rehearsal:
-    """`python -m scripts.rehearsal up` running in the background of a test."""
+    """`python -m tools.rehearsal up` running in the background of a test."""
 
     def __init__(self, state_dir: Path, *args: str):
         self.state_dir = state_dir
         self.lines: list[str] = []
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "scripts.rehearsal", "up", "--tag", TAG, "--state-dir", str(state_dir), *args],
+            [sys.executable, "-m", "tools.rehearsal", "up", "--tag", TAG, "--state-dir", str(state_dir), *args],
             cwd=REPO,
             env={**podman_env(), "PYTHONUNBUFFERED": "1"},
             stdout=subprocess.PIPE,
@@ -99,7 +99,7 @@ class Rehearsal:
         return json.loads((self.state_dir / "state.json").read_text())
 
     def env(self) -> dict:
-        """The laptop verbs' environment, from `python -m scripts.rehearsal env`."""
+        """The laptop verbs' environment, from `python -m tools.rehearsal env`."""
         result = rehearsal_cli("env", "--state-dir", str(self.state_dir))
         assert result.returncode == 0, result.stderr
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}

@@ -1,7 +1,7 @@
 """Autostop and start on demand against moto_server's ECS and S3 (the stack Terraform renders, aws_stack.py).
 
 Autostop scales the real services (moto keeps their desired counts; it runs no task, so the head's snapshot
-that start waits for is written here, in the format scripts/container/head_snapshot.py writes). What moto
+that start waits for is written here, in the format rayfleet/node/head_snapshot.py writes). What moto
 cannot show: the capacity providers removing and launching instances, and IAM refusing a worker's role
 (the policy is tested in infra/tests/iam.tftest.hcl)."""
 
@@ -16,12 +16,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from scripts.container.autostop import Autostop, Settings
-from scripts.container.head_snapshot import KEY
-from scripts.ecs.outputs import Outputs
-from scripts.ecs.start import start
+from rayfleet.core.aws import Aws
+from rayfleet.ecs.outputs import Outputs
+from rayfleet.ecs.start import start
+from rayfleet.node.autostop import Autostop, Settings
+from rayfleet.node.head_snapshot import KEY
 from tests.integration.helpers import REPO
-from training.core.aws import Aws
 
 pytestmark = pytest.mark.integration
 IDLE = {"jobs": [{"status": "SUCCEEDED"}], "serve": []}
@@ -174,7 +174,7 @@ def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
     recipe.write_text(json.dumps({"name": "wake", "entrypoint": "train.py", "resources": {"workers": 1}}))
     with NewHead(stack, out.worker_count):
         result = subprocess.run(
-            [sys.executable, "-m", "scripts.recipes.run", str(recipe), "--target=ecs", "--run-name=wake", "--detach"],
+            [sys.executable, "-m", "rayfleet.targets.run", str(recipe), "--target=ecs", "--run-name=wake", "--detach"],
             env=stack["env"],
             cwd=REPO,
             capture_output=True,

@@ -11,12 +11,12 @@ import time
 
 import pytest
 
+from rayfleet.core.run_dir import RunDir
+from rayfleet.train.checkpoint import read_state
+from rayfleet.train.metrics import read_rows
+from rayfleet.train.tracking.events import read_scalars
 from tests.integration.helpers import REPO, train_worker_pids
 from tests.integration.helpers import run_ddp as run
-from training.checkpoint import read_state
-from training.core.run_dir import RunDir
-from training.metrics import read_rows
-from training.tracking.events import read_scalars
 
 pytestmark = pytest.mark.integration
 
@@ -70,7 +70,7 @@ def test_killed_worker_resumes_from_last_checkpoint(cluster_env, small_dataset, 
     mlflow_uri = (tmp_path / "mlruns").as_uri()
     env = {**cluster_env, "MLFLOW_TRACKING_URI": mlflow_uri, "MLFLOW_ALLOW_FILE_STORE": "true"}
     job = subprocess.Popen(
-        [sys.executable, "-m", "training.ddp", *small(small_dataset, tmp_path, "epochs=4", "run_name=fault")],
+        [sys.executable, "-m", "rayfleet.train.ddp", *small(small_dataset, tmp_path, "epochs=4", "run_name=fault")],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -119,7 +119,7 @@ def test_killed_worker_resumes_from_last_checkpoint(cluster_env, small_dataset, 
 
 def test_rejects_more_workers_than_the_cluster_can_place(cluster_env, small_dataset, tmp_path):
     result = run(cluster_env, *small(small_dataset, tmp_path, "num_workers=5", "run_name=toomany"), timeout=120)
-    assert result.returncode == 2  # refused before anything ran (training.core.errors.EXIT_BAD_INPUT)
+    assert result.returncode == 2  # refused before anything ran (rayfleet.core.errors.EXIT_BAD_INPUT)
     assert "num_workers: 5 workers of 1 CPU each do not fit this cluster, which can place 2" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "toomany").exists()  # rejected before anything was written or started
@@ -127,6 +127,6 @@ def test_rejects_more_workers_than_the_cluster_can_place(cluster_env, small_data
 
 def test_bad_config_fails_before_connecting(cluster_env, small_dataset, tmp_path):
     result = run(cluster_env, *small(small_dataset, tmp_path, "lr=-1", "epochs=zero"), timeout=60)
-    assert result.returncode == 2  # refused before anything ran (training.core.errors.EXIT_BAD_INPUT)
+    assert result.returncode == 2  # refused before anything ran (rayfleet.core.errors.EXIT_BAD_INPUT)
     assert "lr: Input should be greater than 0" in result.stderr and "epochs:" in result.stderr
     assert "Traceback" not in result.stderr

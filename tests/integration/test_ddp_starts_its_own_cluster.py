@@ -1,4 +1,4 @@
-"""The library never starts a cluster; `python -m scripts.local_cluster run` (make demo, make train-ddp-local)
+"""The library never starts a cluster; `python -m rayfleet.local run` (make demo, make train-ddp-local)
 starts one for the job when none runs (same shape as make cluster-up) and stops it after."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from scripts.local_cluster import cluster as local_cluster
+from rayfleet.local import cluster as local_cluster
 from tests.integration.helpers import REPO
 
 pytestmark = pytest.mark.integration
@@ -22,13 +22,13 @@ def _own_cluster_env(cluster_env: dict, tmp_path) -> dict:
 
 
 def test_the_job_alone_says_how_to_get_a_cluster(cluster_env, small_dataset, tmp_path):
-    job = [sys.executable, "-m", "training.ddp", f"data_dir={small_dataset}", f"storage={tmp_path}", "epochs=1"]
+    job = [sys.executable, "-m", "rayfleet.train.ddp", f"data_dir={small_dataset}", f"storage={tmp_path}", "epochs=1"]
     result = subprocess.run(
         job, env=_own_cluster_env(cluster_env, tmp_path), cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
-    assert lines[-1].startswith("error: no Ray cluster") and "scripts.local_cluster run" in lines[-1], result.stderr
+    assert lines[-1].startswith("error: no Ray cluster") and "rayfleet.local run" in lines[-1], result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -39,9 +39,9 @@ def test_local_cluster_run_starts_and_stops_a_cluster_for_the_job(session_cluste
     the session cluster is stopped (session_cluster_stopped), never beside it. (It merges the former
     test_local_cluster_ray_clients run-starts-its-own-cluster test.)"""
     env = _own_cluster_env(session_cluster_stopped, tmp_path)
-    job = [sys.executable, "-m", "training.ddp", f"data_dir={small_dataset}", f"storage={tmp_path}", "epochs=1"]
+    job = [sys.executable, "-m", "rayfleet.train.ddp", f"data_dir={small_dataset}", f"storage={tmp_path}", "epochs=1"]
     job += ["train_subset=600", "run_name=own"]
-    command = [sys.executable, "-m", "scripts.local_cluster", "run", "--workers", "2", "--cpus-per-worker", "1"]
+    command = [sys.executable, "-m", "rayfleet.local", "run", "--workers", "2", "--cpus-per-worker", "1"]
     result = subprocess.run([*command, "--", *job], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "starting one for this command" in result.stdout

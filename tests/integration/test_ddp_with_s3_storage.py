@@ -55,6 +55,6 @@ def test_missing_bucket_fails_with_one_clear_error(cluster_env, moto_endpoint, s
         "run_name=nobucket",
         timeout=180,
     )
-    assert result.returncode == 2  # refused before anything ran (training.core.errors.EXIT_BAD_INPUT)
+    assert result.returncode == 2  # refused before anything ran (rayfleet.core.errors.EXIT_BAD_INPUT)
     assert "error: storage: cannot write to s3://no-such-bucket/runs/nobucket" in result.stderr
     assert "Traceback" not in result.stderr

@@ -68,7 +68,7 @@ def run_rotation(deployed, *args: str, delay: float = 2.0):
     """Run the verb; act as the ECS scheduler for each service it restarts."""
     events = []
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scripts.ecs.rotate_token", "--poll", "0.5", *args],
+        [sys.executable, "-m", "rayfleet.ecs.rotate_token", "--poll", "0.5", *args],
         cwd=REPO,
         env=deployed["env"],
         stdout=subprocess.PIPE,

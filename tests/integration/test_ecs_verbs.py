@@ -61,7 +61,7 @@ def test_launch_detached_sets_overrides_network_and_records_the_run(aws_stack):
 def test_launch_follows_the_driver_log_until_the_task_stops(aws_stack):
     env = aws_stack["env"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scripts.ecs.launch", "ddp", "--run-name", "followed-1"],
+        [sys.executable, "-m", "rayfleet.ecs.launch", "ddp", "--run-name", "followed-1"],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -114,7 +114,7 @@ def test_status_reports_services_tasks_runs_ray_and_cost(aws_stack, cluster_env)
         [
             sys.executable,
             "-m",
-            "scripts.container.head_snapshot",
+            "rayfleet.node.head_snapshot",
             "--bucket",
             bucket,
             "--once",

@@ -9,11 +9,11 @@ import pytest
 from botocore.exceptions import ClientError
 from botocore.stub import Stubber
 
-from scripts.ecs.launch import launch
-from scripts.ecs.outputs import Outputs
-from scripts.ecs.shell import exec_in, find_task
+from rayfleet.core.aws import Aws, PlacementFailed, PluginMissing, translate
+from rayfleet.ecs.launch import launch
+from rayfleet.ecs.outputs import Outputs
+from rayfleet.ecs.shell import exec_in, find_task
 from tests.integration.helpers import run_verb
-from training.core.aws import Aws, PlacementFailed, PluginMissing, translate
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from rayfleet.core.run_dir import RunDir
+from rayfleet.train.metrics import read_rows
+from rayfleet.train.tracking.events import read_scalars
 from tests.integration.helpers import FSDP_LEARN, REPO, run_fsdp
-from training.core.run_dir import RunDir
-from training.metrics import read_rows
-from training.tracking.events import read_scalars
 
 pytestmark = pytest.mark.integration
 
@@ -148,7 +148,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(
 
 def test_bad_input_fails_before_any_worker_starts(cluster_env, tiny, tmp_path):
     """Refused on the driver: exit 2, one line, no traceback, nothing written. One case end to end; the
-    driver's other checks are unit tests (tests/unit/training/test_fsdp_config.py)."""
+    driver's other checks are unit tests (tests/unit/train/test_fsdp_config.py)."""
     result = run_fsdp(cluster_env, tiny, tmp_path, "global_batch_size=7", "run_name=bad", timeout=120)
     assert result.returncode == 2, result.stderr[-2000:]
     assert "global_batch_size: 7 cannot be split across 2 workers" in result.stderr, result.stderr[-2000:]

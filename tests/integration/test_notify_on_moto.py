@@ -35,7 +35,7 @@ def test_a_watched_run_publishes_its_start_and_failure_to_the_topic(moto):
     )
     command = f"{sys.executable} -c \"print('epoch 1'); raise SystemExit('out of memory')\""
     result = subprocess.run(
-        [sys.executable, "-m", "scripts.recipes.job_entry", command],
+        [sys.executable, "-m", "rayfleet.recipes.job_entry", command],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -1,7 +1,7 @@
 """Preemption on the real local cluster, through the ECS worker entry point.
 
 A third worker node joins the test cluster the way an ECS worker task does (`rayfleet-node worker`, here
-`python -m scripts.container.ray_node worker`, with 2 CPUs so Ray packs the run's two workers onto it). A
+`python -m rayfleet.node.ray_node worker`, with 2 CPUs so Ray packs the run's two workers onto it). A
 DDP (or FSDP) run with max_failures=0 starts there; SIGTERM to the entry point (what ECS sends when Spot
 takes the instance; the DDP test) or the Spot notice the instance's poller writes (the FSDP test) makes it
 drain its own node with Ray's PREEMPTION reason and a deadline. The run sees
@@ -24,11 +24,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from scripts.container.drain import SPOT_MARGIN_S
+from rayfleet.core.run_dir import RunDir
+from rayfleet.node.drain import SPOT_MARGIN_S
+from rayfleet.train.checkpoint import read_state
+from rayfleet.train.metrics import read_rows
 from tests.integration.helpers import DASHBOARD_PORT, FSDP_TINY, RAY_PORT, REPO, listed_nodes
-from training.checkpoint import read_state
-from training.core.run_dir import RunDir
-from training.metrics import read_rows
 
 pytestmark = pytest.mark.integration
 DEADLINE_S = 25
@@ -40,7 +40,7 @@ def entry_point_node(cluster_env: dict, scratch: Path, log: Path) -> subprocess.
     env = {
         **cluster_env,
         "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # `ray` of this environment
-        "PYTHONPATH": str(REPO),  # the run's workers import training/ (the image has it installed)
+        "PYTHONPATH": str(REPO),  # the run's workers import rayfleet/train/ (the image has it installed)
         "RAYFLEET_HEAD_HOST": "127.0.0.1",
         "RAYFLEET_RAY_PORTS": json.dumps(ports),
         "RAYFLEET_NUM_CPUS": "2",
@@ -51,7 +51,7 @@ def entry_point_node(cluster_env: dict, scratch: Path, log: Path) -> subprocess.
     }
     with open(log, "w") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "scripts.container.ray_node", "worker"],
+            [sys.executable, "-m", "rayfleet.node.ray_node", "worker"],
             env=env,
             cwd=REPO,
             stdout=out,
@@ -142,7 +142,7 @@ def check_the_notice(out: str) -> int:
 
 def test_a_ddp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_env, small_dataset, tmp_path):
     run_dir = RunDir(str(tmp_path), "spot")
-    command = [sys.executable, "-m", "training.ddp", f"data_dir={small_dataset}", f"storage={tmp_path}"]
+    command = [sys.executable, "-m", "rayfleet.train.ddp", f"data_dir={small_dataset}", f"storage={tmp_path}"]
     command += ["eval_batch_size=600", "epochs=4", "run_name=spot", "max_failures=0", "keep_checkpoints=10"]
     command += [f"preemption_check_steps={CHECK_EVERY}", "progress_every_s=1"]
     out, node_out, node_rc, rc = preempted_run(cluster_env, tmp_path, command, lambda: len(read_rows(run_dir)) >= 1)
@@ -167,7 +167,7 @@ def test_a_ddp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_en
 
 def test_an_fsdp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_env, tiny, tmp_path):
     run_dir = RunDir(str(tmp_path), "spot-fsdp")
-    command = [sys.executable, "-m", "training.fsdp", "--config", FSDP_TINY, f"model={tiny['model']}"]
+    command = [sys.executable, "-m", "rayfleet.train.fsdp", "--config", FSDP_TINY, f"model={tiny['model']}"]
     command += [f"data={tiny['data']}", f"storage={tmp_path}"]
     # A tiny step takes about 0.4 s here: the 50 steps after the trigger leave the notice (the entry point looks
     # every 5 s, runs `ray drain-node`, Ray Train sees it at a check) about 20 s, more under load.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from scripts.ecs import image_policy
-from training.core.aws import Aws
-from training.core.errors import ConfigError
+from rayfleet.core.aws import Aws
+from rayfleet.core.errors import ConfigError
+from rayfleet.ecs import image_policy
 
 pytestmark = pytest.mark.integration
 

@@ -20,12 +20,12 @@ EXAMPLES = REPO / "recipes" / "examples"
 
 @pytest.fixture(scope="module")
 def tiny_lm(tmp_path_factory) -> dict:
-    """The tiny GPT-NeoX and its corpus (training.tiny_lm); the corpus has a name of its own, so `pgrep -f`
+    """The tiny GPT-NeoX and its corpus (rayfleet.train.tiny_lm); the corpus has a name of its own, so `pgrep -f`
     finds exactly the processes of these runs."""
     base = tmp_path_factory.mktemp("tiny-lm")
     text = base / f"corpus-{uuid.uuid4().hex[:12]}.txt"
     subprocess.run(
-        [sys.executable, "-m", "training.tiny_lm", str(base / "model"), "--text", str(text)],
+        [sys.executable, "-m", "rayfleet.train.tiny_lm", str(base / "model"), "--text", str(text)],
         cwd=REPO,
         check=True,
         capture_output=True,

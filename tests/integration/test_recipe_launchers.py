@@ -85,7 +85,7 @@ def test_torchrun_runs_once_per_worker_node_and_trains(cluster_env, tmp_path):
     assert "[node 0] done: 20 steps" in (run_dir / "driver.log").read_text()
     record = json.loads((run_dir / "run.json").read_text())
     assert record["state"] == "SUCCEEDED" and record["exit_code"] == 0
-    assert "scripts.recipes.multinode --launcher torchrun" in record["entrypoint"]
+    assert "rayfleet.node.multinode --launcher torchrun" in record["entrypoint"]
     assert left_running("torch-two-nodes") == []
 
 
@@ -118,13 +118,13 @@ def test_a_failing_rank_is_launched_again_resumes_and_then_fails_the_run_with_it
 def test_stopping_the_run_stops_every_nodes_processes(cluster_env, tmp_path):
     """Ctrl-C on the verb stops every node's launcher and ranks, the record says STOPPED. While it runs, each
     node's ranks hold the recipe's secret resolved on their node (the launchers start through
-    scripts.recipes.job_entry), while what Ray holds (the job's runtime_env) has only the reference.
+    rayfleet.recipes.job_entry), while what Ray holds (the job's runtime_env) has only the reference.
     (It merges the former secret-per-node run.)"""
     value = "launcher-secret-0123456789"
     env = {"API_KEY": {"secret": "env:TEST_LAUNCHER_KEY"}}
     recipe = copy_example(tmp_path, args=["--steps", "100000", "--checkpoint-every", "1000"], env=env)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scripts.recipes.run", str(recipe), "--target", "local", "--run-name", "torch-stop"],
+        [sys.executable, "-m", "rayfleet.targets.run", str(recipe), "--target", "local", "--run-name", "torch-stop"],
         env={**cluster_env, "TEST_LAUNCHER_KEY": value}, cwd=REPO, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, preexec_fn=ctrl_c_reaches_it,
     )  # fmt: skip

@@ -1,6 +1,6 @@
 """A recipe run on ECS, against moto_server: the launcher's half (code zip and resolved recipe in the bucket,
 RunTask overrides carrying the recipe, a custom image as a task-definition revision), then the trainer's
-half (scripts/recipes/driver.py) for real: it submits the uploaded zip by its S3 URI to the real local
+half (rayfleet/node/driver.py) for real: it submits the uploaded zip by its S3 URI to the real local
 Ray cluster, whose runtime-env agents download it from the moto bucket, and records the result in S3."""
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def write_recipe(tmp_path, **extra):
 
 def run_recipe(env, *args, timeout=180):
     return subprocess.run(
-        [sys.executable, "-m", "scripts.recipes.run", *args],
+        [sys.executable, "-m", "rayfleet.targets.run", *args],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -65,7 +65,7 @@ def launched(aws_stack, tmp_path_factory):
     server = aws_stack["server"]
     assert SECRET_NAME.startswith(f"{aws_stack['outputs']['cluster_name']}/recipes/")
     server.client("secretsmanager").create_secret(Name=SECRET_NAME, SecretString=SECRET_VALUE)
-    # The user's own repository, tags immutable: scripts/ecs/image_policy.py accepts the image by its tag.
+    # The user's own repository, tags immutable: rayfleet/ecs/image_policy.py accepts the image by its tag.
     server.client("ecr").create_repository(repositoryName="custom-trainer", imageTagMutability="IMMUTABLE")
     recipe = write_recipe(tmp_path_factory.mktemp("recipe"), image=IMAGE, pip=["einops==0.8.1"])
     result = run_recipe(
@@ -129,7 +129,7 @@ def test_trainer_submits_the_s3_code_to_the_cluster_and_records_the_result(launc
     overrides = {e["name"]: e["value"] for e in task["overrides"]["containerOverrides"][0]["environment"]}
     recipe = json.loads(overrides["RAYFLEET_RECIPE"])
     recipe.pop("pip")  # a per-job pip environment needs an index on the nodes; the rest is what the task gets
-    # The job resolves its secret in its own process (scripts/recipes/job_entry.py): on ECS that process is in
+    # The job resolves its secret in its own process (rayfleet/recipes/job_entry.py): on ECS that process is in
     # the trainer container, with its task role; here it is on a node of the local cluster, told where moto is.
     recipe["env"]["AWS_ENDPOINT_URL_SECRETS_MANAGER"] = aws_stack["env"]["AWS_ENDPOINT_URL"]
     overrides["RAYFLEET_RECIPE"] = json.dumps(recipe)
@@ -141,7 +141,7 @@ def test_trainer_submits_the_s3_code_to_the_cluster_and_records_the_result(launc
         "RAYFLEET_DASHBOARD_URL": f"http://127.0.0.1:{DASHBOARD_PORT}",
     }  # set by rayfleet-node on ECS
     result = subprocess.run(
-        [sys.executable, "-m", "scripts.recipes.driver"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "rayfleet.node.driver"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"token length {len(SECRET_VALUE)}" in result.stdout and "helper says shipped" in result.stdout
@@ -175,7 +175,7 @@ def test_a_code_zip_replaced_in_s3_is_refused_before_ray_sees_it(launched, aws_s
         "RAYFLEET_DASHBOARD_URL": "http://127.0.0.1:9",  # never asked
     }
     result = subprocess.run(
-        [sys.executable, "-m", "scripts.recipes.driver"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "rayfleet.node.driver"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 1, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
@@ -204,7 +204,7 @@ def test_env_secrets_are_refused_on_ecs(aws_stack, tmp_path):
 
 def test_make_runs_lists_s3_runs_with_their_state(launched, aws_stack, tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "scripts.recipes.runs", "--json", "--local-dir", str(tmp_path)],
+        [sys.executable, "-m", "rayfleet.ops.runs", "--json", "--local-dir", str(tmp_path)],
         env=aws_stack["env"],
         cwd=REPO,
         capture_output=True,
@@ -231,7 +231,7 @@ class Follower:
         self.s3, self.ecs = aws_stack["server"].client("s3"), aws_stack["server"].client("ecs")
         self.cluster, self.bucket = aws_stack["outputs"]["cluster_name"], aws_stack["outputs"]["results_bucket"]
         self.key = f"runs/{run}/run.json"
-        command = [sys.executable, "-m", "scripts.recipes.run", str(recipe), "--target=ecs", f"--run-name={run}"]
+        command = [sys.executable, "-m", "rayfleet.targets.run", str(recipe), "--target=ecs", f"--run-name={run}"]
         self.proc = subprocess.Popen(
             command, env=aws_stack["env"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -272,7 +272,7 @@ def test_a_lost_trainer_task_is_relaunched_with_the_same_overrides(aws_stack, tm
         first = follower.task()
         follower.stop(first, "Host EC2 (instance i-0abc) terminated.")
         second = follower.task(not_this=first)
-        # What the relaunched trainer's driver does at the end (scripts/recipes/job.py), then its task stops.
+        # What the relaunched trainer's driver does at the end (rayfleet/recipes/job.py), then its task stops.
         done = {**follower.record(), "state": "SUCCEEDED", "exit_code": 0, "message": ""}
         follower.s3.put_object(Bucket=follower.bucket, Key=follower.key, Body=json.dumps(done).encode())
         follower.stop(second, "Essential container in task exited")

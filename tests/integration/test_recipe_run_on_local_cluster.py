@@ -194,7 +194,7 @@ def test_user_train_script_runs_from_a_recipe(cluster_env, tmp_path):
     assert SECRET not in result.stdout + result.stderr
 
     listing = subprocess.run(
-        [str(REPO / ".venv/bin/python"), "-m", "scripts.recipes.runs", "--local-dir", str(storage), "--json"],
+        [str(REPO / ".venv/bin/python"), "-m", "rayfleet.ops.runs", "--local-dir", str(storage), "--json"],
         env={**cluster_env, "RAYFLEET_OUTPUTS": str(tmp_path / "none.json")},
         cwd=REPO,
         capture_output=True,
@@ -205,7 +205,7 @@ def test_user_train_script_runs_from_a_recipe(cluster_env, tmp_path):
     assert [(r["run"], r["where"], r["state"]) for r in rows] == [("user-job-ok", "local", "SUCCEEDED")]
     assert rows[0]["duration_s"] > 0 and rows[0]["results"] == str(run)
     logs = subprocess.run(
-        [str(REPO / ".venv/bin/python"), "-m", "scripts.ecs.logs", "user-job-ok"],
+        [str(REPO / ".venv/bin/python"), "-m", "rayfleet.ops.logs", "user-job-ok"],
         env={**cluster_env, "PYTHONPATH": str(REPO)},
         cwd=storage.parent,
         capture_output=True,
@@ -290,7 +290,7 @@ def test_ctrl_c_stops_the_job_and_keeps_its_record(cluster_env, tmp_path):
     script = "import time\nprint('started', flush=True)\ntime.sleep(600)\n"
     recipe = write_recipe(tmp_path, script, storage, resources={"workers": 1, "cpus_per_worker": 1})
     proc = subprocess.Popen(
-        [str(REPO / ".venv/bin/python"), "-m", "scripts.recipes.run", str(recipe), "--target", "local"],
+        [str(REPO / ".venv/bin/python"), "-m", "rayfleet.targets.run", str(recipe), "--target", "local"],
         env={**cluster_env, "TEST_API_KEY": SECRET},
         cwd=REPO,
         stdout=subprocess.PIPE,

@@ -1,7 +1,7 @@
 """A run's record reaches a final state and its log reaches S3 when its driver dies (issue 15, item 13).
 
-The driver here is `python -m scripts.recipes.run --target local` with its run directory in the moto
-bucket: the same code (scripts/recipes/job.py) the trainer task runs on ECS. It is killed mid-run with
+The driver here is `python -m rayfleet.targets.run --target local` with its run directory in the moto
+bucket: the same code (rayfleet/recipes/job.py) the trainer task runs on ECS. It is killed mid-run with
 SIGTERM (what ECS sends when the task is stopped) and with SIGKILL (what nothing can catch); a chatty job
 shows that the driver's memory does not grow with the job's output. On ECS, the reader side: a RUNNING
 run whose trainer task has stopped is LOST.
@@ -54,7 +54,7 @@ class Driver:
 
     def __init__(self, env: dict, recipe, run_name: str):
         self.proc = subprocess.Popen(
-            [PYTHON, "-m", "scripts.recipes.run", str(recipe), "--target", "local", "--run-name", run_name],
+            [PYTHON, "-m", "rayfleet.targets.run", str(recipe), "--target", "local", "--run-name", run_name],
             env={**env, "RAYFLEET_LOG_FLUSH_S": "1"},
             cwd=REPO,
             stdout=subprocess.PIPE,
@@ -88,7 +88,7 @@ def s3_text(aws_stack, bucket: str, key: str) -> str | None:
 
 def runs_listing(aws_stack, tmp_path) -> dict:
     result = subprocess.run(
-        [PYTHON, "-m", "scripts.recipes.runs", "--json", "--local-dir", str(tmp_path / "no-local-runs")],
+        [PYTHON, "-m", "rayfleet.ops.runs", "--json", "--local-dir", str(tmp_path / "no-local-runs")],
         env=aws_stack["env"],
         cwd=REPO,
         capture_output=True,
@@ -160,7 +160,7 @@ def test_a_chatty_job_keeps_the_driver_memory_bounded(cluster_env, aws_stack, bu
                 measure,
                 PYTHON,
                 "-m",
-                "scripts.recipes.run",
+                "rayfleet.targets.run",
                 str(recipe),
                 "--target",
                 "local",

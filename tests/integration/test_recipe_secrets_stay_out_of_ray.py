@@ -35,7 +35,7 @@ PROBE = textwrap.dedent("""
     @ray.remote(num_cpus=1)
     def on_a_worker(resolve):
         if resolve:  # a Ray task or Train worker resolves the references itself, with its own credentials
-            from scripts.recipes.job_entry import load_secrets
+            from rayfleet.recipes.job_entry import load_secrets
             load_secrets()
         return seen()
 
@@ -99,7 +99,7 @@ def test_secret_values_reach_the_job_but_never_ray(cluster_env, aws_stack, tmp_p
         [
             str(REPO / ".venv/bin/python"),
             "-m",
-            "scripts.recipes.run",
+            "rayfleet.targets.run",
             str(tmp_path / "recipe.yaml"),
             "--target",
             "local",
@@ -117,7 +117,7 @@ def test_secret_values_reach_the_job_but_never_ray(cluster_env, aws_stack, tmp_p
     # Ray's files: the session directory of every node (logs, runtime_env_agent.log, GCS), and the
     # cluster's own state and log directory.
     monkeypatch.setenv("RAYFLEET_STATE_DIR", cluster_env["RAYFLEET_STATE_DIR"])
-    from scripts.local_cluster import cluster as local_cluster
+    from rayfleet.local import cluster as local_cluster
 
     state = local_cluster.running()
     assert state is not None

@@ -32,7 +32,6 @@ from pathlib import Path
 import boto3
 import pytest
 
-from scripts.rehearsal.host import engine_ulimits
 from tests.images.helpers import wait_for_background_build
 from tests.integration.helpers import REPO
 from tests.integration.rehearsal_helpers import (
@@ -49,6 +48,7 @@ from tests.integration.rehearsal_helpers import (
     run_verb,
     start_verb,
 )
+from tools.rehearsal.host import engine_ulimits
 
 pytestmark = pytest.mark.integration
 SMALL = ["epochs=2", "train_subset=600", "test_subset=200"]
@@ -154,7 +154,9 @@ def test_down_with_nothing_running_is_safe(tmp_path):
 def rehearsal(images, tmp_path_factory):
     scratch = tmp_path_factory.mktemp("rehearsal")
     data = scratch / "data"
-    subprocess.run([sys.executable, "-m", "training.data.synthetic", str(data)], cwd=REPO, check=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "rayfleet.train.data.synthetic", str(data)], cwd=REPO, check=True, timeout=300
+    )
     started = time.monotonic()
     running = Rehearsal(scratch / "state", "--data", str(data))
     try:
@@ -321,7 +323,7 @@ def test_ddp_recipe_through_the_trainer_succeeds_and_status_reads_it_back(rehear
     assert len(sidecars) == 2
     started = time.monotonic()
     args = ["recipes/ddp.yaml", "--target", "ecs", "--run-name", run, "--", f"epochs={epochs}", *SMALL[1:]]
-    follow = start_verb(aws["env"], "scripts.recipes.run", *args)
+    follow = start_verb(aws["env"], "rayfleet.targets.run", *args)
     try:
         seen = sidecars_that_saw(run, sidecars, follow)
         output, _ = follow.communicate(timeout=900)
@@ -344,7 +346,7 @@ def test_ddp_recipe_through_the_trainer_succeeds_and_status_reads_it_back(rehear
     logged = wait_for_log(aws, "gpu-metrics", ended, timeout_s=30)  # the idle sidecar polls every 10 s
     assert logged.count(f'"event": "runs_changed", "runs": ["{run}"]') == 2, logged[-3000:]  # one per node
     assert logged.count(ended) == 2, logged[-3000:]
-    status = run_verb(aws["env"], "scripts.ecs.status", "--json", timeout=120)
+    status = run_verb(aws["env"], "rayfleet.ops.status", "--json", timeout=120)
     assert status.returncode == 0, status.stderr
     shown = json.loads(status.stdout)
     services = {s["name"]: (s["desired"], s["running"]) for s in shown["services"]}
@@ -354,7 +356,7 @@ def test_ddp_recipe_through_the_trainer_succeeds_and_status_reads_it_back(rehear
     assert [t["health"] for t in shown["tasks"] if t["role"] == "head"] == ["HEALTHY"]  # its health check
     runs = {r["run"]: r for r in shown["runs"]}
     assert runs[run]["state"] == "SUCCEEDED"
-    human = run_verb(aws["env"], "scripts.ecs.status", timeout=120)
+    human = run_verb(aws["env"], "rayfleet.ops.status", timeout=120)
     assert human.returncode == 0 and aws["outputs"]["worker_service_name"] in human.stdout
 
 
@@ -400,10 +402,10 @@ def test_status_shows_rays_view_from_the_heads_snapshot(rehearsal, aws):
     assert snap["total"]["CPU"] == sum(n["resources"]["CPU"] for n in workers) >= 2  # the head offers none
     assert snap["available"]["CPU"] == snap["total"]["CPU"]  # nothing runs now
     assert any(j["submission_id"].startswith("rayfleet-rehearsal-ddp-") for j in jobs)
-    shown = run_verb(aws["env"], "scripts.ecs.status", "--json", timeout=120)
+    shown = run_verb(aws["env"], "rayfleet.ops.status", "--json", timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["ray"]["taken_at"] >= snap["taken_at"]
-    human = run_verb(aws["env"], "scripts.ecs.status", timeout=120)
+    human = run_verb(aws["env"], "rayfleet.ops.status", timeout=120)
     assert human.returncode == 0, human.stderr
     assert "3 nodes alive (1 head, 2 workers)" in human.stdout, human.stdout
     assert f"CPU {snap['total']['CPU']:g}/{snap['total']['CPU']:g} free" in human.stdout, human.stdout
@@ -415,10 +417,10 @@ def test_status_shows_rays_view_from_the_heads_snapshot(rehearsal, aws):
 def test_a_torchrun_recipe_runs_its_script_on_the_worker_tasks(rehearsal, aws):
     """issue 16: a `launcher: torchrun` recipe on ECS. The trainer task is the job's driver; it places one
     bundle per worker task and starts one torchrun in each ray-worker container (the worker image's
-    scripts/container/node_launcher.py), which runs the unmodified example with gloo across the two."""
+    rayfleet/node/node_launcher.py), which runs the unmodified example with gloo across the two."""
     run = "rehearsal-torchrun"
     recipe = "recipes/examples/torch-ddp/recipe.yaml"
-    result = run_verb(aws["env"], "scripts.recipes.run", recipe, "--target", "ecs", "--run-name", run, timeout=900)
+    result = run_verb(aws["env"], "rayfleet.targets.run", recipe, "--target", "ecs", "--run-name", run, timeout=900)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert "[node 0] done: 30 steps" in result.stdout and "[node 1] rank 1/2 ready on" in result.stdout
     assert run_record(aws, run)["state"] == "SUCCEEDED"
@@ -439,7 +441,7 @@ def test_a_worker_stopped_mid_run_is_replaced_and_the_job_resumes(rehearsal, aws
     epochs = 5  # the worker stops after epoch 1: four epochs (20 s and more) are left to lose and resume
     follow = start_verb(
         aws["env"],
-        "scripts.recipes.run",
+        "rayfleet.targets.run",
         "recipes/ddp.yaml",
         "--target",
         "ecs",
@@ -504,7 +506,7 @@ def test_a_replaced_head_is_rejoined_by_the_same_workers_and_a_resubmitted_run_r
     }
     assert len(workers) == 2 and ray_nodes_alive(old_head) == 3
     args = ["recipes/ddp.yaml", "--target", "ecs", "--run-name", run, "--", f"epochs={epochs}", *SMALL[1:]]
-    follow = start_verb(aws["env"], "scripts.recipes.run", *args)
+    follow = start_verb(aws["env"], "rayfleet.targets.run", *args)
     try:
         deadline = time.monotonic() + 300
         while f"runs/{run}/checkpoint_000001/state.pt" not in keys(aws, f"runs/{run}/"):
@@ -547,7 +549,7 @@ def test_a_replaced_head_is_rejoined_by_the_same_workers_and_a_resubmitted_run_r
     worker_log = wait_for_log(aws, "ray-worker", "again")
     assert "resolving" in worker_log and "again" in worker_log, worker_log[-3000:]
     # Resubmitted under its name, the run resumes from its last checkpoint on the rejoined workers.
-    resumed = run_verb(aws["env"], "scripts.recipes.run", *args, timeout=900)
+    resumed = run_verb(aws["env"], "rayfleet.targets.run", *args, timeout=900)
     assert resumed.returncode == 0, resumed.stdout[-6000:] + resumed.stderr[-3000:]
     found = re.search(rf"resuming {run} from the checkpoint of epoch (\d+)", resumed.stdout)
     assert found and int(found.group(1)) >= 1, resumed.stdout[-6000:]
@@ -591,7 +593,7 @@ def test_a_worker_with_another_token_is_kept_out(rehearsal, aws):
 def test_rotate_ray_token_brings_every_node_back(rehearsal, aws):
     """After the half-done rotation above, `make rotate-ray-token` restarts the head, then the workers (forced
     new deployments), and all of them join with the new token."""
-    result = run_verb(aws["env"], "scripts.ecs.rotate_token", timeout=900)
+    result = run_verb(aws["env"], "rayfleet.ecs.rotate_token", timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "head: 1 new task(s) running" in result.stdout and "worker: 2 new task(s) running" in result.stdout
     secret = aws["client"]("secretsmanager").get_secret_value(SecretId=aws["outputs"]["ray_token_secret_arn"])
@@ -610,7 +612,7 @@ def test_rotate_ray_token_brings_every_node_back(rehearsal, aws):
 
 def test_make_stop_twice_stops_the_containers(rehearsal, aws):
     for attempt in range(2):
-        result = run_verb(aws["env"], "scripts.ecs.teardown", timeout=600)
+        result = run_verb(aws["env"], "rayfleet.ecs.teardown", timeout=600)
         assert result.returncode == 0, (attempt, result.stdout, result.stderr)
         assert "services at 0" in result.stdout
     deadline = time.monotonic() + 240

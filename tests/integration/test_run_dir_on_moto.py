@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from training.core.run_dir import RunDir, list_runs
+from rayfleet.core.run_dir import RunDir, list_runs
 
 pytestmark = pytest.mark.integration
 
@@ -55,7 +55,7 @@ def test_a_key_that_would_leave_the_download_folder_is_refused_and_nothing_lands
 ):
     """Any job can write run storage: a planted key with `..`, `.` or empty segments stops the download with
     one line naming it, and nothing is written outside the folder (issue 27, finding 1)."""
-    from training.core.run_dir import UnsafeKey
+    from rayfleet.core.run_dir import UnsafeKey
 
     s3 = results_bucket(moto, monkeypatch)
     s3.put_object(Bucket="results", Key="runs/r/tensorboard/events.out", Body=b"ok")

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from rayfleet.core.run_dir import RunDir
+from rayfleet.serve.config import GATED_PROXY_PORT
+from rayfleet.train.data import fashion_mnist
+from rayfleet.train.metrics import read_rows
 from tests.integration.helpers import DASHBOARD_PORT, REPO, free_port
-from training.core.run_dir import RunDir
-from training.data import fashion_mnist
-from training.metrics import read_rows
-from training.serving.config import GATED_PROXY_PORT
 
 pytestmark = pytest.mark.integration
 
@@ -39,7 +39,7 @@ def port() -> int:
 
 def serve(env, *args, timeout=600, target="local") -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "scripts.serving.serve", *args, "--target", target],
+        [sys.executable, "-m", "rayfleet.ops.serve", *args, "--target", target],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -182,7 +182,7 @@ def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_mana
         refused.returncode == 2 and "gpus_per_replica=2, but the ECS workers (g5.xlarge) have 1 GPUs" in refused.stderr
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "scripts.serving.serve", "up", "clf-ecs", "--target", "ecs"],
+        [sys.executable, "-m", "rayfleet.ops.serve", "up", "clf-ecs", "--target", "ecs"],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -198,7 +198,7 @@ def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_mana
         cluster = aws_stack["outputs"]["cluster_name"]
         task = ecs.describe_tasks(cluster=cluster, tasks=[record["task_arn"]])["tasks"][0]
         command = task["overrides"]["containerOverrides"][0]["command"]
-        assert command[:4] == ["python", "-m", "scripts.serving.control", "up"]
+        assert command[:4] == ["python", "-m", "rayfleet.node.serve_control", "up"]
         config = json.loads(command[command.index("--config-json") + 1])
         # Serve's proxy on loopback, behind the serve gate that holds the Serve port (8000) in the head's task
         assert config["http_options"] == {"host": "127.0.0.1", "port": GATED_PROXY_PORT}

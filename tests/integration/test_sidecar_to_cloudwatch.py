@@ -19,9 +19,9 @@ from monitoring.identity import Identity
 from monitoring.nvml_sampler import NvmlSampler
 from monitoring.publisher import Publisher
 from monitoring.sidecar import Sidecar
+from rayfleet.train.tracking import cloudwatch
 from tests.fakes.fake_nvml import FakeNvml
 from tests.integration.helpers import REPO
-from training.tracking import cloudwatch
 
 pytestmark = pytest.mark.integration
 SPEC = metric_spec.load()
@@ -174,7 +174,7 @@ def test_dashboard_shows_exactly_what_the_sidecar_and_the_jobs_publish(moto):
     assert sidecar.publisher.dropped == 12
     moto.start()
     sidecar.publisher.flush(force=True)
-    # The runs' training metrics come from each job's rank 0, not the sidecar (training/tracking/cloudwatch.py).
+    # The runs' training metrics come from each job's rank 0, not the sidecar (rayfleet/train/tracking/cloudwatch.py).
     training = cloudwatch.Destination(SPEC.namespace, "rayfleet-test", "us-east-1")
     values = {"train/loss": 2.0, "throughput/tokens_per_s": 900.0, "mfu": 0.4}
     cloudwatch.publish(moto.client("cloudwatch"), training, "run-1", values)
@@ -210,9 +210,9 @@ def test_real_nvml_without_a_driver_exits_3_or_idles_until_sigterm():
 
 def test_a_long_lived_sidecar_follows_the_runs_on_its_node(moto, tmp_path):
     """The worker task's sidecar starts before any run and outlives them: the training side's current-run
-    files (training/current_run.py, the writer Ray Train workers use) give each sample its run, and the
+    files (rayfleet/train/current_run.py, the writer Ray Train workers use) give each sample its run, and the
     per-run rollup reaches CloudWatch under each run's name in turn."""
-    from training import current_run
+    from rayfleet.train import current_run
 
     env = sidecar_process_env(moto, "rf-runs", "i-runs", RAYFLEET_CURRENT_RUN_DIR=str(tmp_path))  # as the task sets it
     env.pop("RAYFLEET_RUN_NAME", None)

@@ -1,5 +1,5 @@
 """The moto stack is what Terraform renders: the task definitions, services and outputs the verbs meet in moto
-are infra/'s, so a change to infra/ reaches the verb tests (aws_stack.py, scripts/deploy/rendered.py)."""
+are infra/'s, so a change to infra/ reaches the verb tests (aws_stack.py, tools/rendered.py)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import shutil
 
 import pytest
 
-from scripts.deploy.terraform_standin.workspace import INFRA
-from scripts.ecs.outputs import Outputs
+from rayfleet.ecs.outputs import Outputs
 from tests.integration import aws_stack as stack
 from tests.integration.helpers import run_verb, verbs_env
+from tools.terraform_standin.workspace import INFRA
 
 pytestmark = pytest.mark.integration
 RENDERED_KEYS = (

@@ -14,11 +14,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from rayfleet.core.run_dir import RunDir
+from rayfleet.train.tracking import cloudwatch
+from rayfleet.train.tracking.events import EventFiles, read_scalars
+from rayfleet.train.tracking.scalars import Scalars, Target
 from tests.integration.helpers import REPO, free_port
-from training.core.run_dir import RunDir
-from training.tracking import cloudwatch
-from training.tracking.events import EventFiles, read_scalars
-from training.tracking.scalars import Scalars, Target
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,7 @@ def test_event_files_land_in_s3_and_make_tensorboard_serves_them(s3_run, moto, t
         [
             sys.executable,
             "-m",
-            "scripts.tracking.tensorboard",
+            "rayfleet.ops.tensorboard",
             "s3run",
             "--runs-dir",
             "s3://results/runs",
@@ -98,7 +98,7 @@ def test_make_plot_draws_a_run_in_s3(s3_run, tmp_path):
     _, env = s3_run
     out = tmp_path / "s3run.png"
     result = subprocess.run(
-        [sys.executable, "-m", "scripts.tracking.plot", "s3run", "--runs-dir", "s3://results/runs", "--out", str(out)],
+        [sys.executable, "-m", "rayfleet.ops.plot", "s3run", "--runs-dir", "s3://results/runs", "--out", str(out)],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -1,52 +1,96 @@
-"""`make train-ddp` / `make train-fsdp` are shortcuts for the built-in recipes: what they forward, read from
-`make -n` (the command make would run). Each recipe also runs end to end through its shortcut on the local
-cluster: DDP in test_recipe_run_on_local_cluster's budget test, FSDP (fsdp-tiny) as the uninterrupted
-DeepSpeed run in test_fsdp_on_local_cluster."""
+"""The Makefile is a front door of one-line `rayfleet` calls: what each target forwards, read from `make -n`
+(the command make would run) and parsed by the CLI's own parser, in-process. Each recipe also runs end to end
+through its shortcut on the local cluster: DDP in test_recipe_run_on_local_cluster's budget test, FSDP
+(fsdp-tiny) as the uninterrupted DeepSpeed run in test_fsdp_on_local_cluster."""
 
 from __future__ import annotations
 
+import re
 import shlex
 import subprocess
 
 import pytest
 
+from rayfleet.cli.main import parser
 from tests.integration.helpers import REPO
 
 
-def planned(target: str, *variables: str) -> list[str]:
-    """The recipe verb's argv that `make -n target` prints."""
-    result = subprocess.run(
+def make_n(target: str, *variables: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
         ["make", "-n", "--no-print-directory", target, *variables],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+def planned(target: str, *variables: str) -> tuple[list[str], list[str]]:
+    """The environment assignments and the `rayfleet` argv that `make -n target` prints."""
+    result = make_n(target, *variables)
     assert result.returncode == 0, result.stderr
-    (line,) = [line for line in result.stdout.splitlines() if "-m scripts.recipes.run" in line]
-    return shlex.split(line)
+    (line,) = [line for line in result.stdout.splitlines() if re.search(r"bin/rayfleet ", line)]
+    words = shlex.split(line)
+    at = next(i for i, w in enumerate(words) if w.endswith("bin/rayfleet"))
+    return words[:at], words[at + 1 :]
+
+
+def parsed(argv: list[str]):
+    split = argv.index("--") if "--" in argv else len(argv)
+    opts = parser().parse_args(argv[:split])
+    return opts, argv[split + 1 :]
 
 
 @pytest.mark.parametrize(
-    ("target", "recipe"),
+    ("target", "recipe", "local_recipe"),
+    [("train-ddp", "recipes/ddp.yaml", None), ("train-fsdp", "recipes/fsdp.yaml", "recipes/fsdp-tiny.yaml")],
+)
+def test_train_targets_forward_where_name_settings_and_args_to_rayfleet_run(target, recipe, local_recipe):
+    _, argv = planned(target, "ON=local", "NAME=r1", "SET=storage=/s resources.workers=2", "ARGS=epochs=1 lr=0.1")
+    opts, job_args = parsed(argv)
+    assert (opts.verb, opts.recipe, opts.local_recipe) == ("run", recipe, local_recipe)
+    assert (opts.on, opts.name, opts.detach) == ("local", "r1", False)
+    assert opts.set == ["storage=/s", "resources.workers=2"]
+    assert job_args[-2:] == ["epochs=1", "lr=0.1"]
+
+
+def test_train_ddp_passes_data_dir_bucket_and_detach_only_when_given():
+    env, argv = planned("train-ddp", "DATA_DIR=/d", "BUCKET=b", "DETACH=1")
+    opts, job_args = parsed(argv)
+    assert "data_dir=/d" in job_args and "storage=s3://b/runs" in opts.set and "RAYFLEET_RESULTS_BUCKET=b" in env
+    assert opts.detach is True
+    env, argv = planned("train-ddp")
+    opts, job_args = parsed(argv)
+    assert not env and not job_args and not opts.set and opts.on == "auto" and opts.name is None
+
+
+@pytest.mark.parametrize(
+    ("target", "variables", "verb", "expected"),
     [
-        ("train-ddp", ["recipes/ddp.yaml"]),
-        ("train-fsdp", ["recipes/fsdp.yaml", "--local-recipe", "recipes/fsdp-tiny.yaml"]),
+        ("logs", ["RUN=r1", "FOLLOW=1", "SINCE=10m"], "logs", {"run": "r1", "follow": True, "since": "10m"}),
+        ("cancel", ["RUN=r1"], "cancel", {"run": "r1"}),
+        ("exec", ["NODE=worker-2", "CMD=nvidia-smi"], "exec", {"node": "worker-2", "command": "nvidia-smi"}),
+        ("ray-status", [], "exec", {"node": "head", "command": "ray status"}),
+        ("plot", ["RUN=a", "RUNS=b c"], "plot", {"run": ["a", "b", "c"], "runs_dir": None}),
+        ("tensorboard", ["RUN=a", "BUCKET=bk"], "tensorboard", {"run": ["a"], "runs_dir": "s3://bk/runs"}),
+        ("serve", ["RUN=r1", "ON=ecs", "SET=replicas=2"], "serve", {"run": "r1", "on": "ecs", "set": ["replicas=2"]}),
+        ("launch", ["JOB=fsdp", "NAME=n", "DETACH=1", "ARGS=steps=3"], "launch", {"job": "fsdp", "name": "n"}),
+        ("clean", ["AUTO_APPROVE=1", "DELETE_RESULTS=1"], "down", {"auto_approve": True, "delete_results": True}),
+        ("deploy", ["TFVARS=fsdp.tfvars", "FORCE=1"], "deploy", {"var_file": "fsdp.tfvars", "force": True}),
+        ("rotate-ray-token", ["FORCE=1"], "token", {"action": "rotate", "force": True}),
+        ("cluster-up", ["WORKERS=3"], "cluster", {"action": "up", "workers": 3}),
     ],
 )
-def test_train_targets_forward_target_run_settings_and_args_to_the_recipe_verb(target, recipe):
-    argv = planned(target, "TARGET=local", "RUN=r1", "SET=storage=/s resources.workers=2", "ARGS=epochs=1 lr=0.1")
-    verb = argv[argv.index("-m") + 1 :]
-    assert verb[0] == "scripts.recipes.run"
-    assert verb[verb.index("--target") + 1] == "local" and verb[verb.index("--run-name") + 1] == "r1"
-    assert [verb[i + 1] for i, a in enumerate(verb) if a == "--set"] == ["storage=/s", "resources.workers=2"]
-    at = verb.index(recipe[0])
-    assert verb[at : at + len(recipe)] == recipe
-    assert verb[verb.index("--") + 1 :][-2:] == ["epochs=1", "lr=0.1"]
+def test_each_variable_means_one_thing_in_every_target(target, variables, verb, expected):
+    _, argv = planned(target, *variables)
+    opts, _ = parsed(argv)
+    assert opts.verb == verb
+    assert {k: getattr(opts, k) for k in expected} == expected
 
 
-def test_train_ddp_passes_data_dir_and_bucket_only_when_given():
-    given = planned("train-ddp", "DATA_DIR=/d", "BUCKET=b")
-    assert "data_dir=/d" in given and "storage=s3://b/runs" in given and "RAYFLEET_RESULTS_BUCKET=b" in given
-    plain = planned("train-ddp")
-    assert not [a for a in plain if a.startswith(("data_dir=", "storage=", "RAYFLEET_RESULTS_BUCKET"))]
+def test_a_missing_run_is_the_clis_one_line_and_exit_2_and_target_is_gone(capsys):
+    with pytest.raises(SystemExit) as exc:
+        parser().parse_args(["logs"])
+    assert exc.value.code == 2 and "--run" in capsys.readouterr().err
+    result = make_n("run", "TARGET=local")
+    assert result.returncode == 2 and "TARGET is gone: ON=local|ecs" in result.stderr

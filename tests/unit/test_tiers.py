@@ -13,7 +13,7 @@ from tests import tiers
 @pytest.mark.parametrize(
     ("nodeid", "fixtures", "tier"),
     [
-        ("tests/unit/scripts/ecs/test_launch.py::test_x", ["tmp_path"], "unit"),
+        ("tests/unit/ecs/test_launch.py::test_x", ["tmp_path"], "unit"),
         ("tests/unit/test_readme.py::test_x@test_readme", [], "unit"),
         ("tests/infra/test_sizing.py::test_x[g5.xlarge]@test_sizing", [], "infra"),
         (

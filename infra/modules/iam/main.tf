@@ -147,7 +147,7 @@ resource "aws_iam_role_policy" "task" {
   })
 }
 
-# The control task's role (the head's snapshot and autostop: scripts/container/head_snapshot.py). No job can
+# The control task's role (the head's snapshot and autostop: rayfleet/node/head_snapshot.py). No job can
 # use it: the control task runs no Ray node, so nothing Ray schedules lands there, and every task a job can
 # reach (head, workers, trainer) has the task role above, which can neither change the deployment's size
 # nor write cluster/, where `make start` and `make status` read the head's snapshot.

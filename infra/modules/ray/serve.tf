@@ -1,5 +1,5 @@
 # Ray Serve (make serve): the API key every request carries. Like the Ray token, Terraform makes the secret and
-# never its value (`make deploy` seeds it: scripts/ecs/rotate_token.py `seed_token`); ECS hands it to the
+# never its value (`make deploy` seeds it: rayfleet/ecs/rotate_token.py `seed_token`); ECS hands it to the
 # serve-gate container alone (task_definitions.tf), the one process that listens on the Serve port and checks
 # it for every route; no job process has it. Callers read it with GetSecretValue as far as their IAM policies
 # allow; the execution role may read it (iam module).
@@ -14,13 +14,13 @@ resource "aws_secretsmanager_secret" "serve_api_key" {
 }
 
 locals {
-  # Serve's own proxy listens on 127.0.0.1 here (training/serving/config.py GATED_PROXY_PORT); only the gate
+  # Serve's own proxy listens on 127.0.0.1 here (rayfleet/serve/config.py GATED_PROXY_PORT); only the gate
   # reaches it, from inside the head task's network namespace.
   serve_gate_container = var.serve == null ? null : merge(local.locked_down, {
     name        = "serve-gate"
     image       = var.images["ray-head"]
     essential   = false # the head and its jobs outlive the gate; ECS restarts it in place
-    entryPoint  = ["python", "-m", "scripts.container.serve_gate"]
+    entryPoint  = ["python", "-m", "rayfleet.node.serve_gate"]
     command     = ["--host", "0.0.0.0", "--port", tostring(var.serve.port)]
     memory      = local.sidecar_memory_mib
     user        = local.ray_user

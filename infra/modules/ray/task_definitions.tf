@@ -7,8 +7,8 @@ locals {
   ]
   # Per role: the object store `ray start` gets (it must fit the shared memory above), CPUs and GPUs.
   head_environment = [{ name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.head_object_store_mib) }]
-  # The trainer runs the jobs' drivers: where runs publish training metrics (training/tracking/cloudwatch.py) and
-  # notifications (scripts/recipes/notify.py).
+  # The trainer runs the jobs' drivers: where runs publish training metrics (rayfleet/train/tracking/cloudwatch.py) and
+  # notifications (rayfleet/recipes/notify.py).
   trainer_environment = concat([
     { name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.trainer_object_store_mib) },
     { name = "RAYFLEET_CLUSTER_NAME", value = var.name },
@@ -22,7 +22,7 @@ locals {
     { name = "RAYFLEET_CURRENT_RUN_DIR", value = local.current_run_dir },
   ]
   # The run using a worker's GPUs, for the gpu-metrics sidecar's per-run rollup: each Ray Train worker writes
-  # its run's name into this task volume (training/current_run.py), the sidecar reads it at every sample
+  # its run's name into this task volume (rayfleet/train/current_run.py), the sidecar reads it at every sample
   # (monitoring/current_run.py). Read-write in ray-worker, read-only in gpu-metrics; the worker image owns the
   # directory (ECS copies a Dockerfile VOLUME's owner into the task's empty volume).
   current_run_dir   = "/run/rayfleet"
@@ -79,7 +79,7 @@ locals {
     }
   })
 
-  # The control task (its own task, so its own role: scripts/container/head_snapshot.py): Ray's view (nodes,
+  # The control task (its own task, so its own role: rayfleet/node/head_snapshot.py): Ray's view (nodes,
   # resources, jobs) every 30 s to s3://<bucket>/cluster/ray-status.json, where `make status` and `make start`
   # read it, and autostop. The head image with the snapshot as its entry point; it reads the head's dashboard
   # by its Cloud Map name with the token and joins no Ray node, so nothing a job runs can land here.
@@ -90,7 +90,7 @@ locals {
     mountPoints     = local.scratch_mounts
     image           = var.images["ray-head"]
     essential       = true
-    entryPoint      = ["python", "-m", "scripts.container.head_snapshot"]
+    entryPoint      = ["python", "-m", "rayfleet.node.head_snapshot"]
     command         = ["--bucket", var.results_bucket, "--interval", "30"]
     memory          = local.sidecar_memory_mib
     environment = [
@@ -141,7 +141,7 @@ locals {
       var.worker_node.efa ? { devices = local.efa_devices } : {},
     )
     # The host's /etc/rayfleet, read-only: the Spot interruption notice its poller writes there (the entry point
-    # drains the Ray node when it appears: scripts/container/drain.py).
+    # drains the Ray node when it appears: rayfleet/node/drain.py).
     mountPoints = concat(local.scratch_mounts, [
       merge(local.current_run_mount, { readOnly = false }),
       { sourceVolume = "instance-identity", containerPath = "/etc/rayfleet", readOnly = true },

@@ -2,7 +2,7 @@
 # secret and its policy and never touches the value: the AWS provider reads a secret version back with
 # GetSecretValue on create and on every refresh, which the policy below denies to all but the execution
 # role, and a version in state would be re-created as current after rotations. `make deploy` seeds the first
-# value (PutSecretValue, only while no version is current: scripts/ecs/rotate_token.py `seed_token`),
+# value (PutSecretValue, only while no version is current: rayfleet/ecs/rotate_token.py `seed_token`),
 # `make rotate-ray-token` writes the next ones; ECS hands it to containers through the task definitions'
 # `secrets`, never `environment`. The token is in no state file.
 data "aws_caller_identity" "current" {}

@@ -120,7 +120,7 @@ variable "metric_namespace" {
 }
 
 variable "notify_topic_arn" {
-  description = "The notifications topic: the trainer's jobs tell it about runs (scripts/recipes/notify.py)."
+  description = "The notifications topic: the trainer's jobs tell it about runs (rayfleet/recipes/notify.py)."
   type        = string
   default     = null
 }

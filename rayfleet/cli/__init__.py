@@ -1,0 +1,1 @@
+"""The `rayfleet` command: argument parsing only; each verb calls the package that does the work."""

@@ -1,0 +1,194 @@
+"""`rayfleet`: one command for runs, the local cluster, the deployment and serving.
+
+Argument parsing only. Each verb turns its flags into the call of the package that does the work (imported
+when the verb runs, so `--help` is instant and an operator's install needs no training stack). Every flag
+means one thing everywhere:
+
+    --on local|ecs|auto   where a run or a Serve application goes (auto: ecs once deployed, else local)
+    --node NODE           a container of the deployment: head, worker-N or trainer
+    --run NAME            an existing run (`rayfleet runs` lists them); --name names a new one
+    --set KEY=VALUE       override a recipe or serving-config field (repeatable)
+    -d, --detach          return once the work has started, instead of following it
+
+Exit codes: 0 done, 1 the work failed (a job's own non-zero code is passed through), 2 bad input (refused
+before anything happened), 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rayfleet.cli import verbs
+from rayfleet.core.aws import run_cli
+
+ON = ("auto", "local", "ecs")
+
+
+def _outputs(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
+
+
+def _sets(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help=f"override a {what} field")
+
+
+def _runs(sub) -> None:
+    p = sub.add_parser("run", help="run a recipe on the local cluster or on ECS, and follow it")
+    p.add_argument("recipe", help="the recipe file (recipes/ddp.yaml, or your own)")
+    p.add_argument("--on", choices=ON, default="auto", help="auto: ecs once `rayfleet deploy` ran, else local")
+    p.add_argument("--local-recipe", help="the recipe to run instead when the run goes to the local cluster")
+    p.add_argument("--name", help="the new run's name (default: <recipe name>-<UTC time>)")
+    _sets(p, "recipe")
+    p.add_argument("-d", "--detach", action="store_true", help="ECS: return once the trainer task has started")
+    p.add_argument("args", nargs="*", metavar="-- ARG", help="after --: appended to the recipe's args")
+    _outputs(p)
+    p.set_defaults(handler=verbs.run)
+
+    p = sub.add_parser("launch", help="run a job module (ddp, fsdp, ...) on ECS directly, without a recipe")
+    p.add_argument("job", help="ddp, fsdp, or any module the trainer image runs")
+    p.add_argument("args", nargs="*", metavar="key=value", help="passed to the job")
+    p.add_argument("--name", help="the new run's name; an existing run's name resumes it")
+    p.add_argument("-d", "--detach", action="store_true", help="return once the task has started")
+    p.add_argument("--json", action="store_true", help="print the launch record as JSON")
+    _outputs(p)
+    p.set_defaults(handler=verbs.launch)
+
+    p = sub.add_parser("runs", help="recent runs, local and in S3: state, duration, cost, where the results are")
+    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--json", action="store_true")
+    _outputs(p)
+    p.set_defaults(handler=verbs.runs)
+
+    p = sub.add_parser("logs", help="a run's driver log (local or CloudWatch)")
+    p.add_argument("--run", required=True, help="the run (rayfleet runs lists them)")
+    p.add_argument("--since", help="only events after this: 30s, 10m, 2h, 1d or an ISO time")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
+    _outputs(p)
+    p.set_defaults(handler=verbs.logs)
+
+    p = sub.add_parser("cancel", help="stop a running run cleanly: it checkpoints, then ends")
+    p.add_argument("--run", required=True, help="the run (rayfleet runs lists them)")
+    _outputs(p)
+    p.set_defaults(handler=verbs.cancel)
+
+    p = sub.add_parser("plot", help="draw runs' curves into plots/<run>.png")
+    p.add_argument("--run", action="append", required=True, help="a run (repeat to compare runs)")
+    p.add_argument("--runs-dir", help="local directory or s3://bucket/prefix (default: where the runs live)")
+    p.add_argument("--out", help="the PNG (default: plots/<first run>.png)")
+    p.set_defaults(handler=verbs.plot)
+
+    p = sub.add_parser("tensorboard", help="serve runs' TensorBoard on 127.0.0.1")
+    p.add_argument("--run", action="append", required=True, help="a run (repeat to compare runs)")
+    p.add_argument("--runs-dir", help="local directory or s3://bucket/prefix (default: where the runs live)")
+    p.add_argument("--port", type=int, default=6006)
+    p.set_defaults(handler=verbs.tensorboard)
+
+
+def _deployment(sub) -> None:
+    for name, text in (("plan", "show what deploy would change"), ("deploy", "terraform init, plan, apply")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("--var-file", help="a .tfvars file, say fsdp.tfvars (looked up in . then infra/)")
+        p.add_argument("--image-tag", help="tag of the images in ECR (default: the git commit)")
+        p.add_argument("--region", help="AWS region (default: AWS_REGION, else us-east-1)")
+        if name == "deploy":
+            p.add_argument("--force", action="store_true", help="deploy even if it replaces the head during a job")
+        p.set_defaults(handler=verbs.infra, action=name)
+    p = sub.add_parser("down", help="services to zero, images deleted, then terraform destroy")
+    p.add_argument("--var-file")
+    p.add_argument("--region")
+    p.add_argument("--auto-approve", action="store_true", help="destroy without Terraform's prompt")
+    p.add_argument("--delete-results", action="store_true", help="also delete every run's results in S3")
+    p.set_defaults(handler=verbs.infra, action="destroy", image_tag=None)
+
+    p = sub.add_parser("status", help="one screen on the deployment: services, tasks, GPUs, Ray, runs, cost")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--runs", type=int, default=5, help="how many recent runs to show")
+    _outputs(p)
+    p.set_defaults(handler=verbs.status)
+
+    p = sub.add_parser("exec", help="a shell or a command in a container of the deployment (ECS Exec)")
+    p.add_argument("--node", default="head", help="head (default), worker-N or trainer")
+    p.add_argument("--command", default="/bin/bash", help='default: a shell; e.g. "ray status"')
+    _outputs(p)
+    p.set_defaults(handler=verbs.exec_)
+
+    p = sub.add_parser("stop", help="stop paying for GPUs: services to zero, trainer tasks stopped")
+    p.add_argument("--json", action="store_true")
+    _outputs(p)
+    p.set_defaults(handler=verbs.stop)
+
+    p = sub.add_parser("start", help="bring a stopped deployment back and wait until Ray sees it")
+    p.add_argument("--timeout", type=float, default=1800, help="seconds to wait for Ray to see the workers")
+    _outputs(p)
+    p.set_defaults(handler=verbs.start)
+
+    p = sub.add_parser("images", help="build the images, or push them to the deployment's ECR")
+    p.add_argument("action", choices=["build", "push"])
+    p.add_argument("--images", help="comma-separated subset (default: all four)")
+    p.add_argument("--tag", help="default: the git commit")
+    p.add_argument("--models", help="build: the trainer's models (Hub ids or name=/dir)")
+    _outputs(p)
+    p.set_defaults(handler=verbs.images)
+
+    p = sub.add_parser("token", help="the cluster's Ray auth token")
+    p.add_argument("action", choices=["rotate"])
+    p.add_argument("--force", action="store_true", help="rotate even while a job runs (the job will fail)")
+    _outputs(p)
+    p.set_defaults(handler=verbs.token)
+
+
+def _cluster_and_serving(sub) -> None:
+    p = sub.add_parser("cluster", help="the local Ray cluster: up, down, status, env, or run a command on it")
+    p.add_argument("action", choices=["up", "down", "status", "env", "run"])
+    p.add_argument("--workers", type=int, help="worker nodes (default 2)")
+    p.add_argument("--cpus-per-worker", type=float)
+    p.add_argument("--gpus-per-worker", type=int)
+    p.add_argument("command", nargs="*", metavar="-- CMD", help="run: the command (a cluster is started if none)")
+    p.set_defaults(handler=verbs.cluster)
+
+    p = sub.add_parser("serve", help="a run's model as a Ray Serve application: up, status, down")
+    p.add_argument("action", choices=["up", "status", "down"])
+    p.add_argument("--run", help="up: the run to serve (rayfleet runs lists them)")
+    p.add_argument("--on", choices=ON, default="auto")
+    p.add_argument("--config", help="the serving config (default: recipes/serve.yaml)")
+    _sets(p, "serving-config")
+    p.add_argument("--timeout", type=float, help="up: seconds to wait for the replicas")
+    _outputs(p)
+    p.set_defaults(handler=verbs.serve)
+
+    p = sub.add_parser("rehearse", help="the ECS deployment as podman containers on this machine (a checkout)")
+    p.add_argument("action", choices=["up", "down", "env", "picture"])
+    p.add_argument("rest", nargs="*", metavar="-- ARG", help="after --: the rehearsal's own options")
+    p.set_defaults(handler=verbs.rehearse)
+
+
+def parser() -> argparse.ArgumentParser:
+    top = argparse.ArgumentParser(
+        prog="rayfleet", description=__doc__.split("\n")[0], epilog="Exit codes: 0 ok, 1 failed, 2 bad input, 130."
+    )
+    sub = top.add_subparsers(dest="verb", required=True, metavar="VERB")
+    _runs(sub)
+    _deployment(sub)
+    _cluster_and_serving(sub)
+    return top
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    split = argv.index("--") if "--" in argv else len(argv)
+    head, tail = argv[:split], argv[split + 1 :]  # after --: passed on verbatim
+    opts = parser().parse_args(head)
+    for name in ("args", "command", "rest"):
+        if hasattr(opts, name):
+            setattr(opts, name, [*getattr(opts, name), *tail])
+    return opts.handler(opts)
+
+
+def run() -> None:
+    """The console script."""
+    sys.exit(run_cli(main))
+
+
+if __name__ == "__main__":
+    run()

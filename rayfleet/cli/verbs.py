@@ -1,0 +1,170 @@
+"""What each `rayfleet` verb calls: the flags of rayfleet.cli.main, turned into the call of the module that does
+the work. Imports are inside each verb: `rayfleet status` needs no Ray or torch, and `--help` is instant."""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+from rayfleet.core.errors import EXIT_BAD_INPUT
+
+
+def _flag(name: str, value) -> list[str]:
+    """`--name value` when a value was given, `--name` for a true switch, nothing otherwise."""
+    if value is None or value is False:
+        return []
+    return [name] if value is True else [name, str(value)]
+
+
+def _sets(opts: argparse.Namespace) -> list[str]:
+    return [x for item in opts.set for x in ("--set", item)]
+
+
+def run(opts: argparse.Namespace) -> int:
+    from rayfleet.targets import run as target_run
+
+    argv = [opts.recipe, "--target", opts.on, *_flag("--local-recipe", opts.local_recipe)]
+    argv += [*_flag("--run-name", opts.name), *_sets(opts), *_flag("--detach", opts.detach)]
+    return target_run.main([*argv, *_flag("--outputs", opts.outputs), "--", *opts.args])
+
+
+def launch(opts: argparse.Namespace) -> int:
+    from rayfleet.ecs import launch as ecs_launch
+
+    argv = [opts.job, *opts.args, *_flag("--run-name", opts.name), *_flag("--detach", opts.detach)]
+    return ecs_launch.main([*argv, *_flag("--json", opts.json), *_flag("--outputs", opts.outputs)])
+
+
+def runs(opts: argparse.Namespace) -> int:
+    from rayfleet.ops import runs as ops_runs
+
+    argv = ["--limit", str(opts.limit), *_flag("--json", opts.json), *_flag("--outputs", opts.outputs)]
+    return ops_runs.main(argv)
+
+
+def logs(opts: argparse.Namespace) -> int:
+    from rayfleet.ops import logs as ops_logs
+
+    argv = [opts.run, *_flag("--since", opts.since), *_flag("--follow", opts.follow)]
+    return ops_logs.main([*argv, *_flag("--outputs", opts.outputs)])
+
+
+def cancel(opts: argparse.Namespace) -> int:
+    """The checkpoint-first stop a budget uses (rayfleet/train/stop.py): the job sees the request at its next
+    agreed point, saves a checkpoint and ends; `rayfleet logs --run` shows it."""
+    from rayfleet.ops.runs import locate
+    from rayfleet.train import stop
+
+    run_dir = locate(opts.run, opts.outputs)
+    state = run_dir.record().get("state")
+    if state in ("SUCCEEDED", "FAILED", "STOPPED", "LOST"):
+        print(f"error: run {opts.run} has already ended ({state}): nothing to cancel", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    stop.request(run_dir, "cancelled (rayfleet cancel)")
+    print(f"asked {opts.run} to stop: it checkpoints, then ends (rayfleet logs --run {opts.run} -f to watch)")
+    return 0
+
+
+def _tracking(opts: argparse.Namespace, module, extra: list[str]) -> int:
+    runs_dir = opts.runs_dir
+    if runs_dir is None:
+        from rayfleet.ops.runs import locate
+
+        runs_dir = locate(opts.run[0]).storage
+    return module.main([*opts.run, "--runs-dir", runs_dir, *extra])
+
+
+def plot(opts: argparse.Namespace) -> int:
+    from rayfleet.ops import plot as ops_plot
+
+    return _tracking(opts, ops_plot, _flag("--out", opts.out))
+
+
+def tensorboard(opts: argparse.Namespace) -> int:
+    from rayfleet.ops import tensorboard as ops_tensorboard
+
+    return _tracking(opts, ops_tensorboard, ["--port", str(opts.port)])
+
+
+def infra(opts: argparse.Namespace) -> int:
+    from rayfleet.ops import infra as ops_infra
+
+    argv = [opts.action, *_flag("--var-file", opts.var_file), *_flag("--image-tag", opts.image_tag)]
+    argv += [*_flag("--region", opts.region), *_flag("--force", getattr(opts, "force", False))]
+    argv += [*_flag("--auto-approve", getattr(opts, "auto_approve", False))]
+    return ops_infra.main([*argv, *_flag("--delete-results", getattr(opts, "delete_results", False))])
+
+
+def status(opts: argparse.Namespace) -> int:
+    from rayfleet.ops import status as ops_status
+
+    argv = ["--runs", str(opts.runs), *_flag("--json", opts.json), *_flag("--outputs", opts.outputs)]
+    return ops_status.main(argv)
+
+
+def exec_(opts: argparse.Namespace) -> int:
+    from rayfleet.ecs import shell
+
+    argv = ["--target", opts.node, "--command", opts.command, *_flag("--outputs", opts.outputs)]
+    return shell.main(argv)
+
+
+def stop(opts: argparse.Namespace) -> int:
+    from rayfleet.ecs import teardown
+
+    return teardown.main([*_flag("--json", opts.json), *_flag("--outputs", opts.outputs)])
+
+
+def start(opts: argparse.Namespace) -> int:
+    from rayfleet.ecs import start as ecs_start
+
+    return ecs_start.main(["--timeout", str(opts.timeout), *_flag("--outputs", opts.outputs)])
+
+
+def images(opts: argparse.Namespace) -> int:
+    from rayfleet.ops import images as ops_images
+
+    argv = [opts.action, *_flag("--images", opts.images), *_flag("--tag", opts.tag)]
+    return ops_images.main([*argv, *_flag("--models", opts.models), *_flag("--outputs", opts.outputs)])
+
+
+def token(opts: argparse.Namespace) -> int:
+    from rayfleet.ecs import rotate_token
+
+    return rotate_token.main([*_flag("--force", opts.force), *_flag("--outputs", opts.outputs)])
+
+
+def cluster(opts: argparse.Namespace) -> int:
+    from rayfleet.local import cluster as local_cluster
+
+    argv = [opts.action]
+    if opts.action in ("up", "run"):
+        argv += [*_flag("--workers", opts.workers), *_flag("--cpus-per-worker", opts.cpus_per_worker)]
+        argv += _flag("--gpus-per-worker", opts.gpus_per_worker)
+    if opts.action == "run":
+        if not opts.command:
+            print("error: name the command: rayfleet cluster run -- python -m ...", file=sys.stderr)
+            return EXIT_BAD_INPUT
+        argv += ["--", *opts.command]
+    return local_cluster.main(argv)
+
+
+def serve(opts: argparse.Namespace) -> int:
+    from rayfleet.ops import serve as ops_serve
+
+    if opts.action == "up" and not opts.run:
+        print("error: name the run to serve: rayfleet serve up --run NAME (rayfleet runs lists them)", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    argv = [opts.action, *([opts.run] if opts.run else []), "--target", opts.on, *_sets(opts)]
+    argv += [*_flag("--config", opts.config), *_flag("--timeout", opts.timeout), *_flag("--outputs", opts.outputs)]
+    return ops_serve.main(argv)
+
+
+def rehearse(opts: argparse.Namespace) -> int:
+    """The rehearsal is development tooling (tools/, never shipped): it runs from a rayfleet checkout."""
+    if not Path("tools/rehearsal/__main__.py").is_file():
+        print("error: the rehearsal runs from a rayfleet checkout (tools/rehearsal): cd into one", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return subprocess.call([sys.executable, "-m", "tools.rehearsal", opts.action, *opts.rest])

@@ -1,0 +1,110 @@
+"""The one small AWS adapter: a session, clients with retries, typed errors, one exit path.
+
+Region and credentials come from the standard AWS chain (environment, profile, SSO, instance role); the
+Terraform outputs may name the region. Every verb's `main` runs through `run_cli`, which turns the errors
+below (and botocore's) into one line on stderr and exit code 1 (2 for a ConfigError), with no traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
+
+from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, ConfigError, RayfleetError
+
+# ECS RunTask's startedBy of the trainer tasks the launch verb starts: how the verbs, the head's autostop and
+# the rehearsal tell trainers from service tasks.
+STARTED_BY = "rayfleet"
+_RETRIES = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
+
+
+class MissingOutputs(RayfleetError):
+    pass
+
+
+class NoCredentials(RayfleetError):
+    pass
+
+
+class TokenExpired(RayfleetError):
+    pass
+
+
+class ClusterNotFound(RayfleetError):
+    pass
+
+
+class PlacementFailed(RayfleetError):
+    pass
+
+
+class PluginMissing(RayfleetError):
+    pass
+
+
+class AwsCallFailed(RayfleetError):
+    pass
+
+
+class Aws:
+    def __init__(self, region: str | None = None):
+        self.session = boto3.Session(region_name=region)
+        self.region = self.session.region_name
+        if not self.region:
+            raise RayfleetError("no AWS region: set AWS_REGION or AWS_DEFAULT_REGION (or deploy, which records it)")
+        self._clients: dict[str, object] = {}
+
+    def client(self, service: str, endpoint_url: str | None = None):
+        """A client with retries; `endpoint_url` for an S3-compatible store (else the chain's AWS_ENDPOINT_URL)."""
+        key = service if endpoint_url is None else f"{service}@{endpoint_url}"
+        if key not in self._clients:
+            self._clients[key] = self.session.client(service, config=_RETRIES, endpoint_url=endpoint_url)
+        return self._clients[key]
+
+    def check_cluster(self, cluster: str) -> dict:
+        found = self.client("ecs").describe_clusters(clusters=[cluster])
+        clusters = [c for c in found.get("clusters", []) if c.get("status") == "ACTIVE"]
+        if not clusters:
+            raise ClusterNotFound(f"ECS cluster {cluster} does not exist in {self.region}; run `make deploy`")
+        return clusters[0]
+
+
+def translate(exc: Exception) -> RayfleetError:
+    if isinstance(exc, RayfleetError):
+        return exc
+    if isinstance(exc, NoCredentialsError):
+        return NoCredentials("no AWS credentials found: run `aws configure` or `aws sso login`, or set AWS_PROFILE")
+    if isinstance(exc, EndpointConnectionError):
+        return AwsCallFailed(f"cannot reach AWS ({exc}); check the network and AWS_REGION")
+    if isinstance(exc, ClientError):
+        code = exc.response.get("Error", {}).get("Code", "")
+        message = " ".join(str(exc.response.get("Error", {}).get("Message", "")).split())  # one line, always
+        if message.startswith("<"):  # an HTML error page from a proxy or endpoint, not an AWS error
+            message = "the endpoint answered with an HTML error page"
+        message = message[:300]
+        if code in {"ExpiredToken", "ExpiredTokenException", "RequestExpired", "TokenRefreshRequired"}:
+            return TokenExpired("the AWS credentials have expired: run `aws sso login` (or renew them) and retry")
+        if code == "ClusterNotFoundException":
+            return ClusterNotFound("the ECS cluster does not exist: run `make deploy`")
+        if code in {"AccessDeniedException", "AccessDenied", "UnauthorizedOperation"}:
+            return AwsCallFailed(f"AWS denied {exc.operation_name}: {message}")
+        return AwsCallFailed(f"{exc.operation_name} failed: {code}: {message}")
+    return AwsCallFailed(f"{type(exc).__name__}: {exc}")
+
+
+def run_cli(main: Callable[[list[str] | None], int], argv: list[str] | None = None) -> int:
+    try:
+        return main(argv)
+    except ConfigError as exc:  # refused before doing anything
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except (RayfleetError, BotoCoreError, ClientError) as exc:
+        print(f"error: {translate(exc)}", file=sys.stderr)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED

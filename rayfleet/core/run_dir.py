@@ -1,0 +1,206 @@
+"""The one run directory: `<storage>/<run name>/` on local disk or in S3, used by the jobs and the verbs.
+
+    config.yaml    the job's resolved config             metrics.jsonl   one row per epoch or step
+    recipe.yaml    a recipe run's resolved recipe        run.json        the run record (below)
+    driver.log     the job's output, as it is written    checkpoint_*/   Ray Train's checkpoints
+    export/        the FSDP job's Hugging Face export
+
+`run.json` is the one run record: target, job id, code, state, times, exit code, who follows the job.
+S3 goes through the AWS adapter (rayfleet.core.aws: the standard credential chain, AWS_ENDPOINT_URL, or
+the config's own `s3_endpoint_url` for S3-compatible stores), so it works against moto and MinIO. Ray
+Train writes the checkpoints itself and wants a pyarrow filesystem for the same storage: `ray_storage()`
+gives it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+from rayfleet.core.aws import Aws
+from rayfleet.core.errors import RayfleetError
+
+RECORD = "run.json"
+
+
+@dataclass(frozen=True)
+class RunDir:
+    storage: str  # /abs/dir or s3://bucket/prefix
+    run_name: str
+    endpoint_url: str | None = None  # an S3-compatible store; default: the AWS chain's (AWS_ENDPOINT_URL)
+    region: str | None = None  # default: AWS_REGION / AWS_DEFAULT_REGION
+
+    @property
+    def is_s3(self) -> bool:
+        return self.storage.startswith("s3://")
+
+    @property
+    def url(self) -> str:
+        return f"{self.storage.rstrip('/')}/{self.run_name}"
+
+    def display(self, *parts: str) -> str:
+        """A path a person can paste: s3://... or a local path."""
+        return "/".join([self.url, *parts])
+
+    def _s3(self):
+        return Aws(self.region).client("s3", endpoint_url=self.endpoint_url)
+
+    def _key(self, name: str) -> tuple[str, str]:
+        parsed = urlparse(self.url)
+        return parsed.netloc, "/".join(p for p in (parsed.path.strip("/"), name) if p)
+
+    def write(self, name: str, data: bytes | str) -> str:
+        body = data.encode() if isinstance(data, str) else data
+        if self.is_s3:
+            bucket, key = self._key(name)
+            self._s3().put_object(Bucket=bucket, Key=key, Body=body)
+        else:
+            path = Path(self.url) / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_bytes(body)
+            tmp.replace(path)  # readers never see half a file
+        return self.display(name)
+
+    def upload(self, name: str, local: Path) -> str:
+        """A local file, or every file under a local directory, to `name` in the run directory."""
+        if local.is_dir():
+            for file in sorted(p for p in local.rglob("*") if p.is_file()):
+                self.upload(f"{name}/{file.relative_to(local).as_posix()}", file)
+            return self.display(name)
+        if self.is_s3:
+            bucket, key = self._key(name)
+            self._s3().upload_file(str(local), bucket, key)  # streamed from disk, in parts when large
+            return self.display(name)
+        path = Path(self.url) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + ".tmp")
+        shutil.copyfile(local, tmp)  # streamed, not read into memory
+        tmp.replace(path)  # readers never see half a file
+        return self.display(name)
+
+    def download(self, name: str, local: Path) -> Path:
+        """One file of the run directory to `local` (streamed); FileNotFoundError when it is not there."""
+        if self.is_s3:
+            bucket, key = self._key(name)
+            client = self._s3()
+            try:
+                client.download_file(bucket, key, str(local))
+            except client.exceptions.ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
+                    raise FileNotFoundError(f"{self.display(name)} does not exist") from None
+                raise
+            return local
+        source = Path(self.url) / name
+        if not source.is_file():
+            raise FileNotFoundError(f"{self.display(name)} does not exist")
+        shutil.copyfile(source, local)
+        return local
+
+    def local_copy(self, name: str, scratch: Path) -> Path:
+        """A folder of the run directory as a local path: itself when local, else downloaded under `scratch`
+        (every object below `<run>/<name>/`). FileNotFoundError when it holds nothing."""
+        if not self.is_s3:
+            path = Path(self.url) / name
+            if not path.is_dir() or not any(path.iterdir()):
+                raise FileNotFoundError(f"{self.display(name)} does not exist or is empty")
+            return path
+        bucket, key = self._key(name)
+        client, target, count = self._s3(), scratch / name, 0
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key + "/"):
+            for obj in page.get("Contents", []):
+                if obj["Key"].endswith("/"):  # a folder marker (the console's "create folder"): nothing to copy
+                    continue
+                local = inside(target, obj["Key"][len(key) + 1 :], f"s3://{bucket}/{obj['Key']}")
+                local.parent.mkdir(parents=True, exist_ok=True)
+                client.download_file(bucket, obj["Key"], str(local))  # streamed to disk, in parts when large
+                count += 1
+        if not count:
+            raise FileNotFoundError(f"{self.display(name)} does not exist or is empty")
+        return target
+
+    def read(self, name: str) -> str | None:
+        if self.is_s3:
+            bucket, key = self._key(name)
+            client = self._s3()
+            try:
+                return client.get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+            except client.exceptions.NoSuchKey:
+                return None
+        path = Path(self.url) / name
+        return path.read_text() if path.is_file() else None
+
+    def entries(self) -> list[str]:
+        """Names of the files and folders directly in the run directory, sorted."""
+        if not self.is_s3:
+            root = Path(self.url)
+            return sorted(p.name for p in root.iterdir()) if root.is_dir() else []
+        bucket, key = self._key("")
+        prefix = key + "/"
+        names = set()
+        for page in self._s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+            names |= {p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", [])}
+            names |= {o["Key"][len(prefix) :] for o in page.get("Contents", [])}
+        return sorted(names)
+
+    def record(self) -> dict:
+        text = self.read(RECORD)
+        return json.loads(text) if text else {}
+
+    def update(self, **fields) -> dict:
+        """Merge fields into run.json (read, merge, write: one writer per run)."""
+        record = {**self.record(), **fields}
+        self.write(RECORD, json.dumps(record, indent=2))
+        return record
+
+    def ray_storage(self) -> tuple[str, object]:
+        """Ray Train's `storage_path` (the storage root, no scheme) and `storage_filesystem` (pyarrow)."""
+        import pyarrow.fs as pafs
+
+        if not self.is_s3:
+            return self.storage, pafs.LocalFileSystem()
+        options = {}
+        region = self.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+        if region:
+            options["region"] = region
+        endpoint = self.endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+        if endpoint:
+            parsed = urlparse(endpoint)
+            options["endpoint_override"] = parsed.netloc
+            options["scheme"] = parsed.scheme
+        return self.storage.removeprefix("s3://"), pafs.S3FileSystem(**options)
+
+
+class UnsafeKey(RayfleetError):
+    """An object in run storage whose key would land outside the folder it is downloaded into."""
+
+
+def inside(target: Path, relative: str, url: str) -> Path:
+    """Where an object below a downloaded folder goes: `target`/`relative`, never outside `target`. Any job can
+    write run storage, so a key is untrusted: absolute keys and `.`, `..` or empty segments are refused."""
+    parts = relative.split("/")
+    if relative.startswith("/") or any(part in ("", ".", "..") for part in parts):
+        raise UnsafeKey(f"refusing to download {url}: its key would leave {target} (., .. or empty segments)")
+    local = target.joinpath(*parts)
+    if not local.resolve().is_relative_to(target.resolve()):  # a symlink already in the target, say
+        raise UnsafeKey(f"refusing to download {url}: it would land outside {target}")
+    return local
+
+
+def list_runs(storage: str, region: str | None = None, endpoint_url: str | None = None) -> list[str]:
+    """Run names under a storage root, newest name last (names end in a UTC time)."""
+    if storage.startswith("s3://"):
+        parsed = urlparse(storage)
+        prefix = parsed.path.strip("/") + "/" if parsed.path.strip("/") else ""
+        client = Aws(region).client("s3", endpoint_url=endpoint_url)
+        names = []
+        pages = client.get_paginator("list_objects_v2").paginate(Bucket=parsed.netloc, Prefix=prefix, Delimiter="/")
+        for page in pages:
+            names += [p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", [])]
+        return sorted(names)
+    root = Path(storage)
+    return sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []

@@ -1,0 +1,178 @@
+"""Run a job on the ECS cluster: RunTask of the trainer task definition, then follow its log.
+
+    python -m rayfleet.ecs.launch ddp [key=value ...] [--detach]       # make train-ddp BUCKET=... / make launch
+    python -m rayfleet.ecs.launch fsdp epochs=1 --run-name my-run
+
+The trainer (the Ray driver) starts in the cluster's private subnets and security group, with the job and
+its arguments as the container command and the run's storage under the results bucket. The verb prints the
+task ARN, the run name and where results land, then follows the driver's log until the task stops and
+exits with the job's exit code. `--detach` returns after the start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+
+from rayfleet.core.aws import STARTED_BY, Aws, PlacementFailed, run_cli
+from rayfleet.core.errors import RayfleetError
+from rayfleet.core.run_dir import RunDir
+from rayfleet.ecs import image_policy
+from rayfleet.ecs.logs import follow_task
+from rayfleet.ecs.outputs import Outputs
+
+OVERRIDES_LIMIT = 8192  # RunTask: the JSON of all container overrides
+_REASONS = {
+    "RESOURCE:GPU": "no registered container instance has a free GPU (are the GPU instances up? make status)",
+    "RESOURCE:MEMORY": "no container instance has enough free memory for the trainer",
+    "RESOURCE:CPU": "no container instance has enough free CPU for the trainer",
+    "AGENT": "the ECS agent on the instance is disconnected",
+    "MISSING": "a named resource (cluster, task definition) is missing",
+}
+
+
+def explain(failures: list[dict]) -> str:
+    if not failures:
+        return "ECS started no task and gave no reason (no container instances registered yet? make status)"
+    parts = []
+    for failure in failures:
+        reason = failure.get("reason", "?")
+        parts.append(f"{reason}: {_REASONS.get(reason, failure.get('detail') or 'see the ECS console')}")
+    return "ECS could not place the trainer: " + "; ".join(parts)
+
+
+def build_command(job: str, args: list[str], bucket: str, run_name: str) -> list[str]:
+    return [job, f"storage=s3://{bucket}/runs", f"run_name={run_name}", *args]
+
+
+def launch(
+    aws: Aws,
+    out: Outputs,
+    job: str,
+    args: list[str],
+    run_name: str | None = None,
+    *,
+    command: list[str] | None = None,
+    environment: dict[str, str] | None = None,
+    task_definition: str | None = None,
+) -> dict:
+    """RunTask of the trainer; `command`, `environment` and `task_definition` replace the job's defaults
+    (a recipe run passes its own, rayfleet/targets/run.py)."""
+    run_name = run_name or f"{job}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    aws.check_cluster(out.cluster_name)
+    network = {
+        "awsvpcConfiguration": {
+            "subnets": list(out.private_subnet_ids),
+            "securityGroups": [out.task_security_group_id],
+            "assignPublicIp": "DISABLED",  # private subnets only; egress through NAT and endpoints
+        }
+    }
+    container = {
+        "name": out.trainer_container_name,
+        "command": command or build_command(job, args, out.results_bucket, run_name),
+        "environment": [
+            {"name": k, "value": v} for k, v in {"RAYFLEET_RUN_NAME": run_name, **(environment or {})}.items()
+        ],
+    }
+    overrides = {"containerOverrides": [container]}
+    if len(json.dumps(overrides)) > OVERRIDES_LIMIT:
+        raise RayfleetError(
+            f"the task overrides are {len(json.dumps(overrides))} bytes, over ECS's {OVERRIDES_LIMIT}; "
+            "shorten args and env (put large settings in a file in the code directory)"
+        )
+    response = aws.client("ecs").run_task(
+        cluster=out.cluster_name,
+        taskDefinition=task_definition or out.trainer_task_definition,
+        count=1,
+        startedBy=STARTED_BY,
+        enableExecuteCommand=True,
+        networkConfiguration=network,
+        overrides=overrides,
+        tags=[{"key": "rayfleet:run", "value": run_name}, {"key": "rayfleet:job", "value": job}],
+    )
+    if response.get("failures") or not response.get("tasks"):
+        raise PlacementFailed(explain(response.get("failures", [])))
+    task_arn = response["tasks"][0]["taskArn"]
+    record = {
+        "run_name": run_name,
+        "job": job,
+        "args": args,
+        "task_arn": task_arn,
+        "log_group": out.trainer_log_group,
+        "log_stream": f"{out.trainer_log_stream_prefix}/{out.trainer_container_name}/{task_arn.rsplit('/', 1)[-1]}",
+        "results": f"s3://{out.results_bucket}/runs/{run_name}/",
+        "launched_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    run_dir = RunDir(f"s3://{out.results_bucket}/runs", run_name, region=aws.region)
+    state = {} if run_dir.record().get("state") else {"state": "SUBMITTED", "target": "ecs"}
+    run_dir.update(**record, **state)  # the one run record; a recipe's driver moves it on from here
+    return record
+
+
+_REGISTER_KEYS = (
+    "family",
+    "taskRoleArn",
+    "executionRoleArn",
+    "networkMode",
+    "containerDefinitions",
+    "volumes",
+    "placementConstraints",
+    "requiresCompatibilities",
+    "cpu",
+    "memory",
+    "pidMode",
+    "ipcMode",
+    "runtimePlatform",
+    "ephemeralStorage",
+)
+
+
+def trainer_with_image(aws: Aws, out: Outputs, image: str) -> str:
+    """A revision of the trainer task definition whose trainer container runs `image`; returns its ARN.
+
+    Everything else (roles, secrets, sizes, logging) is the deployed definition's, so a custom image gets
+    the same token, network and limits, which is why the image must pass rayfleet/ecs/image_policy.py first.
+    Revisions with the same image are reused, not registered twice."""
+    ecs = aws.client("ecs")
+    current = ecs.describe_task_definition(taskDefinition=out.trainer_task_definition)["taskDefinition"]
+    image_policy.check(aws, current["taskDefinitionArn"].split(":")[4], image)
+    containers = [dict(c) for c in current["containerDefinitions"]]
+    trainer = next((c for c in containers if c["name"] == out.trainer_container_name), None)
+    if trainer is None:
+        raise RayfleetError(f"the trainer task definition has no container {out.trainer_container_name}")
+    if trainer["image"] == image:
+        return current["taskDefinitionArn"]
+    trainer["image"] = image
+    spec = {k: current[k] for k in _REGISTER_KEYS if current.get(k)}
+    spec["containerDefinitions"] = containers
+    registered = ecs.register_task_definition(**spec, tags=[{"key": "rayfleet:recipe-image", "value": image[:256]}])
+    return registered["taskDefinition"]["taskDefinitionArn"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rayfleet.ecs.launch", description=__doc__.split("\n")[0])
+    parser.add_argument("job", help="ddp, fsdp, or any module the trainer image runs")
+    parser.add_argument("args", nargs="*", metavar="key=value", help="passed to the job")
+    parser.add_argument("--run-name", help="default: <job>-<UTC time>; an existing run's name resumes it")
+    parser.add_argument("--detach", action="store_true", help="return once the task has started")
+    parser.add_argument("--json", action="store_true", help="print the launch record as JSON")
+    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
+    opts = parser.parse_intermixed_args(argv)  # options and key=value in any order
+    out = Outputs.load(opts.outputs)
+    aws = Aws(out.region)
+    record = launch(aws, out, opts.job, opts.args, opts.run_name)
+    if opts.json:
+        print(json.dumps(record))
+    else:
+        print(f"run {record['run_name']}: task {record['task_arn']}")
+        print(f"  results   {record['results']}")
+        print(f"  log       {record['log_group']} {record['log_stream']}  (make logs RUN={record['run_name']})")
+    if opts.detach:
+        return 0
+    return follow_task(aws, out, record["task_arn"], record["log_stream"])
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,94 @@
+"""A trainer task's log in CloudWatch Logs: read from a time on, or followed until the task stops (the ECS
+primitive under `rayfleet logs`, `rayfleet run` and `rayfleet serve`)."""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+
+from rayfleet.core.aws import Aws
+from rayfleet.core.errors import RayfleetError
+from rayfleet.core.run_dir import RunDir
+from rayfleet.ecs.outputs import Outputs
+
+_SINCE = re.compile(r"^(\d+)([smhd])$")
+
+
+def parse_since(text: str | None) -> int | None:
+    """'10m', '2h', '1d', '30s' or an ISO time -> epoch milliseconds."""
+    if not text:
+        return None
+    match = _SINCE.match(text)
+    if match:
+        amount, unit = int(match.group(1)), match.group(2)
+        delta = timedelta(**{{"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[unit]: amount})
+        return int((datetime.now(UTC) - delta).timestamp() * 1000)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise RayfleetError(f"--since {text!r}: use 30s, 10m, 2h, 1d or an ISO time like 2026-11-22T10:00") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def run_record(out: Outputs, run: str) -> dict:
+    """The run's record (run.json) in the deployment's results bucket; says so when there is none."""
+    record = RunDir(f"s3://{out.results_bucket}/runs", run, region=out.region).record()
+    if not record.get("task_arn"):
+        raise RayfleetError(f"no run {run} in s3://{out.results_bucket}/runs/ (make runs lists them)")
+    return record
+
+
+class LogReader:
+    """Pages through one stream, oldest first, remembering where it stopped."""
+
+    def __init__(self, logs, group: str, stream: str, start_ms: int | None = None):
+        self.logs, self.group, self.stream = logs, group, stream
+        self.start_ms = start_ms
+        self.token: str | None = None
+
+    def read(self) -> list[dict]:
+        kwargs = {"logGroupName": self.group, "logStreamName": self.stream, "startFromHead": True}
+        if self.token:
+            kwargs["nextToken"] = self.token
+        elif self.start_ms is not None:
+            kwargs["startTime"] = self.start_ms
+        try:
+            page = self.logs.get_log_events(**kwargs)
+        except self.logs.exceptions.ResourceNotFoundException:
+            return []  # the stream appears once the container writes its first line
+        self.token = page.get("nextForwardToken", self.token)
+        return page.get("events", [])
+
+
+def follow_task(
+    aws: Aws, out: Outputs, task_arn: str, stream: str, write=print, poll_s: float = 2.0, since_ms: int | None = None
+) -> int:
+    """Print the stream until the task stops; return the trainer container's exit code."""
+    reader = LogReader(aws.client("logs"), out.trainer_log_group, stream, since_ms)
+    ecs = aws.client("ecs")
+    seen_status = None
+    while True:
+        for event in reader.read():
+            write(event["message"])
+        task = ecs.describe_tasks(cluster=out.cluster_name, tasks=[task_arn])["tasks"][0]
+        if task["lastStatus"] != seen_status:  # progress while the image pulls and the task starts
+            seen_status = task["lastStatus"]
+            print(f"[rayfleet] trainer task is {seen_status}", file=sys.stderr, flush=True)
+        if task["lastStatus"] == "STOPPED":
+            while events := reader.read():  # what arrived while it stopped
+                for event in events:
+                    write(event["message"])
+            container = next(c for c in task["containers"] if c["name"] == out.trainer_container_name)
+            code = container.get("exitCode")
+            if code is None:
+                print(
+                    f"error: the trainer task stopped without an exit code: {task.get('stoppedReason', '?')}",
+                    file=sys.stderr,
+                )
+                return 1
+            return int(code)
+        time.sleep(poll_s)

@@ -1,0 +1,104 @@
+"""Rotate the ECS cluster's Ray auth token: a new secret version, then head, then workers restarted.
+
+    python -m rayfleet.ecs.rotate_token [--force] [--outputs FILE]      # make rotate-ray-token
+
+1. Refuses while a job's trainer runs (it would lose the cluster mid-run) unless --force.
+2. Writes a new random token as the secret's current version (Secrets Manager; the token is never printed,
+   logged or stored anywhere else).
+3. Forces a new deployment of the head service and waits until every head task is a new one: ECS hands new
+   tasks the current secret version at start.
+4. Only then does the same for the workers, which join the new head with the new token.
+Trainer tasks started afterwards read the new version too. Old versions stay as AWSPREVIOUS until the next
+rotation; nothing running uses them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import sys
+import time
+
+from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.errors import RayfleetError
+from rayfleet.ecs.outputs import Outputs
+from rayfleet.ecs.tasks import running_tasks
+
+
+def new_token() -> str:
+    """A fresh Ray token: 64 hex characters (256 bits). The one generator, for the seed and every rotation."""
+    return secrets.token_hex(32)
+
+
+def seed_token(client, secret_arn: str, say=print, what: str = "the Ray token") -> str | None:
+    """Give the token secret its first value, once: only when it has no AWSCURRENT version. `make deploy` calls
+    it after every apply; Terraform makes the secret and its policy but never writes or reads the value (its
+    secret-version resource reads it back with GetSecretValue, which the policy denies to all but the
+    execution role). A rotated token is never overwritten, and nothing here reads a value: DescribeSecret
+    lists the versions' stages, PutSecretValue writes. Returns the new version id, or None when one was
+    already current. The Serve API key's secret (`what`) is seeded the same way. `client` is a Secrets
+    Manager client (the rehearsal seeds its moto secret with it too)."""
+    stages = client.describe_secret(SecretId=secret_arn).get("VersionIdsToStages") or {}
+    if any("AWSCURRENT" in labels for labels in stages.values()):
+        say(f"{what}: the secret already has a current value ({len(stages)} version(s)); kept as it is")
+        return None
+    version = client.put_secret_value(SecretId=secret_arn, SecretString=new_token())["VersionId"]
+    say(f"seeded {what}: {secret_arn} version {version} (the value is never printed)")
+    return version
+
+
+def wait_replaced(ecs, out: Outputs, role: str, old: set[str], desired: int, poll: float, timeout: float, say) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        tasks = running_tasks(ecs, out)[role]
+        remaining = [t for t in tasks if t["taskArn"] in old]
+        new = [t for t in tasks if t["taskArn"] not in old and t.get("lastStatus") == "RUNNING"]
+        if not remaining and len(new) >= desired:
+            say(f"  {role}: {len(new)} new task(s) running")
+            return
+        if time.monotonic() > deadline:
+            raise RayfleetError(
+                f"{role} not replaced after {timeout:.0f}s ({len(remaining)} old, {len(new)} new running); "
+                "check `make status`; the new token is already current, so new tasks will use it"
+            )
+        time.sleep(poll)
+
+
+def rotate(aws: Aws, out: Outputs, force: bool = False, say=print, poll: float = 5, timeout: float = 1800) -> dict:
+    if not out.ray_token_secret_arn:
+        raise RayfleetError("the outputs have no ray_token_secret_arn: run `make deploy` with this version of infra/")
+    ecs = aws.client("ecs")
+    aws.check_cluster(out.cluster_name)
+    running = running_tasks(ecs, out)
+    if running["trainer"] and not force:
+        jobs = len(running["trainer"])
+        raise RayfleetError(f"{jobs} job(s) running would lose the cluster: wait, `make stop`, or --force")
+    version = aws.client("secretsmanager").put_secret_value(
+        SecretId=out.ray_token_secret_arn, SecretString=new_token()
+    )["VersionId"]
+    say(f"new token written: {out.ray_token_secret_arn} version {version}")
+    services = {}
+    for role, service in (("head", out.head_service_name), ("worker", out.worker_service_name)):
+        desired = ecs.describe_services(cluster=out.cluster_name, services=[service])["services"][0]["desiredCount"]
+        old = {t["taskArn"] for t in running_tasks(ecs, out)[role]}
+        ecs.update_service(cluster=out.cluster_name, service=service, forceNewDeployment=True)
+        say(f"restarting {service} ({desired} task(s)) ...")
+        wait_replaced(ecs, out, role, old, desired, poll, timeout, say)
+        services[role] = {"service": service, "tasks": desired}
+    return {"secret_version": version, "restarted": services}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rayfleet.ecs.rotate_token", description=__doc__.split("\n")[0])
+    parser.add_argument("--force", action="store_true", help="rotate even while a job runs (the job will fail)")
+    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
+    parser.add_argument("--poll", type=float, default=5.0, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    out = Outputs.load(args.outputs)
+    result = rotate(Aws(out.region), out, force=args.force, poll=args.poll)
+    print(f"rotated: secret version {result['secret_version']}; head, then workers, restarted with it")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

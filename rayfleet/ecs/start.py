@@ -1,0 +1,102 @@
+"""Bring a stopped deployment back: the head and the workers, and wait until Ray sees them.
+
+    python -m rayfleet.ecs.start [--outputs FILE] [--timeout 1800]     # make start
+
+After `make stop` or an autostop (rayfleet/node/autostop.py) the services are at zero; `make run` and
+`make train-*` call this first when they find them there. The wait follows Ray's own view, from the head's
+snapshot in S3 (rayfleet/node/head_snapshot.py): done when a snapshot taken after the start shows the
+head and every worker alive. Capacity providers launch the instances; a GPU instance takes minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from datetime import UTC, datetime
+
+from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.errors import RayfleetError
+from rayfleet.ecs.outputs import Outputs
+from rayfleet.node.head_snapshot import KEY as RAY_STATUS_KEY
+
+PROGRESS_EVERY_S = 30
+
+
+def stopped(ecs, out: Outputs) -> list[str]:
+    """The services that are at zero (`make stop`, an autostop): what start brings back."""
+    found = ecs.describe_services(cluster=out.cluster_name, services=[out.head_service_name, out.worker_service_name])
+    return [s["serviceName"] for s in found["services"] if s.get("status") == "ACTIVE" and s["desiredCount"] == 0]
+
+
+def workers_ray_sees(snapshot: dict) -> int:
+    """Alive worker nodes: not the head, not a trainer's driver node (it offers a rayfleet_trainer_* resource)."""
+    return sum(
+        1
+        for n in snapshot.get("nodes") or []
+        if n["alive"] and not n.get("head") and not any(k.startswith("rayfleet_trainer_") for k in n["resources"])
+    )
+
+
+def read_snapshot(s3, bucket: str) -> dict | None:
+    try:
+        return json.loads(s3.get_object(Bucket=bucket, Key=RAY_STATUS_KEY)["Body"].read())
+    except s3.exceptions.NoSuchKey:
+        return None
+
+
+def start(aws: Aws, out: Outputs, say=print, timeout_s: float = 1800, poll_s: float = 10, clock=time.time) -> dict:
+    ecs, s3 = aws.client("ecs"), aws.client("s3")
+    aws.check_cluster(out.cluster_name)
+    workers = int(out.worker_count or 0) or 1
+    began = clock()
+    control = [(out.control_service_name, 1)] if out.control_service_name else []  # autostop may have stopped it
+    for service, count in [(out.head_service_name, 1), *control, (out.worker_service_name, workers)]:
+        say(f"scaling {service} to {count} ...")
+        ecs.update_service(cluster=out.cluster_name, service=service, desiredCount=count)
+    said = began - PROGRESS_EVERY_S
+    while True:
+        snapshot = read_snapshot(s3, out.results_bucket)
+        fresh = snapshot is not None and _taken(snapshot) >= began
+        seen = workers_ray_sees(snapshot) if fresh else 0
+        if fresh and seen >= workers:
+            say(f"Ray sees the head and {seen}/{workers} workers after {clock() - began:.0f} s")
+            return {"cluster": out.cluster_name, "workers": seen, "waited_s": round(clock() - began)}
+        if clock() - began > timeout_s:
+            raise RayfleetError(
+                f"after {timeout_s:.0f} s Ray sees {seen}/{workers} workers; `make status` shows what is pending"
+            )
+        if clock() - said >= PROGRESS_EVERY_S:
+            said = clock()
+            view = f"Ray sees {seen}/{workers} workers" if fresh else "no snapshot from the new head yet"
+            say(f"[{clock() - began:.0f} s] {_tasks(ecs, out)}; {view}")
+        time.sleep(poll_s)
+
+
+def _taken(snapshot: dict) -> float:
+    return datetime.fromisoformat(snapshot["taken_at"]).replace(tzinfo=UTC).timestamp()
+
+
+def _tasks(ecs, out: Outputs) -> str:
+    found = ecs.describe_services(cluster=out.cluster_name, services=[out.head_service_name, out.worker_service_name])
+    by_name = {s["serviceName"]: s for s in found["services"]}
+    head, worker = by_name.get(out.head_service_name, {}), by_name.get(out.worker_service_name, {})
+    return (
+        f"head {head.get('runningCount', 0)}/{head.get('desiredCount', 0)} running, "
+        f"workers {worker.get('runningCount', 0)}/{worker.get('desiredCount', 0)} running"
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rayfleet.ecs.start", description=__doc__.split("\n")[0])
+    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds to wait for Ray to see the workers")
+    args = parser.parse_args(argv)
+    out = Outputs.load(args.outputs)
+    start(Aws(out.region), out, timeout_s=args.timeout)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

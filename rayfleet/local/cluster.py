@@ -1,0 +1,567 @@
+"""A real local Ray cluster shaped like the ECS one: a head that trains nothing, N worker nodes.
+
+    python -m rayfleet.local up [--workers 2] [--cpus-per-worker 1]   # make cluster-up
+    python -m rayfleet.local status                                   # make cluster-status
+    python -m rayfleet.local down                                     # make cluster-down
+    eval "$(python -m rayfleet.local env)"     # then `ray status`, `ray job submit -- python x.py`
+    python -m rayfleet.local run [--workers 2] -- CMD ...   # CMD on the running cluster, or its own
+
+Every node is a separate `ray start --block` process in its own session, started with
+`RAY_AUTH_MODE=token` and the machine's token file (rayfleet/core/ray_auth.py). Every process the cluster
+starts carries `RAYFLEET_CLUSTER_ID` in its environment; `down` stops exactly those processes (SIGTERM,
+then SIGKILL after a grace period), so it never touches another Ray on the machine and still works when
+the state file outlives a crash.
+
+Ports: the head's GCS listens on RAYFLEET_RAY_PORT (6390); each node gets its own block of ports above it
+(below Ray's worker-port range 10002-19999). Nodes start one after another: two raylets that start in the
+same instant pick the same socket name and one of them dies. The dashboard and Jobs API listen on
+127.0.0.1 only; Ray 2.60 binds its GCS and raylets to every interface and turns a 127.0.0.1
+`--node-ip-address` into the routable address, so those rely on token auth.
+
+Memory: each node advertises its share of the memory that is free when the cluster starts (Ray's default
+is the whole host per node), and the session directory and logs are readable by their owner only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rayfleet.core import ray_auth
+
+REPO = Path(__file__).resolve().parents[2]
+START_TIMEOUT_S = 90
+STOP_GRACE_S = 10
+READY_MARK = "will now block forever"
+GIB = 1024**3
+DEFAULT_OBJECT_STORE_BYTES = 256 * 1024**2
+HEAD_MEMORY_BYTES = 1 * GIB  # the head schedules and runs job drivers; it trains nothing
+MIN_WORKER_MEMORY_BYTES = 512 * 1024**2
+
+
+class ClusterError(RuntimeError):
+    """Something the user can fix; the message says what and how."""
+
+
+@dataclass
+class ClusterSpec:
+    workers: int = 2
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: int = 0
+    port: int = 6390
+    dashboard_port: int = 8265
+    object_store_bytes: int = DEFAULT_OBJECT_STORE_BYTES
+
+    @classmethod
+    def from_env(cls, **overrides) -> ClusterSpec:
+        spec = cls(
+            port=int(os.environ.get("RAYFLEET_RAY_PORT", 6390)),
+            dashboard_port=int(os.environ.get("RAYFLEET_DASHBOARD_PORT", 8265)),
+        )
+        for key, value in overrides.items():
+            if value is not None:
+                setattr(spec, key, value)
+        spec.validate()
+        return spec
+
+    def validate(self) -> None:
+        if self.workers < 1:
+            raise ClusterError(f"workers must be at least 1, got {self.workers}")
+        if self.cpus_per_worker <= 0:
+            raise ClusterError(f"cpus_per_worker must be positive, got {self.cpus_per_worker}")
+        if not 1024 <= self.port <= 9000:
+            raise ClusterError(f"RAYFLEET_RAY_PORT must be in 1024..9000, got {self.port}")
+        if self.workers > 50:
+            raise ClusterError(f"at most 50 local workers, got {self.workers}")
+
+
+@dataclass
+class ClusterState:
+    cluster_id: str
+    address: str
+    dashboard_url: str
+    temp_dir: str
+    log_dir: str
+    spec: dict
+    pids: list[int] = field(default_factory=list)
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("RAYFLEET_STATE_DIR") or REPO / ".rayfleet") / "cluster"
+
+
+def state_file() -> Path:
+    return state_dir() / "state.json"
+
+
+def load_state() -> ClusterState | None:
+    path = state_file()
+    if not path.exists():
+        return None
+    return ClusterState(**json.loads(path.read_text()))
+
+
+def venv_bin() -> Path:
+    """The bin directory of this interpreter's environment (not resolved: .venv/bin/python is a symlink)."""
+    return Path(sys.executable).parent
+
+
+def venv_first(path: str) -> str:
+    """PATH with this environment's bin first: a job's `python` and `ray` must be the ones that have Ray and
+    this project's packages, also when make runs .venv/bin/python without activating the environment."""
+    first = str(venv_bin())
+    if path.split(os.pathsep)[0] == first:
+        return path
+    return os.pathsep.join(p for p in (first, path) if p)
+
+
+def node_env(cluster_id: str, address: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(ray_auth.auth_env())
+    env.pop("RAY_AUTH_TOKEN", None)  # the file only: a token in the environment leaks into /proc
+    # What Ray starts on the nodes (actors, Ray Train's helpers, a job's driver) connects to this cluster by
+    # name: left to find "the" local Ray by scanning the host's processes it would see every other GCS on the
+    # host (a second cluster, containers) and refuse to choose.
+    env["RAY_ADDRESS"] = address
+    env["RAYFLEET_CLUSTER_ID"] = cluster_id
+    # Job entrypoints (`ray job submit -- python x.py`) run in the nodes' environment.
+    env["PATH"] = venv_first(env.get("PATH", ""))
+    # Train workers import `training` from this checkout (on ECS the image has it installed).
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def client_env(state: ClusterState) -> dict[str, str]:
+    """What Ray's own clients read to reach this cluster: RAY_ADDRESS (the GCS) for `ray status` and
+    `ray.init()`; RAY_API_SERVER_ADDRESS (the dashboard) for `ray job ...`, `ray list ...` and
+    JobSubmissionClient, which prefer it to RAY_ADDRESS; and the token file."""
+    return {"RAY_ADDRESS": state.address, "RAY_API_SERVER_ADDRESS": state.dashboard_url, **ray_auth.auth_env()}
+
+
+def shell_exports(state: ClusterState, environ: dict[str, str]) -> list[str]:
+    """The lines `env` prints for `eval`: the client environment, and this environment's bin on PATH so
+    that `ray` is the CLI of the Ray the cluster runs."""
+    lines = [f"export {key}={shlex.quote(value)}" for key, value in client_env(state).items()]
+    if "RAY_AUTH_TOKEN" in environ:
+        lines.insert(0, "unset RAY_AUTH_TOKEN")  # Ray prefers it to the token file; it is not this cluster's
+    if str(venv_bin()) not in environ.get("PATH", "").split(os.pathsep):
+        lines.append(f'export PATH={shlex.quote(str(venv_bin()))}:"$PATH"')
+    return lines
+
+
+def available_memory() -> int:
+    """Bytes of memory free now: psutil sees the host, so a cgroup (v2) limit, as in a container, caps it."""
+    import psutil
+
+    free = psutil.virtual_memory().available
+    cgroup = Path("/sys/fs/cgroup")
+    with contextlib.suppress(OSError, ValueError):
+        limit = (cgroup / "memory.max").read_text().strip()
+        if limit != "max":
+            free = min(free, int(limit) - int((cgroup / "memory.current").read_text()))
+    return free
+
+
+def memory_shares(available: int, spec: ClusterSpec) -> tuple[int, int]:
+    """Ray's `memory` resource for the head and for each worker, in bytes.
+
+    Left to itself every node advertises all the host's free memory, so three nodes on a 24 GiB laptop
+    offer 68 GiB and Ray schedules work into the OOM killer instead of making it wait. Here the nodes'
+    memory plus their object stores add up to at most what is free: the head, which trains nothing, gets a
+    small share, and the workers split the rest."""
+    nodes = spec.workers + 1
+    budget = available - nodes * spec.object_store_bytes
+    head = min(HEAD_MEMORY_BYTES, budget // nodes)
+    worker = (budget - head) // spec.workers
+    if worker < MIN_WORKER_MEMORY_BYTES:
+        raise ClusterError(
+            f"only {available / GIB:.1f} GiB of memory is free: too little for {spec.workers} workers "
+            f"(at least {MIN_WORKER_MEMORY_BYTES / GIB:.1f} GiB each); use fewer --workers"
+        )
+    return head, worker
+
+
+def temp_root() -> Path:
+    """Parent of the clusters' Ray temp dirs, mode 0700 (see private_dir). Short: Ray's socket paths must
+    fit 107 bytes."""
+    return Path(f"/tmp/rayfleet-{os.getuid()}")
+
+
+def private_dir(path: Path) -> Path:
+    """Create `path` with mode 0700, or make sure an existing one is the user's own, and set it to 0700.
+
+    Ray makes its temp dir world-writable ("shared") and its logs world-readable, and does so again each
+    time a node, job or driver starts; a parent of the user's only keeps other users out of the sockets and
+    logs. In /tmp someone else could have made it first."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    info = path.lstat()
+    if path.is_symlink() or info.st_uid != os.getuid():
+        raise ClusterError(f"{path} is not a directory of yours (another user's, or a link); remove it")
+    path.chmod(0o700)
+    return path
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _head_args(spec: ClusterSpec, temp_dir: str, memory: int) -> list[str]:
+    p = spec.port
+    return [
+        "--head",
+        "--num-cpus=0",  # like ECS: the head schedules, it never trains
+        "--num-gpus=0",
+        f"--memory={memory}",
+        f"--port={p}",
+        f"--node-manager-port={p + 1}",
+        f"--object-manager-port={p + 2}",
+        f"--metrics-export-port={p + 3}",
+        f"--dashboard-agent-listen-port={p + 4}",
+        f"--dashboard-agent-grpc-port={p + 5}",
+        f"--runtime-env-agent-port={p + 6}",
+        f"--ray-client-server-port={p + 7}",
+        "--include-dashboard=true",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={spec.dashboard_port}",
+        f"--temp-dir={temp_dir}",
+    ]
+
+
+def _worker_args(spec: ClusterSpec, index: int, memory: int) -> list[str]:
+    b = spec.port + 10 * (index + 1)
+    return [
+        f"--address=127.0.0.1:{spec.port}",
+        f"--num-cpus={spec.cpus_per_worker:g}",
+        f"--num-gpus={spec.gpus_per_worker}",
+        f"--memory={memory}",
+        f"--node-manager-port={b}",
+        f"--object-manager-port={b + 1}",
+        f"--metrics-export-port={b + 2}",
+        f"--dashboard-agent-listen-port={b + 3}",
+        f"--dashboard-agent-grpc-port={b + 4}",
+        f"--runtime-env-agent-port={b + 5}",
+        # One host, one session log dir: the head's log monitor already forwards every worker's output to
+        # the driver; a monitor per node would print each line once per node. (On ECS each node has its own.)
+        "--include-log-monitor=false",
+    ]
+
+
+def ray_cli() -> str:
+    """The `ray` of this interpreter's environment: .venv/bin is not on PATH when make runs .venv/bin/python."""
+    beside = venv_bin() / "ray"
+    return str(beside) if beside.exists() else (shutil.which("ray") or "ray")
+
+
+def _start_node(name: str, args: list[str], spec: ClusterSpec, env: dict, log_dir: Path) -> int:
+    log_path = log_dir / f"{name}.log"
+    cmd = [
+        ray_cli(),
+        "start",
+        *args,
+        f"--object-store-memory={spec.object_store_bytes}",
+        "--disable-usage-stats",
+        "--block",
+    ]
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=REPO,
+        )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        text = log_path.read_text(errors="replace")
+        if READY_MARK in text:
+            return proc.pid
+        if proc.poll() is not None:
+            raise ClusterError(f"{name} exited with code {proc.returncode}; log {log_path}:\n{_tail(text)}")
+        time.sleep(0.5)
+    raise ClusterError(f"{name} did not start within {START_TIMEOUT_S}s; log {log_path}:\n{_tail(text)}")
+
+
+def _wait_for_nodes(state: ClusterState, count: int) -> None:
+    """Wait until the head reports `count` alive nodes: `ray start` says it is ready before that."""
+    from ray.util.state import list_nodes  # imported late: after ray_auth.use_token_auth() (in up)
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    alive = 0
+    while time.monotonic() < deadline:
+        try:
+            alive = len(list_nodes(address=state.dashboard_url, filters=[("state", "=", "ALIVE")]))
+        except Exception:  # the dashboard answers a few seconds after the head's GCS
+            alive = 0
+        if alive >= count:
+            return
+        time.sleep(0.5)
+    raise ClusterError(
+        f"only {alive} of {count} Ray nodes registered within {START_TIMEOUT_S}s; logs in {state.log_dir}"
+    )
+
+
+def _tail(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def up(spec: ClusterSpec, quiet: bool = False) -> ClusterState:
+    """Start the cluster and record it; an already running cluster is an error, not a second start."""
+    ray_auth.use_token_auth()  # before _wait_for_nodes imports ray: Ray reads its auth mode once, at import
+    say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
+    existing = load_state()
+    if existing and find_cluster_pids(existing.cluster_id, existing.pids):
+        raise ClusterError(
+            f"a rayfleet cluster is already running at {existing.address}; run `make cluster-down` first"
+        )
+    if existing:
+        _clear(existing)
+    busy = [port for port in (spec.port, spec.dashboard_port) if not _port_free(port)]
+    if busy:
+        raise ClusterError(
+            f"port(s) {busy} are in use (another Ray?); stop it or set RAYFLEET_RAY_PORT / RAYFLEET_DASHBOARD_PORT"
+        )
+    head_memory, worker_memory = memory_shares(available_memory(), spec)
+    cluster_id = uuid.uuid4().hex[:12]
+    temp_dir = str(private_dir(temp_root()) / str(spec.port))
+    log_dir = private_dir(state_dir() / "logs")
+    state = ClusterState(
+        cluster_id=cluster_id,
+        address=f"127.0.0.1:{spec.port}",
+        dashboard_url=f"http://127.0.0.1:{spec.dashboard_port}",
+        temp_dir=temp_dir,
+        log_dir=str(log_dir),
+        spec=asdict(spec),
+    )
+    # Written before anything starts, so `down` finds the processes even if `up` dies half way.
+    _write_state(state)
+    env = node_env(cluster_id, state.address)
+    try:
+        say(f"starting Ray head (no CPUs for training, {head_memory / GIB:.1f} GiB) at {state.address} ...")
+        state.pids.append(_start_node("head", _head_args(spec, temp_dir, head_memory), spec, env, log_dir))
+        _write_state(state)
+        _wait_for_nodes(state, 1)
+        for i in range(spec.workers):
+            say(f"starting worker {i + 1}/{spec.workers} ({spec.cpus_per_worker:g} CPU, {worker_memory / GIB:.1f} GiB)")
+            args = _worker_args(spec, i, worker_memory)
+            state.pids.append(_start_node(f"worker-{i + 1}", args, spec, env, log_dir))
+            _write_state(state)
+            _wait_for_nodes(state, i + 2)
+    except BaseException:
+        down(quiet=True)
+        raise
+    say(
+        f"cluster up: 1 head + {spec.workers} workers; RAY_ADDRESS={state.address}; "
+        f"dashboard {state.dashboard_url} (token auth on)"
+    )
+    return state
+
+
+def _write_state(state: ClusterState) -> None:
+    state_file().parent.mkdir(parents=True, exist_ok=True)
+    tmp = state_file().with_suffix(".tmp")
+    tmp.write_text(json.dumps(asdict(state), indent=2))
+    tmp.replace(state_file())
+
+
+def find_cluster_pids(cluster_id: str, sessions: list[int] = ()) -> list[int]:
+    """Live processes of this cluster: those whose environment carries its id, and Ray processes in
+    the sessions of its `ray start` nodes (Ray's agents rename themselves, which wipes their environ)."""
+    needle = f"RAYFLEET_CLUSTER_ID={cluster_id}".encode()
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+            fields = stat[stat.rindex(")") + 2 :].split()
+            state, session = fields[0], int(fields[3])
+            if state in "ZX":
+                continue
+            marked = needle in (entry / "environ").read_bytes().split(b"\0")
+            if marked or (session in sessions and b"ray" in (entry / "cmdline").read_bytes()):
+                pids.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue  # gone while we looked, or not ours to read
+    return pids
+
+
+def _signal_all(pids: list[int], sig: int) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def down(quiet: bool = False) -> int:
+    """Stop what `up` started (and nothing else); return how many processes were stopped."""
+    state = load_state()
+    if state is None:
+        if not quiet:
+            print("no rayfleet cluster recorded; nothing to stop")
+        return 0
+    pids = find_cluster_pids(state.cluster_id, state.pids)
+    _signal_all(pids, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_GRACE_S
+    while time.monotonic() < deadline and find_cluster_pids(state.cluster_id, state.pids):
+        time.sleep(0.3)
+    survivors = find_cluster_pids(state.cluster_id, state.pids)
+    _signal_all(survivors, signal.SIGKILL)
+    _clear(state)
+    if not quiet:
+        forced = f" ({len(survivors)} needed SIGKILL)" if survivors else ""
+        print(f"cluster down: stopped {len(pids)} processes{forced}")
+    return len(pids)
+
+
+def _clear(state: ClusterState) -> None:
+    shutil.rmtree(state.temp_dir, ignore_errors=True)
+    state_file().unlink(missing_ok=True)
+
+
+def running() -> ClusterState | None:
+    """The recorded cluster if its processes are alive."""
+    state = load_state()
+    if state and find_cluster_pids(state.cluster_id, state.pids):
+        return state
+    return None
+
+
+def status() -> str:
+    state = load_state()
+    if state is None:
+        return "no rayfleet cluster recorded (make cluster-up starts one)"
+    pids = find_cluster_pids(state.cluster_id, state.pids)
+    if not pids:
+        return f"cluster {state.cluster_id} is recorded but not running (make cluster-down clears it)"
+    spec = state.spec
+    return (
+        f"cluster {state.cluster_id}: RAY_ADDRESS={state.address}, dashboard {state.dashboard_url}, "
+        f"{spec['workers']} workers x {spec['cpus_per_worker']:g} CPU, {len(pids)} processes, "
+        f"logs in {state.log_dir}"
+    )
+
+
+def command_env(state: ClusterState) -> dict[str, str]:
+    """The environment `run` gives its command: this one, pointed at the cluster like `env` would."""
+    env = {**os.environ, **client_env(state)}
+    env.pop("RAY_AUTH_TOKEN", None)  # Ray would prefer it to the cluster's token file
+    env["PATH"] = venv_first(env.get("PATH", ""))
+    return env
+
+
+def exit_code(returncode: int) -> int:
+    """A shell's exit code for a child's return code: killed by signal N is 128 + N, as bash reports it."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def run_command(command: list[str], env: dict[str, str]) -> int:
+    """Run `command` to its end and return its exit code.
+
+    Ctrl-C in a terminal reaches the command too (same process group), so it is not sent again: a second
+    SIGINT would cut the command's own cleanup short (a Ray job it stops, a checkpoint it writes). SIGTERM,
+    which is sent to this process alone (make, a CI timeout), is passed on."""
+    try:
+        proc = subprocess.Popen(command, env=env)
+    except OSError as exc:
+        raise ClusterError(f"cannot run {command[0]}: {exc.strerror}") from None
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
+    try:
+        while True:
+            try:
+                return exit_code(proc.wait())
+            except KeyboardInterrupt:
+                continue  # the command got the Ctrl-C as well; its exit ends the wait
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def run(command: list[str], spec: ClusterSpec) -> int:
+    """Run `command` on the running rayfleet cluster, or on one of `spec`'s shape started for it and
+    stopped when the command ends (Ctrl-C included). A cluster that was already running is left running."""
+    if command[:1] == ["--"]:
+        command = command[1:]
+    if not command:
+        raise ClusterError("run needs a command: python -m rayfleet.local run [--workers N] -- CMD ...")
+    ray_auth.use_token_auth()
+    state = running()
+    started = state is None
+    if started:
+        print("no rayfleet cluster running: starting one for this command (stopped when it ends)", flush=True)
+        state = up(spec)
+    try:
+        return run_command(command, command_env(state))
+    finally:
+        if started:
+            _down_uninterrupted()
+
+
+def _down_uninterrupted() -> None:
+    """`down`, with Ctrl-C ignored meanwhile: an impatient second Ctrl-C must not leave half a cluster."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        down(quiet=True)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ray_auth.use_token_auth()  # before anything imports ray: Ray reads its auth mode once, at import
+    parser = argparse.ArgumentParser(prog="python -m rayfleet.local", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="verb", required=True)
+    up_p = sub.add_parser("up", help="start head + workers")
+    run_p = sub.add_parser("run", help="run a command on the cluster (starting and stopping one if none runs)")
+    for p in (up_p, run_p):
+        p.add_argument("--workers", type=int)
+        p.add_argument("--cpus-per-worker", type=float)
+        p.add_argument("--gpus-per-worker", type=int)
+    run_p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ...")
+    sub.add_parser("down", help="stop what `up` started")
+    sub.add_parser("status", help="what is running")
+    sub.add_parser("env", help="print shell exports for Ray's clients: RAY_ADDRESS, the Jobs API, token auth")
+    args = parser.parse_args(argv)
+    try:
+        if args.verb in ("up", "run"):
+            spec = ClusterSpec.from_env(
+                workers=args.workers, cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker
+            )
+            if args.verb == "run":
+                return run(args.command, spec)
+            up(spec)
+        elif args.verb == "down":
+            down()
+        elif args.verb == "status":
+            print(status())
+        elif args.verb == "env":
+            state = running()
+            if state is None:
+                raise ClusterError("no rayfleet cluster is running; run `make cluster-up`")
+            print("\n".join(shell_exports(state, dict(os.environ))))
+    except (ClusterError, PermissionError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,165 @@
+"""Runs beside the Ray head: writes the cluster's nodes, resources and jobs, as the head sees them, to S3.
+
+    python -m rayfleet.node.head_snapshot --bucket B [--dashboard URL] [--interval 30] [--once]
+
+On ECS it is the control task, `ray-control` (infra/modules/ray/task_definitions.tf): the head image with this
+module as its entry point, in a task of its own, because its role may write cluster/ and scale the services
+(autostop) and no job may: nothing Ray schedules can land in a task that runs no Ray node. It reads the head's
+dashboard at http://<RAYFLEET_HEAD_HOST, else 127.0.0.1>:<dashboard port of RAYFLEET_RAY_PORTS> with the
+cluster token (RAY_AUTH_TOKEN from the task's secret; else RAY_AUTH_TOKEN_PATH or the machine's token file),
+and never joins the cluster as a driver (it would show up as a job). `make status` reads
+`s3://B/cluster/ray-status.json`, so it shows Ray's view from a laptop that cannot reach the head (the
+dashboard and GCS never leave the cluster's security group).
+
+A failed round (the head restarting, S3 away) is logged as one line and retried at the next interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rayfleet.node import autostop
+from rayfleet.serve.summary import summarize
+
+KEY = "cluster/ray-status.json"
+JOB_FIELDS = ("submission_id", "job_id", "type", "status", "start_time", "end_time", "metadata")
+
+
+def say(message: str) -> None:
+    print(f"head-snapshot: {message}", flush=True)
+
+
+def default_dashboard(env: dict) -> str:
+    ports = json.loads(env["RAYFLEET_RAY_PORTS"]) if env.get("RAYFLEET_RAY_PORTS") else {}
+    host = env.get("RAYFLEET_HEAD_HOST") or "127.0.0.1"
+    return f"http://{host}:{ports.get('dashboard', {}).get('from', 8265)}"
+
+
+def token(env: dict) -> str:
+    if env.get("RAY_AUTH_TOKEN"):
+        return env["RAY_AUTH_TOKEN"].strip()
+    from rayfleet.core import ray_auth
+
+    path = env.get("RAY_AUTH_TOKEN_PATH")
+    return ray_auth.read_token(Path(path) if path else None)
+
+
+def _get(dashboard: str, path: str, auth: str, timeout: float = 10):
+    request = urllib.request.Request(dashboard.rstrip("/") + path, headers={"Authorization": f"Bearer {auth}"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.load(response)
+
+
+def _plain(resources: dict) -> dict:
+    return {k: v for k, v in resources.items() if not k.startswith("node:")}
+
+
+def _camel(name: str) -> str:
+    """The dashboard's cluster status camel-cases resource names (object_store_memory -> objectStoreMemory)."""
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def snapshot(dashboard: str, auth: str) -> dict:
+    """Ray's view from the head's dashboard: every node (State API), what is used (the autoscaler's report,
+    which `ray status` prints) and the jobs (Jobs API: submitted jobs and plain drivers)."""
+    listed = _get(dashboard, "/api/v0/nodes?detail=1&limit=10000", auth)["data"]["result"]["result"]
+    nodes = [
+        {
+            "node_id": n["node_id"][:12],
+            "alive": n["state"] == "ALIVE",
+            "head": bool(n.get("is_head_node")),
+            "address": n.get("node_ip"),
+            "resources": _plain(n.get("resources_total") or {}),
+        }
+        for n in listed
+    ]
+    total: dict[str, float] = {}
+    for node in nodes:
+        if node["alive"]:
+            for name, value in node["resources"].items():
+                total[name] = total.get(name, 0.0) + value
+    status = _get(dashboard, "/api/cluster_status", auth)["data"].get("clusterStatus") or {}
+    usage = (status.get("loadMetricsReport") or {}).get("usage") or {}
+    available = {}
+    for name, value in total.items():
+        used = usage.get(name) or usage.get(_camel(name))
+        if used is not None:
+            available[name] = max(0.0, value - used[0])
+    jobs = [{k: job.get(k) for k in JOB_FIELDS} for job in _get(dashboard, "/api/jobs/", auth)]
+    jobs.sort(key=lambda j: j.get("start_time") or 0, reverse=True)
+    try:  # Serve's applications (make serve); the dashboard answers with none when Serve never started
+        serve = summarize(_get(dashboard, "/api/serve/applications/", auth))
+    except (OSError, ValueError, KeyError) as exc:
+        serve = [{"name": "?", "status": f"unknown ({exc})", "route_prefix": "", "message": "", "deployments": []}]
+    return {
+        "taken_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "nodes": nodes,
+        "total": total,
+        "available": available,
+        "jobs": jobs,
+        "serve": serve,
+    }
+
+
+def decide(stopper: autostop.Autostop | None, taken: dict) -> dict | None:
+    """What autostop makes of this snapshot (None: off); a failure to decide is shown, never fatal."""
+    if stopper is None:
+        return None
+    try:
+        return stopper.tick(taken)
+    except Exception as exc:  # ECS away or refusing: say so in the snapshot, try again next round
+        say(f"autostop: {type(exc).__name__}: {exc}")
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def main(argv: list[str] | None = None, env: dict | None = None) -> int:
+    env = dict(os.environ if env is None else env)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--bucket", required=True)
+    parser.add_argument("--dashboard", default=None, help="default: RAYFLEET_HEAD_HOST or 127.0.0.1")
+    parser.add_argument("--interval", type=float, default=30.0)
+    parser.add_argument("--once", action="store_true", help="one snapshot; exit 1 when it fails")
+    args = parser.parse_args(argv)
+    dashboard = args.dashboard or default_dashboard(env)
+
+    from rayfleet.core.aws import Aws
+
+    s3 = Aws().client("s3")
+    auth = token(env)
+    say(f"every {args.interval:g}s: {dashboard} -> s3://{args.bucket}/{KEY}")
+    settings = autostop.Settings.from_env(env)
+    stopper = autostop.Autostop(settings, Aws().client("ecs"), say=say) if settings else None
+    if settings:
+        say(
+            f"autostop after {settings.idle_s / 60:g} idle minutes: {settings.worker_service}"
+            + (f" and {settings.head_service}" if settings.stop_head else "")
+        )
+    written = 0
+    while True:
+        try:
+            taken = snapshot(dashboard, auth)
+            taken["autostop"] = decide(stopper, taken)
+            body = json.dumps(taken, indent=2).encode()
+            s3.put_object(Bucket=args.bucket, Key=KEY, Body=body, ContentType="application/json")
+            if written == 0:
+                say("first snapshot written")
+            written += 1
+        except Exception as exc:  # one line, and the next round tries again: the head may be restarting
+            say(f"no snapshot this round: {type(exc).__name__}: {exc}")
+            if args.once:
+                return 1
+        if args.once:
+            return 0
+        time.sleep(args.interval)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+"""Build the four images with docker or podman, and push them to the ECR repositories Terraform made.
+
+    python -m rayfleet.ops.images build [--images ray-head,trainer] [--tag TAG] [--models M]   # make build
+    python -m rayfleet.ops.images push  [--images ...] [--tag TAG]                             # make push
+
+Images are tagged with the git revision (`--tag`, default `git rev-parse --short=12 HEAD`). ray-head,
+ray-worker and trainer build FROM the shared `ray-base` (images/base/ray.Dockerfile), built first.
+Bases: BASE_IMAGE (Ray images) and PYTHON_BASE_IMAGE (gpu-metrics) override the Dockerfiles' defaults,
+which is how tests build on a local debootstrap base. With podman, the host's pip configuration (local
+package indexes, the CA bundle of an intercepting proxy) is mounted for the build only, never copied
+into a layer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import configparser
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.errors import RayfleetError
+from rayfleet.ecs.outputs import Outputs
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES = ("ray-head", "ray-worker", "trainer", "gpu-metrics")
+RAY_IMAGES = ("ray-head", "ray-worker", "trainer")
+# Passed from the environment as build arguments when set: the bases (tests build on a local one) and the EFA
+# variant of ray-worker (EFA_INSTALLER_VERSION: libfabric and NCCL's OFI plugin, images/ray-worker/Dockerfile).
+BUILD_ARGS_FROM_ENV = ("BASE_IMAGE", "PYTHON_BASE_IMAGE", "EFA_INSTALLER_VERSION")
+LOCAL_PREFIX = "localhost/rayfleet"
+# The tag that protects an image from the ECR lifecycle (infra/modules/registry: rule 1 selects it, so no later
+# rule can expire it), and how many images per repository may carry it: rule 1's count, which mark_deployed
+# never lets the marked images exceed, so rule 1 itself expires none.
+DEPLOYED_PREFIX = "deployed-"
+DEPLOYED_KEPT = 10
+CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+
+
+def engine() -> str:
+    """docker when its daemon answers, else podman (daemonless); RAYFLEET_ENGINE picks one."""
+    wanted = os.environ.get("RAYFLEET_ENGINE")
+    for name in [wanted] if wanted else ["docker", "podman"]:
+        if not shutil.which(name):
+            continue
+        docker_down = name == "docker" and not wanted
+        if docker_down and subprocess.run(["docker", "info"], capture_output=True, timeout=30).returncode != 0:
+            continue  # a docker CLI without a running daemon
+        return name
+    raise RayfleetError(
+        "no container engine: install docker (with its daemon running) or podman, or set RAYFLEET_ENGINE"
+    )
+
+
+def revision() -> str:
+    result = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return result.stdout.strip() or "dev"
+
+
+def local_name(image: str, tag: str) -> str:
+    return f"{LOCAL_PREFIX}/{image}:{tag}"
+
+
+def host_pip_mounts(workdir: Path) -> tuple[list[str], str | None]:
+    """Volumes and a pip.conf so pip inside a podman build sees what pip on the host sees."""
+    result = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
+    settings = {}
+    for line in result.stdout.splitlines():
+        key, _, value = line.partition("=")
+        settings[key.split(".", 1)[-1]] = value.strip().strip("'")
+    volumes, conf = [], configparser.ConfigParser()
+    conf["global"] = {}
+    paths = []
+    for key in ("extra-index-url", "index-url", "find-links"):
+        if key in settings:
+            conf["global"][key] = settings[key]
+            paths += [v.removeprefix("file://") for v in settings[key].split() if v.startswith(("/", "file://"))]
+    for path in sorted({str(Path(p).parent) if p.endswith("/simple") else p for p in paths}):
+        if Path(path).exists():
+            volumes += ["-v", f"{path}:{path}:ro"]
+    if CA_BUNDLE.exists():
+        volumes += ["-v", f"{CA_BUNDLE}:/run/rayfleet/ca.crt:ro"]
+        conf["global"]["cert"] = "/run/rayfleet/ca.crt"
+    if not conf["global"]:
+        return [], None
+    path = workdir / "pip.conf"
+    with path.open("w") as handle:
+        conf.write(handle)
+    return [*volumes, "-v", f"{path}:/run/rayfleet/pip.conf:ro"], "/run/rayfleet/pip.conf"
+
+
+def model_mounts(models: str) -> tuple[list[str], str]:
+    """name=/host/dir entries become mounts at /mnt/models-src/<name>; Hub ids pass through."""
+    volumes, entries = [], []
+    for entry in [e.strip() for e in models.split(",") if e.strip()]:
+        if "=" in entry:
+            name, path = entry.split("=", 1)
+            host = Path(path).resolve()
+            if not (host / "config.json").is_file():
+                raise RayfleetError(f"--models {entry}: {host} is not a model directory (make text-data makes one)")
+            volumes += ["-v", f"{host}:/mnt/models-src/{name}:ro"]
+            entries.append(f"{name}=/mnt/models-src/{name}")
+        else:
+            entries.append(entry)
+    return volumes, ",".join(entries)
+
+
+def build(images: list[str], tag: str, models: str | None, say=print) -> list[str]:
+    tool = engine()
+    built = []
+    with tempfile.TemporaryDirectory() as tmp:
+        volumes, pip_conf = host_pip_mounts(Path(tmp)) if tool == "podman" else ([], None)
+        common = ["--build-arg", f"REVISION={revision()}", "--build-arg", f"VERSION={tag}"]
+        if pip_conf:
+            common += ["--build-arg", f"PIP_CONFIG_FILE={pip_conf}", *volumes]
+        for env_name in BUILD_ARGS_FROM_ENV:
+            if os.environ.get(env_name):
+                common += ["--build-arg", f"{env_name}={os.environ[env_name]}"]
+        steps = [("ray-base", ROOT / "images" / "base" / "ray.Dockerfile")] if set(images) & set(RAY_IMAGES) else []
+        steps += [(image, ROOT / "images" / image / "Dockerfile") for image in images]
+        for image, dockerfile in steps:
+            args = [*common, "--build-arg", f"RAY_BASE={local_name('ray-base', tag)}"]
+            if image == "trainer" and models is not None:
+                model_volumes, entries = model_mounts(models)
+                args += ["--build-arg", f"MODELS={entries}", *model_volumes]
+            say(f"building {local_name(image, tag)} ...")
+            started = time.monotonic()
+            # docker format: OCI images would drop HEALTHCHECK and SHELL
+            fmt = ["--format", "docker"] if tool == "podman" else []
+            command = [tool, "build", *fmt, "-f", str(dockerfile), "-t", local_name(image, tag), *args, str(ROOT)]
+            if subprocess.run(command).returncode != 0:
+                raise RayfleetError(f"building {image} failed; the engine's output is above")
+            say(f"built {local_name(image, tag)} in {time.monotonic() - started:.0f}s")
+            built.append(local_name(image, tag))
+    return built
+
+
+def _code(exc: Exception) -> str:
+    return getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+
+
+def mark_deployed(ecr, repositories: list[str], tag: str, say=print) -> int:
+    """Tag each repository's image `<tag>` also `deployed-<tag>`, so the lifecycle never expires the image a
+    service runs, and keep at most DEPLOYED_KEPT images so marked: the marks of the oldest-pushed others are
+    removed (the image keeps its commit tag; BatchDeleteImage by tag removes only that tag), never the one just
+    marked. Both tags are new or unchanged, so the repositories' immutable tags allow it. Returns how many
+    images were marked; a repository without `<tag>` yet (deploy before the first push) is named and skipped:
+    `make push` of the deployed tag marks it."""
+    from botocore.exceptions import ClientError
+
+    marked, mark = 0, f"{DEPLOYED_PREFIX}{tag}"
+    for name in repositories:
+        try:
+            found = ecr.batch_get_image(repositoryName=name, imageIds=[{"imageTag": tag}])
+        except ClientError as exc:
+            if _code(exc) != "RepositoryNotFoundException":
+                raise
+            say(f"repository {name} does not exist: nothing to mark")
+            continue
+        if not found.get("images"):
+            say(f"{name}:{tag} is not pushed yet: `make push` marks it {mark} when it pushes it")
+            continue
+        image = found["images"][0]
+        media = (
+            {"imageManifestMediaType": image["imageManifestMediaType"]} if image.get("imageManifestMediaType") else {}
+        )
+        try:
+            ecr.put_image(repositoryName=name, imageManifest=image["imageManifest"], imageTag=mark, **media)
+        except ClientError as exc:  # already marked: the same image under the same tag
+            if _code(exc) not in ("ImageAlreadyExistsException", "ImageTagAlreadyExistsException"):
+                raise
+        marked += 1
+        pages = ecr.get_paginator("describe_images").paginate(repositoryName=name, filter={"tagStatus": "TAGGED"})
+        images = [i for page in pages for i in page["imageDetails"]]
+        flagged = [i for i in images if any(t.startswith(DEPLOYED_PREFIX) for t in i.get("imageTags", []))]
+        others = sorted((i for i in flagged if mark not in i["imageTags"]), key=lambda i: i["imagePushedAt"])
+        for old in others[: max(0, len(flagged) - DEPLOYED_KEPT)]:
+            marks = [t for t in old["imageTags"] if t.startswith(DEPLOYED_PREFIX)]
+            if len(marks) == len(old["imageTags"]):
+                continue  # an image with no other tag would be deleted with its last one: leave it marked
+            ecr.batch_delete_image(repositoryName=name, imageIds=[{"imageTag": t} for t in marks])
+    if marked:
+        say(f"marked {marked} image(s) {mark}: the ECR lifecycle never expires them")
+    return marked
+
+
+def push(images: list[str], tag: str, out: Outputs, say=print) -> list[str]:
+    tool = engine()
+    urls = out.ecr_repository_urls
+    if not urls:
+        raise RayfleetError("the Terraform outputs have no ecr_repository_urls: re-run `make deploy` with this infra/")
+    missing = [i for i in images if i not in urls]
+    if missing:
+        raise RayfleetError(f"no ECR repository for {', '.join(missing)} in the outputs")
+    auth = Aws(out.region).client("ecr").get_authorization_token()["authorizationData"][0]
+    user, password = base64.b64decode(auth["authorizationToken"]).decode().split(":", 1)
+    registry = auth["proxyEndpoint"].removeprefix("https://")
+    login = subprocess.run(
+        [tool, "login", "--username", user, "--password-stdin", registry],
+        input=password,
+        capture_output=True,
+        text=True,
+    )
+    if login.returncode != 0:
+        raise RayfleetError(f"{tool} login to {registry} failed: {login.stderr.strip()[:300]}")
+    pushed = []
+    for image in images:
+        remote = f"{urls[image]}:{tag}"
+        say(f"pushing {remote} ...")
+        for command in ([tool, "tag", local_name(image, tag), remote], [tool, "push", remote]):
+            if subprocess.run(command).returncode != 0:
+                raise RayfleetError(f"{' '.join(command[:2])} {image} failed (built? make build IMAGES={image})")
+        pushed.append(remote)
+    if out.image_tag == tag:  # the tag the services run (deployed before its images were pushed): protect it
+        mark_deployed(Aws(out.region).client("ecr"), [urls[i].split("/", 1)[1] for i in images], tag, say=say)
+    return pushed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.images", description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=["build", "push"])
+    parser.add_argument("--images", default=",".join(IMAGES), help="comma-separated subset of " + ", ".join(IMAGES))
+    parser.add_argument("--tag", default=None, help="default: the git revision")
+    parser.add_argument("--models", default=None, help="trainer's MODELS build argument (Hub ids or name=/dir)")
+    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
+    opts = parser.parse_args(argv)
+    images = [i.strip() for i in opts.images.split(",") if i.strip()]
+    unknown = sorted(set(images) - set(IMAGES))
+    if unknown:
+        raise RayfleetError(f"unknown image(s) {', '.join(unknown)}; choose from {', '.join(IMAGES)}")
+    tag = opts.tag or revision()
+    if opts.action == "build":
+        build(images, tag, opts.models)
+    else:
+        push(images, tag, Outputs.load(opts.outputs))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

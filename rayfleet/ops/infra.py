@@ -1,0 +1,379 @@
+"""Terraform in one command each: plan, deploy (init, plan shown, apply, outputs saved), destroy.
+
+    python -m rayfleet.ops.infra plan    [--var-file fsdp.tfvars] [--image-tag TAG]     # make plan
+    python -m rayfleet.ops.infra deploy  [--var-file fsdp.tfvars] [--image-tag TAG] [--force]  # make deploy
+    python -m rayfleet.ops.infra destroy [--auto-approve] [--delete-results]            # make clean
+
+Before Terraform runs, the preflight names what is missing (the terraform binary, AWS credentials) in one
+line. `deploy` refuses (exit 2) a plan that replaces the Ray head's task definition or service while a job
+runs (a trainer task, or a run.json RUNNING), unless --force (FORCE=1); it applies exactly the plan it
+showed, then writes `terraform output -json` to .rayfleet/outputs.json, where every other verb reads it,
+and seeds the Ray token secret's first value when it has none (Terraform never writes or reads the token; a
+rotated token is never overwritten). `destroy`
+refuses while the results bucket holds objects unless --delete-results (before stopping anything), then
+scales the services to zero and stops running jobs (rayfleet/ecs/teardown.py), deletes every image of the
+ECR repositories and, with --delete-results, every version and delete marker of the bucket, then destroys.
+It is safe to run twice and after a half-done run: names come from .rayfleet/outputs.json or else Terraform's
+state, what is already gone is skipped, and a failed destroy says which resources the state still holds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from botocore.exceptions import ClientError
+
+from rayfleet.core.aws import Aws, ClusterNotFound, run_cli
+from rayfleet.core.errors import ConfigError, RayfleetError
+from rayfleet.ecs.outputs import Outputs
+
+ROOT = Path(__file__).resolve().parents[2]
+INFRA = ROOT / "infra"
+OUTPUTS = Path(os.environ.get("RAYFLEET_OUTPUTS") or ROOT / ".rayfleet" / "outputs.json")
+PLAN_FILE = ".rayfleet.tfplan"  # inside infra/, git-ignored
+OUTPUT_FIELDS = {f.name for f in dataclasses.fields(Outputs)}
+
+
+def preflight(region: str | None) -> str:
+    """The pinned Terraform (`make setup` puts it beside this Python; RAYFLEET_TERRAFORM names another) and
+    working AWS credentials, or a one-line error saying how to get them."""
+    binary = os.environ.get("RAYFLEET_TERRAFORM") or str(Path(sys.executable).parent / "terraform")
+    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
+        raise RayfleetError(f"terraform not found at {binary}: `make setup` installs the pinned one")
+    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    identity = Aws(region).client("sts").get_caller_identity()  # NoCredentials etc. become one-line errors
+    print(f"deploying as {identity['Arn']} (account {identity['Account']})")
+    return binary
+
+
+def terraform(binary: str, *args: str) -> None:
+    command = [binary, f"-chdir={INFRA}", *args]
+    print("+ terraform " + " ".join(args), flush=True)
+    result = subprocess.run(command)
+    if result.returncode != 0:
+        raise RayfleetError(f"terraform {args[0]} failed (exit {result.returncode}); its output is above")
+
+
+def variables(opts: argparse.Namespace) -> list[str]:
+    found = []
+    if opts.var_file:
+        path = Path(opts.var_file)
+        path = path if path.is_absolute() or path.exists() else INFRA / path
+        if not path.is_file():
+            raise RayfleetError(f"variable file {opts.var_file} not found (looked in . and infra/)")
+        found.append(f"-var-file={path.resolve()}")
+    if opts.image_tag:
+        found.append(f"-var=image_tag={opts.image_tag}")
+    region = opts.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
+    if region:  # the provider follows var.region only, so an exported AWS_REGION must reach it
+        found.append(f"-var=region={region}")
+    return found
+
+
+def plan(binary: str, opts: argparse.Namespace) -> None:
+    terraform(binary, "init", "-input=false")
+    terraform(binary, "plan", "-input=false", f"-out={PLAN_FILE}", *variables(opts))
+
+
+AUTOSCALING_ROLE = "AWSServiceRoleForAutoScaling"
+
+
+def ensure_autoscaling_role(iam, say=print) -> bool:
+    """Create Auto Scaling's service-linked role when the account has none. The KMS key policy names it and KMS
+    refuses a policy whose principal does not exist, so a fresh account's first apply failed; AWS itself makes
+    the role with an account's first Auto Scaling group, and it belongs to the account, not to a deployment
+    (Terraform's optional create_autoscaling_service_linked_role is for plain-Terraform pipelines; left
+    false here). Returns whether it was created."""
+    try:
+        iam.get_role(RoleName=AUTOSCALING_ROLE)
+        return False
+    except ClientError as exc:
+        if _code(exc) != "NoSuchEntity":
+            raise
+    try:
+        iam.create_service_linked_role(AWSServiceName="autoscaling.amazonaws.com")
+    except ClientError as exc:  # made meanwhile (a concurrent first Auto Scaling group): what was wanted
+        if "has been taken" not in str(exc):
+            raise
+    say(
+        f"created Auto Scaling's service-linked role {AUTOSCALING_ROLE} "
+        "(a fresh account has none; the key policy names it)"
+    )
+    return True
+
+
+class HeadBusy(ConfigError):
+    """The plan would replace the Ray head while a job runs: refused before applying (exit 2), unless --force."""
+
+
+def head_changes(binary: str) -> list[str]:
+    """What the saved plan does to the Ray head: its task definition replaced, or its service given another
+    task definition or replaced (ECS then stops the head task, and every running job loses its cluster)."""
+    result = subprocess.run(
+        [binary, f"-chdir={INFRA}", "show", "-json", PLAN_FILE], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise RayfleetError(f"terraform show failed: {result.stderr.strip()[:300]}")
+    found = []
+    for change in json.loads(result.stdout or "{}").get("resource_changes", []):
+        actions = change.get("change", {}).get("actions", [])
+        if change.get("name") != "head" or actions in (["no-op"], ["read"], ["create"]):
+            continue
+        detail = change["change"]
+        if change.get("type") == "aws_ecs_task_definition":
+            found.append(f"{change['address']}: {'/'.join(actions)}")
+        elif change.get("type") == "aws_ecs_service" and (
+            "delete" in actions
+            or (detail.get("after_unknown") or {}).get("task_definition")
+            or (detail.get("before") or {}).get("task_definition") != (detail.get("after") or {}).get("task_definition")
+        ):
+            found.append(f"{change['address']}: {'/'.join(actions)} (task_definition)")
+    return found
+
+
+def running_jobs() -> list[str]:
+    """The deployment's running jobs, from the saved outputs: trainer tasks and RUNNING run records."""
+    if not OUTPUTS.exists():
+        return []  # a first deploy: nothing can be running
+    from rayfleet.ecs.tasks import running_tasks
+    from rayfleet.ops.runs import s3_runs
+
+    out = Outputs.load(OUTPUTS)
+    try:
+        trainers = running_tasks(Aws(out.region).client("ecs"), out)["trainer"]
+    except ClusterNotFound:
+        return []
+    jobs = [f"{len(trainers)} trainer task(s)"] if trainers else []
+    jobs += [f"run {r['run']}" for r in s3_runs(out) if r["state"] == "RUNNING"]
+    return jobs
+
+
+def refuse_head_replacement(binary: str, force: bool) -> None:
+    """make deploy never replaces the head under a running job unless forced (FORCE=1)."""
+    jobs = running_jobs()
+    if not jobs:
+        return
+    changes = head_changes(binary)
+    if not changes:
+        return
+    what = f"this plan replaces the Ray head ({'; '.join(changes)}) while a job runs ({', '.join(jobs)})"
+    if force:
+        print(f"FORCE: {what.replace('this plan replaces', 'replacing')}; the job will fail (resubmit it to resume)")
+        return
+    raise HeadBusy(
+        f"{what}: the job would lose its cluster. Wait for it, `make stop`, or `make deploy FORCE=1` "
+        "(then resubmit the run under its name to resume from its last checkpoint)"
+    )
+
+
+def deploy(binary: str, opts: argparse.Namespace) -> None:
+    region = opts.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    ensure_autoscaling_role(Aws(region).client("iam"))
+    plan(binary, opts)
+    refuse_head_replacement(binary, opts.force)
+    terraform(binary, "apply", "-input=false", PLAN_FILE)  # exactly the plan shown above
+    out = save_outputs(binary)
+    if out.ray_token_secret_arn:  # Terraform makes the secret, never its value: the first one is seeded here
+        from rayfleet.ecs.rotate_token import seed_token
+
+        seed_token(Aws(out.region).client("secretsmanager"), out.ray_token_secret_arn)
+        if out.serve_api_key_secret_arn:  # serve.enabled: the key every Serve request carries, seeded alike
+            seed_token(Aws(out.region).client("secretsmanager"), out.serve_api_key_secret_arn, what="the Serve API key")
+    tag = opts.image_tag or out.image_tag
+    if tag and out.ecr_repository_urls:  # the images the services now run are never expired by the lifecycle
+        from rayfleet.ops.images import mark_deployed
+
+        repositories = sorted(url.split("/", 1)[1] for url in out.ecr_repository_urls.values())
+        mark_deployed(Aws(out.region).client("ecr"), repositories, tag)
+    print("next: make build push (once per code change), then make train-ddp")
+
+
+def save_outputs(binary: str) -> Outputs:
+    result = subprocess.run([binary, f"-chdir={INFRA}", "output", "-json"], capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RayfleetError(f"terraform output failed: {result.stderr.strip()[:300]}")
+    values = json.loads(result.stdout)
+    OUTPUTS.parent.mkdir(exist_ok=True)
+    OUTPUTS.write_text(json.dumps(values, indent=2) + "\n")
+    out = Outputs.load(OUTPUTS)  # fails here, not at the next verb, if an output the scripts need is missing
+    print(f"outputs saved to {OUTPUTS}: cluster {out.cluster_name}, bucket {out.results_bucket}")
+    return out
+
+
+def deployed_names(binary: str) -> dict:
+    """What `make clean` empties and stops, by name: from .rayfleet/outputs.json, else from Terraform's state
+    (`terraform output -json`: a deploy that failed before saving its outputs, or a half-done destroy), else
+    nothing. Keys: region, bucket, repositories, outputs (an Outputs when the file exists, for the teardown)."""
+    values: dict = {}
+    if OUTPUTS.exists():
+        values = {k: (v["value"] if isinstance(v, dict) and "value" in v else v) for k, v in _json(OUTPUTS).items()}
+    else:
+        result = subprocess.run([binary, f"-chdir={INFRA}", "output", "-json"], capture_output=True, text=True)
+        try:
+            values = {k: v.get("value") for k, v in json.loads(result.stdout or "{}").items()}
+        except (json.JSONDecodeError, AttributeError):
+            values = {}
+    urls = values.get("ecr_repository_urls") or {}
+    try:  # the teardown needs the cluster's and services' names; a partial state may not have them all
+        known = {k: values[k] for k in OUTPUT_FIELDS & set(values)}
+        outputs = Outputs.load(OUTPUTS) if OUTPUTS.exists() else Outputs(**known)
+    except TypeError:
+        outputs = None
+    return {
+        "region": values.get("region"),
+        "bucket": values.get("results_bucket"),
+        "repositories": sorted(url.split("/", 1)[1] for url in urls.values()),
+        "outputs": outputs,
+    }
+
+
+def _json(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _code(exc: Exception) -> str:
+    return getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+
+
+def results_held(s3, bucket: str) -> tuple[int, int] | None:
+    """(objects, versions and delete markers) in the bucket, or None when the bucket is gone."""
+    keys, versions = set(), 0
+    try:
+        for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+            for entry in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
+                keys.add(entry["Key"])
+                versions += 1
+    except ClientError as exc:
+        if _code(exc) == "NoSuchBucket":
+            return None
+        raise
+    return len(keys), versions
+
+
+def empty_bucket(s3, bucket: str, say=print) -> int:
+    """Delete every version and delete marker (the bucket is versioned); returns how many, 0 when gone."""
+    deleted = 0
+    try:
+        for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
+            entries = [*page.get("Versions", []), *page.get("DeleteMarkers", [])]
+            for start in range(0, len(entries), 1000):  # DeleteObjects takes at most 1000 keys
+                batch = [{"Key": e["Key"], "VersionId": e["VersionId"]} for e in entries[start : start + 1000]]
+                answer = s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
+                if answer.get("Errors"):
+                    first = answer["Errors"][0]
+                    raise RayfleetError(
+                        f"could not delete {len(answer['Errors'])} object version(s) of {bucket}, e.g. "
+                        f"{first.get('Key')}: {first.get('Code')} {first.get('Message', '')}".strip()
+                    )
+                deleted += len(batch)
+    except ClientError as exc:
+        if _code(exc) != "NoSuchBucket":
+            raise
+        say(f"bucket {bucket} is already gone")
+        return 0
+    say(f"emptied bucket {bucket}: {deleted} object version(s) and delete marker(s) deleted")
+    return deleted
+
+
+def empty_repository(ecr, name: str, say=print) -> int:
+    """Delete every image of an ECR repository (images are rebuilt from git by `make build push`)."""
+    deleted = 0
+    try:
+        for page in ecr.get_paginator("list_images").paginate(repositoryName=name):
+            digests = sorted({i["imageDigest"] for i in page.get("imageIds", []) if i.get("imageDigest")})
+            ids = [{"imageDigest": d} for d in digests]  # by digest: every tag of the image goes with it
+            for start in range(0, len(ids), 100):  # BatchDeleteImage takes at most 100 ids
+                answer = ecr.batch_delete_image(repositoryName=name, imageIds=ids[start : start + 100])
+                failures = [f for f in answer.get("failures", []) if f.get("failureCode") != "ImageNotFound"]
+                if failures:
+                    raise RayfleetError(
+                        f"could not delete {len(failures)} image(s) of {name}: "
+                        f"{failures[0].get('failureCode')} {failures[0].get('failureReason', '')}".strip()
+                    )
+                deleted += len(ids[start : start + 100])
+    except ClientError as exc:
+        if _code(exc) != "RepositoryNotFoundException":
+            raise
+        say(f"repository {name} is already gone")
+        return 0
+    say(f"emptied repository {name}: {deleted} image(s) deleted")
+    return deleted
+
+
+def state_left(binary: str) -> list[str]:
+    result = subprocess.run([binary, f"-chdir={INFRA}", "state", "list"], capture_output=True, text=True)
+    return [line.strip() for line in result.stdout.splitlines() if line.strip()] if result.returncode == 0 else []
+
+
+def destroy(binary: str, opts: argparse.Namespace) -> None:
+    """make clean: refuse first (results present, no consent), then stop, empty, destroy; each step accepts
+    what a half-done earlier clean left (a cluster, repository or bucket already gone)."""
+    terraform(binary, "init", "-input=false")
+    names = deployed_names(binary)
+    again = "make clean" + (" DELETE_RESULTS=1" if opts.delete_results else "")
+    aws = Aws(names["region"] or opts.region or None) if (names["bucket"] or names["repositories"]) else None
+    if names["bucket"]:
+        held = results_held(aws.client("s3"), names["bucket"])
+        if held and held[1] and not opts.delete_results:
+            raise RayfleetError(
+                f"the results bucket {names['bucket']} holds {held[0]} object(s) ({held[1]} versions and delete "
+                "markers): copy what you need (aws s3 sync s3://" + names["bucket"] + " ./results), then run "
+                "`make clean DELETE_RESULTS=1` to delete them with everything else; nothing was stopped or destroyed"
+            )
+    if names["outputs"] is not None:
+        from rayfleet.ecs.teardown import teardown
+
+        out = names["outputs"]
+        try:
+            teardown(Aws(out.region), out)
+        except ClusterNotFound:
+            print(f"cluster {out.cluster_name} is already gone; destroying what remains")
+    else:
+        print("no .rayfleet/outputs.json and no cluster in the state: nothing running to stop first")
+    for name in names["repositories"]:
+        empty_repository(aws.client("ecr"), name)
+    if names["bucket"] and opts.delete_results:
+        empty_bucket(aws.client("s3"), names["bucket"])
+    try:
+        terraform(
+            binary, "destroy", "-input=false", *(["-auto-approve"] if opts.auto_approve else []), *variables(opts)
+        )
+    except RayfleetError as exc:
+        left = state_left(binary)
+        listed = f"{len(left)} resource(s) left in the state: {', '.join(left)}" if left else "see the state"
+        raise RayfleetError(
+            f"{exc}; {listed}; fix what it names, then run `{again}` again (it empties and destroys only what is left)"
+        ) from None
+    OUTPUTS.unlink(missing_ok=True)  # make train-* goes back to the local cluster
+    kept = "" if opts.delete_results else " (the results bucket was empty)"
+    print(f"destroyed: everything Terraform made, the images and the results{kept}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.infra", description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=["plan", "deploy", "destroy"])
+    parser.add_argument("--var-file", help="a .tfvars file, say fsdp.tfvars (looked up in . then infra/)")
+    parser.add_argument("--image-tag", help="tag of the images in ECR (make passes the git commit)")
+    parser.add_argument("--region", help="AWS region (default: AWS_REGION, else the variable's us-east-1)")
+    parser.add_argument("--auto-approve", action="store_true", help="destroy without Terraform's prompt")
+    parser.add_argument("--force", action="store_true", help="deploy even if it replaces the head while a job runs")
+    parser.add_argument(
+        "--delete-results",
+        action="store_true",
+        help="destroy: delete the results bucket's objects (every version) too; without it a non-empty bucket "
+        "stops make clean before anything is stopped or destroyed",
+    )
+    opts = parser.parse_args(argv)
+    binary = preflight(opts.region)
+    {"plan": plan, "deploy": deploy, "destroy": destroy}[opts.action](binary, opts)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

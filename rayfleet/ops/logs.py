@@ -1,0 +1,73 @@
+"""A run's driver log from CloudWatch Logs: printed, or followed until the trainer task stops.
+
+    python -m rayfleet.ops.logs RUN [--since 10m] [--follow]      # make logs RUN=ddp-20261122-101500
+
+The run's task and log stream come from its record, `runs/<RUN>/run.json`, written by the launch verb. A local
+recipe run (./runs/<RUN>/run.json) prints its driver.log, or its Jobs API log while it still runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from rayfleet.core import ray_auth
+from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.errors import RayfleetError
+from rayfleet.core.run_dir import RunDir
+from rayfleet.ecs.logs import LogReader, follow_task, parse_since, run_record
+from rayfleet.ecs.outputs import Outputs
+
+
+def local_run_log(run: str, follow: bool, runs_dir: str = "runs") -> int | None:
+    """A local recipe run's output: saved driver.log, or the Jobs API while it runs; None if not local."""
+    from rayfleet.local import cluster as local_cluster
+    from rayfleet.recipes import jobs_api
+
+    run_dir = RunDir(str(Path(runs_dir).resolve()), run)
+    record = run_dir.record()
+    if record.get("target") != "local":
+        return None
+    cluster = local_cluster.running()
+    if record.get("state") == "RUNNING" and cluster is not None and record.get("job_id"):
+        client = jobs_api.client_for(cluster.dashboard_url)
+        if follow:
+            return jobs_api.follow(client, record["job_id"]).exit_code
+        print(client.get_job_logs(record["job_id"]), end="")
+        return 0
+    text = run_dir.read("driver.log")
+    if text is None:
+        raise RayfleetError(
+            f"run {run} has no driver.log yet and its job is not reachable (state {record.get('state')})"
+        )
+    print(text, end="")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ray_auth.use_token_auth()  # first: Ray reads its auth mode once, when it is imported
+    parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.logs", description=__doc__.split("\n")[0])
+    parser.add_argument("run", help="run name (printed by the launch verb)")
+    parser.add_argument("--since", help="only events after this: 30s, 10m, 2h, 1d or an ISO time")
+    parser.add_argument("--follow", "-f", action="store_true", help="keep printing until the task stops")
+    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
+    args = parser.parse_args(argv)
+    local = local_run_log(args.run, args.follow)
+    if local is not None:
+        return local
+    out = Outputs.load(args.outputs)
+    aws = Aws(out.region)
+    record = run_record(out, args.run)
+    since = parse_since(args.since)
+    if args.follow:
+        return follow_task(aws, out, record["task_arn"], record["log_stream"], since_ms=since)
+    reader = LogReader(aws.client("logs"), out.trainer_log_group, record["log_stream"], since)
+    while events := reader.read():
+        for event in events:
+            print(event["message"])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,24 @@
+"""The runs the tracking verbs look at: names under a runs directory, local or s3://."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rayfleet.core.errors import ConfigError
+from rayfleet.core.run_dir import RunDir
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("runs", nargs="+", metavar="RUN", help="run names (several: one figure / one TensorBoard)")
+    parser.add_argument("--runs-dir", default="runs", help="local directory or s3://bucket/prefix (default: runs)")
+
+
+def run_dirs(opts: argparse.Namespace) -> list[RunDir]:
+    """The named runs; ConfigError (exit 2) when one has no metrics.jsonl."""
+    root = opts.runs_dir if opts.runs_dir.startswith("s3://") else str(Path(opts.runs_dir).resolve())
+    found = [RunDir(root, name) for name in opts.runs]
+    missing = [r.url for r in found if "metrics.jsonl" not in r.entries()]
+    if missing:
+        raise ConfigError(f"no such run (no metrics.jsonl): {', '.join(missing)} (rayfleet runs lists them)")
+    return found

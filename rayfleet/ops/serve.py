@@ -1,0 +1,190 @@
+"""Serve a run's model on the cluster: the FSDP export (OpenAI completions) or a DDP run (classification).
+
+    python -m rayfleet.ops.serve up RUN [--config recipes/serve.yaml] [--set replicas=2]   # make serve RUN=...
+    python -m rayfleet.ops.serve status                                                   # make serve-status
+    python -m rayfleet.ops.serve down                                                     # make serve-down
+
+local: on the running local cluster (make cluster-up); the endpoint listens on 127.0.0.1:<port>; the API
+       key is .rayfleet/serve/api_key (made once, mode 0600).
+ecs:   the run's files from s3://<results bucket>/runs/<RUN>/; a trainer task deploys through the head's
+       dashboard and exits; the endpoint is the head's private DNS name on the Serve port, reachable only
+       from the sources Terraform lists (serve_allowed_cidrs / serve_allowed_security_group_ids), where the
+       serve gate (rayfleet/node/serve_gate.py) checks the key on every route before Serve's proxy,
+       which listens on 127.0.0.1:GATED_PROXY_PORT behind it; the key is in Secrets Manager
+       (serve_api_key_secret_arn) and reaches only the gate.
+Everything that can be wrong (no such run, nothing to serve, a config that does not fit the workers) is
+said in one line before anything is deployed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rayfleet.core import ray_auth
+from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.catalog import INSTANCE_TYPES
+from rayfleet.core.config import ConfigError, load_config
+from rayfleet.core.errors import RayfleetError
+from rayfleet.core.run_dir import RunDir
+from rayfleet.ecs.launch import launch
+from rayfleet.ecs.logs import follow_task
+from rayfleet.ecs.outputs import Outputs
+from rayfleet.local import cluster as local_cluster
+from rayfleet.node import serve_control as control
+from rayfleet.serve.app import ServeArgs
+from rayfleet.serve.config import GATED_PROXY_PORT, ServeConfig
+from rayfleet.serve.keys import ensure_key_file
+from rayfleet.serve.served_run import ServedRun, find
+from rayfleet.serve.summary import lines
+from rayfleet.targets.run import choose_target
+
+DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "recipes" / "serve.yaml"
+
+
+def say(message: str) -> None:
+    print(f"[rayfleet] {message}", flush=True)
+
+
+def check_fits(cfg: ServeConfig, cpus: float, gpus: int, where: str) -> None:
+    if cfg.gpus_per_replica > gpus:
+        raise ConfigError(f"gpus_per_replica={cfg.gpus_per_replica}, but {where} have {gpus} GPUs each")
+    if cfg.cpus_per_replica > cpus:
+        raise ConfigError(f"cpus_per_replica={cfg.cpus_per_replica:g}, but {where} have {cpus:g} CPUs each")
+
+
+def describe(served: ServedRun, run_dir: RunDir) -> str:
+    what = "its Hugging Face export" if served.kind == "llm" else f"its latest checkpoint ({served.folder})"
+    return f"serving run {run_dir.run_name}: {what} from {run_dir.display(served.folder)}"
+
+
+def local_key_file() -> Path:
+    return ensure_key_file(local_cluster.state_dir().parent / "serve" / "api_key")
+
+
+def up_local(run: str, cfg: ServeConfig, runs_dir: str, timeout: float) -> int:
+    state = local_cluster.load_state()
+    if state is None:
+        raise RayfleetError("no local cluster is running: make cluster-up first (a served model lives as long as it)")
+    run_dir = RunDir(runs_dir if runs_dir.startswith("s3://") else str(Path(runs_dir).resolve()), run)
+    served = find(run_dir)
+    spec = state.spec
+    check_fits(cfg, float(spec["cpus_per_worker"]), int(spec.get("gpus_per_worker", 0)), "the local workers")
+    key = local_key_file()
+    args = ServeArgs(
+        storage=run_dir.storage, run_name=run, kind=served.kind, folder=served.folder, api_key_file=str(key), config=cfg
+    )
+    say(describe(served, run_dir))
+    control.deploy_and_wait(
+        state.dashboard_url, control.serve_config(args.model_dump(mode="json"), cfg.port), timeout, say
+    )
+    path = "/v1/completions" if served.kind == "llm" else "/v1/classify"
+    say(f"serving at http://127.0.0.1:{cfg.port}{path}; every request needs `Authorization: Bearer $(cat {key})`")
+    return 0
+
+
+def up_ecs(run: str, cfg: ServeConfig, outputs: str | None, timeout: float) -> int:
+    out = Outputs.load(outputs)
+    if not out.serve_endpoint:
+        raise ConfigError(
+            "serving is off in this deployment: set serve_enabled = true in your tfvars, then make deploy"
+        )
+    port = int(out.serve_endpoint.rsplit(":", 1)[1])
+    if cfg.port != port:
+        raise ConfigError(f"port={cfg.port}, but the deployment opens the Serve port {port} (serve_port in Terraform)")
+    if port == GATED_PROXY_PORT:
+        raise ConfigError(
+            f"the deployment's Serve port {port} is where Serve's proxy listens behind the gate: pick another"
+        )
+    run_dir = RunDir(f"s3://{out.results_bucket}/runs", run, region=out.region)
+    served = find(run_dir)
+    shape = INSTANCE_TYPES.get(out.worker_instance_type)
+    if shape is not None:
+        check_fits(cfg, float(shape["vcpus"]), int(shape["gpus"]), f"the ECS workers ({out.worker_instance_type})")
+    # The gate holds the Serve port and checks the key; the replicas hold none (keys.py).
+    args = ServeArgs(
+        storage=run_dir.storage,
+        run_name=run,
+        kind=served.kind,
+        folder=served.folder,
+        region=out.region,
+        gated=True,
+        config=cfg,
+    )
+    config = control.serve_config(args.model_dump(mode="json"), GATED_PROXY_PORT)
+    command = [
+        "python",
+        "-m",
+        "rayfleet.node.serve_control",
+        "up",
+        "--config-json",
+        json.dumps(config),
+        "--timeout",
+        str(timeout),
+    ]
+    say(describe(served, run_dir))
+    aws = Aws(out.region)
+    record = launch(aws, out, "serve", [], run_name=f"serve-{run}-{datetime.now(UTC):%H%M%S}", command=command)
+    say(f"trainer task {record['task_arn'].rsplit('/', 1)[-1]} deploys it; following its log")
+    code = follow_task(aws, out, record["task_arn"], record["log_stream"])
+    if code == 0:
+        say(
+            f"serving at {out.serve_endpoint} (from the allowed sources only); key: aws secretsmanager "
+            f"get-secret-value --secret-id {out.serve_api_key_secret_arn} --query SecretString --output text"
+        )
+    return code
+
+
+def on_ecs(action: str, outputs: str | None, timeout: float) -> int:
+    """status and down on ECS: a trainer task runs them against the head (the laptop cannot reach it)."""
+    out = Outputs.load(outputs)
+    aws = Aws(out.region)
+    command = ["python", "-m", "rayfleet.node.serve_control", action]
+    record = launch(aws, out, "serve", [], run_name=f"serve-{action}-{datetime.now(UTC):%H%M%S}", command=command)
+    return follow_task(aws, out, record["task_arn"], record["log_stream"])
+
+
+def dashboard() -> str:
+    state = local_cluster.load_state()
+    if state is None:
+        raise RayfleetError("no local cluster is running (make cluster-up); nothing is served")
+    return state.dashboard_url
+
+
+def main(argv: list[str] | None = None) -> int:
+    ray_auth.use_token_auth()  # first: Ray reads its auth mode once, when it is imported
+    parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.serve", description=__doc__.split("\n")[0])
+    parser.add_argument("action", choices=["up", "status", "down"])
+    parser.add_argument("run", nargs="?", help="up: the run to serve (make runs lists them)")
+    parser.add_argument("--config", default=str(DEFAULT_CONFIG), help="the serving config (recipes/serve.yaml)")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
+    parser.add_argument("--target", choices=["auto", "local", "ecs"], default="auto")
+    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
+    parser.add_argument(
+        "--runs-dir", default="runs", help="local: where runs are (default: ./runs; or s3://bucket/prefix)"
+    )
+    parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for the replicas")
+    opts = parser.parse_args(argv)
+    target = choose_target(opts.target, opts.outputs)
+    if opts.action == "up":
+        if not opts.run:
+            raise ConfigError("which run? make serve RUN=<run> (make runs lists them)")
+        cfg = load_config(ServeConfig, opts.config, [s for item in opts.set for s in item.split()])
+        if target == "local":
+            return up_local(opts.run, cfg, opts.runs_dir, opts.timeout)
+        return up_ecs(opts.run, cfg, opts.outputs, opts.timeout)
+    if target == "ecs":
+        return on_ecs(opts.action, opts.outputs, opts.timeout)
+    if opts.action == "down":
+        control.shutdown(dashboard())
+        say("Serve shut down: no applications, no replicas, no proxy")
+        return 0
+    print("\n".join(lines(control.status(dashboard()))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,229 @@
+"""One screen on the ECS cluster: services, tasks, Ray's view, recent runs, and what it costs per hour.
+
+python -m rayfleet.ops.status [--json] [--runs 5]        # make status
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from datetime import UTC, datetime
+
+from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.catalog import PRICES_AS_OF, gpus_of, hourly_cost
+from rayfleet.core.run_dir import RunDir
+from rayfleet.ecs.outputs import Outputs
+from rayfleet.ecs.tasks import running_tasks
+from rayfleet.node.head_snapshot import KEY as RAY_STATUS_KEY
+from rayfleet.ops.runs import s3_runs
+from rayfleet.recipes.cost import spend_usd
+from rayfleet.serve.summary import lines as serve_lines
+
+
+def registered_gpus(container_instance: dict) -> int | None:
+    """GPUs the ECS agent registered (a STRINGSET of GPU ids), or None when it reports none."""
+    for resource in container_instance.get("registeredResources", []):
+        if resource["name"] == "GPU":
+            return len(resource.get("stringSetValue", []))
+    return None
+
+
+def _instances(aws: Aws, cluster: str) -> dict[str, dict]:
+    """container instance ARN -> {instance_id, instance_type, gpus}."""
+    ecs, ec2 = aws.client("ecs"), aws.client("ec2")
+    arns = [
+        a
+        for p in ecs.get_paginator("list_container_instances").paginate(cluster=cluster)
+        for a in p["containerInstanceArns"]
+    ]
+    if not arns:
+        return {}
+    described = ecs.describe_container_instances(cluster=cluster, containerInstances=arns)["containerInstances"]
+    ids = [ci["ec2InstanceId"] for ci in described]
+    ec2_instances = {
+        i["InstanceId"]: i for r in ec2.describe_instances(InstanceIds=ids)["Reservations"] for i in r["Instances"]
+    }
+    result = {}
+    for ci in described:
+        found = ec2_instances.get(ci["ec2InstanceId"], {})
+        instance_type = found.get("InstanceType", "?")
+        result[ci["containerInstanceArn"]] = {
+            "instance_id": ci["ec2InstanceId"],
+            "instance_type": instance_type,
+            "gpus": registered_gpus(ci) if registered_gpus(ci) is not None else (gpus_of(instance_type) or 0),
+            "launch_time": found.get("LaunchTime"),
+            "lifecycle": "spot" if found.get("InstanceLifecycle") == "spot" else "on-demand",
+        }
+    return result
+
+
+def _tasks(aws: Aws, out: Outputs, instances: dict) -> list[dict]:
+    rows = []
+    for role, tasks in running_tasks(aws.client("ecs"), out).items():
+        for task in tasks:
+            where = instances.get(task.get("containerInstanceArn"), {})
+            rows.append(
+                {
+                    "role": role,
+                    "task": task["taskArn"].rsplit("/", 1)[-1],
+                    "status": task["lastStatus"],
+                    "health": task.get("healthStatus", "UNKNOWN"),
+                    "instance_type": where.get("instance_type", "?"),
+                    "instance_id": where.get("instance_id", "?"),
+                    "gpus": where.get("gpus", 0),
+                }
+            )
+    return rows
+
+
+def _ray_view(aws: Aws, out: Outputs) -> dict | None:
+    s3 = aws.client("s3")
+    try:
+        return json.loads(s3.get_object(Bucket=out.results_bucket, Key=RAY_STATUS_KEY)["Body"].read())
+    except s3.exceptions.NoSuchKey:
+        return None
+
+
+def last_checkpoint(run_dir: RunDir) -> str | None:
+    # checkpoint_<epoch> or checkpoint_step_<step>, not Ray's checkpoint_manager_snapshot.json beside them
+    names = (name for name in run_dir.entries() if re.fullmatch(r"checkpoint_(step_)?\d+", name))
+    return max(names, default=None)
+
+
+def _runs(out: Outputs, limit: int) -> list[dict]:
+    """The newest runs of the deployment from the one listing (rayfleet.ops.runs), with checkpoints."""
+    runs = []
+    for row in s3_runs(out)[:limit]:
+        run_dir = RunDir(f"s3://{out.results_bucket}/runs", row["run"], region=out.region)
+        runs.append({**row, "last_checkpoint": last_checkpoint(run_dir)})
+    return runs
+
+
+def status(aws: Aws, out: Outputs, runs: int = 5) -> dict:
+    ecs = aws.client("ecs")
+    aws.check_cluster(out.cluster_name)
+    services = ecs.describe_services(
+        cluster=out.cluster_name, services=[out.head_service_name, out.worker_service_name]
+    )["services"]
+    instances = _instances(aws, out.cluster_name)
+    cost, unknown = hourly_cost([i["instance_type"] for i in instances.values()])
+    spent, since = spend_usd(aws.client("ec2"), list(instances.values()), datetime.now(UTC))
+    return {
+        "cluster": out.cluster_name,
+        "region": aws.region,
+        "services": [
+            {
+                "name": s["serviceName"],
+                "desired": s["desiredCount"],
+                "running": s["runningCount"],
+                "pending": s["pendingCount"],
+            }
+            for s in services
+        ],
+        "instances": [{k: v for k, v in i.items() if k != "launch_time"} for i in instances.values()],
+        "tasks": _tasks(aws, out, instances),
+        "ray": _ray_view(aws, out),
+        "runs": _runs(out, runs),
+        "cost_per_hour_usd": round(cost, 3),
+        "cost_unknown_types": unknown,
+        "spent_usd": spent,
+        "running_since": since.isoformat(timespec="seconds") if since else None,
+        "prices_as_of": PRICES_AS_OF,
+    }
+
+
+def _amount(name: str, value: float) -> str:
+    return f"{value / 2**30:.1f}" if name in ("memory", "object_store_memory") else f"{value:g}"
+
+
+def render_ray(ray: dict, jobs: int = 5) -> list[str]:
+    """Ray's view from the head's snapshot (rayfleet/node/head_snapshot.py): nodes, resources, jobs."""
+    alive = [n for n in ray["nodes"] if n["alive"]]
+    heads = sum(1 for n in alive if n.get("head"))
+    workers = len(alive) - heads
+    dead = len(ray["nodes"]) - len(alive)
+    total, free = ray["total"], ray["available"]
+    shown = [k for k in ("CPU", "GPU", "memory") if k in total]
+    used = ", ".join(
+        f"{k} {_amount(k, free[k]) if k in free else '?'}/{_amount(k, total[k])}{' GiB' if k == 'memory' else ''} free"
+        for k in shown
+    )
+    lines = [
+        f"  {len(alive)} nodes alive ({heads} head, {workers} worker{'s' if workers != 1 else ''})"
+        + (f", {dead} dead" if dead else "")
+        + f"; {used}"
+    ]
+    for n in alive:
+        resources = ", ".join(f"{k} {_amount(k, v)}" for k, v in n["resources"].items() if k in ("CPU", "GPU"))
+        lines.append(
+            f"    {'head' if n.get('head') else 'worker':<8}{n['node_id']:<14}{n['address'] or '?':<16}{resources}"
+        )
+    if "serve" in ray:
+        lines.append("  serve: " + "\n    ".join(serve_lines(ray["serve"])))
+    if "autostop" in ray:
+        lines.append(f"  autostop: {autostop_line(ray['autostop'])}")
+    listed = ray.get("jobs") or []
+    lines.append(f"  jobs ({len(listed)})" + ("" if listed else ": none"))
+    for j in listed[:jobs]:
+        started = j.get("start_time")
+        when = datetime.fromtimestamp(started / 1000, UTC).strftime("%Y-%m-%d %H:%M") if started else "-"
+        lines.append(f"    {j.get('submission_id') or j.get('job_id') or '?':<28}{j.get('status') or '?':<11}{when}")
+    return lines
+
+
+def autostop_line(decided: dict | None) -> str:
+    """What the head's autostop decided with its last snapshot (rayfleet/node/autostop.py)."""
+    if decided is None:
+        return "off"
+    if "error" in decided:
+        return f"cannot decide ({decided['error']})"
+    if "busy" in decided:
+        return f"not idle ({decided['busy']}); stops after {decided['idle_min']:g} idle minutes"
+    what = " and ".join(decided["stops"])
+    if decided["stopped"]:
+        return f"{what} scaled to 0 at {decided['stops_at']} (idle since {decided['idle_since']}); `make start`"
+    return f"{what} to 0 at {decided['stops_at']} unless a run starts (idle since {decided['idle_since']})"
+
+
+def render(s: dict) -> str:
+    lines = [f"cluster {s['cluster']} ({s['region']})", "", "services        desired running pending"]
+    lines += [f"  {v['name']:<14}{v['desired']:>7}{v['running']:>8}{v['pending']:>8}" for v in s["services"]]
+    lines += ["", "tasks"]
+    lines += [
+        f"  {t['role']:<8}{t['task'][:12]:<14}{t['status']:<10}{t['health']:<10}{t['instance_type']:<14}{t['gpus']} GPU"
+        for t in s["tasks"]
+    ] or ["  (none running)"]
+    ray = s["ray"]
+    lines += ["", "ray (as the head reports it" + (f", {ray['taken_at']})" if ray else ")")]
+    lines += render_ray(ray) if ray else ["  no snapshot yet: the ray-control task writes one every 30 s"]
+    lines += ["", "recent runs"]
+    lines += [
+        f"  {r['run']:<28}{r['state']:<20}{r['last_checkpoint'] or '-':<22}{r['results']}" for r in s["runs"]
+    ] or ["  (none)"]
+    unknown = f" (+ unpriced: {', '.join(s['cost_unknown_types'])})" if s["cost_unknown_types"] else ""
+    lines += [
+        "",
+        f"cost: ${s['cost_per_hour_usd']:.2f}/hour for {len(s['instances'])} instance(s){unknown}; "
+        f"prices {s['prices_as_of']}; `make stop` scales to zero",
+    ]
+    if s.get("running_since"):
+        lines.append(f"spent: ~${s['spent_usd']:,.2f} since the instances running now started ({s['running_since']})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.status", description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--runs", type=int, default=5, help="how many recent runs to show")
+    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
+    args = parser.parse_args(argv)
+    out = Outputs.load(args.outputs)
+    result = status(Aws(out.region), out, args.runs)
+    print(json.dumps(result, indent=2) if args.json else render(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

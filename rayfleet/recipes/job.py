@@ -1,0 +1,225 @@
+"""One recipe run as a Ray job: submit, follow, keep the record. Used where the job is submitted from:
+`make run` for a local cluster, the trainer task on ECS (rayfleet/node/driver.py).
+
+The job runs `recipe.command` in its unpacked code (`working_dir`: a local zip, or the zip's S3 URI), with
+the RAYFLEET_* variables, the recipe's env and the recipe's pinned pip packages as Ray's per-job pip
+environment. Secrets go as references only (RAYFLEET_SECRET_REFS); the entrypoint then starts with
+`python -m rayfleet.recipes.job_entry`, which resolves them in the job's own process
+(rayfleet/recipes/secrets.py). Its output is echoed as it comes and saved as driver.log in the run
+directory as it is written (rayfleet/recipes/log_spool.py); run.json gets the job id, state, exit code, times
+and who follows the job (`submitter`). A failure prints the traceback tail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import socket
+import sys
+import threading
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rayfleet.core.run_dir import RunDir
+from rayfleet.recipes import budget, cost, jobs_api
+from rayfleet.recipes.log_spool import LogSpool
+from rayfleet.recipes.notify import NOTIFY_VAR, TOPIC_VAR
+from rayfleet.recipes.schema import Notify, Recipe, command, job_env, plain_env
+from rayfleet.recipes.secrets import REFS_VAR
+from rayfleet.train import stop
+
+SUBMITTER_STOPPED = "the submitter stopped"  # the record's message when the follower itself failed or was stopped
+STOPPED_BY_A_SIGNAL = ("SIGTERM", "SIGINT", "KeyboardInterrupt")
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _process_start(pid: int) -> str | None:
+    """The process's start time (clock ticks since boot, /proc/<pid>/stat field 22): with the pid, it
+    names one process, not whichever later reuses the pid. None where there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def submitter() -> dict:
+    """Who follows the run: recorded in run.json so that a reader can tell when nobody does any more."""
+    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _process_start(os.getpid())}
+
+
+def submitter_gone(record: dict) -> bool:
+    """True when run.json names a submitter on this host whose process no longer exists; False when it
+    lives or when it runs elsewhere (on ECS the trainer task's state decides: rayfleet/ops/runs.py)."""
+    who = record.get("submitter") or {}
+    if who.get("host") != socket.gethostname() or not who.get("pid"):
+        return False
+    return _process_start(int(who["pid"])) != who.get("pid_start")
+
+
+def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
+    """Submit and follow; a failure whose exit code the recipe's `retries` allows is submitted again under the
+    same run name, so the job resumes from its checkpoint, up to `retries.count` times. run.json's `attempts`
+    lists every submission (and, on ECS, every trainer task that was lost: rayfleet/targets/run.py) with how it
+    ended; they share the one count. A stop (Ctrl-C, SIGTERM, a budget) is never retried."""
+    attempts = list(run_dir.record().get("attempts") or [])
+    while True:
+        exit_code, interrupted = _run_once(recipe, run_dir, **how)
+        attempts.append(attempt_of(run_dir.record(), len(attempts) + 1))
+        run_dir.update(attempts=attempts)
+        if interrupted or not recipe.retries.allows(exit_code) or len(attempts) > recipe.retries.count:
+            return exit_code
+        print(
+            f"[rayfleet] run {run_dir.run_name}: attempt {len(attempts)} ended with exit {exit_code}; retrying "
+            f"(attempt {len(attempts) + 1} of {recipe.retries.count + 1}) under the same run name, from its "
+            "last checkpoint",
+            flush=True,
+        )
+
+
+def attempt_of(record: dict, number: int) -> dict:
+    """One entry of run.json's `attempts`: the submission and how it ended, from the record it left."""
+    keys = ("job_id", "task_arn", "state", "exit_code", "submitted_at", "ended_at", "duration_s")
+    return {
+        "attempt": number,
+        **{k: record[k] for k in keys if record.get(k) is not None},
+        "why": record.get("message", ""),
+    }
+
+
+def _run_once(recipe: Recipe, run_dir: RunDir, **how) -> tuple[int, str | None]:
+    """One submission (keywords as `_submit_and_follow`). The job's output goes to driver.log as it comes
+    (rayfleet/recipes/log_spool.py). SIGTERM stops the job and records STOPPED (exit 143); a submitter that
+    raises still leaves run.json FAILED. One that is killed outright (SIGKILL, the task's instance lost)
+    writes nothing: `make runs` and `make status` then mark the run LOST (rayfleet/ops/runs.py)."""
+    spool = LogSpool(run_dir)
+    previous = None
+    if threading.current_thread() is threading.main_thread():
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+    try:
+        return _submit_and_follow(recipe, run_dir, spool=spool, **how)
+    except BaseException as exc:
+        why = exc.signame if isinstance(exc, jobs_api.Terminated) else type(exc).__name__
+        try:
+            spool.close()
+        finally:
+            run_dir.update(state="FAILED", ended_at=now(), message=f"{SUBMITTER_STOPPED} ({why}) before the job ended")
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+        spool.close()
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise jobs_api.Terminated("SIGTERM")
+
+
+def notify_env(recipe: Recipe, run_name: str) -> dict[str, str]:
+    """What the job's process needs to notify (rayfleet/recipes/watch.py): the run's name and stall time, and
+    the deployment's topic (this process's RAYFLEET_NOTIFY_TOPIC_ARN, from the trainer task on ECS). The
+    webhook is a secret reference (Recipe.secret_refs). Nothing when neither is configured."""
+    topic = os.environ.get(TOPIC_VAR)
+    if recipe.notify is None and not topic:
+        return {}
+    stall = recipe.notify.stall_after_s if recipe.notify is not None else Notify().stall_after_s
+    return {NOTIFY_VAR: json.dumps({"run": run_name, "stall_after_s": stall}), **({TOPIC_VAR: topic} if topic else {})}
+
+
+def _submit_and_follow(
+    recipe: Recipe,
+    run_dir: RunDir,
+    *,
+    address: str,
+    working_dir: str,
+    extra_args: list[str],
+    launch_dir: str,
+    secret_refs: dict[str, str],
+    spool: LogSpool,
+    entrypoint_resources: dict | None = None,
+) -> tuple[int, str | None]:
+    variables = job_env(recipe, run_dir.run_name, run_dir.storage, launch_dir)
+    entry = command(recipe, sys.executable, variables, extra_args)
+    # Ray Train moves its workers into a per-run directory unless told not to: recipe runs keep them in the
+    # unpacked code, as the README promises, so `open("data/x")` in a train function works (a recipe may
+    # set RAY_CHDIR_TO_TRIAL_DIR itself).
+    env_vars = {"RAY_CHDIR_TO_TRIAL_DIR": "0", **variables, **plain_env(recipe, variables)}
+    if secret_refs:  # references only: Ray logs, stores and serves runtime_env and the entrypoint
+        env_vars[REFS_VAR] = json.dumps(secret_refs, sort_keys=True)
+    env_vars.update(notify_env(recipe, run_dir.run_name))
+    if secret_refs or NOTIFY_VAR in env_vars:
+        entry = f"{shlex.quote(sys.executable)} -m rayfleet.recipes.job_entry {shlex.quote(entry)}"
+    runtime_env: dict = {"working_dir": working_dir, "env_vars": env_vars}
+    if recipe.pip:
+        runtime_env["pip"] = {"packages": list(recipe.pip), "pip_check": False}
+    stop.clear(run_dir)  # not the job's driver: it may start after the budget has already asked
+    job_id = f"rayfleet-{run_dir.run_name}-{uuid.uuid4().hex[:6]}"  # a resumed run gets a new job
+    client = jobs_api.client_for(address)
+    started = time.monotonic()
+    jobs_api.submit(
+        client,
+        job_id=job_id,
+        entrypoint=entry,
+        runtime_env=runtime_env,
+        metadata={"rayfleet_run": run_dir.run_name, "recipe": recipe.name},
+        entrypoint_resources=entrypoint_resources,
+    )
+    run_dir.update(
+        job_id=job_id,
+        state="RUNNING",
+        entrypoint=entry,
+        extra_args=extra_args,
+        submitted_at=now(),
+        submitter=submitter(),
+    )
+    print(f"[rayfleet] run {run_dir.run_name}: job {job_id} on {address}; results in {run_dir.url}", flush=True)
+    record = run_dir.record()
+    held = record.get("held") or {}
+    spent = cost.spent_s(record)  # earlier attempts count too, lost trainer tasks included
+    watch = budget.Budget(
+        run_dir, budget.left(recipe.max_hours, recipe.max_cost_usd, record), lambda: client.stop_job(job_id)
+    )
+    try:
+        outcome = jobs_api.follow(client, job_id, spool=spool, on_tick=watch.tick)
+    finally:
+        stop.clear(run_dir)  # consumed: a later resume of this run must not stop at once
+    log_url = spool.close()
+    exit_code, message = outcome.exit_code, outcome.message
+    status = outcome.status
+    if watch.reason and status == "SUCCEEDED":  # it checkpointed and ended as asked
+        status, message = "STOPPED", watch.reason
+    if outcome.interrupted_by == "SIGTERM":
+        exit_code = 128 + signal.SIGTERM
+        message = f"the submitter got SIGTERM and stopped the job ({outcome.status}). {message}".strip()
+    duration_s = round(time.monotonic() - started, 1)
+    run_dir.update(
+        state=status,
+        exit_code=exit_code,
+        message=message,
+        ended_at=now(),
+        duration_s=duration_s,
+        cost_usd=cost.cost_usd(held, spent + duration_s),
+    )
+    if exit_code:
+        reason = outcome.message.strip().splitlines()[0].rstrip(":,") if outcome.message.strip() else ""
+        print(
+            f"error: run {run_dir.run_name} {outcome.status.lower()} (exit {exit_code}): {reason}",
+            file=sys.stderr,
+        )
+        print(outcome.traceback_tail(), file=sys.stderr)
+        print(f"full log: {log_url}", file=sys.stderr)
+    else:
+        what = "stopped (its checkpoint is saved)" if status == "STOPPED" else "succeeded"
+        print(
+            f"[rayfleet] run {run_dir.run_name} {what} in {duration_s:.0f} s; "
+            f"~${cost.cost_usd(held, spent + duration_s) or 0:.2f}; results in {run_dir.url}",
+            flush=True,
+        )
+    return exit_code, outcome.interrupted_by

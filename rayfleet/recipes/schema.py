@@ -1,0 +1,457 @@
+"""The recipe: one YAML file that says how to run a user's training code on the cluster, locally or on ECS.
+
+    name: resnet-sweep
+    code: .                         # directory packaged and shipped (relative to this file; default: its dir)
+    entrypoint: -m my_pkg.train     # a module (-m ...), a script in `code` (train.py), or a command
+    args: [--epochs, "3"]
+    launcher: torchrun              # optional: torchrun | accelerate, one per worker node (multinode.py)
+    launcher_args: [--max-restarts=0]   # the launcher's own options; rayfleet sets nodes, ranks, rendezvous
+    max_restarts: 1                 # launcher runs: launch all nodes again after a failure, this many times
+    env:
+      WANDB_MODE: offline
+      HF_TOKEN: {secret: "secretsmanager:rayfleet/recipes/hf-token"}   # resolved in the job's process, never stored
+    resources: {workers: 2, cpus_per_worker: 4, gpus_per_worker: 1, memory_per_worker_gib: 16}
+    storage: s3://bucket/prefix     # default: the run's prefix in the results bucket, or ./runs locally
+    image: 123.dkr.ecr.../custom:v1 # ECS only; default: the trainer image
+    setup: python -c "import my_pkg"
+    pip: [einops==0.8.1]            # pinned only
+    exclude: ["*.ckpt"]             # more patterns the code package leaves out
+
+Validation is as strict as the job configs (rayfleet/core/config.py): unknown keys, wrong types, a missing
+entrypoint, a code directory or script that does not exist and unpinned pip packages are each one clear
+error, before anything is packaged or submitted. Whether the resources fit is checked against the target
+(`check_fits`), also before submission.
+
+The job sees where it runs through RAYFLEET_* variables (`job_env`), and `${RAYFLEET_...}` in args and
+plain env values is replaced by the same values, so a recipe can say `storage=${RAYFLEET_STORAGE}`.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import string
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from packaging.requirements import InvalidRequirement, Requirement
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from rayfleet.core.config import ConfigError, describe_error, load_yaml, merge, parse_overrides
+
+SECRET_SCHEMES = ("secretsmanager:", "ssm:", "env:")
+JOB_VARS = (
+    "RAYFLEET_RUN_NAME",
+    "RAYFLEET_STORAGE",
+    "RAYFLEET_RUN_DIR",
+    "RAYFLEET_LAUNCH_DIR",
+    "RAYFLEET_NUM_WORKERS",
+    "RAYFLEET_CPUS_PER_WORKER",
+    "RAYFLEET_GPUS_PER_WORKER",
+    "RAYFLEET_MEMORY_PER_WORKER_GIB",
+)
+
+
+# Launcher options rayfleet sets itself from `resources` (rayfleet/node/multinode.py), in torchrun's and
+# accelerate's spellings ('_' read as '-').
+RAYFLEET_SETS = {
+    "--nnodes",
+    "--node-rank",
+    "--nproc-per-node",
+    "--master-addr",
+    "--master-port",
+    "--rdzv-endpoint",
+    "--rdzv-backend",
+    "--standalone",
+    "--num-machines",
+    "--machine-rank",
+    "--num-processes",
+    "--main-process-ip",
+    "--main-process-port",
+    "--multi-gpu",
+}
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class SecretRef(_Strict):
+    """A value that is looked up in the job's own process (rayfleet/recipes/job_entry.py), never written into
+    the recipe, the run record or anything Ray keeps."""
+
+    secret: str = Field(description="secretsmanager:<name or ARN>, ssm:<parameter name> or env:<VARIABLE>")
+
+    @field_validator("secret")
+    @classmethod
+    def _scheme(cls, value: str) -> str:
+        if not value.startswith(SECRET_SCHEMES) or value.endswith(":"):
+            raise ValueError(
+                f"{value!r} is not a secret reference; write one of "
+                "secretsmanager:<name>, ssm:<parameter>, env:<VARIABLE>"
+            )
+        return value
+
+
+class Resources(_Strict):
+    workers: int = Field(2, ge=1, le=512, description="Ray Train workers")
+    cpus_per_worker: float = Field(1.0, gt=0)
+    gpus_per_worker: int = Field(0, ge=0, le=16)
+    memory_per_worker_gib: float | None = Field(None, gt=0)
+
+    @field_validator("cpus_per_worker", "memory_per_worker_gib", mode="before")
+    @classmethod
+    def _int_is_a_float(cls, value):
+        return float(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+class Notify(_Strict):
+    """Who hears about the run (rayfleet/recipes/notify.py): the deployment's SNS topic on ECS, and a webhook."""
+
+    webhook: SecretRef | None = Field(None, description="a Slack-compatible incoming webhook URL, as a secret")
+    stall_after_s: float = Field(1800, ge=0, description="say so when the run prints nothing this long; 0: never")
+
+
+class Retries(_Strict):
+    """Resubmit a failed run under the same run name, so it resumes from its checkpoint (rayfleet/recipes/job.py);
+    on ECS a lost trainer task is relaunched as well (rayfleet/targets/run.py). `retries: 2` is short for
+    `retries: {count: 2}`."""
+
+    count: int = Field(0, ge=0, le=20, description="resubmissions after a failure")
+    exit_codes: list[int] | None = Field(
+        None, description="the exit codes retried; default: every failure but bad input (2) and a stop (130, 143)"
+    )
+
+    def allows(self, exit_code: int) -> bool:
+        if exit_code == 0:
+            return False
+        if self.exit_codes is not None:
+            return exit_code in self.exit_codes
+        return exit_code not in NOT_RETRIED
+
+
+NOT_RETRIED = (2, 130, 143)  # bad input, and a run stopped by Ctrl-C or SIGTERM: running it again cannot help
+
+
+class Recipe(_Strict):
+    name: str = Field(pattern=r"^[a-z0-9][a-z0-9-]{0,39}$", description="lower case, digits, dashes; names runs")
+    code: str = Field(".", description="directory to package, relative to the recipe file")
+    entrypoint: str = Field(min_length=1, description="-m module, a script in code, or a command")
+    args: list[str] = Field(default_factory=list)
+    env: dict[str, str | SecretRef] = Field(default_factory=dict)
+    resources: Resources = Field(default_factory=Resources)
+    storage: str | None = Field(None, description="a local directory or s3://bucket/prefix")
+    image: str | None = None
+    launcher: Literal["torchrun", "accelerate"] | None = Field(
+        None, description="run the script under this launcher on every worker node (not as the driver)"
+    )
+    launcher_args: list[str] = Field(default_factory=list, description="the launcher's own options")
+    max_restarts: int = Field(0, ge=0, le=100, description="launcher runs: relaunch every node after a failure")
+    setup: str | None = None
+    pip: list[str] = Field(default_factory=list)
+    exclude: list[str] = Field(default_factory=list)
+    notify: Notify | None = Field(None, description="notifications; on ECS the deployment's topic without this")
+    retries: Retries = Field(default_factory=Retries, description="resubmit a failed run; it resumes")
+    max_hours: float | None = Field(None, gt=0, description="stop cleanly (checkpoint first) after this long")
+    max_cost_usd: float | None = Field(
+        None, gt=0, description="stop cleanly once the run's estimated cost reaches this"
+    )
+
+    @field_validator("retries", mode="before")
+    @classmethod
+    def _retries_count(cls, value):
+        return {"count": value} if isinstance(value, int) and not isinstance(value, bool) else value
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_values(cls, value):
+        """Each value is a string or {secret: ...}: one message per bad value, not one per union member."""
+        if not isinstance(value, dict):
+            return value
+        parsed = {}
+        for key, item in value.items():
+            if isinstance(item, dict):
+                try:
+                    item = SecretRef.model_validate(item)
+                except ValidationError as exc:
+                    raise ValueError(f"{key}: {exc.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+            elif not isinstance(item, str):
+                raise ValueError(f"{key}: {item!r} is neither a string nor {{secret: ...}} (quote numbers)")
+            parsed[key] = item
+        return parsed
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict) -> dict:
+        for key in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise ValueError(f"{key!r} is not an environment variable name")
+            if key in JOB_VARS or key == "RAYFLEET_SECRET_REFS" or key.startswith("RAYFLEET_NOTIFY"):
+                raise ValueError(f"{key} is set by rayfleet for every run; choose another name")
+        return value
+
+    @field_validator("pip")
+    @classmethod
+    def _pinned(cls, value: list[str]) -> list[str]:
+        for entry in value:
+            try:
+                req = Requirement(entry)
+            except InvalidRequirement as exc:
+                raise ValueError(f"{entry!r} is not a requirement ({exc})") from None
+            specs = list(req.specifier)
+            if req.url or len(specs) != 1 or specs[0].operator not in ("==", "===") or "*" in specs[0].version:
+                raise ValueError(
+                    f"{entry!r} is not pinned; write an exact version, as in "
+                    f"{req.name}==1.2.3 (runs must be reproducible)"
+                )
+        return value
+
+    @field_validator("storage")
+    @classmethod
+    def _storage(cls, value: str | None) -> str | None:
+        if value is not None and value.startswith("s3://") and len(value.rstrip("/")) <= len("s3://"):
+            raise ValueError("s3:// needs a bucket, as in s3://bucket/prefix")
+        return value
+
+    @field_validator("launcher_args")
+    @classmethod
+    def _launcher_options(cls, value: list[str]) -> list[str]:
+        for option in value:
+            name = option.split("=", 1)[0]
+            if name.replace("_", "-") in RAYFLEET_SETS:
+                raise ValueError(f"{name} is set by rayfleet from resources (one launcher per worker node)")
+        return value
+
+    def secret_refs(self) -> dict[str, str]:
+        refs = {k: v.secret for k, v in self.env.items() if isinstance(v, SecretRef)}
+        if self.notify is not None and self.notify.webhook is not None:
+            refs["RAYFLEET_NOTIFY_WEBHOOK"] = self.notify.webhook.secret  # resolved in the job's process only
+        return refs
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.model_dump(mode="json", exclude_none=True), sort_keys=False)
+
+
+@dataclass(frozen=True)
+class LoadedRecipe:
+    recipe: Recipe
+    path: Path  # the recipe file
+    code_dir: Path  # absolute
+
+    def entry_kind(self) -> Literal["module", "script", "command"]:
+        return entry_kind(self.recipe.entrypoint)
+
+
+def entry_kind(entrypoint: str) -> Literal["module", "script", "command"]:
+    words = shlex.split(entrypoint)
+    if words[0] == "-m":
+        return "module"
+    if len(words) == 1 and words[0].endswith(".py"):
+        return "script"
+    return "command"
+
+
+def load(path: str | Path, overrides: list[str] | None = None) -> LoadedRecipe:
+    """Read, validate and check a recipe file; `overrides` are key=value settings (resources.workers=4)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"recipe {path} does not exist")
+    try:
+        data = load_yaml(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"recipe {path} is not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"recipe {path}: the top level must be a mapping of keys to values")
+    data = merge(data, parse_overrides(overrides or []))
+    if "entrypoint" not in data:
+        raise ConfigError(
+            f"invalid recipe {path}:\n  entrypoint: missing; say what to run "
+            "(-m package.module, a script such as train.py, or a command)"
+        )
+    try:
+        recipe = Recipe.model_validate(data)
+    except ValidationError as exc:
+        problems = "\n  ".join(describe_error(e) for e in exc.errors())
+        raise ConfigError(f"invalid recipe {path}:\n  {problems}") from None
+    code_dir = (path.parent / recipe.code).resolve()
+    if not code_dir.is_dir():
+        raise ConfigError(f"invalid recipe {path}:\n  code: {recipe.code} is not a directory ({code_dir})")
+    try:
+        words = shlex.split(recipe.entrypoint)
+    except ValueError as exc:
+        raise ConfigError(f"invalid recipe {path}:\n  entrypoint: {exc}") from None
+    if words[0] == "-m" and len(words) != 2:
+        raise ConfigError(f"invalid recipe {path}:\n  entrypoint: -m takes one module name (arguments go in args)")
+    loaded = LoadedRecipe(recipe, path, code_dir)
+    if loaded.entry_kind() == "script" and not (code_dir / words[0]).is_file():
+        raise ConfigError(f"invalid recipe {path}:\n  entrypoint: {words[0]} is not a file in {code_dir}")
+    problem = launcher_problem(loaded)
+    if problem:
+        raise ConfigError(f"invalid recipe {path}:\n  {problem}")
+    return loaded
+
+
+def launcher_problem(loaded: LoadedRecipe) -> str | None:
+    """What is wrong with a recipe's launcher settings, or None."""
+    recipe = loaded.recipe
+    if not recipe.launcher:
+        if recipe.launcher_args or recipe.max_restarts:
+            key = "launcher_args" if recipe.launcher_args else "max_restarts"
+            return f"{key}: only with a launcher (launcher: torchrun or accelerate)"
+        return None
+    if loaded.entry_kind() == "command":
+        return (
+            f"entrypoint: with launcher {recipe.launcher}, name the script (train.py) or module (-m pkg.train) "
+            "it runs, not a command; the launcher's options go in launcher_args"
+        )
+    problem = launcher_options_problem(recipe.launcher, recipe.launcher_args)
+    if not problem and recipe.launcher == "accelerate":
+        problem = accelerate_problem(recipe.launcher_args, loaded.code_dir)
+    return problem
+
+
+def launcher_options_problem(launcher: str, options: list[str]) -> str | None:
+    """launcher_args as the launcher's own argument parser reads them (where it is installed here)."""
+    if not options:  # nothing to check, and importing torch or accelerate takes seconds
+        return None
+    try:
+        if launcher == "torchrun":
+            from torch.distributed.run import get_args_parser as make_parser
+        else:
+            from accelerate.commands.launch import launch_command_parser as make_parser
+    except ImportError:  # a laptop without the training packages: the node's launcher checks them
+        return None
+    parser = make_parser()
+
+    def fail(message: str):
+        raise ValueError(message)
+
+    parser.error = fail
+    try:
+        _, unknown = parser.parse_known_args([*options, "train.py"])
+    except ValueError as exc:
+        return f"launcher_args: {launcher}: {exc}"
+    if unknown:
+        return f"launcher_args: {launcher} has no option {unknown[0]}"
+    return None
+
+
+def accelerate_problem(options: list[str], code_dir: Path) -> str | None:
+    """accelerate launch without a config falls back to whatever `accelerate config` left on the node."""
+    pairs = [o.split("=", 1) for o in options]
+    names = [p[0].replace("-", "_") for p in pairs]
+    if "__config_file" in names:
+        i = names.index("__config_file")
+        value = pairs[i][1] if len(pairs[i]) == 2 else (options[i + 1] if i + 1 < len(options) else "")
+        if not (code_dir / value).is_file():
+            return f"launcher_args: --config_file {value} is not a file in {code_dir}"
+        return None
+    if "__mixed_precision" not in names:
+        return (
+            "launcher_args: accelerate needs its config: --config_file <a file in code> or at least "
+            "--mixed_precision=no|fp16|bf16 (otherwise each node reads its own default config)"
+        )
+    return None
+
+
+# --- what the job sees ------------------------------------------------------------------------------------
+
+
+def job_env(recipe: Recipe, run_name: str, storage: str, launch_dir: str) -> dict[str, str]:
+    res = recipe.resources
+    values = {
+        "RAYFLEET_RUN_NAME": run_name,
+        "RAYFLEET_STORAGE": storage,
+        "RAYFLEET_RUN_DIR": f"{storage.rstrip('/')}/{run_name}",
+        "RAYFLEET_LAUNCH_DIR": launch_dir,
+        "RAYFLEET_NUM_WORKERS": str(res.workers),
+        "RAYFLEET_CPUS_PER_WORKER": f"{res.cpus_per_worker:g}",
+        "RAYFLEET_GPUS_PER_WORKER": str(res.gpus_per_worker),
+    }
+    if res.memory_per_worker_gib is not None:
+        values["RAYFLEET_MEMORY_PER_WORKER_GIB"] = f"{res.memory_per_worker_gib:g}"
+    return values
+
+
+def expand(text: str, variables: dict[str, str], where: str) -> str:
+    """${RAYFLEET_...} -> its value; any other ${...} is an error (a typo would silently stay in)."""
+    try:
+        return string.Template(text).substitute(variables)
+    except (KeyError, ValueError) as exc:
+        known = ", ".join(f"${{{k}}}" for k in variables)
+        raise ConfigError(f"{where}: {text!r} uses an unknown variable {exc}; known: {known}") from None
+
+
+def command(recipe: Recipe, python: str, variables: dict[str, str], extra_args: list[str]) -> str:
+    """The shell command the Ray job runs in the unpacked code directory."""
+    args = [expand(a, variables, "args") for a in [*recipe.args, *extra_args]]
+    words = shlex.split(recipe.entrypoint)
+    kind = entry_kind(recipe.entrypoint)
+    if recipe.pip:  # Ray's per-job virtualenv (over the cluster's packages) is first on PATH: use its python
+        python, prefix = "python", ""
+    else:  # the cluster's interpreter, and its bin first: torchrun, accelerate, deepspeed of the same environment
+        prefix = f'export PATH={shlex.quote(str(Path(python).parent))}:"$PATH"; '
+    if recipe.launcher:  # the driver places one launcher per worker node (rayfleet/node/multinode.py)
+        head = [python, "-m", "rayfleet.node.multinode", "--launcher", recipe.launcher]
+        head += ["--max-restarts", str(recipe.max_restarts)]
+        head += [f"--launcher-arg={option}" for option in recipe.launcher_args]
+        head += ["--", *words]
+    else:
+        head = [python, *words] if kind in ("module", "script") else words
+    main = shlex.join([*head, *args])
+    setup = f"{recipe.setup} && " if recipe.setup else ""
+    return f"{prefix}{setup}{main}"
+
+
+def plain_env(recipe: Recipe, variables: dict[str, str]) -> dict[str, str]:
+    return {k: expand(v, variables, f"env.{k}") for k, v in recipe.env.items() if isinstance(v, str)}
+
+
+# --- does it fit ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Capacity:
+    """What one worker node of the target offers, and how many there are (None: scales on demand)."""
+
+    where: str
+    cpus: float
+    gpus: int
+    memory_gib: float | None
+    nodes: int | None
+
+
+def check_fits(recipe: Recipe, cap: Capacity) -> None:
+    res = recipe.resources
+    problems = []
+    if res.gpus_per_worker > cap.gpus:
+        problems.append(
+            f"resources.gpus_per_worker: {res.gpus_per_worker} GPUs, but a worker of {cap.where} has {cap.gpus}"
+        )
+    if res.cpus_per_worker > cap.cpus:
+        problems.append(
+            f"resources.cpus_per_worker: {res.cpus_per_worker:g} CPUs, but a worker of {cap.where} has {cap.cpus:g}"
+        )
+    if res.memory_per_worker_gib and cap.memory_gib and res.memory_per_worker_gib > cap.memory_gib:
+        problems.append(
+            f"resources.memory_per_worker_gib: {res.memory_per_worker_gib:g} GiB, but a worker of "
+            f"{cap.where} has {cap.memory_gib:.0f} GiB"
+        )
+    if not problems and cap.nodes is not None and recipe.launcher and res.workers > cap.nodes:
+        problems.append(
+            f"resources.workers: launcher {recipe.launcher} runs one node per worker; {res.workers} workers "
+            f"need {res.workers} worker nodes, but {cap.where} has {cap.nodes}"
+        )
+    if not problems and cap.nodes is not None:
+        per_node = int(cap.cpus // res.cpus_per_worker + 1e-9)
+        if res.gpus_per_worker:
+            per_node = min(per_node, cap.gpus // res.gpus_per_worker)
+        if res.workers > per_node * cap.nodes:
+            problems.append(
+                f"resources.workers: {res.workers} workers do not fit {cap.where}, which holds "
+                f"{per_node * cap.nodes} of this size"
+            )
+    if problems:
+        raise ConfigError(f"recipe {recipe.name} does not fit:\n  " + "\n  ".join(problems))

@@ -1,0 +1,288 @@
+"""FSDP: fine-tune a causal LM (dolly-v2-7b by default) on packed text with FSDP2 on Ray Train.
+
+Local, offline, on CPU (a tiny GPT-NeoX and a generated corpus: `make text-data` first):
+    python -m rayfleet.train.fsdp --config rayfleet/train/configs/fsdp-tiny.yaml
+    make train-fsdp-local ARGS="max_steps=20"
+On a running Ray cluster with GPUs:
+    RAY_ADDRESS=... python -m rayfleet.train.fsdp model=databricks/dolly-v2-7b data=s3://bucket/tiny_shakespeare.txt
+On ECS (the trainer task runs this module inside the VPC):
+    make launch JOB=fsdp ARGS="max_steps=500"
+Re-running with the same run_name resumes at the step after its latest checkpoint; stop_at_step ends an
+invocation early (checkpointed), for time-boxed or preemptible runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import ray.train
+import ray.train.torch
+import torch
+import torch.distributed as dist
+
+from rayfleet.core.config import ConfigError, load_config
+from rayfleet.core.errors import EXIT_BAD_INPUT
+from rayfleet.core.run_dir import RunDir
+from rayfleet.train import stop
+from rayfleet.train.data.text import PackedBlocks, pack, read_text, tokenize
+from rayfleet.train.flops import flops_per_token, peak_tflops
+from rayfleet.train.fsdp_config import FSDPConfig
+from rayfleet.train.hf_export import write_and_verify
+from rayfleet.train.hf_model import ModelNotFound, resolve_model_dir
+from rayfleet.train.metrics import MetricsLog
+from rayfleet.train.preemption import Preemption, record_reached, redone_since
+from rayfleet.train.ray_connect import quiet_report_logs
+from rayfleet.train.tracking.progress import Progress
+from rayfleet.train.tracking.scalars import Scalars, memory_gb
+
+DEFAULT_CONFIG = Path(__file__).parent / "configs" / "fsdp.yaml"
+
+
+def lr_at(cfg: FSDPConfig, step: int) -> float:
+    """Linear warmup, then cosine down to min_lr_ratio x lr at max_steps. A pure function of the step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def make_strategy(cfg: FSDPConfig, model_dir: Path, device: torch.device, rank: int):
+    if cfg.strategy == "deepspeed":
+        from rayfleet.train.deepspeed_strategy import DeepSpeedStrategy
+
+        return DeepSpeedStrategy(cfg, model_dir, device, rank)
+    from rayfleet.train.fsdp_strategy import FSDPStrategy
+
+    return FSDPStrategy(cfg, model_dir, device, rank)
+
+
+def _step_metrics(cfg, model_info, loss_sum, tokens, seconds, device, world) -> dict:
+    packed = torch.tensor([loss_sum, tokens], dtype=torch.float64, device=device)
+    dist.all_reduce(packed)
+    loss = packed[0].item() / (world * cfg.grad_accum * model_info["steps"])
+    tokens_per_s = packed[1].item() / seconds
+    tflops = tokens_per_s / world * model_info["flops_per_token"] / 1e12
+    peak = model_info["peak"]
+    memory = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
+    return {
+        "loss": loss,
+        "tokens_per_s": tokens_per_s,
+        "tokens_per_s_per_device": tokens_per_s / world,
+        "tflops_per_device": tflops,
+        "mfu": tflops / peak if peak else None,
+        "peak_memory_gib": memory,
+    }
+
+
+def _progress_line(row: dict, max_steps: int) -> str:
+    mfu = f"  MFU {row['mfu']:.1%}" if row["mfu"] is not None else ""
+    return (
+        f"step {row['step']}/{max_steps}  loss {row['loss']:.4f}  lr {row['lr']:.2e}  "
+        f"{row['tokens_per_s']:,.0f} tok/s  {row['tflops_per_device']:.2f} TFLOP/s/device{mfu}"
+    )
+
+
+def _window(loss_sum: float, tokens: int, started: float, steps: int, cfg: FSDPConfig) -> dict[str, str]:
+    """The progress line's values: this rank's loss and token rate since the last logged step."""
+    seconds = max(time.perf_counter() - started, 1e-9)
+    return {"loss": f"{loss_sum / max(steps * cfg.grad_accum, 1):.4f}", "tok/s/device": f"{tokens / seconds:,.0f}"}
+
+
+def step_scalars(row: dict, device: torch.device) -> dict[str, float]:
+    """A logged step's scalars for TensorBoard and MLflow."""
+    values = {
+        "train/loss": row["loss"],
+        "lr": row["lr"],
+        "grad_norm": row["grad_norm"],
+        "throughput/tokens_per_s": row["tokens_per_s"],
+        "throughput/tflops_per_device": row["tflops_per_device"],
+        "memory/peak_gb": memory_gb(device),
+    }
+    if row.get("mfu") is not None:
+        values["mfu"] = row["mfu"]
+    return values
+
+
+def train_loop(loop_config: dict) -> None:
+    cfg: FSDPConfig = loop_config["config"]
+    run_name, model_dir = loop_config["run_name"], Path(loop_config["model_dir"])
+    quiet_report_logs()
+    ctx = ray.train.get_context()
+    rank, world = ctx.get_world_rank(), ctx.get_world_size()
+    device = ray.train.torch.get_device()
+    torch.manual_seed(cfg.seed)
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    data = PackedBlocks(pack(tokenize(read_text(cfg.data, cfg.s3_endpoint_url), tokenizer), cfg.seq_len))
+    strategy = make_strategy(cfg, model_dir, device, rank)
+    state = strategy.load()
+    start, attempt = (state["step"], state["attempt"] + 1) if state else (0, 0)
+    run_dir = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url)
+    carried = {key: (state or {}).get(key, 0) for key in ("preemptions", "steps_redone")}
+    if rank == 0 and state:
+        carried["steps_redone"] += redone_since(run_dir, start)  # steps the last attempt took past its checkpoint
+    train_state = {"attempt": attempt, "seed": cfg.seed, "strategy": cfg.strategy}
+    log = MetricsLog(run_dir, start + 1, key="step") if rank == 0 else None
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    mc = strategy.config
+    info = {
+        "flops_per_token": flops_per_token(
+            strategy.non_embedding_params,
+            mc.num_hidden_layers,
+            mc.num_attention_heads,
+            mc.hidden_size // mc.num_attention_heads,
+            cfg.seq_len,
+        ),
+        "peak": peak_tflops(device_name),
+        "steps": 0,
+    }
+    local_bytes = torch.tensor([strategy.local_param_bytes()], dtype=torch.float64, device=device)
+    shard_bytes = [torch.zeros_like(local_bytes) for _ in range(world)]
+    dist.all_gather(shard_bytes, local_bytes)
+    info["shard_bytes"] = [int(b.item()) for b in shard_bytes]
+    if rank == 0:
+        what = f"resuming at step {start + 1} (attempt {attempt})" if state else "starting"
+        print(
+            f"{run_name}: {what} with {cfg.strategy}; {len(data):,} blocks of {cfg.seq_len} tokens, "
+            f"{data.steps_per_epoch(world, cfg.micro_batch_size, cfg.grad_accum)} steps/epoch, "
+            f"{world} x {device_name}",
+            flush=True,
+        )
+
+    last = min(cfg.max_steps, cfg.stop_at_step or cfg.max_steps)
+    window_start, loss_sum, tokens = time.perf_counter(), 0.0, 0
+    scalars = Scalars(run_dir, loop_config["tracking"], purge_step=start + 1) if rank == 0 else None
+    progress = Progress(cfg.max_steps, start, cfg.progress_every_s)
+    preemption = Preemption(cfg.preemption_check_steps)
+    for step in range(start, last):
+        strategy.set_lr(lr_at(cfg, step))
+        for micro in range(cfg.grad_accum):
+            batch = data.micro_batch(step, micro, rank, world, cfg.seed, cfg.micro_batch_size, cfg.grad_accum)
+            loss_sum += strategy.micro_step(batch.to(device))
+            tokens += batch.numel()
+        grad_norm = strategy.step()
+        info["steps"] += 1
+        done = step + 1
+        # Asked first: a step that is checkpointed anyway at a notice is saved once, as the preemption's
+        # checkpoint (two saves into one directory were two reports of it, and Ray's pruning of the
+        # first one failed the run on the second).
+        preempted = preemption.noticed(done)  # every rank, the same steps
+        if done % cfg.log_every == 0 or done % cfg.checkpoint_every == 0 or done == last:
+            seconds = time.perf_counter() - window_start
+            row = {
+                "step": done,
+                "lr": lr_at(cfg, step),
+                "grad_norm": grad_norm,
+                "attempt": attempt,
+                "param_bytes_per_rank": info["shard_bytes"],
+                **carried,
+                **_step_metrics(cfg, info, loss_sum, tokens, seconds, device, world),
+            }
+            if log is not None:
+                log.append(row)
+                print(_progress_line(row, cfg.max_steps), flush=True)
+                scalars.log(done, step_scalars(row, device))
+                record_reached(run_dir, done)
+            window_start, loss_sum, tokens, info["steps"] = time.perf_counter(), 0.0, 0, 0
+            reason = stop.agreed(run_dir, rank, device)  # a budget: every rank stops at this step
+            if reason or ((done % cfg.checkpoint_every == 0 or done == last) and not preempted):
+                strategy.save(done, {**train_state, **carried}, row)
+                if scalars is not None:
+                    scalars.flush()
+            if reason:
+                if rank == 0:
+                    print(f"stopping at step {done} (its checkpoint is saved): {reason}", flush=True)
+                last = done
+                break
+        elif rank == 0 and progress.due():
+            print(
+                progress.line(done, run_name, _window(loss_sum, tokens, window_start, info["steps"], cfg)), flush=True
+            )
+            record_reached(run_dir, done)
+        if preempted:
+            noticed = {**train_state, **carried, "preemptions": carried["preemptions"] + 1}
+            strategy.save(done, noticed, {"step": done, "preempted": True})
+            if rank == 0:
+                record_reached(run_dir, done)
+                print(
+                    f"{preemption.describe()}: checkpoint saved at step {done}; waiting for Ray Train to "
+                    "restart the run from it",
+                    flush=True,
+                )
+            preemption.wait_for_restart()
+    if scalars is not None:
+        scalars.close()
+    if cfg.export and last == cfg.max_steps:  # not a run stopped early
+        probe = data.blocks[:1].to(device)
+        full, logits = strategy.gather_for_export(probe)
+        if rank == 0:
+            result = write_and_verify(full, logits, probe, tokenizer, model_dir, run_dir, strategy.bf16)
+            print(
+                f"exported {result['export']} (max |logit diff| vs sharded: {result['export_max_logit_diff']:.2e})",
+                flush=True,
+            )
+
+
+def check_before_start(cfg: FSDPConfig) -> Path:
+    """What can be checked on the driver, before any worker starts: the model, its length limit, the data."""
+    try:
+        model_dir = resolve_model_dir(cfg.model)
+    except ModelNotFound as exc:
+        raise ConfigError(str(exc)) from None
+    from transformers import AutoConfig
+
+    maximum = getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)
+    if maximum is not None and cfg.seq_len > maximum:
+        raise ConfigError(f"seq_len: {cfg.seq_len} is above the model's maximum of {maximum} positions")
+    if cfg.strategy == "deepspeed":
+        try:
+            import deepspeed  # noqa: F401 - only checking that it is installed
+        except ImportError:
+            raise ConfigError(
+                "strategy: deepspeed is not installed here (pip install -r requirements/train.txt)"
+            ) from None
+    if not cfg.data.startswith(("s3://", "hf://")) and not Path(cfg.data).is_file():
+        raise ConfigError(f"data: {cfg.data} does not exist (make text-data writes a generated corpus)")
+    return model_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rayfleet.train.trainer import run_job
+
+    parser = argparse.ArgumentParser(prog="python -m rayfleet.train.fsdp", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    args = parser.parse_intermixed_args(argv)
+    try:
+        cfg = load_config(FSDPConfig, args.config, args.overrides)
+        model_dir = check_before_start(cfg)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    run_name = cfg.run_name or f"fsdp-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    # The imported module's function, not __main__'s: pickled by reference, so workers import it.
+    from rayfleet.train.fsdp import train_loop as loop
+
+    return run_job(loop, cfg, run_name, {"model_dir": str(model_dir.resolve())}, fsdp_summary)
+
+
+def fsdp_summary(last: dict) -> list[str]:
+    mfu = f"{last['mfu']:.1%}" if last.get("mfu") is not None else "n/a (no GPU peak known)"
+    return [
+        f"  steps           {last.get('step', '?')}",
+        f"  loss            {last.get('loss', float('nan')):.4f}",
+        f"  tokens/s        {last.get('tokens_per_s', float('nan')):,.0f} "
+        f"({last.get('tokens_per_s_per_device', 0):,.0f}/device)",
+        f"  MFU             {mfu}",
+    ]
+
+
+if __name__ == "__main__":
+    sys.exit(main())

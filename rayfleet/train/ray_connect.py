@@ -1,0 +1,89 @@
+"""Connect a job's driver to Ray: RAY_ADDRESS, else the rayfleet local cluster this checkout started.
+
+The library never starts a cluster itself: on a laptop, `python -m rayfleet.local run -- CMD` (what
+`make demo` and `make train-ddp-local` use) starts one for the command when none runs, and stops it after.
+The entry point calls `use_token_auth()` before Ray is imported (Ray reads its auth mode once, at import).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import ray
+
+from rayfleet.core import ray_auth
+from rayfleet.core.errors import RayfleetError
+
+LOCAL_STATE = Path(__file__).resolve().parents[2] / ".rayfleet" / "cluster" / "state.json"  # rayfleet.local
+
+
+class NoCluster(RayfleetError):
+    pass
+
+
+def cluster_address() -> str:
+    """RAY_ADDRESS, else the address recorded by `make cluster-up` ($RAYFLEET_STATE_DIR or ./.rayfleet)."""
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    state_dir = os.environ.get("RAYFLEET_STATE_DIR")
+    state = Path(state_dir) / "cluster" / "state.json" if state_dir else LOCAL_STATE
+    if state.is_file():
+        return json.loads(state.read_text())["address"]
+    raise NoCluster(
+        "no Ray cluster: start one with `make cluster-up` (or run the job through "
+        "`python -m rayfleet.local run -- ...`), or set RAY_ADDRESS"
+    )
+
+
+@contextmanager
+def ray_session() -> Iterator[str]:
+    if os.environ.get("RAY_AUTH_TOKEN_PATH") and not os.environ.get("RAY_AUTH_TOKEN"):
+        ray_auth.ensure_token(Path(os.environ["RAY_AUTH_TOKEN_PATH"]))  # set by the entry point's use_token_auth
+    address = cluster_address()
+    if not (os.environ.get("RAY_AUTH_MODE") or os.environ.get("RAY_AUTH_TOKEN")):
+        raise NoCluster(
+            "Ray token auth is not set up in this shell: run the job through make, or first "
+            'eval "$(.venv/bin/python -m rayfleet.local env)"'
+        )
+    try:
+        ray.init(address=address, logging_level="WARNING", log_to_driver=True)
+        yield address
+    finally:
+        ray.shutdown()
+
+
+def placeable_workers(cpus_per_worker: float, gpus_per_worker: int) -> int:
+    """How many workers of this size the alive nodes can hold at once."""
+    total = 0
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        res = node.get("Resources", {})
+        fit = int(res.get("CPU", 0) // cpus_per_worker + 1e-9)
+        if gpus_per_worker:
+            fit = min(fit, int(res.get("GPU", 0) // gpus_per_worker))
+        total += fit
+    return total
+
+
+def cluster_gpus() -> int:
+    return int(ray.cluster_resources().get("GPU", 0))
+
+
+def quiet_report_logs() -> None:
+    """Silence Ray Train's INFO line for every report on every rank (called on the workers).
+
+    Ray 2.60 logs it through `logging.getLogger(__file__)`, a logger named by file path, so neither
+    LoggingConfig nor the `ray.train` logger's level reaches it. The jobs print one line per epoch instead.
+    """
+    import logging
+
+    try:
+        from ray.train.v2._internal.execution import context  # noqa: PLC2701 (the logger is named by this file)
+    except ImportError:  # moved in another Ray version: the lines are noise, not a failure
+        return
+    logging.getLogger(context.__file__).setLevel(logging.WARNING)

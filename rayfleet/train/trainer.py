@@ -1,0 +1,187 @@
+"""The driver side of a job: connect to Ray, check the cluster can place it, run the TorchTrainer, summarize.
+
+Shared by the jobs: a job hands over its `train_loop` and a validated config with the common keys
+(num_workers, cpus_per_worker, device, storage, s3_endpoint_url, max_failures, keep_checkpoints).
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from botocore.exceptions import BotoCoreError, ClientError
+from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
+from ray.train.torch import TorchTrainer
+
+from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError, RayfleetError
+from rayfleet.core.run_dir import RunDir
+from rayfleet.train import current_run, stop
+from rayfleet.train.job_config import JobConfig
+from rayfleet.train.metrics import METRICS_FILE, read_rows
+from rayfleet.train.ray_connect import cluster_gpus, placeable_workers, ray_session
+from rayfleet.train.tracking import curves, mlflow_run
+from rayfleet.train.tracking.scalars import Target
+
+
+def resolve_use_gpu(cfg: JobConfig) -> bool:
+    """device=auto means GPU when the cluster has one per worker; device=cuda demands it."""
+    gpus = cluster_gpus()
+    if cfg.device == "cpu":
+        return False
+    if gpus >= cfg.num_workers:
+        return True
+    if cfg.device == "cuda":
+        raise ConfigError(f"device: cuda needs {cfg.num_workers} GPUs (num_workers) but the cluster has {gpus}")
+    return False
+
+
+def check_placement(cfg: JobConfig, use_gpu: bool) -> None:
+    fits = placeable_workers(cfg.cpus_per_worker, 1 if use_gpu else 0)
+    if cfg.num_workers > fits:
+        what = f"{cfg.cpus_per_worker:g} CPU" + (" + 1 GPU" if use_gpu else "")
+        raise ConfigError(
+            f"num_workers: {cfg.num_workers} workers of {what} each do not fit this cluster, which can place "
+            f"{fits}; lower num_workers or cpus_per_worker, or add workers (make cluster-up WORKERS={cfg.num_workers})"
+        )
+
+
+def write_config(run_dir: RunDir, cfg: JobConfig) -> None:
+    """The resolved config goes into the run directory first: it also proves the storage is writable."""
+    try:
+        run_dir.write("config.yaml", cfg.to_yaml())
+    except (OSError, RayfleetError, BotoCoreError, ClientError) as exc:
+        raise ConfigError(f"storage: cannot write to {run_dir.url}: {exc}") from None
+
+
+def marked_loop(train_loop: Callable, config: dict):
+    """Each Ray Train worker marks its node with the run while it trains: the GPU-metrics sidecar beside it
+    reads the mark for its per-run rollup (rayfleet/train/current_run.py)."""
+    with current_run.marked(config["run_name"]):
+        return train_loop(config)
+
+
+def build_trainer(
+    train_loop: Callable, cfg: JobConfig, run_name: str, use_gpu: bool, extra_loop_config: dict | None = None
+) -> TorchTrainer:
+    storage_path, storage_filesystem = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url).ray_storage()
+    resources = {"CPU": cfg.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
+    return TorchTrainer(
+        functools.partial(marked_loop, train_loop),
+        train_loop_config={"config": cfg, "run_name": run_name, **(extra_loop_config or {})},
+        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu, resources_per_worker=resources),
+        run_config=RunConfig(
+            name=run_name,
+            storage_path=storage_path,
+            storage_filesystem=storage_filesystem,
+            failure_config=FailureConfig(max_failures=cfg.max_failures, max_preemption_failures=cfg.max_preemptions),
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
+            # Train V2 turns print() into a logger that echoes to stdout and stderr: every progress line
+            # would arrive twice. The jobs print one line per epoch from rank 0 themselves.
+            worker_runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", **mlflow_run.worker_settings()}},
+            logging_config=LoggingConfig(log_level="WARNING"),  # no line per report per rank
+        ),
+    )
+
+
+def run_job(
+    train_loop: Callable,
+    cfg: JobConfig,
+    run_name: str,
+    extra_loop_config: dict | None = None,
+    summary_lines: Callable[[dict], list[str]] | None = None,
+) -> int:
+    """Run to the end; return the exit code (0 success, 1 failure, 2 bad config). Errors go to stderr."""
+    run_dir = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url)
+    started = time.perf_counter()
+    try:
+        with ray_session():
+            use_gpu = resolve_use_gpu(cfg)
+            check_placement(cfg, use_gpu)
+            write_config(run_dir, cfg)
+            target = open_tracking(run_dir, cfg)
+            print(
+                f"run {run_name}: {cfg.num_workers} workers ({'GPU' if use_gpu else 'CPU'}), results in {run_dir.url}",
+                flush=True,
+            )
+            loop_config = {"tracking": target, **(extra_loop_config or {})}
+            try:
+                result = build_trainer(train_loop, cfg, run_name, use_gpu, loop_config).fit()
+            except BaseException:
+                close_tracking(run_dir, target, None)
+                raise
+            close_tracking(run_dir, target, result)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except RayfleetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except Exception as exc:  # Ray's TrainingFailedError and friends: say it in one place, keep the cause
+        print(f"error: run {run_name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"checkpoints so far are in {run_dir.url}; re-run with run_name={run_name} to resume", file=sys.stderr)
+        return EXIT_FAILED
+    rows = read_rows(run_dir)
+    lines = (summary_lines or ddp_summary)(rows[-1] if rows else {})
+    print(summary(run_dir, result, time.perf_counter() - started, lines), flush=True)
+    reason = stop.requested(run_dir)
+    if reason:
+        print(f"run {run_name} stopped early: {reason}; re-run with run_name={run_name} to continue", flush=True)
+    return 0
+
+
+def open_tracking(run_dir: RunDir, cfg: JobConfig) -> Target:
+    try:
+        return Target.open(run_dir, cfg.tensorboard, cfg.mlflow_tracking_uri, cfg.mlflow_experiment, cfg.model_dump())
+    except Exception as exc:  # MLflow's errors (unreachable server, bad URI): before any GPU time is spent
+        raise ConfigError(f"mlflow_tracking_uri: cannot open an MLflow run: {exc}") from None
+
+
+def close_tracking(run_dir: RunDir, target: Target, result) -> None:
+    """After the run, also after a failure: the curves PNG; the MLflow run closed, with the model (the export,
+    else the last checkpoint) as an artifact when it succeeded. Neither may turn a finished run into a failure."""
+    try:
+        rows = read_rows(run_dir)
+        if rows:
+            with tempfile.TemporaryDirectory() as scratch:
+                run_dir.upload(curves.FILE, curves.draw({run_dir.run_name: rows}, Path(scratch) / curves.FILE))
+    except Exception as exc:  # a plot must never fail a run
+        print(f"warning: no {curves.FILE}: {exc}", file=sys.stderr)
+    if target.mlflow_run_id is None:
+        return
+    try:
+        with tempfile.TemporaryDirectory() as scratch:
+            name = "export" if "export" in run_dir.entries() else None
+            if name is None and result is not None and result.checkpoint is not None:
+                name = Path(result.checkpoint.path).name
+            model = run_dir.local_copy(name, Path(scratch)) if result is not None and name else None
+            mlflow_run.close_run(target.mlflow_uri, target.mlflow_run_id, result is not None, model, name or "")
+    except Exception as exc:
+        print(f"warning: the MLflow run {target.mlflow_run_id} was not closed: {exc}", file=sys.stderr)
+
+
+def ddp_summary(last: dict) -> list[str]:
+    return [
+        f"  epochs          {last.get('epoch', '?')}",
+        f"  test accuracy   {last.get('test_accuracy', float('nan')):.4f}",
+        f"  test loss       {last.get('test_loss', float('nan')):.4f}",
+        f"  images/s        {last.get('images_per_s', float('nan')):,.0f} (last epoch)",
+    ]
+
+
+def summary(run_dir: RunDir, result, total_s: float, lines: list[str]) -> str:
+    checkpoint = result.checkpoint.path if result.checkpoint else None
+    checkpoint_text = f"s3://{checkpoint}" if checkpoint and run_dir.is_s3 else checkpoint
+    return "\n".join(
+        [
+            f"run {run_dir.run_name} finished in {total_s:.0f} s",
+            *lines,
+            f"  checkpoint      {checkpoint_text}",
+            f"  metrics         {run_dir.display(METRICS_FILE)}",
+            f"  curves          {run_dir.display(curves.FILE)}",
+            f"  tensorboard     make tensorboard RUN={run_dir.run_name}",
+        ]
+    )

@@ -1,2 +1,0 @@
-"""The ECS verbs (run on the laptop): launch, logs, status, exec, stop, token rotation, over the one AWS
-adapter (training.core.aws) and the Terraform outputs file."""

@@ -1,0 +1,165 @@
+"""The head's snapshot writer: Ray's view (nodes, resources, jobs) from the head's dashboard over HTTP with the
+token, without joining the cluster; one failed round is one line, not the end of the loop."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pytest
+
+from rayfleet.node import head_snapshot
+
+NODES = [
+    {
+        "node_id": "h" * 56,
+        "node_ip": "10.0.0.1",
+        "is_head_node": True,
+        "state": "ALIVE",
+        "resources_total": {"node:__internal_head__": 1.0, "node:10.0.0.1": 1.0, "memory": 4e9},
+    },
+    *[
+        {
+            "node_id": f"{i}" * 56,
+            "node_ip": f"10.0.0.{i + 1}",
+            "is_head_node": False,
+            "state": "ALIVE",
+            "resources_total": {"CPU": 4.0, "GPU": 1.0, "memory": 8e9, "object_store_memory": 1e9},
+        }
+        for i in (1, 2)
+    ],
+    {
+        "node_id": "d" * 56,
+        "node_ip": "10.0.0.9",
+        "is_head_node": False,
+        "state": "DEAD",
+        "resources_total": {"CPU": 4.0},
+    },
+]
+USAGE = {"CPU": [2.0, 8.0], "GPU": [2.0, 2.0], "memory": [0.0, 2e10], "objectStoreMemory": [5e8, 2e9]}
+JOBS = [
+    {
+        "submission_id": "ddp-1",
+        "job_id": "02000000",
+        "type": "SUBMISSION",
+        "status": "SUCCEEDED",
+        "start_time": 1,
+        "end_time": 9,
+        "metadata": {"run": "ddp-1"},
+        "entrypoint": "python -m x",
+        "runtime_env": {"env_vars": {"K": "v"}},
+    },
+    {
+        "submission_id": "ddp-2",
+        "job_id": None,
+        "type": "SUBMISSION",
+        "status": "RUNNING",
+        "start_time": 5,
+        "end_time": None,
+        "metadata": {},
+        "entrypoint": "python -m y",
+    },
+]
+
+
+SERVE = {
+    "applications": {
+        "rayfleet": {
+            "status": "RUNNING",
+            "route_prefix": "/",
+            "message": "",
+            "deployments": {"model": {"status": "HEALTHY", "replicas": [{"state": "RUNNING"}, {"state": "RUNNING"}]}},
+        }
+    }
+}
+
+
+class Dashboard(BaseHTTPRequestHandler):
+    seen: ClassVar[list] = []
+
+    def do_GET(self):
+        Dashboard.seen.append((self.path, self.headers.get("Authorization")))
+        if self.headers.get("Authorization") != "Bearer tok":
+            self.send_response(401)
+            self.end_headers()
+            return
+        path = self.path.split("?")[0]
+        body = {
+            "/api/v0/nodes": {"data": {"result": {"result": NODES}}},
+            "/api/cluster_status": {"data": {"clusterStatus": {"loadMetricsReport": {"usage": USAGE}}}},
+            "/api/jobs/": JOBS,
+            "/api/serve/applications/": SERVE,
+        }[path]
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def dashboard():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Dashboard)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    Dashboard.seen = []
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_snapshot_reads_nodes_resources_and_jobs_over_http_with_the_token(dashboard):
+    snap = head_snapshot.snapshot(dashboard, "tok")
+    assert [(n["node_id"], n["alive"], n["head"]) for n in snap["nodes"]] == [
+        ("h" * 12, True, True),
+        ("1" * 12, True, False),
+        ("2" * 12, True, False),
+        ("d" * 12, False, False),
+    ]
+    assert snap["nodes"][0]["resources"] == {"memory": 4e9}  # node:<ip> entries left out
+    assert snap["total"] == {"memory": 2e10, "CPU": 8.0, "GPU": 2.0, "object_store_memory": 2e9}  # alive nodes only
+    assert snap["available"] == {"memory": 2e10, "CPU": 6.0, "GPU": 0.0, "object_store_memory": 1.5e9}
+    assert [j["submission_id"] for j in snap["jobs"]] == ["ddp-2", "ddp-1"]  # newest first
+    assert all("entrypoint" not in j and "runtime_env" not in j for j in snap["jobs"])  # no command lines, no env
+    assert snap["serve"] == [
+        {
+            "name": "rayfleet",
+            "status": "RUNNING",
+            "route_prefix": "/",
+            "message": "",
+            "deployments": [{"name": "model", "status": "HEALTHY", "replicas": {"RUNNING": 2}}],
+        }
+    ]
+    assert {auth for _, auth in Dashboard.seen} == {"Bearer tok"}
+
+
+def test_dashboard_and_token_come_from_the_task(tmp_path):
+    env = {"RAYFLEET_RAY_PORTS": json.dumps({"dashboard": {"from": 8300, "to": 8300}}), "RAY_AUTH_TOKEN": "t\n"}
+    assert head_snapshot.default_dashboard(env) == "http://127.0.0.1:8300"
+    assert head_snapshot.default_dashboard({}) == "http://127.0.0.1:8265"
+    assert head_snapshot.token(env) == "t"
+    (tmp_path / "tok").write_text("from-file\n")
+    (tmp_path / "tok").chmod(0o600)  # ray_auth reads only a private token file
+    assert head_snapshot.token({"RAY_AUTH_TOKEN_PATH": str(tmp_path / "tok")}) == "from-file"
+
+
+def test_a_failed_round_is_one_line_and_once_exits_1(monkeypatch, capsys):
+    class S3:
+        def put_object(self, **kwargs):
+            raise AssertionError("nothing to write")
+
+    class FakeAws:
+        def client(self, name):
+            return S3()
+
+    monkeypatch.setattr("rayfleet.core.aws.Aws", FakeAws)
+    code = head_snapshot.main(
+        ["--bucket", "b", "--once", "--dashboard", "http://127.0.0.1:9"], env={"RAY_AUTH_TOKEN": "x"}
+    )
+    assert code == 1
+    lines = [line for line in capsys.readouterr().out.splitlines() if "no snapshot this round" in line]
+    assert len(lines) == 1 and "URLError" in lines[0]

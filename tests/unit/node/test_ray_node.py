@@ -1,0 +1,297 @@
+"""The Ray images' entry point: ray start flags from the task's environment, resources capped by the
+container's limits, the bounded wait for the head, and jobs by name."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from rayfleet.node import ray_node
+
+PORTS = json.loads((Path(__file__).resolve().parents[3] / "infra" / "catalog" / "ray_ports.json").read_text())
+MIB = 1024 * 1024
+
+
+def test_every_port_the_security_group_opens_is_pinned_on_ray_start():
+    env = {"RAYFLEET_RAY_PORTS": json.dumps(PORTS), "RAYFLEET_OBJECT_STORE_MIB": "100"}
+    command = ray_node.head_command(env)
+    joined = " ".join(command)
+    for name, span in PORTS.items():
+        if name == "collectives":
+            continue  # NCCL and torch's TCPStore pick ephemeral ports; the group opens that range
+        assert str(span["from"]) in joined, name
+    assert "--head" in command and "--num-cpus=0" in command and "--num-gpus=0" in command
+    assert "--dashboard-host=0.0.0.0" in command and "--block" in command
+
+
+def test_resources_are_capped_by_cgroup_limits_and_shm(tmp_path):
+    (tmp_path / "cpu.max").write_text("200000 100000\n")  # 2 CPUs
+    (tmp_path / "memory.max").write_text(str(8 * 1024 * MIB))
+    env = {"RAYFLEET_NUM_CPUS": "48", "RAYFLEET_NUM_GPUS": "4", "RAYFLEET_OBJECT_STORE_MIB": str(10**7)}
+    res = ray_node.resources(env, cgroup=tmp_path)
+    assert res["num_cpus"] == 2 and res["num_gpus"] == 4
+    assert res["object_store_memory"] <= ray_node.shm_bytes() - 64 * MIB  # never more than /dev/shm holds
+    assert res["memory"] <= 8 * 1024 * MIB - res["object_store_memory"]
+
+
+def test_unlimited_cgroups_leave_the_request_alone(tmp_path):
+    (tmp_path / "cpu.max").write_text("max 100000\n")
+    (tmp_path / "memory.max").write_text("max\n")
+    res = ray_node.resources({"RAYFLEET_NUM_CPUS": "3", "NVIDIA_VISIBLE_DEVICES": "0,1"}, cgroup=tmp_path)
+    assert res["num_cpus"] == 3 and res["num_gpus"] == 2 and "memory" not in res
+
+
+def test_the_wait_ends_when_the_head_starts_listening(capsys, fake_ray, monkeypatch):
+    monkeypatch.setenv("PATH", f"{fake_ray['bin']}:{os.environ['PATH']}")  # its health check passes
+    monkeypatch.setenv("FAKE_RAY_LOG", str(fake_ray["log"]))
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def late_head():
+        time.sleep(1.5)
+        server.bind(("127.0.0.1", port))
+        server.listen()
+
+    threading.Thread(target=late_head, daemon=True).start()
+    try:
+        assert ray_node.wait_for_head("localhost", port, timeout=20, interval=0.2) == "127.0.0.1"
+    finally:
+        server.close()
+    out = capsys.readouterr().out
+    assert "waiting for the head localhost" in out and "answers after" in out
+
+
+def test_the_wait_is_bounded_with_a_clear_error():
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exc:
+        ray_node.wait_for_head("head.rayfleet-test.invalid", 6379, timeout=1, interval=0.2)
+    assert time.monotonic() - started < 10
+    assert "did not answer within 1s" in str(exc.value) and "make status" in str(exc.value)
+
+
+def test_jobs_by_name_or_module_and_a_driver_that_offers_nothing():
+    assert ray_node.job_command("ddp", ["epochs=1"])[1:] == ["-m", "rayfleet.train.ddp", "epochs=1"]
+    assert ray_node.job_command("fsdp", [])[1:] == ["-m", "rayfleet.train.fsdp"]
+    assert ray_node.job_command("my_pkg.train", ["x=1"])[1:] == ["-m", "my_pkg.train", "x=1"]
+    command = ray_node.join_command({"RAYFLEET_NUM_GPUS": "8"}, "10.0.0.5", block=False, driver_only=True)
+    assert "--address=10.0.0.5:6379" in command and "--num-gpus=0" in command and "--num-cpus=0" in command
+
+
+def test_a_recipe_driver_pins_the_jobs_entrypoint_to_its_own_node(monkeypatch):
+    assert ray_node.job_command("recipe", [])[1:] == ["-m", "rayfleet.node.driver"]
+    env = {"HOSTNAME": "ip-10-0-1-7"}
+    command = ray_node.join_command(env, "10.0.0.5", block=False, driver_only=True)
+    assert '--resources={"rayfleet_trainer_ip-10-0-1-7": 1}' in command  # only this trainer offers it
+    assert not [c for c in ray_node.join_command(env, "10.0.0.5", block=True) if c.startswith("--resources")]
+    seen = {}
+
+    def fake_run(cmd, env=None, check=False):
+        seen.setdefault("calls", []).append((cmd, env))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(ray_node, "wait_for_head", lambda host, port, timeout: "10.0.0.5")
+    monkeypatch.setattr(ray_node.subprocess, "run", fake_run)
+    monkeypatch.setattr(ray_node, "run_job", lambda cmd, env: fake_run(cmd, env).returncode)
+    task_env = {"RAY_AUTH_MODE": "token", "RAYFLEET_HEAD_HOST": "head.rf.local", "HOSTNAME": "ip-10-0-1-7"}
+    assert ray_node.main(["driver", "recipe"], env=task_env) == 0
+    job_cmd, job_env = seen["calls"][1]
+    assert job_cmd[1:] == ["-m", "rayfleet.node.driver"]
+    assert job_env["RAYFLEET_DASHBOARD_URL"] == "http://10.0.0.5:8265"
+    assert job_env["RAYFLEET_TRAINER_RESOURCE"] == "rayfleet_trainer_ip-10-0-1-7"
+    assert job_env["RAY_ADDRESS"] == "10.0.0.5:6379"
+
+
+def test_usage_and_missing_head_name(capsys):
+    assert ray_node.main([], env={}) == 2
+    with pytest.raises(SystemExit) as exc:
+        ray_node.main(["worker"], env={"RAY_AUTH_MODE": "token"})
+    assert "RAYFLEET_HEAD_HOST is not set" in str(exc.value)
+
+
+# -- the node's life: graceful stops, a GCS that answers, a head that is replaced -------------------------
+
+FAKE_RAY = """#!/usr/bin/env python3
+# A stand-in `ray` for rayfleet-node: logs its arguments; `start --block` behaves as Ray's (a SIGTERM makes it
+# exit 1; FAKE_RAY_DIE_TIMES first starts die at once, as when the raylet loses its GCS); `health-check` exits
+# FAKE_RAY_HEALTH with Ray's last line on stderr.
+import json, os, signal, sys, time
+log = os.environ["FAKE_RAY_LOG"]
+with open(log, "a") as f:
+    f.write(json.dumps(sys.argv[1:]) + "\\n")
+if sys.argv[1] == "health-check":
+    code = int(os.environ.get("FAKE_RAY_HEALTH", "0"))
+    if code:
+        print("ray.exceptions.RpcError: Timed out while waiting for GCS to become available.", file=sys.stderr)
+    sys.exit(code)
+if sys.argv[1] == "start":
+    starts = sum(1 for line in open(log) if line.startswith('["start"'))
+    if starts <= int(os.environ.get("FAKE_RAY_DIE_TIMES", "0")):
+        print("Some Ray subprocesses exited unexpectedly: raylet", flush=True)
+        sys.exit(1)
+    if "--block" not in sys.argv:  # the driver's node: Ray starts its processes and returns
+        sys.exit(0)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # as Ray's own handler: exit 1 after cleaning up
+    print("ray started", flush=True)
+    while True:
+        time.sleep(0.1)
+sys.exit(0)
+"""
+
+
+@pytest.fixture
+def fake_ray(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "ray").write_text(FAKE_RAY.replace("#!/usr/bin/env python3", f"#!{sys.executable}"))
+    (bin_dir / "ray").chmod(0o755)
+    return {"bin": bin_dir, "log": tmp_path / "ray.log"}
+
+
+def ray_calls(fake) -> list[list[str]]:
+    text = fake["log"].read_text() if fake["log"].exists() else ""
+    return [json.loads(line) for line in text.splitlines()]
+
+
+def node_process(fake, role: str, port: int, *args: str, **env) -> subprocess.Popen:
+    full = {
+        **os.environ,
+        "PATH": f"{fake['bin']}:{os.environ['PATH']}",
+        "FAKE_RAY_LOG": str(fake["log"]),
+        "RAY_AUTH_MODE": "token",
+        "RAYFLEET_HEAD_HOST": "localhost",
+        "RAYFLEET_RAY_PORTS": json.dumps({"gcs": {"from": port, "to": port}, "dashboard": {"from": 1, "to": 1}}),
+        "RAYFLEET_NUM_CPUS": "1",
+        "PYTHONUNBUFFERED": "1",
+        **env,
+    }
+    return subprocess.Popen(
+        [sys.executable, "-m", "rayfleet.node.ray_node", role, *args],
+        cwd=Path(__file__).resolve().parents[3],
+        env=full,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_until(predicate, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def listening_port():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    yield server.getsockname()[1]
+    server.close()
+
+
+@pytest.mark.parametrize("role", ["head", "worker"])
+def test_a_graceful_stop_exits_0(fake_ray, listening_port, role):
+    """ECS stops a task with SIGTERM; `ray start --block` then exits 1, which must not read as a failure."""
+    node = node_process(fake_ray, role, listening_port)
+    try:
+        wait_until(lambda: any(c[0] == "start" for c in ray_calls(fake_ray)))
+        time.sleep(1)  # `ray start` has its handler
+        node.send_signal(signal.SIGTERM)
+        output, _ = node.communicate(timeout=30)
+    finally:
+        node.kill()
+    assert node.returncode == 0, output
+
+
+STOPPABLE_JOB = """
+import os, pathlib, signal, sys, time
+def stop(signum, frame):  # as rayfleet.node.driver does: stop the Ray job, record STOPPED, exit 143
+    pathlib.Path(os.environ["JOB_MARK"]).write_text("stopped")
+    sys.exit(143)
+signal.signal(signal.SIGTERM, stop)
+print("job running", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_stopped_trainer_task_passes_sigterm_to_its_job(fake_ray, listening_port, tmp_path):
+    """ECS stops the trainer task with SIGTERM: the job (the recipe driver) must get it, to stop its Ray job and
+    record STOPPED, and its exit code is the task's."""
+    (tmp_path / "stoppable_job.py").write_text(STOPPABLE_JOB)
+    mark = tmp_path / "mark"
+    env = {"PYTHONPATH": str(tmp_path), "JOB_MARK": str(mark)}
+    node = node_process(fake_ray, "driver", listening_port, "stoppable_job", **env)
+    try:
+        output = ""
+        for line in node.stdout:
+            output += line
+            if "job running" in line:
+                break
+        node.send_signal(signal.SIGTERM)
+        rest, _ = node.communicate(timeout=30)
+    finally:
+        node.kill()
+    assert mark.read_text() == "stopped", output + rest
+    assert node.returncode == 143, output + rest
+    assert ["stop"] in ray_calls(fake_ray)  # the driver's node leaves the cluster
+
+
+def test_the_wait_needs_the_gcs_to_answer_not_just_an_open_port(fake_ray, listening_port, monkeypatch, capsys):
+    """Something listens on the GCS port but Ray's health check fails: that is not a head yet."""
+    monkeypatch.setenv("PATH", f"{fake_ray['bin']}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_RAY_LOG", str(fake_ray["log"]))
+    monkeypatch.setenv("FAKE_RAY_HEALTH", "1")
+    with pytest.raises(SystemExit) as exc:
+        ray_node.wait_for_head("localhost", listening_port, timeout=2, interval=0.2)
+    assert "Timed out while waiting for GCS" in str(exc.value)
+    assert ["health-check", "--address", f"127.0.0.1:{listening_port}"] in ray_calls(fake_ray)
+
+
+def test_a_worker_whose_ray_exits_resolves_the_head_again_and_rejoins_in_the_same_container(fake_ray, listening_port):
+    """The raylet dies when its head is gone (GCS unreachable past gcs_rpc_server_reconnect_timeout_s): the
+    worker waits for the head's name to answer again and starts Ray again, without the task restarting."""
+    node = node_process(fake_ray, "worker", listening_port, FAKE_RAY_DIE_TIMES="2")
+    try:
+        wait_until(lambda: sum(c[0] == "start" for c in ray_calls(fake_ray)) == 3, timeout=60)
+        assert node.poll() is None  # the container is still the same one
+        time.sleep(1)
+        node.send_signal(signal.SIGTERM)
+        output, _ = node.communicate(timeout=30)
+    finally:
+        node.kill()
+    assert node.returncode == 0, output
+    calls = ray_calls(fake_ray)
+    starts = [c for c in calls if c[0] == "start"]
+    assert all(f"--address=localhost:{listening_port}" in s for s in starts)  # the name, resolved by each start
+    checks = [i for i, c in enumerate(calls) if c[0] == "health-check"]
+    start_at = [i for i, c in enumerate(calls) if c[0] == "start"]
+    assert all(
+        any(i < s for i in checks if i > p) for p, s in zip([-1, *start_at[:-1]], start_at, strict=True)
+    )  # a check before each
+    assert output.count("resolving localhost again") == 2, output
+
+
+def test_a_worker_follows_the_heads_name_to_a_new_address(monkeypatch):
+    """A replaced head answers at a new address while the old raylet still waits for the old one: the
+    worker leaves at once and joins the new head, instead of waiting out Ray's reconnect timeout."""
+    answers = iter(["10.0.0.5", "10.0.0.5", "10.0.0.9"])
+    monkeypatch.setattr(ray_node, "resolve", lambda host, port: next(answers, "10.0.0.9"))
+    monkeypatch.setattr(ray_node, "gcs_problem", lambda address, port, timeout=30: None)
+    assert ray_node.head_moved("head.rf.local", 6379, "10.0.0.5") is None
+    assert ray_node.head_moved("head.rf.local", 6379, "10.0.0.5") is None
+    assert ray_node.head_moved("head.rf.local", 6379, "10.0.0.5") == "10.0.0.9"
+    monkeypatch.setattr(ray_node, "gcs_problem", lambda address, port, timeout=30: "not yet")
+    assert ray_node.head_moved("head.rf.local", 6379, "10.0.0.5") is None  # the new head must answer first

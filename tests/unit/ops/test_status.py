@@ -1,0 +1,122 @@
+"""`make status`: GPU counts from the ECS agent or the catalog, and the report of an empty cluster."""
+
+from __future__ import annotations
+
+from rayfleet.core.catalog import gpus_of
+from rayfleet.ops.status import autostop_line, registered_gpus, render, render_ray
+
+
+def test_gpus_from_the_ecs_agent_or_the_catalog():
+    gpu = {"name": "GPU", "type": "STRINGSET", "stringSetValue": ["GPU-a", "GPU-b"]}
+    real_ecs = {"registeredResources": [{"name": "CPU", "type": "INTEGER", "integerValue": 4096}, gpu]}
+    assert registered_gpus(real_ecs) == 2
+    assert registered_gpus({"registeredResources": [{"name": "CPU", "type": "INTEGER"}]}) is None
+    assert gpus_of("p5.48xlarge") == 8 and gpus_of("x9.huge") is None
+
+
+def test_status_renders_an_empty_cluster():
+    text = render(
+        {
+            "cluster": "c",
+            "region": "r",
+            "services": [],
+            "instances": [],
+            "tasks": [],
+            "ray": None,
+            "runs": [],
+            "cost_per_hour_usd": 0.0,
+            "cost_unknown_types": [],
+            "prices_as_of": "x",
+        }
+    )
+    assert "(none running)" in text and "no snapshot" in text and "$0.00/hour for 0 instance(s)" in text
+
+
+def test_last_checkpoint_ignores_rays_snapshot_file(tmp_path):
+    from rayfleet.core.run_dir import RunDir
+    from rayfleet.ops.status import last_checkpoint
+
+    run_dir = RunDir(str(tmp_path), "r")
+    for name in ("checkpoint_000002/state.pt", "checkpoint_000010/state.pt", "checkpoint_manager_snapshot.json"):
+        run_dir.write(name, "x")
+    assert last_checkpoint(run_dir) == "checkpoint_000010"
+
+
+def test_status_renders_rays_view_nodes_resources_and_jobs():
+    ray = {
+        "taken_at": "2026-11-23T12:00:00+00:00",
+        "nodes": [
+            {"node_id": "a" * 12, "alive": True, "head": True, "address": "10.0.0.1", "resources": {}},
+            {
+                "node_id": "b" * 12,
+                "alive": True,
+                "head": False,
+                "address": "10.0.0.2",
+                "resources": {"CPU": 4.0, "GPU": 1.0},
+            },
+            {"node_id": "c" * 12, "alive": False, "head": False, "address": "10.0.0.3", "resources": {"CPU": 4.0}},
+        ],
+        "total": {"CPU": 4.0, "GPU": 1.0, "memory": 8e9},
+        "available": {"CPU": 3.0, "GPU": 0.0, "memory": 8e9},
+        "jobs": [
+            {
+                "submission_id": "ddp-1",
+                "job_id": "02000000",
+                "type": "SUBMISSION",
+                "status": "RUNNING",
+                "start_time": 1795435200000,
+                "end_time": None,
+                "metadata": {},
+            }
+        ],
+        "serve": [
+            {
+                "name": "rayfleet",
+                "status": "RUNNING",
+                "route_prefix": "/",
+                "message": "",
+                "deployments": [{"name": "model", "status": "HEALTHY", "replicas": {"RUNNING": 2}}],
+            }
+        ],
+    }
+    text = render(
+        {
+            "cluster": "c",
+            "region": "r",
+            "services": [],
+            "instances": [],
+            "tasks": [],
+            "ray": ray,
+            "runs": [],
+            "cost_per_hour_usd": 0.0,
+            "cost_unknown_types": [],
+            "prices_as_of": "x",
+        }
+    )
+    assert "ray (as the head reports it, 2026-11-23T12:00:00+00:00)" in text
+    assert "2 nodes alive (1 head, 1 worker), 1 dead; CPU 3/4 free, GPU 0/1 free, memory 7.5/7.5 GiB free" in text
+    assert "10.0.0.2" in text and "CPU 4, GPU 1" in text
+    assert "ddp-1" in text and "RUNNING" in text
+    assert "  serve: rayfleet  RUNNING  route /\n      model: HEALTHY (2 RUNNING)" in text
+
+
+def test_the_autostop_line_says_when_the_workers_stop():
+    idle = {
+        "idle_min": 30,
+        "idle_since": "2026-11-23T12:00:00+00:00",
+        "stops_at": "2026-11-23T12:30:00+00:00",
+        "stops": ["rf-ray-worker"],
+        "stopped": False,
+    }
+    assert autostop_line(idle) == (
+        "rf-ray-worker to 0 at 2026-11-23T12:30:00+00:00 unless a run starts (idle since 2026-11-23T12:00:00+00:00)"
+    )
+    done = {**idle, "stops": ["rf-ray-worker", "rf-ray-head"], "stopped": True}
+    assert autostop_line(done).startswith("rf-ray-worker and rf-ray-head scaled to 0 at 2026-11-23T12:30:00")
+    assert autostop_line({"idle_min": 30, "busy": "1 Ray job(s) running"}) == (
+        "not idle (1 Ray job(s) running); stops after 30 idle minutes"
+    )
+    assert autostop_line(None) == "off"
+    assert autostop_line({"error": "AccessDeniedException: no"}) == "cannot decide (AccessDeniedException: no)"
+    shown = render_ray({"nodes": [], "total": {}, "available": {}, "jobs": [], "autostop": idle})
+    assert "  autostop: rf-ray-worker to 0 at 2026-11-23T12:30:00+00:00 unless a run starts" in "\n".join(shown)

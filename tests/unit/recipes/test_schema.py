@@ -1,0 +1,92 @@
+"""Recipes: strict schema, one clear error per bad recipe, what fits where, the command built."""
+
+from __future__ import annotations
+
+import pytest
+
+from rayfleet.core.config import ConfigError
+from rayfleet.recipes.schema import Capacity, check_fits, command, job_env, load
+from tests.unit.recipes.helpers import GOOD, REPO, write
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"epochs": 3}, "epochs: unknown key"),
+        ({"resources": {"workers": 2, "gpu": 1}}, "resources.gpu: unknown key"),
+        ({"entrypoint": None}, "entrypoint: missing"),
+        ({"code": "no-such-dir"}, "code: no-such-dir is not a directory"),
+        ({"entrypoint": "missing.py"}, "entrypoint: missing.py is not a file"),
+        ({"pip": ["einops"]}, "'einops' is not pinned"),
+        ({"pip": ["einops>=0.8"]}, "'einops>=0.8' is not pinned"),
+        ({"pip": ["einops==0.*"]}, "is not pinned"),
+        ({"name": "My Job"}, "name: String should match pattern"),
+        ({"resources": {"workers": 0}}, "resources.workers: Input should be greater than or equal to 1"),
+        ({"env": {"A": {"secret": "vault:x"}}}, "is not a secret reference"),
+        ({"env": {"RAYFLEET_RUN_NAME": "x"}}, "RAYFLEET_RUN_NAME is set by rayfleet"),
+        ({"entrypoint": "-m"}, "-m takes one module name"),
+        ({"storage": "s3://"}, "s3:// needs a bucket"),
+        ({"retries": -1}, "retries.count: Input should be greater than or equal to 0"),
+        ({"retries": {"count": 1, "on": [1]}}, "retries.on: unknown key"),
+    ],
+)
+def test_bad_recipes_fail_with_one_clear_error(tmp_path, change, expected):
+    recipe = {**GOOD, **change}
+    if change.get("entrypoint", "") is None:
+        del recipe["entrypoint"]
+    with pytest.raises(ConfigError) as err:
+        load(write(tmp_path, recipe))
+    assert expected in str(err.value)
+    assert str(err.value).count("\n  ") == 1  # exactly one problem named
+
+
+def test_a_missing_recipe_file_is_named(tmp_path):
+    with pytest.raises(ConfigError, match=r"recipe .*nope\.yaml does not exist"):
+        load(tmp_path / "nope.yaml")
+
+
+def test_pinned_packages_and_overrides_are_accepted(tmp_path):
+    loaded = load(write(tmp_path, {**GOOD, "pip": ["einops==0.8.1", "tqdm===4.67.1"]}), ["resources.workers=4"])
+    assert loaded.recipe.resources.workers == 4
+    assert loaded.code_dir == tmp_path.resolve()
+    assert loaded.entry_kind() == "script"
+
+
+def test_more_gpus_than_a_worker_has_is_refused():
+    recipe = load(REPO / "recipes" / "fsdp.yaml").recipe  # 1 GPU per worker
+    with pytest.raises(ConfigError, match=r"gpus_per_worker: 1 GPUs, but a worker of this machine has 0"):
+        check_fits(recipe, Capacity("this machine", cpus=4, gpus=0, memory_gib=24, nodes=None))
+    check_fits(recipe, Capacity("g5.12xlarge", cpus=48, gpus=4, memory_gib=192, nodes=None))
+
+
+def test_workers_beyond_a_fixed_cluster_are_refused(tmp_path):
+    recipe = load(write(tmp_path, {**GOOD, "resources": {"workers": 3, "cpus_per_worker": 1}})).recipe
+    with pytest.raises(ConfigError, match="3 workers do not fit the local cluster, which holds 2"):
+        check_fits(recipe, Capacity("the local cluster", cpus=1, gpus=0, memory_gib=None, nodes=2))
+
+
+def test_command_per_entrypoint_kind(tmp_path):
+    variables = job_env(load(write(tmp_path, GOOD)).recipe, "r1", "/runs", "/home/me")
+    module = load(write(tmp_path, {**GOOD, "entrypoint": "-m pkg.train", "args": ["lr=${RAYFLEET_RUN_DIR}"]}))
+    assert command(module.recipe, "/venv/bin/python", variables, ["x y"]).endswith(
+        "/venv/bin/python -m pkg.train lr=/runs/r1 'x y'"
+    )
+    script = load(write(tmp_path, {**GOOD, "setup": "pip list"}))
+    assert command(script.recipe, "/venv/bin/python", variables, []).endswith("pip list && /venv/bin/python train.py")
+    torchrun = load(write(tmp_path, {**GOOD, "entrypoint": "torchrun --nproc-per-node 2 train.py"}))
+    built = command(torchrun.recipe, "/venv/bin/python", variables, [])
+    assert built.startswith("export PATH=/venv/bin:") and built.endswith("torchrun --nproc-per-node 2 train.py")
+    with_pip = load(write(tmp_path, {**GOOD, "pip": ["einops==0.8.1"]}))  # Ray's job virtualenv is on PATH
+    assert command(with_pip.recipe, "/venv/bin/python", variables, []) == "python train.py"
+    typo = load(write(tmp_path, {**GOOD, "args": ["${RAYFLEET_RUNDIR}"]}))
+    with pytest.raises(ConfigError, match="unknown variable 'RAYFLEET_RUNDIR'"):
+        command(typo.recipe, "/venv/bin/python", variables, [])
+
+
+def test_retries_as_a_count_or_with_the_exit_codes_that_count(tmp_path):
+    plain = load(write(tmp_path, {**GOOD, "retries": 2})).recipe.retries
+    assert plain.count == 2 and plain.allows(1) and plain.allows(137)
+    assert not any(plain.allows(code) for code in (0, 2, 130, 143))  # success, bad input, a stop
+    named = load(write(tmp_path, {**GOOD, "retries": {"count": 1, "exit_codes": [75]}}), ["retries.count=3"])
+    assert named.recipe.retries.count == 3 and named.recipe.retries.allows(75) and not named.recipe.retries.allows(1)
+    assert load(write(tmp_path, GOOD)).recipe.retries.count == 0

@@ -1,0 +1,58 @@
+"""The FSDP job's config checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from rayfleet.core.config import ConfigError, load_config
+from rayfleet.train.fsdp_config import FSDPConfig
+
+
+def cfg(*overrides: str) -> FSDPConfig:
+    return load_config(FSDPConfig, "rayfleet/train/configs/fsdp.yaml", list(overrides))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["global_batch_size=30"], "global_batch_size: 30 cannot be split across 8 workers"),
+        (["warmup_steps=200", "max_steps=100"], "warmup_steps: 200 must be below max_steps"),
+        (["strategy=zero"], "strategy: Input should be 'fsdp' or 'deepspeed'"),
+        (["seq_len=4"], "seq_len: Input should be greater than or equal to 8"),
+        (["s3_endpoint_url=http://x"], "s3_endpoint_url: only meaningful with an s3:// storage"),
+    ],
+)
+def test_config_rejections(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        cfg(*overrides)
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    from rayfleet.train import tiny_lm
+
+    root = tmp_path_factory.mktemp("tiny")
+    text = tiny_lm.corpus()
+    (root / "corpus.txt").write_text(text)
+    tiny_lm.build(root / "model", text)
+    return root
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model=/nowhere/no-such-model"], "model: '/nowhere/no-such-model' is neither a directory"),
+        (["seq_len=1024"], "seq_len: 1024 is above the model's maximum of 512 positions"),
+        (["data=/nowhere/corpus.txt"], "data: /nowhere/corpus.txt does not exist"),
+    ],
+)
+def test_the_driver_refuses_before_any_worker_starts(tiny_model, overrides, message):
+    """The driver-side checks (rayfleet.train.fsdp.check_before_start) that the local-cluster test ran one job each
+    for; the end-to-end refusal (exit 2, one line, nothing written) keeps one case there."""
+    from rayfleet.train.fsdp import check_before_start
+
+    base = [f"model={tiny_model / 'model'}", f"data={tiny_model / 'corpus.txt'}"]
+    settings = load_config(FSDPConfig, "rayfleet/train/configs/fsdp-tiny.yaml", [*base, *overrides])
+    with pytest.raises(ConfigError, match=message):
+        check_before_start(settings)
+    assert check_before_start(load_config(FSDPConfig, "rayfleet/train/configs/fsdp-tiny.yaml", base)).is_dir()

@@ -1,0 +1,61 @@
+"""The shared job keys live once, in JobConfig: every job gets the same keys and the same checks."""
+
+from __future__ import annotations
+
+import pytest
+
+from rayfleet.core.config import ConfigError, load_config
+from rayfleet.train.ddp_config import DDPConfig
+from rayfleet.train.fsdp_config import FSDPConfig
+from rayfleet.train.job_config import JobConfig
+
+SHARED = {
+    "num_workers",
+    "cpus_per_worker",
+    "device",
+    "precision",
+    "seed",
+    "storage",
+    "s3_endpoint_url",
+    "run_name",
+    "max_preemptions",
+    "preemption_check_steps",
+    "max_failures",
+    "keep_checkpoints",
+    "progress_every_s",
+    "tensorboard",
+    "mlflow_tracking_uri",
+    "mlflow_experiment",
+}
+
+
+def test_the_shared_keys_are_declared_once_on_the_base():
+    assert set(JobConfig.model_fields) == SHARED
+    for job in (DDPConfig, FSDPConfig):
+        own = set(job.__annotations__)  # what the job class itself declares
+        assert not own & SHARED, f"{job.__name__} redeclares {own & SHARED}"
+        assert set(job.model_fields) >= SHARED
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["storage=/tmp/x", "s3_endpoint_url=http://h:1"], "s3_endpoint_url: only meaningful with an s3:// storage"),
+        (["storage=s3://b/p", "s3_endpoint_url=h:1"], "s3_endpoint_url: must start with http"),
+        (["storage=s3://"], "storage: s3:// needs a bucket"),
+        (["storage=gs://b/p"], "only local paths and s3:// are supported"),
+        (["run_name=../x"], "run_name"),
+        (["precision=fp16"], "precision"),
+    ],
+)
+def test_every_job_gets_the_same_storage_and_name_checks(small_dataset, overrides, message):
+    for job, extra in ((DDPConfig, [f"data_dir={small_dataset}"]), (FSDPConfig, [])):
+        with pytest.raises(ConfigError, match=message):
+            load_config(job, None, [*extra, *overrides])
+
+
+def test_local_storage_becomes_absolute(small_dataset, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = load_config(FSDPConfig, None, ["storage=runs"])
+    assert cfg.storage == str(tmp_path / "runs")
+    assert load_config(DDPConfig, None, [f"data_dir={small_dataset}", "storage=s3://b/p/"]).storage == "s3://b/p"

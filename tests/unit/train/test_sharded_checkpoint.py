@@ -1,0 +1,112 @@
+"""FSDP's DCP checkpoints load without arbitrary unpickling: a planted payload is refused and never runs."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import traceback
+
+import pytest
+import torch
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.api import CheckpointException
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+
+from rayfleet.train.sharded_checkpoint import SafePlanner, SafeReader
+
+
+class Payload:
+    def __reduce__(self):
+        return (os.system, (f"touch {os.environ['PWNED']}",))
+
+
+def _text(exc: BaseException) -> str:
+    """DCP wraps each rank's failure in a CheckpointException that carries the rank's traceback."""
+    return "".join(traceback.format_exception(exc)) + repr(getattr(exc, "failures", ""))
+
+
+def _trained():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3, betas=(0.9, 0.95))
+    model(torch.randn(3, 4)).sum().backward()
+    opt.step()
+    return model, opt
+
+
+def _load(directory):
+    model, opt = torch.nn.Linear(4, 2), None
+    opt = torch.optim.AdamW(model.parameters(), lr=5.0)
+    msd, osd = get_state_dict(model, opt)
+    state = {"model": msd, "optim": osd}
+    dcp.load(state, storage_reader=SafeReader(directory), planner=SafePlanner())
+    set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optim"])
+    return model, opt
+
+
+def test_a_checkpoint_round_trips_through_the_safe_reader(tmp_path):
+    model, opt = _trained()
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=tmp_path)
+    loaded, loaded_opt = _load(tmp_path)
+    assert torch.equal(loaded.weight, model.weight)
+    assert loaded_opt.param_groups[0]["lr"] == 1e-3 and loaded_opt.param_groups[0]["betas"] == (0.9, 0.95)
+
+
+def test_planted_metadata_is_refused_and_does_not_run(tmp_path, monkeypatch):
+    pwned = tmp_path / "pwned"
+    monkeypatch.setenv("PWNED", str(pwned))
+    model, opt = _trained()
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=tmp_path / "ckpt")
+    (tmp_path / "ckpt" / ".metadata").write_bytes(pickle.dumps(Payload()))
+    with pytest.raises(CheckpointException) as err:
+        _load(tmp_path / "ckpt")
+    assert "refers to posix.system, which a checkpoint never holds" in _text(err.value)
+    assert not pwned.exists()
+
+
+def test_a_planted_object_among_the_plain_items_is_refused(tmp_path, monkeypatch):
+    pwned = tmp_path / "pwned"
+    monkeypatch.setenv("PWNED", str(pwned))
+    model, opt = _trained()
+    msd, osd = get_state_dict(model, opt)
+    osd["param_groups"][0]["lr"] = Payload()  # what a writer of the storage could put in a bytes item
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=tmp_path / "ckpt")
+    assert not pwned.exists()
+    with pytest.raises(CheckpointException) as err:
+        _load(tmp_path / "ckpt")
+    assert "Weights only load failed" in _text(err.value)
+    assert not pwned.exists()
+    # DCP's own planner would have run it: the point of SafePlanner.
+    msd, osd = get_state_dict(*_trained())
+    dcp.load({"model": msd, "optim": osd}, checkpoint_id=tmp_path / "ckpt")
+    assert pwned.exists()
+
+
+def dotted_payload(command: str) -> bytes:
+    """`os.system(command)` as pickle protocol 4 writes a global: STACK_GLOBAL of a module DCP's metadata comes
+    from and the dotted name `os.system`, which the unpickler walks attribute by attribute from that module."""
+
+    def text(value: str) -> bytes:
+        data = value.encode()
+        return b"\x8c" + bytes([len(data)]) + data  # SHORT_BINUNICODE
+
+    module, name = "torch.distributed.checkpoint.filesystem", "os.system"
+    return b"\x80\x04" + text(module) + text(name) + b"\x93" + text(command) + b"\x85R."  # ... TUPLE1 REDUCE STOP
+
+
+def test_a_dotted_name_through_a_metadata_module_is_refused_and_does_not_run(tmp_path, monkeypatch):
+    """Issue 27, finding 2: torch.distributed.checkpoint.filesystem imports os, so `os.system` resolved from it
+    by pickle's dotted-name walk ran a command; only the classes those modules define pass now."""
+    pwned = tmp_path / "pwned"
+    monkeypatch.setenv("PWNED", str(pwned))
+    model, opt = _trained()
+    msd, osd = get_state_dict(model, opt)
+    dcp.save({"model": msd, "optim": osd}, checkpoint_id=tmp_path / "ckpt")
+    planted = dotted_payload(f"touch {pwned}")
+    (tmp_path / "ckpt" / ".metadata").write_bytes(planted)
+    with pytest.raises(CheckpointException) as err:
+        _load(tmp_path / "ckpt")
+    assert "refers to torch.distributed.checkpoint.filesystem.os.system" in _text(err.value)
+    assert not pwned.exists()

@@ -1,0 +1,113 @@
+"""A rehearsal of the ECS deployment on one machine (see tools/rehearsal/__init__.py).
+
+    python -m tools.rehearsal up [--tag T] [--var-file F | --state F | --picture F] [--data D] [--port N]
+    python -m tools.rehearsal down [--all]    # stop it; also what a killed one left (--all: any rehearsal's)
+    python -m tools.rehearsal env             # export lines that point the laptop verbs at it
+    python -m tools.rehearsal picture         # the deployment picture it runs, as JSON (its input file)
+
+`make rehearse` runs `up` (foreground: Ctrl-C stops everything), `make rehearse-down` runs `down`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from rayfleet.core.aws import run_cli
+from tools.rehearsal import picture as pictures
+from tools.rehearsal import podman
+from tools.rehearsal.rehearsal import (
+    STATE_DIR,
+    Options,
+    Rehearsal,
+    RehearsalError,
+    down,
+    environment,
+    interrupt,
+    read_state,
+)
+
+
+def default_tag() -> str:
+    result = subprocess.run(
+        ["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, cwd=pictures.ROOT
+    )
+    return result.stdout.strip() or "dev"
+
+
+def load(opts) -> dict:
+    try:
+        return pictures.deployment_picture(
+            var_files=opts.var_file or [],
+            image_tag=opts.tag,
+            state=Path(opts.state) if getattr(opts, "state", None) else None,
+            saved=Path(opts.picture) if getattr(opts, "picture", None) else None,
+        )
+    except pictures.PictureError as exc:
+        raise RehearsalError(str(exc)) from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tools.rehearsal", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="verb", required=True)
+    up = sub.add_parser("up", help="run the deployment with podman until Ctrl-C")
+    for p in (up, sub.add_parser("picture", help="print the deployment picture")):
+        p.add_argument("--tag", default=None, help="image tag (default: the git commit, as make build)")
+        p.add_argument("--var-file", action="append", help="Terraform variables file (infra/fsdp.tfvars)")
+        p.add_argument("--state", help="`terraform show -json` of a deployment (default: infra/ applied offline)")
+    up.add_argument("--picture", help="a saved deployment picture (the output of `picture`)")
+    up.add_argument("--data", help="a FashionMNIST directory to mount at /work/data (make data writes data/)")
+    up.add_argument("--port", type=int, default=0, help="moto's port (default: any free port)")
+    up.add_argument(
+        "--container-endpoint",
+        help="moto's URL as the containers reach it (default: http://<podman network gateway>:<port>)",
+    )
+    up.add_argument("--ready-timeout", type=float, default=600, help="seconds for the Ray cluster to form")
+    for p in (
+        up,
+        sub.add_parser("env", help="export lines for the laptop verbs"),
+        dn := sub.add_parser("down", help="stop it"),
+    ):
+        p.add_argument("--state-dir", default=str(STATE_DIR), help=argparse.SUPPRESS)
+    dn.add_argument("--all", action="store_true", help="also remove what any other rehearsal left behind")
+    opts = parser.parse_args(argv)
+    state_dir = Path(opts.state_dir) if hasattr(opts, "state_dir") else STATE_DIR
+    if opts.verb == "picture":
+        opts.tag = opts.tag or default_tag()
+        print(json.dumps(load(opts), indent=2))
+        return 0
+    if opts.verb == "env":
+        for key, value in environment(read_state(state_dir) or {}).items():
+            print(f"export {key}={value}")
+        print("unset AWS_PROFILE")
+        return 0
+    if opts.verb == "down":
+        print(down(state_dir, everything=opts.all))
+        return 0
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):  # Ctrl-C while rendering too, even in the background
+        signal.signal(sig, interrupt)
+    if not podman.installed():  # before rendering anything
+        raise RehearsalError(
+            f"podman is not installed: the rehearsal runs the task definitions with it ({podman.INSTALL})"
+        )
+    opts.tag = opts.tag or default_tag()
+    rehearsal = Rehearsal(
+        Options(
+            picture=load(opts),
+            tag=opts.tag,
+            port=opts.port,
+            data=Path(opts.data) if opts.data else None,
+            state_dir=state_dir,
+            ready_timeout=opts.ready_timeout,
+            container_endpoint=opts.container_endpoint,
+        )
+    )
+    return rehearsal.run()
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

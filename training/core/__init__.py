@@ -1,2 +1,0 @@
-"""The shared core of scripts/ and training/: strict YAML configs and one-line errors, Ray token auth, the
-run directory (local or s3://), the AWS adapter, the instance catalog. Imports nothing else of rayfleet."""
