@@ -454,5 +454,10 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
         subprocess.run(["ray", "stop"], check=False)
 
 
-if __name__ == "__main__":
+def run() -> None:
+    """The `rayfleet-node` console script (the images call the same main through images/bin/rayfleet-node)."""
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    run()

@@ -2,7 +2,7 @@
 
 The picture comes from Terraform itself: infra/ applied offline with the stand-in providers in render mode
 (tools/terraform_standin/render.py; the default variables unless told otherwise, cached per content)
-and turned into API inputs by rayfleet/ops/rendered.py. `create` makes it in moto, in dependency order:
+and turned into API inputs by tools/rendered.py. `create` makes it in moto, in dependency order:
 
   KMS key and alias; VPC (DNS support and hostnames), every subnet (CIDR, zone, tags), the security groups
   with exactly the rendered rules (moto's default allow-all egress removed, as Terraform removes it) and the
