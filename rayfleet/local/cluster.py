@@ -39,7 +39,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rayfleet.core import ray_auth
+from rayfleet.core import ray_auth, ray_start
 
 REPO = Path(__file__).resolve().parents[2]
 START_TIMEOUT_S = 90
@@ -223,45 +223,44 @@ def _port_free(port: int) -> bool:
     return True
 
 
-def _head_args(spec: ClusterSpec, temp_dir: str, memory: int) -> list[str]:
+# Each node's ports: the head's from spec.port, worker i's from spec.port + 10 * (i + 1), in this order.
+NODE_PORTS = (
+    "node_manager",
+    "object_manager",
+    "metrics_export",
+    "dashboard_agent_http",
+    "dashboard_agent_grpc",
+    "runtime_env_agent",
+)
+
+
+def _head_command(spec: ClusterSpec, temp_dir: str, memory: int) -> list[str]:
     p = spec.port
-    return [
-        "--head",
-        "--num-cpus=0",  # like ECS: the head schedules, it never trains
-        "--num-gpus=0",
-        f"--memory={memory}",
-        f"--port={p}",
-        f"--node-manager-port={p + 1}",
-        f"--object-manager-port={p + 2}",
-        f"--metrics-export-port={p + 3}",
-        f"--dashboard-agent-listen-port={p + 4}",
-        f"--dashboard-agent-grpc-port={p + 5}",
-        f"--runtime-env-agent-port={p + 6}",
-        f"--ray-client-server-port={p + 7}",
-        "--include-dashboard=true",
-        "--dashboard-host=127.0.0.1",
-        f"--dashboard-port={spec.dashboard_port}",
-        f"--temp-dir={temp_dir}",
-    ]
+    ports = {"gcs": p, **{name: p + 1 + i for i, name in enumerate(NODE_PORTS)}, "client": p + 7}
+    return ray_start.command(
+        head=True,
+        block=True,
+        ray=ray_cli(),
+        ports={**ports, "dashboard": spec.dashboard_port},
+        dashboard_host="127.0.0.1",
+        resources={"num_cpus": 0, "num_gpus": 0, "memory": memory, "object_store_memory": spec.object_store_bytes},
+        extra=[f"--temp-dir={temp_dir}"],  # like ECS: the head schedules, it never trains (no CPUs, no GPUs)
+    )
 
 
-def _worker_args(spec: ClusterSpec, index: int, memory: int) -> list[str]:
+def _worker_command(spec: ClusterSpec, index: int, memory: int) -> list[str]:
     b = spec.port + 10 * (index + 1)
-    return [
-        f"--address=127.0.0.1:{spec.port}",
-        f"--num-cpus={spec.cpus_per_worker:g}",
-        f"--num-gpus={spec.gpus_per_worker}",
-        f"--memory={memory}",
-        f"--node-manager-port={b}",
-        f"--object-manager-port={b + 1}",
-        f"--metrics-export-port={b + 2}",
-        f"--dashboard-agent-listen-port={b + 3}",
-        f"--dashboard-agent-grpc-port={b + 4}",
-        f"--runtime-env-agent-port={b + 5}",
+    resources = {"num_cpus": f"{spec.cpus_per_worker:g}", "num_gpus": spec.gpus_per_worker, "memory": memory}
+    return ray_start.command(
+        address=f"127.0.0.1:{spec.port}",
+        block=True,
+        ray=ray_cli(),
+        ports={name: b + i for i, name in enumerate(NODE_PORTS)},
+        resources={**resources, "object_store_memory": spec.object_store_bytes},
         # One host, one session log dir: the head's log monitor already forwards every worker's output to
         # the driver; a monitor per node would print each line once per node. (On ECS each node has its own.)
-        "--include-log-monitor=false",
-    ]
+        extra=["--include-log-monitor=false"],
+    )
 
 
 def ray_cli() -> str:
@@ -270,16 +269,8 @@ def ray_cli() -> str:
     return str(beside) if beside.exists() else (shutil.which("ray") or "ray")
 
 
-def _start_node(name: str, args: list[str], spec: ClusterSpec, env: dict, log_dir: Path) -> int:
+def _start_node(name: str, cmd: list[str], env: dict, log_dir: Path) -> int:
     log_path = log_dir / f"{name}.log"
-    cmd = [
-        ray_cli(),
-        "start",
-        *args,
-        f"--object-store-memory={spec.object_store_bytes}",
-        "--disable-usage-stats",
-        "--block",
-    ]
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
             cmd,
@@ -357,13 +348,13 @@ def up(spec: ClusterSpec, quiet: bool = False) -> ClusterState:
     env = node_env(cluster_id, state.address)
     try:
         say(f"starting Ray head (no CPUs for training, {head_memory / GIB:.1f} GiB) at {state.address} ...")
-        state.pids.append(_start_node("head", _head_args(spec, temp_dir, head_memory), spec, env, log_dir))
+        state.pids.append(_start_node("head", _head_command(spec, temp_dir, head_memory), env, log_dir))
         _write_state(state)
         _wait_for_nodes(state, 1)
         for i in range(spec.workers):
             say(f"starting worker {i + 1}/{spec.workers} ({spec.cpus_per_worker:g} CPU, {worker_memory / GIB:.1f} GiB)")
-            args = _worker_args(spec, i, worker_memory)
-            state.pids.append(_start_node(f"worker-{i + 1}", args, spec, env, log_dir))
+            command = _worker_command(spec, i, worker_memory)
+            state.pids.append(_start_node(f"worker-{i + 1}", command, env, log_dir))
             _write_state(state)
             _wait_for_nodes(state, i + 2)
     except BaseException:

@@ -36,6 +36,7 @@ import sys
 import time
 from pathlib import Path
 
+from rayfleet.core import ray_start
 from rayfleet.node import drain
 
 DEFAULT_PORTS = {"gcs": {"from": 6379, "to": 6379}, "dashboard": {"from": 8265, "to": 8265}}
@@ -50,20 +51,24 @@ def ports(env: dict) -> dict[str, dict]:
     return json.loads(env["RAYFLEET_RAY_PORTS"]) if env.get("RAYFLEET_RAY_PORTS") else DEFAULT_PORTS
 
 
-def port_flags(spec: dict[str, dict]) -> list[str]:
-    """ray start flags for every fixed port the security group opens (GCS and dashboard are the head's)."""
-    single = {
-        "object_manager": "--object-manager-port",
-        "node_manager": "--node-manager-port",
-        "dashboard_agent_grpc": "--dashboard-agent-grpc-port",
-        "runtime_env_agent": "--runtime-env-agent-port",
-        "metrics_export": "--metrics-export-port",
-        "dashboard_agent_http": "--dashboard-agent-listen-port",
-    }
-    flags = [f"{flag}={spec[name]['from']}" for name, flag in single.items() if name in spec]
-    if "workers" in spec:
-        flags += [f"--min-worker-port={spec['workers']['from']}", f"--max-worker-port={spec['workers']['to']}"]
-    return flags
+# The ports each kind of node pins (infra/catalog/ray_ports.json names): the GCS, dashboard and Ray client are
+# the head's; every node pins its own raylet, object manager and agents, and its workers' range.
+NODE_PORTS = (
+    "node_manager",
+    "object_manager",
+    "metrics_export",
+    "dashboard_agent_http",
+    "dashboard_agent_grpc",
+    "runtime_env_agent",
+)
+HEAD_PORTS = ("gcs", "dashboard", "client", *NODE_PORTS)
+
+
+def pinned(spec: dict[str, dict], names: tuple[str, ...]) -> dict:
+    """ray_start.command's ports and worker range, for every fixed port the security group opens."""
+    ports = {name: spec[name]["from"] for name in names if name in spec}
+    workers = (spec["workers"]["from"], spec["workers"]["to"]) if "workers" in spec else None
+    return {"ports": ports, "worker_ports": workers}
 
 
 def cgroup_cpus(root: Path = Path("/sys/fs/cgroup")) -> float | None:
@@ -351,47 +356,26 @@ def run_worker(env: dict, host: str, port: int, wait_s: float, watch_s: float = 
     return 0
 
 
-def resource_flags(res: dict[str, int]) -> list[str]:
-    return [f"--{key.replace('_', '-')}={value}" for key, value in res.items()]
-
-
-def client_flag(spec: dict[str, dict]) -> list[str]:
-    return [f"--ray-client-server-port={spec['client']['from']}"] if "client" in spec else []
-
-
 def head_command(env: dict) -> list[str]:
     spec = ports(env)
     res = resources(env)
     res.update(num_cpus=int(env.get("RAYFLEET_NUM_CPUS") or 0), num_gpus=0)  # the head schedules, never trains
-    head = [
-        "--head",
-        "--block",
-        f"--port={spec['gcs']['from']}",
-        "--dashboard-host=0.0.0.0",
-        f"--dashboard-port={spec['dashboard']['from']}",
-        *client_flag(spec),
-    ]
-    return ["ray", "start", *head, *port_flags(spec), *resource_flags(res), "--disable-usage-stats"]
+    # the dashboard listens on the task's address: only the cluster's own security group reaches it
+    return ray_start.command(head=True, block=True, dashboard_host="0.0.0.0", resources=res, **pinned(spec, HEAD_PORTS))
 
 
 def join_command(env: dict, head: str, block: bool, driver_only: bool = False) -> list[str]:
     """`ray start` joining the head at `head` (its Cloud Map name for a worker, so each start resolves it)."""
     spec = ports(env)
     res = resources(env)
-    custom = []
+    custom = None
     if driver_only:  # the trainer joins so its driver has a local raylet; it offers nothing to schedule on
         res.update(num_cpus=0, num_gpus=0)
-        custom = [f"--resources={json.dumps({trainer_resource(env): 1})}"]  # except a recipe's entrypoint
-    return [
-        "ray",
-        "start",
-        f"--address={head}:{spec['gcs']['from']}",
-        *(["--block"] if block else []),
-        *port_flags(spec),
-        *resource_flags(res),
-        *custom,
-        "--disable-usage-stats",
-    ]
+        custom = {trainer_resource(env): 1}  # except a recipe's entrypoint
+    address = f"{head}:{spec['gcs']['from']}"
+    return ray_start.command(
+        address=address, block=block, resources=res, custom_resources=custom, **pinned(spec, NODE_PORTS)
+    )
 
 
 def trainer_resource(env: dict) -> str:

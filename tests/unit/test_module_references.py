@@ -1,4 +1,4 @@
-"""Nothing points at a module or a file that does not exist: every `rayfleet.x.y` / `tools.x` module and
+"""Nothing points at a module or a file that does not exist: every dotted module of rayfleet or tools and
 every `rayfleet/...`, `tools/...` path named in code, docs, recipes, images, Terraform and the Makefile is
 there; the pre-package names (`scripts.`, `training.`) are gone everywhere."""
 
@@ -47,9 +47,8 @@ PACKAGE_FOLDERS = (
     "tools/rendered",
     "tools/moto",
 )
-OLD = re.compile(
-    r"(?<![\w./-])(?:python -m (?:scripts|training)\b|(?:scripts|training)\.(?:core|container|recipes|ecs|deploy|serving|ddp|fsdp)\b|(?:scripts|training)/(?:core|container|recipes|ecs|deploy|serving|configs)/)"
-)
+OLD_PACKAGES = "core|container|recipes|ecs|deploy|serving|ddp|fsdp|configs"
+OLD = re.compile(rf"(?<![\w./-])(?:python -m (?:scripts|training)\b|(?:scripts|training)[./](?:{OLD_PACKAGES})\b)")
 # Names that look like modules but are not: labels, tags, DNS names, the plan file.
 NOT_MODULES = {
     "rayfleet.egg",

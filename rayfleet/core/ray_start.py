@@ -1,0 +1,59 @@
+"""The one `ray start` command line, for every node rayfleet starts: the local cluster's head and workers
+(rayfleet/local/cluster.py) and the images' head, workers and trainer (rayfleet/node/ray_node.py).
+
+Callers say what differs (head or joining, which ports, which resources, where the dashboard listens); the
+flag names, their order and the flags every node gets (no usage stats) live here only.
+"""
+
+from __future__ import annotations
+
+import json
+
+# Ray's port flags, by the names infra/catalog/ray_ports.json and the local cluster use.
+PORT_FLAGS = {
+    "gcs": "--port",
+    "node_manager": "--node-manager-port",
+    "object_manager": "--object-manager-port",
+    "metrics_export": "--metrics-export-port",
+    "dashboard_agent_http": "--dashboard-agent-listen-port",
+    "dashboard_agent_grpc": "--dashboard-agent-grpc-port",
+    "runtime_env_agent": "--runtime-env-agent-port",
+    "client": "--ray-client-server-port",
+    "dashboard": "--dashboard-port",
+}
+
+
+def command(
+    *,
+    head: bool = False,
+    address: str | None = None,
+    ports: dict[str, int] | None = None,
+    worker_ports: tuple[int, int] | None = None,
+    resources: dict[str, float | int] | None = None,
+    custom_resources: dict[str, float] | None = None,
+    dashboard_host: str | None = None,
+    block: bool = False,
+    extra: list[str] | None = None,
+    ray: str = "ray",
+) -> list[str]:
+    """`ray start` for a head (`head=True`) or a node joining `address` (host:port of the GCS).
+
+    resources: num_cpus, num_gpus, memory, object_store_memory (bytes), as Ray's flags name them.
+    dashboard_host: the head's dashboard (127.0.0.1 locally; the task's address on ECS, behind its group).
+    extra: flags only one kind of node has (the local cluster's temp dir, its single log monitor).
+    """
+    if head == (address is not None):
+        raise ValueError("a node is either the head or joins one at an address")
+    cmd = [ray, "start", "--head" if head else f"--address={address}"]
+    if block:
+        cmd.append("--block")
+    for name, value in (ports or {}).items():
+        cmd.append(f"{PORT_FLAGS[name]}={value}")
+    if worker_ports:
+        cmd += [f"--min-worker-port={worker_ports[0]}", f"--max-worker-port={worker_ports[1]}"]
+    if head and dashboard_host:
+        cmd += ["--include-dashboard=true", f"--dashboard-host={dashboard_host}"]
+    cmd += [f"--{key.replace('_', '-')}={value}" for key, value in (resources or {}).items()]
+    if custom_resources:
+        cmd.append(f"--resources={json.dumps(custom_resources)}")
+    return [*cmd, *(extra or []), "--disable-usage-stats"]
