@@ -39,10 +39,10 @@ ifneq ($(TARGET),)
 $(error TARGET is gone: ON=local|ecs says where a run goes, NODE=head|worker-N|trainer which container `make exec` opens)
 endif
 
-AWS_ENV = $(if $(BUCKET),RAYFLEET_RESULTS_BUCKET=$(BUCKET))
+BUCKET_FLAG = $(if $(BUCKET),--bucket $(BUCKET))
 INFRA   = $(if $(TFVARS),--var-file $(TFVARS))
 ONE_RUN = $(if $(RUN),--run $(RUN))
-ALL_RUNS = $(ONE_RUN) $(foreach r,$(RUNS),--run $(r)) $(if $(BUCKET),--runs-dir s3://$(BUCKET)/runs)
+ALL_RUNS = $(ONE_RUN) $(foreach r,$(RUNS),--run $(r)) $(BUCKET_FLAG)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup data text-data demo run runs logs cancel plot tensorboard train-ddp train-ddp-local train-fsdp \
@@ -95,8 +95,7 @@ text-data: models/tiny-gpt-neox/config.json ## Generate a text corpus and a tiny
 # none runs, and stops it after.
 ON_CLUSTER = $(RF) cluster run --workers $(WORKERS) --cpus-per-worker $(CPUS_PER_WORKER) --
 # What every recipe run passes on: where it goes, its name, its overrides, the results bucket, detach.
-RUN_FLAGS = --on $(ON) $(if $(NAME),--name $(NAME)) $(foreach s,$(SET),--set $(s)) \
-	$(if $(BUCKET),--set storage=s3://$(BUCKET)/runs) $(if $(DETACH),--detach)
+RUN_FLAGS = --on $(ON) $(if $(NAME),--name $(NAME)) $(foreach s,$(SET),--set $(s)) $(BUCKET_FLAG) $(if $(DETACH),--detach)
 # A DATA_DIR given on the command line goes to the job as data_dir; by default the recipe names its own.
 USER_DATA_DIR = $(if $(filter command line environment,$(origin DATA_DIR)),data_dir=$(abspath $(DATA_DIR)))
 
@@ -104,13 +103,13 @@ demo: setup data ## Set up, start a local cluster, train the DDP job for a few e
 	$(ON_CLUSTER) $(PY) -m rayfleet.train.ddp --config rayfleet/train/configs/demo.yaml data_dir=$(DATA_DIR) $(ARGS)
 
 run: setup ## Run a recipe, locally or on ECS, and follow it (RECIPE=recipes/x.yaml; ON; NAME; SET; ARGS; DETACH=1)
-	$(AWS_ENV) $(RF) run $(RECIPE) $(RUN_FLAGS) -- $(ARGS)
+	$(RF) run $(RECIPE) $(RUN_FLAGS) -- $(ARGS)
 
 train-ddp: setup ## The DDP recipe (recipes/ddp.yaml): on ECS once deployed, else locally (ON; NAME; ARGS; BUCKET)
-	$(AWS_ENV) $(RF) run recipes/ddp.yaml $(RUN_FLAGS) -- $(USER_DATA_DIR) $(ARGS)
+	$(RF) run recipes/ddp.yaml $(RUN_FLAGS) -- $(USER_DATA_DIR) $(ARGS)
 
 train-fsdp: setup text-data ## The FSDP recipe: recipes/fsdp.yaml (dolly-v2-7b) on ECS, recipes/fsdp-tiny.yaml locally
-	$(AWS_ENV) $(RF) run recipes/fsdp.yaml --local-recipe recipes/fsdp-tiny.yaml $(RUN_FLAGS) -- $(ARGS)
+	$(RF) run recipes/fsdp.yaml --local-recipe recipes/fsdp-tiny.yaml $(RUN_FLAGS) -- $(ARGS)
 
 train-ddp-local: setup data ## The DDP job directly (no Jobs API) on RAY_ADDRESS or the local cluster (started if none)
 	$(ON_CLUSTER) $(PY) -m rayfleet.train.ddp data_dir=$(DATA_DIR) $(if $(BUCKET),storage=s3://$(BUCKET)/runs) $(ARGS)
@@ -119,7 +118,7 @@ train-fsdp-local: setup text-data ## The FSDP job directly (no Jobs API): tiny G
 	$(ON_CLUSTER) $(PY) -m rayfleet.train.fsdp --config rayfleet/train/configs/fsdp-tiny.yaml $(ARGS)
 
 launch: setup ## Run JOB (ddp, fsdp, a module) on ECS without a recipe and follow it (ARGS="k=v"; NAME; DETACH=1)
-	$(AWS_ENV) $(RF) launch $(JOB) $(if $(NAME),--name $(NAME)) $(if $(DETACH),--detach) -- $(ARGS)
+	$(RF) launch $(JOB) $(if $(NAME),--name $(NAME)) $(if $(DETACH),--detach) $(BUCKET_FLAG) -- $(ARGS)
 
 runs: setup ## List recent runs, local and in S3: state, duration, cost, where the results are
 	$(RF) runs
@@ -192,13 +191,13 @@ rehearse-down: ## Stop the rehearsal and remove what it started: containers, net
 
 ##@ Serving
 serve: setup ## Serve a run's model on the cluster: OpenAI completions (FSDP export) or classification (DDP) (RUN=; ON; SET="replicas=2")
-	$(AWS_ENV) $(RF) serve up $(ONE_RUN) --on $(ON) $(if $(SERVE_CONFIG),--config $(SERVE_CONFIG)) $(foreach s,$(SET),--set $(s))
+	$(RF) serve up $(ONE_RUN) --on $(ON) $(BUCKET_FLAG) $(if $(SERVE_CONFIG),--config $(SERVE_CONFIG)) $(foreach s,$(SET),--set $(s))
 
 serve-status: setup ## The Serve applications on the cluster: deployments, replicas and their health
-	$(AWS_ENV) $(RF) serve status --on $(ON)
+	$(RF) serve status --on $(ON)
 
 serve-down: setup ## Shut Serve down on the cluster: no applications, replicas or proxy left
-	$(AWS_ENV) $(RF) serve down --on $(ON)
+	$(RF) serve down --on $(ON)
 
 ##@ Development
 # Two pytest-xdist workers: the local-cluster tests and then the podman rehearsal in one, the image build and

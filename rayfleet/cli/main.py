@@ -8,6 +8,7 @@ means one thing everywhere:
     --node NODE           a container of the deployment: head, worker-N or trainer
     --run NAME            an existing run (`rayfleet runs` lists them); --name names a new one
     --set KEY=VALUE       override a recipe or serving-config field (repeatable)
+    --bucket BUCKET       results in s3://BUCKET/runs instead of the deployment's bucket or ./runs
     -d, --detach          return once the work has started, instead of following it
 
 Exit codes: 0 done, 1 the work failed (a job's own non-zero code is passed through), 2 bad input (refused
@@ -17,6 +18,7 @@ before anything happened), 130 interrupted.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from rayfleet.cli import verbs
@@ -27,6 +29,10 @@ ON = ("auto", "local", "ecs")
 
 def _outputs(p: argparse.ArgumentParser) -> None:
     p.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
+
+
+def _bucket(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--bucket", help="the results bucket (default: the deployment's); runs live in s3://BUCKET/runs")
 
 
 def _sets(p: argparse.ArgumentParser, what: str) -> None:
@@ -42,6 +48,7 @@ def _runs(sub) -> None:
     _sets(p, "recipe")
     p.add_argument("-d", "--detach", action="store_true", help="ECS: return once the trainer task has started")
     p.add_argument("args", nargs="*", metavar="-- ARG", help="after --: appended to the recipe's args")
+    _bucket(p)
     _outputs(p)
     p.set_defaults(handler=verbs.run)
 
@@ -51,6 +58,7 @@ def _runs(sub) -> None:
     p.add_argument("--name", help="the new run's name; an existing run's name resumes it")
     p.add_argument("-d", "--detach", action="store_true", help="return once the task has started")
     p.add_argument("--json", action="store_true", help="print the launch record as JSON")
+    _bucket(p)
     _outputs(p)
     p.set_defaults(handler=verbs.launch)
 
@@ -76,12 +84,14 @@ def _runs(sub) -> None:
     p.add_argument("--run", action="append", required=True, help="a run (repeat to compare runs)")
     p.add_argument("--runs-dir", help="local directory or s3://bucket/prefix (default: where the runs live)")
     p.add_argument("--out", help="the PNG (default: plots/<first run>.png)")
+    _bucket(p)
     p.set_defaults(handler=verbs.plot)
 
     p = sub.add_parser("tensorboard", help="serve runs' TensorBoard on 127.0.0.1")
     p.add_argument("--run", action="append", required=True, help="a run (repeat to compare runs)")
     p.add_argument("--runs-dir", help="local directory or s3://bucket/prefix (default: where the runs live)")
     p.add_argument("--port", type=int, default=6006)
+    _bucket(p)
     p.set_defaults(handler=verbs.tensorboard)
 
 
@@ -154,6 +164,7 @@ def _cluster_and_serving(sub) -> None:
     p.add_argument("--config", help="the serving config (default: recipes/serve.yaml)")
     _sets(p, "serving-config")
     p.add_argument("--timeout", type=float, help="up: seconds to wait for the replicas")
+    _bucket(p)
     _outputs(p)
     p.set_defaults(handler=verbs.serve)
 
@@ -179,9 +190,11 @@ def main(argv: list[str] | None = None) -> int:
     split = argv.index("--") if "--" in argv else len(argv)
     head, tail = argv[:split], argv[split + 1 :]  # after --: passed on verbatim
     opts = parser().parse_args(head)
-    for name in ("args", "command", "rest"):
-        if hasattr(opts, name):
+    for name in ("args", "command", "rest"):  # the verbs that take what follows `--`
+        if isinstance(getattr(opts, name, None), list):
             setattr(opts, name, [*getattr(opts, name), *tail])
+    if getattr(opts, "bucket", None):  # the deployment's outputs, with this bucket for results
+        os.environ["RAYFLEET_RESULTS_BUCKET"] = opts.bucket
     return opts.handler(opts)
 
 

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from rayfleet.core.errors import EXIT_BAD_INPUT
+from rayfleet.core.run_dir import runs_root
 
 
 def _flag(name: str, value) -> list[str]:
@@ -18,15 +19,17 @@ def _flag(name: str, value) -> list[str]:
     return [name] if value is True else [name, str(value)]
 
 
-def _sets(opts: argparse.Namespace) -> list[str]:
-    return [x for item in opts.set for x in ("--set", item)]
+def _sets(opts: argparse.Namespace, storage: bool = False) -> list[str]:
+    """--set flags; for a recipe, also the storage a --bucket means (a local run keeps its results there too)."""
+    sets = [*opts.set, *([f"storage={runs_root(opts.bucket)}"] if storage and opts.bucket else [])]
+    return [x for item in sets for x in ("--set", item)]
 
 
 def run(opts: argparse.Namespace) -> int:
     from rayfleet.targets import run as target_run
 
     argv = [opts.recipe, "--target", opts.on, *_flag("--local-recipe", opts.local_recipe)]
-    argv += [*_flag("--run-name", opts.name), *_sets(opts), *_flag("--detach", opts.detach)]
+    argv += [*_flag("--run-name", opts.name), *_sets(opts, storage=True), *_flag("--detach", opts.detach)]
     return target_run.main([*argv, *_flag("--outputs", opts.outputs), "--", *opts.args])
 
 
@@ -68,7 +71,7 @@ def cancel(opts: argparse.Namespace) -> int:
 
 
 def _tracking(opts: argparse.Namespace, module, extra: list[str]) -> int:
-    runs_dir = opts.runs_dir
+    runs_dir = opts.runs_dir or (runs_root(opts.bucket) if opts.bucket else None)
     if runs_dir is None:
         from rayfleet.ops.runs import locate
 

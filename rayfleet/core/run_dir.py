@@ -25,6 +25,15 @@ from rayfleet.core.aws import Aws
 from rayfleet.core.errors import RayfleetError
 
 RECORD = "run.json"
+LOCAL_RUNS = "runs"  # where runs live on this machine: ./runs of the directory a run starts from
+
+
+def runs_root(results_bucket: str | None = None, launch_dir: Path | None = None) -> str:
+    """Where runs live, the one place that says it: s3://<results bucket>/runs for a deployment, else the
+    absolute ./runs of `launch_dir` (default: the working directory)."""
+    if results_bucket:
+        return f"s3://{results_bucket}/{LOCAL_RUNS}"
+    return str(((launch_dir or Path.cwd()) / LOCAL_RUNS).resolve())
 
 
 @dataclass(frozen=True)

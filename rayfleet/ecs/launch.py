@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 from rayfleet.core.aws import STARTED_BY, Aws, PlacementFailed, run_cli
 from rayfleet.core.errors import RayfleetError
-from rayfleet.core.run_dir import RunDir
+from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.ecs import image_policy
 from rayfleet.ecs.logs import follow_task
 from rayfleet.ecs.outputs import Outputs
@@ -44,7 +44,7 @@ def explain(failures: list[dict]) -> str:
 
 
 def build_command(job: str, args: list[str], bucket: str, run_name: str) -> list[str]:
-    return [job, f"storage=s3://{bucket}/runs", f"run_name={run_name}", *args]
+    return [job, f"storage={runs_root(bucket)}", f"run_name={run_name}", *args]
 
 
 def launch(
@@ -102,10 +102,10 @@ def launch(
         "task_arn": task_arn,
         "log_group": out.trainer_log_group,
         "log_stream": f"{out.trainer_log_stream_prefix}/{out.trainer_container_name}/{task_arn.rsplit('/', 1)[-1]}",
-        "results": f"s3://{out.results_bucket}/runs/{run_name}/",
+        "results": f"{runs_root(out.results_bucket)}/{run_name}/",
         "launched_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    run_dir = RunDir(f"s3://{out.results_bucket}/runs", run_name, region=aws.region)
+    run_dir = RunDir(runs_root(out.results_bucket), run_name, region=aws.region)
     state = {} if run_dir.record().get("state") else {"state": "SUBMITTED", "target": "ecs"}
     run_dir.update(**record, **state)  # the one run record; a recipe's driver moves it on from here
     return record

@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from rayfleet.core.aws import Aws
 from rayfleet.core.errors import RayfleetError
-from rayfleet.core.run_dir import RunDir
+from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.ecs.outputs import Outputs
 
 _SINCE = re.compile(r"^(\d+)([smhd])$")
@@ -36,9 +36,9 @@ def parse_since(text: str | None) -> int | None:
 
 def run_record(out: Outputs, run: str) -> dict:
     """The run's record (run.json) in the deployment's results bucket; says so when there is none."""
-    record = RunDir(f"s3://{out.results_bucket}/runs", run, region=out.region).record()
+    record = RunDir(runs_root(out.results_bucket), run, region=out.region).record()
     if not record.get("task_arn"):
-        raise RayfleetError(f"no run {run} in s3://{out.results_bucket}/runs/ (make runs lists them)")
+        raise RayfleetError(f"no run {run} in {runs_root(out.results_bucket)}/ (rayfleet runs lists them)")
     return record
 
 

@@ -15,12 +15,12 @@ from pathlib import Path
 from rayfleet.core import ray_auth
 from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.errors import RayfleetError
-from rayfleet.core.run_dir import RunDir
+from rayfleet.core.run_dir import LOCAL_RUNS, RunDir
 from rayfleet.ecs.logs import LogReader, follow_task, parse_since, run_record
 from rayfleet.ecs.outputs import Outputs
 
 
-def local_run_log(run: str, follow: bool, runs_dir: str = "runs") -> int | None:
+def local_run_log(run: str, follow: bool, runs_dir: str = LOCAL_RUNS) -> int | None:
     """A local recipe run's output: saved driver.log, or the Jobs API while it runs; None if not local."""
     from rayfleet.local import cluster as local_cluster
     from rayfleet.recipes import jobs_api

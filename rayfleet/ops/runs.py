@@ -25,7 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from rayfleet.core.aws import Aws, MissingOutputs, run_cli
 from rayfleet.core.errors import ConfigError, RayfleetError
-from rayfleet.core.run_dir import RunDir, list_runs
+from rayfleet.core.run_dir import LOCAL_RUNS, RunDir, list_runs, runs_root
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import task_state
 from rayfleet.recipes.cost import attempt_started, cost_usd, spent_s
@@ -122,7 +122,7 @@ def s3_runs(out: Outputs) -> list[dict]:
     SUBMITTED (a job launched without a recipe driver) takes its state from its trainer task; one whose
     follower is gone is LOST (`settle`)."""
     ecs = Aws(out.region).client("ecs")
-    storage = f"s3://{out.results_bucket}/runs"
+    storage = runs_root(out.results_bucket)
     rows = []
     for name in list_runs(storage, out.region):
         run_dir = RunDir(storage, name, region=out.region)
@@ -136,7 +136,7 @@ def s3_runs(out: Outputs) -> list[dict]:
     return sorted(rows, key=lambda r: r["started"], reverse=True)
 
 
-def locate(run: str, outputs: str | None = None, local_dir: str = "runs") -> RunDir:
+def locate(run: str, outputs: str | None = None, local_dir: str = LOCAL_RUNS) -> RunDir:
     """Where a run lives: ./runs/<run> when it ran here, else the deployment's s3://<bucket>/runs/<run>.
     ConfigError (exit 2) when neither has it."""
     local = Path(local_dir).resolve()
@@ -147,7 +147,7 @@ def locate(run: str, outputs: str | None = None, local_dir: str = "runs") -> Run
     except MissingOutputs:
         out = None
     if out is not None and out.results_bucket:
-        found = RunDir(f"s3://{out.results_bucket}/runs", run, region=out.region)
+        found = RunDir(runs_root(out.results_bucket), run, region=out.region)
         if found.entries():
             return found
     raise ConfigError(f"no run named {run} in ./{local_dir} or the deployment's bucket (rayfleet runs lists them)")
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.runs", description=__doc__.split("\n")[0])
     parser.add_argument("--limit", type=int, default=20)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--local-dir", default="runs", help="the local runs directory (default: ./runs)")
+    parser.add_argument("--local-dir", default=LOCAL_RUNS, help="the local runs directory (default: ./runs)")
     parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
     opts = parser.parse_args(argv)
     rows = local_runs(Path(opts.local_dir).resolve())

@@ -6,12 +6,12 @@ import argparse
 from pathlib import Path
 
 from rayfleet.core.errors import ConfigError
-from rayfleet.core.run_dir import RunDir
+from rayfleet.core.run_dir import LOCAL_RUNS, RunDir
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("runs", nargs="+", metavar="RUN", help="run names (several: one figure / one TensorBoard)")
-    parser.add_argument("--runs-dir", default="runs", help="local directory or s3://bucket/prefix (default: runs)")
+    parser.add_argument("--runs-dir", default=LOCAL_RUNS, help="local directory or s3://bucket/prefix (default: runs)")
 
 
 def run_dirs(opts: argparse.Namespace) -> list[RunDir]:

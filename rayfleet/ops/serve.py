@@ -29,7 +29,7 @@ from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.catalog import INSTANCE_TYPES
 from rayfleet.core.config import ConfigError, load_config
 from rayfleet.core.errors import RayfleetError
-from rayfleet.core.run_dir import RunDir
+from rayfleet.core.run_dir import LOCAL_RUNS, RunDir, runs_root
 from rayfleet.ecs.launch import launch
 from rayfleet.ecs.logs import follow_task
 from rayfleet.ecs.outputs import Outputs
@@ -99,7 +99,7 @@ def up_ecs(run: str, cfg: ServeConfig, outputs: str | None, timeout: float) -> i
         raise ConfigError(
             f"the deployment's Serve port {port} is where Serve's proxy listens behind the gate: pick another"
         )
-    run_dir = RunDir(f"s3://{out.results_bucket}/runs", run, region=out.region)
+    run_dir = RunDir(runs_root(out.results_bucket), run, region=out.region)
     served = find(run_dir)
     shape = INSTANCE_TYPES.get(out.worker_instance_type)
     if shape is not None:
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", choices=["auto", "local", "ecs"], default="auto")
     parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
     parser.add_argument(
-        "--runs-dir", default="runs", help="local: where runs are (default: ./runs; or s3://bucket/prefix)"
+        "--runs-dir", default=LOCAL_RUNS, help="local: where runs are (default: ./runs; or s3://bucket/prefix)"
     )
     parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for the replicas")
     opts = parser.parse_args(argv)

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 
 from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.catalog import PRICES_AS_OF, gpus_of, hourly_cost
-from rayfleet.core.run_dir import RunDir
+from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import running_tasks
 from rayfleet.node.head_snapshot import KEY as RAY_STATUS_KEY
@@ -96,7 +96,7 @@ def _runs(out: Outputs, limit: int) -> list[dict]:
     """The newest runs of the deployment from the one listing (rayfleet.ops.runs), with checkpoints."""
     runs = []
     for row in s3_runs(out)[:limit]:
-        run_dir = RunDir(f"s3://{out.results_bucket}/runs", row["run"], region=out.region)
+        run_dir = RunDir(runs_root(out.results_bucket), row["run"], region=out.region)
         runs.append({**row, "last_checkpoint": last_checkpoint(run_dir)})
     return runs
 

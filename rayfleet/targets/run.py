@@ -31,7 +31,7 @@ from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.catalog import INSTANCE_TYPES
 from rayfleet.core.config import ConfigError
 from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED
-from rayfleet.core.run_dir import RunDir
+from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.ecs import start
 from rayfleet.ecs.launch import launch, trainer_with_image
 from rayfleet.ecs.logs import follow_task
@@ -130,7 +130,7 @@ def run_local(loaded: LoadedRecipe, extra_args: list[str], run_name: str, launch
     recipe = loaded.recipe
     state = local_cluster.running()
     check_fits(recipe, local_capacity(loaded, state))
-    storage = recipe.storage or "runs"
+    storage = recipe.storage or runs_root(launch_dir=launch_dir)
     if not storage.startswith("s3://"):
         storage = str((launch_dir / storage).resolve())
     if recipe.image:
@@ -182,7 +182,7 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     else:
         check_fits(recipe, capacity)
     recipe_secrets.check_target(recipe.secret_refs(), "ecs")
-    storage = recipe.storage or f"s3://{out.results_bucket}/runs"
+    storage = recipe.storage or runs_root(out.results_bucket)
     if not storage.startswith("s3://"):
         raise ConfigError(f"storage: {storage} is a local path; on ECS runs keep results in s3://bucket/prefix")
     aws = Aws(out.region)

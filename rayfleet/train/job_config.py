@@ -14,6 +14,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from rayfleet.core.config import StrictModel
+from rayfleet.core.run_dir import LOCAL_RUNS
 
 RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 
@@ -29,7 +30,7 @@ class JobConfig(StrictModel):
     )
     seed: int = Field(0, ge=0)
     # Where results go
-    storage: str = Field("runs", description="a local directory or s3://bucket/prefix")
+    storage: str = Field(LOCAL_RUNS, description="a local directory or s3://bucket/prefix")
     s3_endpoint_url: str | None = Field(None, description="for S3-compatible stores (MinIO, moto)")
     run_name: str | None = Field(None, pattern=RUN_NAME_PATTERN)
     # Fault tolerance

@@ -57,11 +57,10 @@ def test_train_targets_forward_where_name_settings_and_args_to_rayfleet_run(targ
 def test_train_ddp_passes_data_dir_bucket_and_detach_only_when_given():
     env, argv = planned("train-ddp", "DATA_DIR=/d", "BUCKET=b", "DETACH=1")
     opts, job_args = parsed(argv)
-    assert "data_dir=/d" in job_args and "storage=s3://b/runs" in opts.set and "RAYFLEET_RESULTS_BUCKET=b" in env
-    assert opts.detach is True
+    assert "data_dir=/d" in job_args and opts.bucket == "b" and opts.detach is True and not env
     env, argv = planned("train-ddp")
     opts, job_args = parsed(argv)
-    assert not env and not job_args and not opts.set and opts.on == "auto" and opts.name is None
+    assert not env and not job_args and not opts.set and opts.on == "auto" and opts.name is None and not opts.bucket
 
 
 @pytest.mark.parametrize(
@@ -72,7 +71,7 @@ def test_train_ddp_passes_data_dir_bucket_and_detach_only_when_given():
         ("exec", ["NODE=worker-2", "CMD=nvidia-smi"], "exec", {"node": "worker-2", "command": "nvidia-smi"}),
         ("ray-status", [], "exec", {"node": "head", "command": "ray status"}),
         ("plot", ["RUN=a", "RUNS=b c"], "plot", {"run": ["a", "b", "c"], "runs_dir": None}),
-        ("tensorboard", ["RUN=a", "BUCKET=bk"], "tensorboard", {"run": ["a"], "runs_dir": "s3://bk/runs"}),
+        ("tensorboard", ["RUN=a", "BUCKET=bk"], "tensorboard", {"run": ["a"], "bucket": "bk"}),
         ("serve", ["RUN=r1", "ON=ecs", "SET=replicas=2"], "serve", {"run": "r1", "on": "ecs", "set": ["replicas=2"]}),
         ("launch", ["JOB=fsdp", "NAME=n", "DETACH=1", "ARGS=steps=3"], "launch", {"job": "fsdp", "name": "n"}),
         ("clean", ["AUTO_APPROVE=1", "DELETE_RESULTS=1"], "down", {"auto_approve": True, "delete_results": True}),

@@ -1,0 +1,136 @@
+"""`rayfleet`, in-process: each verb's flags become the argv of the module that does the work, refusals are
+one line and exit 2, and the exit codes are the documented ones. The modules themselves are tested beside
+them (and end to end through make in the integration tier); here they are replaced by a recorder."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rayfleet.cli import main as cli
+from rayfleet.core.aws import run_cli
+from rayfleet.core.run_dir import RunDir
+
+
+@pytest.fixture
+def called(monkeypatch):
+    """Replace a module's main with a recorder: the argv it would have got."""
+    seen = {}
+
+    def record(module, name="main", code=0):
+        def fake(argv=None):
+            seen["argv"] = argv
+            return code
+
+        monkeypatch.setattr(module, name, fake)
+        return seen
+
+    return record
+
+
+def test_every_verb_has_help(capsys):
+    verbs = cli.parser()._subparsers._group_actions[0].choices
+    assert {
+        "run",
+        "runs",
+        "logs",
+        "cancel",
+        "status",
+        "exec",
+        "deploy",
+        "down",
+        "stop",
+        "start",
+        "cluster",
+        "serve",
+        "images",
+        "token",
+        "rehearse",
+        "plot",
+        "tensorboard",
+    } <= set(verbs)
+    for verb in verbs:
+        with pytest.raises(SystemExit) as exc:
+            cli.main([verb, "--help"])
+        assert exc.value.code == 0 and f"rayfleet {verb}" in capsys.readouterr().out
+
+
+def test_run_forwards_where_name_sets_bucket_detach_and_the_jobs_args(called, monkeypatch):
+    from rayfleet.targets import run as target_run
+
+    monkeypatch.delenv("RAYFLEET_RESULTS_BUCKET", raising=False)
+    seen = called(target_run, code=3)
+    argv = ["run", "recipes/ddp.yaml", "--on", "local", "--name", "r1", "--set", "resources.workers=2"]
+    code = cli.main([*argv, "--bucket", "bk", "-d", "--", "epochs=1", "--lr", "0.1"])
+    assert code == 3  # the job's own exit code comes back unchanged
+    forwarded = seen["argv"]
+    assert forwarded[:3] == ["recipes/ddp.yaml", "--target", "local"] and "--detach" in forwarded
+    assert forwarded[forwarded.index("--run-name") + 1] == "r1"
+    sets = [forwarded[i + 1] for i, a in enumerate(forwarded) if a == "--set"]
+    assert sets == ["resources.workers=2", "storage=s3://bk/runs"]
+    assert forwarded[forwarded.index("--") + 1 :] == ["epochs=1", "--lr", "0.1"]
+    import os
+
+    assert os.environ["RAYFLEET_RESULTS_BUCKET"] == "bk"
+
+
+def test_exec_and_serve_use_node_and_on_and_keep_sets_to_the_config(called):
+    from rayfleet.ecs import shell
+    from rayfleet.ops import serve
+
+    seen = called(shell)
+    cli.main(["exec", "--node", "worker-2", "--command", "nvidia-smi"])
+    assert seen["argv"][:4] == ["--target", "worker-2", "--command", "nvidia-smi"]
+    seen = called(serve)
+    cli.main(["serve", "up", "--run", "r1", "--on", "ecs", "--set", "replicas=2", "--bucket", "b"])
+    assert seen["argv"][:4] == ["up", "r1", "--target", "ecs"]
+    assert [a for a in seen["argv"] if "=" in a] == ["replicas=2"]  # a bucket is no serving-config field
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["serve", "up"], "name the run to serve"),
+        (["cluster", "run"], "name the command"),
+    ],
+)
+def test_refusals_are_one_line_and_exit_2(argv, message, capsys):
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_bad_flags_exit_2_and_interrupts_130(capsys, called):
+    from rayfleet.ops import status
+
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["exec", "--no-such-flag"])
+    assert exc.value.code == 2
+    called(status)
+
+    def interrupted(argv=None):
+        raise KeyboardInterrupt
+
+    status.main = interrupted
+    assert run_cli(cli.main, ["status"]) == 130
+
+
+def test_rehearse_outside_a_checkout_is_refused(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["rehearse", "down"]) == 2
+    assert "checkout" in capsys.readouterr().err
+
+
+def test_cancel_asks_a_running_run_to_checkpoint_and_stop_and_refuses_an_ended_one(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("RAYFLEET_OUTPUTS", str(tmp_path / "none.json"))
+    running = RunDir(str(tmp_path / "runs"), "r1")
+    running.write("run.json", json.dumps({"state": "RUNNING"}))
+    assert cli.main(["cancel", "--run", "r1"]) == 0
+    assert json.loads(running.read("stop.json"))["reason"].startswith("cancelled")
+    ended = RunDir(str(tmp_path / "runs"), "r2")
+    ended.write("run.json", json.dumps({"state": "SUCCEEDED"}))
+    assert cli.main(["cancel", "--run", "r2"]) == 2 and "already ended" in capsys.readouterr().err
+    assert ended.read("stop.json") is None
+    assert run_cli(cli.main, ["cancel", "--run", "nope"]) == 2
