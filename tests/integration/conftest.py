@@ -15,18 +15,18 @@ import pytest
 
 from rayfleet.core import ray_auth
 from rayfleet.train import tiny_lm
-from tests.integration import aws_stack as stack
 from tests.integration.helpers import (
     DASHBOARD_PORT,
     FSDP_LEARN,
     RAY_PORT,
     REPO,
+    EcsMotoServer,
     MotoServer,
     run_ddp,
     run_fsdp,
     verbs_env,
 )
-from tests.integration.moto_ecs import EcsMotoServer
+from tools.moto_stack import stack
 
 
 @pytest.fixture(scope="session")
@@ -93,7 +93,7 @@ def moto() -> MotoServer:
 @pytest.fixture(scope="session")
 def aws_stack(tmp_path_factory):
     """A moto server holding what `make deploy` creates, as Terraform renders infra/ with its default
-    variables (aws_stack.py), and the env that points the verbs at it. "outputs": the outputs file's values
+    variables (tools/moto_stack/stack.py), and the env that points the verbs at it. "outputs": the outputs file's values
     (moto's ids) and its path; "picture": the rendered deployment picture (tools/rendered.py)."""
     picture = stack.default_picture()
     server = EcsMotoServer().start()
@@ -107,7 +107,7 @@ def aws_stack(tmp_path_factory):
 
 @pytest.fixture
 def ecs_moto() -> EcsMotoServer:
-    """A deployed stack needs moto with registered resources (moto_ecs.py): one of the test's own."""
+    """A deployed stack needs moto with registered resources (tools/moto_stack/ecs.py): one of the test's own."""
     server = EcsMotoServer().start()
     try:
         yield server

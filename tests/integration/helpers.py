@@ -78,6 +78,16 @@ class MotoServer:
         )
 
 
+class EcsMotoServer(MotoServer):
+    """A MotoServer running moto_server with the ECS behaviours a rendered deployment depends on
+    (tools/moto_stack/ecs.py): what tools.moto_stack.stack.create needs."""
+
+    places_like_ecs = True
+
+    def command(self) -> list[str]:
+        return [sys.executable, "-m", "tools.moto_stack.ecs", "-H", "127.0.0.1", "-p", str(self.port)]
+
+
 def run_ddp(env: dict, *overrides: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "rayfleet.train.ddp", *overrides],

@@ -1,4 +1,5 @@
-"""Autostop and start on demand against moto_server's ECS and S3 (the stack Terraform renders, aws_stack.py).
+"""Autostop and start on demand against moto_server's ECS and S3 (the stack Terraform renders:
+tools/moto_stack/stack.py).
 
 Autostop scales the real services (moto keeps their desired counts; it runs no task, so the head's snapshot
 that start waits for is written here, in the format rayfleet/node/head_snapshot.py writes). What moto

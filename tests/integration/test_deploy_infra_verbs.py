@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration import aws_stack as stack
-from tests.integration.helpers import run_verb, verbs_env
-from tests.integration.moto_ecs import EcsMotoServer
+from tests.integration.helpers import EcsMotoServer, run_verb, verbs_env
+from tools.moto_stack import stack
 
 pytestmark = pytest.mark.integration
 FAKES = Path(__file__).resolve().parents[1] / "fakes"

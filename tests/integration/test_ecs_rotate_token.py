@@ -15,8 +15,8 @@ import time
 
 import pytest
 
-from tests.integration import aws_stack as stack
 from tests.integration.helpers import verbs_env
+from tools.moto_stack import stack
 
 pytestmark = pytest.mark.integration
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
-from tests.integration import aws_stack as stack
 from tests.integration.helpers import REPO, verbs_env
+from tools.moto_stack import stack
 
 pytestmark = pytest.mark.integration
 

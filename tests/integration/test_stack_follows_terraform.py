@@ -1,5 +1,5 @@
 """The moto stack is what Terraform renders: the task definitions, services and outputs the verbs meet in moto
-are infra/'s, so a change to infra/ reaches the verb tests (aws_stack.py, tools/rendered.py)."""
+are infra/'s, so a change to infra/ reaches the verb tests (tools/moto_stack/stack.py, tools/rendered.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import shutil
 import pytest
 
 from rayfleet.ecs.outputs import Outputs
-from tests.integration import aws_stack as stack
 from tests.integration.helpers import run_verb, verbs_env
+from tools.moto_stack import stack
 from tools.terraform_standin.workspace import INFRA
 
 pytestmark = pytest.mark.integration

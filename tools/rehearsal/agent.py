@@ -180,6 +180,8 @@ class Agent:
         kwargs = {}
         if service.get("networkConfiguration") or info.get("network"):
             kwargs["networkConfiguration"] = service.get("networkConfiguration") or info["network"]
+        if info.get("placement"):  # moto's CreateService keeps no placement constraints: ECS's scheduler does
+            kwargs["placementConstraints"] = info["placement"]
         response = self.ecs.run_task(
             cluster=self.cluster,
             taskDefinition=service["taskDefinition"],

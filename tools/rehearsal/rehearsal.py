@@ -147,11 +147,8 @@ class Rehearsal:
             f"network {self.network['name']} {self.network['subnet']}"
         )
         self._check_reachable(endpoint)
-        deployed = deploy(self.moto, opts.picture)
-        outputs_file = opts.state_dir / "outputs.json"
-        outputs_file.write_text(
-            json.dumps({k: {"value": v, "sensitive": False} for k, v in deployed["outputs"].items()}, indent=2) + "\n"
-        )
+        deployed = deploy(self.moto, opts.picture, opts.state_dir)
+        outputs_file = Path(deployed["outputs_file"])
         self._write_state(outputs=str(outputs_file), region=self.moto.region)
         say(
             f"deployment picture: {opts.picture.get('source', 'from a file')}; cluster {deployed['cluster']}, "

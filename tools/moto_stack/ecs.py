@@ -1,6 +1,7 @@
 """moto_server, with the few ECS behaviours a deployment of Terraform's task definitions depends on.
 
-    python -m tests.integration.moto_ecs -H 127.0.0.1 -p PORT     (what EcsMotoServer runs)
+    python -m tools.moto_stack.ecs -H 127.0.0.1 -p PORT    (the tests' EcsMotoServer, a moto_server process)
+    ecs.patch()                                               (the rehearsal's moto, in its own process)
 
 moto 5.2.5's ECS places tasks by CPU and memory against container instances, but:
 
@@ -31,20 +32,11 @@ import re
 import sys
 import threading
 
-from tests.integration.helpers import MotoServer
-
 _context = threading.local()
 _EXPRESSION = re.compile(r"^\s*attribute:(?P<name>[\w.\-]+)\s*(?P<op>==|!=)\s*(?P<value>[\w.\-]+)\s*$")
 
 
-class EcsMotoServer(MotoServer):
-    """A MotoServer (stoppable, restartable on its port) running this module's patched moto_server."""
-
-    def command(self) -> list[str]:
-        return [sys.executable, "-m", "tests.integration.moto_ecs", "-H", "127.0.0.1", "-p", str(self.port)]
-
-
-# -- the patches (applied in the moto_server process only) -------------------------------------------------
+# -- the patches (applied once, in the process that serves moto) -------------------------------------------------
 def _gpu_ids(resources: list[dict]) -> list[str] | None:
     for r in resources:
         if r.get("name") == "GPU":
@@ -79,7 +71,7 @@ def _matches(instance, constraint: dict) -> bool:
     if kind == "memberOf":
         match = _EXPRESSION.match(constraint.get("expression") or "")
         if match is None:
-            raise ValueError(f"moto_ecs: unsupported memberOf expression {constraint.get('expression')!r}")
+            raise ValueError(f"moto stack: unsupported memberOf expression {constraint.get('expression')!r}")
         equal = instance.attributes.get(match["name"]) == match["value"]
         return equal if match["op"] == "==" else not equal
     return True
@@ -115,7 +107,15 @@ def _reason(backend, cluster_name: str, instance, requirements: dict, placement:
     return None
 
 
+_patched = False
+
+
 def patch() -> None:
+    """Apply the patches to moto's ECS in this process (once; a second call changes nothing)."""
+    global _patched
+    if _patched:
+        return
+    _patched = True
     from moto.core.responses import ActionResult
     from moto.ecs import models, responses
 

@@ -1,4 +1,5 @@
-"""What `make deploy` leaves behind, created in a moto server: the ops verbs' test bed, as Terraform renders it.
+"""What `make deploy` leaves behind, created in moto, as Terraform renders it: the one moto stack, the ops
+verbs' test bed in the integration tests and the rehearsal's AWS.
 
 The picture comes from Terraform itself: infra/ applied offline with the stand-in providers in render mode
 (tools/terraform_standin/render.py; the default variables unless told otherwise, cached per content)
@@ -23,7 +24,7 @@ secret ARN, Cloud Map namespace and service, task definition ARNs), inside the c
 
 What moto does not hold or cannot represent (the rendered picture keeps it; nothing here checks it):
   * moto_server alone registers every container instance as 4096 CPU / 7482 MiB and places no Ray head of
-    Terraform's sizes; the stack therefore needs EcsMotoServer (moto_ecs.py), which honours registered
+    Terraform's sizes; the stack therefore needs moto with tools/moto_stack/ecs.py's patches, which honour registered
     resources, GPUs and placement constraints;
   * CreateService keeps neither capacityProviderStrategy, placementConstraints, deploymentConfiguration
     nor enableExecuteCommand (describe_services does not show them), and starts no task: the tasks are
@@ -47,7 +48,6 @@ from pathlib import Path
 
 from rayfleet.core.catalog import INSTANCE_TYPES
 from rayfleet.ecs.rotate_token import seed_token
-from tests.integration.moto_ecs import EcsMotoServer
 from tools import rendered
 from tools.terraform_standin.render import rendered_state
 
@@ -332,7 +332,7 @@ def _task_definitions(moto, picture: dict, ids: dict) -> dict[str, dict]:
     return registered
 
 
-def _services(moto, picture: dict, ids: dict, cluster: str, registered: dict) -> None:
+def _services(moto, picture: dict, ids: dict, cluster: str, registered: dict, start: bool) -> None:
     ecs = moto.client("ecs")
     for service in picture["services"]:
         spec = _mapped({k: v for k, v in service.items() if k not in ("taskDefinition", "serviceRegistries")}, ids)
@@ -342,6 +342,8 @@ def _services(moto, picture: dict, ids: dict, cluster: str, registered: dict) ->
             {"registryArn": ids[r["registryArn"]]} for r in service.get("serviceRegistries", [])
         ]
         ecs.create_service(**spec)
+        if not start:
+            continue
         # moto's services start no tasks: start them as ECS's service scheduler would.
         run = {
             "cluster": cluster,
@@ -378,14 +380,18 @@ def _write_outputs(picture: dict, state_outputs: dict, ids: dict, directory: Pat
     return {**outputs, "outputs_file": str(path)}
 
 
-def create(moto, directory: Path, picture: dict | None = None, *, trainer_slots: int = TRAINER_SLOTS) -> dict:
-    """Create the rendered deployment in `moto` (an EcsMotoServer); write the outputs file the verbs read
-    into `directory` and return its values, plus "outputs_file", "ids" (rendered id -> moto's), "token"
-    and "picture"."""
-    if not isinstance(moto, EcsMotoServer):
+def create(
+    moto, directory: Path, picture: dict | None = None, *, trainer_slots: int = TRAINER_SLOTS, start_services=True
+) -> dict:
+    """Create the rendered deployment in `moto` (moto with the ECS patches); write the outputs file the verbs
+    read into `directory` and return its values, plus "outputs_file", "ids" (rendered id -> moto's), "token",
+    "picture", "cluster" and "task_definitions" (key -> the registered ARN). start_services=False leaves the
+    services' tasks to a scheduler of the caller's (the rehearsal's agent)."""
+    if not getattr(moto, "places_like_ecs", False):
         raise TypeError(
-            "aws_stack.create needs an EcsMotoServer (tests/integration/moto_ecs.py): plain moto_server registers "
-            "every container instance as 4 vCPU / 7482 MiB and places no Ray head of Terraform's sizes"
+            "stack.create needs moto with tools/moto_stack/ecs.py's patches (the tests' EcsMotoServer, the "
+            "rehearsal's Moto): plain moto registers every container instance as 4 vCPU / 7482 MiB and places no "
+            "Ray head of Terraform's sizes"
         )
     picture = picture or default_picture()
     if picture["region"] != REGION:
@@ -401,6 +407,14 @@ def create(moto, directory: Path, picture: dict | None = None, *, trainer_slots:
     cluster = _cluster(moto, picture, ids)
     _container_instances(moto, picture, ids, cluster, trainer_slots)
     registered = _task_definitions(moto, picture, ids)
-    _services(moto, picture, ids, cluster, registered)
+    _services(moto, picture, ids, cluster, registered, start_services)
     outputs = _write_outputs(picture, picture.get("outputTypes", {}), ids, directory)
-    return {**outputs, "ids": ids, "token": token, "picture": picture}
+    definitions = {key: d["taskDefinitionArn"] for key, d in registered.items()}
+    return {
+        **outputs,
+        "ids": ids,
+        "token": token,
+        "picture": picture,
+        "cluster": cluster,
+        "task_definitions": definitions,
+    }
