@@ -7,7 +7,7 @@ The state comes from a real deployment (`terraform show -json` after `make deplo
 Terraform applying infra/ with the stand-in providers in render mode (tools/terraform_standin/
 render.py). Everything in the picture is read from the state, nothing is re-derived from the .tf files:
 the container definitions are the JSON Terraform rendered, the ids and ARNs the ones it recorded.
-Consumers: the integration tests' moto stack (tests/integration/aws_stack.py) and the podman rehearsal
+Consumers: the integration tests' moto stack (tools/moto_stack/stack.py) and the podman rehearsal
 (tools/rehearsal), which map the ids AWS assigned onto the ones their own AWS assigns.
 
 The picture (JSON; keys of API inputs as the ECS / EC2 / Cloud Map / Logs / Secrets Manager APIs spell
