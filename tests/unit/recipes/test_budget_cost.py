@@ -175,7 +175,7 @@ class LostTrainer:
     def follow(self, recipe, monkeypatch) -> int:
         from datetime import timedelta
 
-        from rayfleet.targets import run
+        from rayfleet.targets import ecs as run
 
         held = {"where": "ecs", "instances": [], "usd_per_hour": 4.0}
         submitted = self.launched + timedelta(minutes=5)  # the job's submission: an hour before the loss

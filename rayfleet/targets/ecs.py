@@ -1,0 +1,182 @@
+"""The ECS target: the recipe's run in a trainer task of the deployment (RunTask, the recipe in its overrides),
+followed from CloudWatch Logs and relaunched when the task is lost before the run ends."""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from rayfleet.core.aws import Aws
+from rayfleet.core.catalog import INSTANCE_TYPES
+from rayfleet.core.config import ConfigError
+from rayfleet.core.errors import EXIT_FAILED
+from rayfleet.core.run_dir import RunDir, runs_root
+from rayfleet.ecs import start
+from rayfleet.ecs.launch import launch, trainer_with_image
+from rayfleet.ecs.logs import follow_task
+from rayfleet.ecs.outputs import Outputs
+from rayfleet.recipes import cost
+from rayfleet.recipes import secrets as recipe_secrets
+from rayfleet.recipes.job import STOPPED_BY_A_SIGNAL, SUBMITTER_STOPPED
+from rayfleet.recipes.schema import Capacity, LoadedRecipe, check_fits
+from rayfleet.targets.base import package_into
+
+
+def ecs_capacity(out: Outputs) -> Capacity | None:
+    """What one worker offers: with several Spot types, the smallest of them (the tasks are sized to it)."""
+    types = list(out.worker_instance_types) or [out.worker_instance_type]
+    shapes = [INSTANCE_TYPES.get(t) for t in types]
+    if not types or None in shapes:
+        return None
+    where = f"the ECS workers ({', '.join(types)})"
+    vcpus, memory_mib = min(s["vcpus"] for s in shapes), min(s["memory_mib"] for s in shapes)
+    return Capacity(where, float(vcpus), int(shapes[0]["gpus"]), memory_mib / 1024, None)
+
+
+def worker_spot_price(aws: Aws, out: Outputs) -> float | None:
+    """The workers' Spot price per instance-hour when the deployment runs them on Spot, else None."""
+    if out.worker_lifecycle != "spot":
+        return None
+    now = datetime.now(UTC)
+    return cost.spot_usd_per_hour(aws.client("ec2"), out.worker_instance_type, now - timedelta(hours=1), now)
+
+
+def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs: str | None, detach: bool) -> int:
+    recipe = loaded.recipe
+    out = Outputs.load(outputs)
+    capacity = ecs_capacity(out)
+    if capacity is None:
+        print(
+            f"[rayfleet] warning: worker instance type {out.worker_instance_type or '?'} is not in the catalog; "
+            "resources not checked",
+            file=sys.stderr,
+        )
+    else:
+        check_fits(recipe, capacity)
+    recipe_secrets.check_target(recipe.secret_refs(), "ecs")
+    storage = recipe.storage or runs_root(out.results_bucket)
+    if not storage.startswith("s3://"):
+        raise ConfigError(f"storage: {storage} is a local path; on ECS runs keep results in s3://bucket/prefix")
+    aws = Aws(out.region)
+    aws.check_cluster(out.cluster_name)
+    if down := start.stopped(aws.client("ecs"), out):
+        print(f"[rayfleet] {', '.join(down)} at zero (make stop, or an autostop): starting them first", flush=True)
+        start.start(aws, out)
+    run_dir = RunDir(storage, run_name, region=out.region)
+    with tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp:
+        held = cost.held_ecs(recipe, out.worker_instance_type, capacity, worker_spot_price(aws, out))
+        code = package_into(loaded, run_dir, Path(tmp), "ecs", extra_args, held)
+    task_definition = trainer_with_image(aws, out, recipe.image) if recipe.image else None
+    environment = {
+        "RAYFLEET_RECIPE": recipe.model_dump_json(exclude_none=True),  # references only, never secret values
+        "RAYFLEET_CODE_URI": code["url"],
+        "RAYFLEET_CODE_SHA256": code["sha256"],  # the trainer runs the zip only if it still has this hash
+        "RAYFLEET_STORAGE": storage,
+        "RAYFLEET_EXTRA_ARGS": json.dumps(extra_args),
+    }
+
+    def start_trainer() -> dict:
+        record = launch(
+            aws,
+            out,
+            recipe.name,
+            extra_args,
+            run_name,
+            command=["recipe"],
+            environment=environment,
+            task_definition=task_definition,
+        )
+        fields = {
+            "task_arn": record["task_arn"],
+            "task_definition": task_definition or out.trainer_task_definition,
+            "log_stream": record["log_stream"],
+        }
+        if run_dir.record().get("state") in ("PENDING", "LOST"):  # the trainer may have written RUNNING: keep it
+            fields["state"] = "SUBMITTED"
+        run_dir.update(**fields)
+        print(f"run {run_name}: task {record['task_arn']}")
+        print(f"  results   {run_dir.url}/")
+        print(f"  log       {record['log_group']} {record['log_stream']}  (make logs RUN={run_name})")
+        return record
+
+    record = start_trainer()
+    if detach:
+        return 0
+    return follow_relaunching(aws, out, run_dir, recipe, record, start_trainer)
+
+
+UNFINISHED = ("PENDING", "SUBMITTED", "RUNNING")
+
+
+def ended_with_the_run(record: dict) -> bool:
+    """The trainer task ended because its run did, not because the task, its node or the head was lost (the
+    driver failed, not by a signal, before its job ended: rayfleet/recipes/job.py)."""
+    state, message = record.get("state"), record.get("message") or ""
+    lost_head = message.startswith(SUBMITTER_STOPPED) and not any(s in message for s in STOPPED_BY_A_SIGNAL)
+    return state not in UNFINISHED and not (state == "FAILED" and lost_head)
+
+
+def follow_relaunching(aws: Aws, out: Outputs, run_dir: RunDir, recipe, record: dict, start_trainer) -> int:
+    """Follow the trainer task; when it stops before the run has ended (its instance lost, the task stopped
+    or killed: the record is still unfinished; or the head went away under its driver), relaunch it with the
+    same overrides, as long as the recipe's `retries` leave one. The new trainer waits for the head and the
+    run resumes from its checkpoint; run.json's `attempts` says what happened."""
+    while True:
+        code = follow_task(aws, out, record["task_arn"], record["log_stream"])
+        current = run_dir.record()
+        if ended_with_the_run(current):  # the trainer finished the record: its exit code is the run's
+            return int(current.get("exit_code", code))
+        task = aws.client("ecs").describe_tasks(cluster=out.cluster_name, tasks=[record["task_arn"]])["tasks"][0]
+        why = current.get("message") if current.get("state") == "FAILED" else None
+        why = why or task.get("stoppedReason") or f"the trainer exited {code}"
+        # The lost attempt's time counts toward the run's budget and cost like any other's (rayfleet/recipes/cost.py).
+        ended = task.get("stoppedAt") or datetime.now(UTC)
+        started = cost.attempt_started(current)
+        duration_s = round(max(0.0, (ended - started).total_seconds()), 1) if started else 0.0
+        attempts = [*(current.get("attempts") or [])]
+        attempts.append(
+            {
+                "attempt": len(attempts) + 1,
+                "task_arn": record["task_arn"],
+                "state": "LOST",
+                "exit_code": code,
+                "ended_at": ended.isoformat(timespec="seconds"),
+                "duration_s": duration_s,
+                "why": why,
+            }
+        )
+        run_dir.update(
+            attempts=attempts,
+            state="LOST",
+            message=f"the trainer task stopped before the run ended: {why}",
+            ended_at=ended.isoformat(timespec="seconds"),
+            duration_s=duration_s,
+            cost_usd=cost.cost_usd(current.get("held"), cost.spent_s({"attempts": attempts})),
+        )
+        if len(attempts) > recipe.retries.count:
+            print(
+                f"error: run {run_dir.run_name}: the trainer task stopped before the run ended: {why}", file=sys.stderr
+            )
+            return code or EXIT_FAILED
+        print(
+            f"[rayfleet] the trainer task stopped before the run ended ({why}); relaunching it with the same "
+            f"overrides (attempt {len(attempts) + 1} of {recipe.retries.count + 1})",
+            flush=True,
+        )
+        record = start_trainer()
+
+
+class EcsTarget:
+    name = "ecs"
+
+    def __init__(self, outputs: str | None = None):
+        self.outputs = outputs
+
+    def capacity(self, loaded: LoadedRecipe) -> Capacity | None:
+        return ecs_capacity(Outputs.load(self.outputs))
+
+    def submit(self, loaded: LoadedRecipe, extra_args: list[str], run_name: str, detach: bool) -> int:
+        return run_ecs(loaded, extra_args, run_name, self.outputs, detach)

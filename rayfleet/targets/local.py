@@ -1,0 +1,91 @@
+"""The local target: the recipe's run on the local Ray cluster (the running one, or one started for it),
+submitted through Ray's Jobs API and followed here."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from rayfleet.core.run_dir import RunDir, runs_root
+from rayfleet.local import cluster as local_cluster
+from rayfleet.recipes import cost
+from rayfleet.recipes import secrets as recipe_secrets
+from rayfleet.recipes.job import run_job
+from rayfleet.recipes.schema import Capacity, LoadedRecipe, check_fits
+from rayfleet.targets.base import package_into
+
+
+def machine_gpus() -> int:
+    return sum(1 for p in Path("/dev").glob("nvidia[0-9]*"))
+
+
+def local_capacity(loaded: LoadedRecipe, state: local_cluster.ClusterState | None) -> Capacity:
+    if state is not None:
+        spec = state.spec
+        return Capacity(
+            "the running local cluster (make cluster-up)",
+            float(spec["cpus_per_worker"]),
+            int(spec.get("gpus_per_worker", 0)),
+            None,
+            int(spec["workers"]),
+        )
+    res = loaded.recipe.resources  # a cluster started for this run is sized to the recipe
+    memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
+    return Capacity("this machine", res.cpus_per_worker, machine_gpus(), memory_gib, None)
+
+
+def run_local(loaded: LoadedRecipe, extra_args: list[str], run_name: str, launch_dir: Path) -> int:
+    recipe = loaded.recipe
+    state = local_cluster.running()
+    check_fits(recipe, local_capacity(loaded, state))
+    storage = recipe.storage or runs_root(launch_dir=launch_dir)
+    if not storage.startswith("s3://"):
+        storage = str((launch_dir / storage).resolve())
+    if recipe.image:
+        print(f"[rayfleet] image {recipe.image} applies on ECS only; local runs use this environment", flush=True)
+    run_dir = RunDir(storage, run_name)
+    with (
+        recipe_secrets.handoff(recipe.secret_refs()) as secret_refs,
+        tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp,
+    ):
+        code = package_into(loaded, run_dir, Path(tmp), "local", extra_args, cost.held_local())
+        started = False
+        if state is None:
+            print(
+                f"[rayfleet] no local Ray cluster running: starting one for this run ({recipe.resources.workers} "
+                "workers; stopped when it ends)",
+                flush=True,
+            )
+            res = recipe.resources
+            spec = local_cluster.ClusterSpec.from_env(
+                workers=res.workers, cpus_per_worker=res.cpus_per_worker, gpus_per_worker=res.gpus_per_worker
+            )
+            state = local_cluster.up(spec)
+            started = True
+        try:
+            return run_job(
+                recipe,
+                run_dir,
+                address=state.dashboard_url,
+                working_dir=str(code["path"]),
+                extra_args=extra_args,
+                launch_dir=str(launch_dir),
+                secret_refs=secret_refs,
+            )
+        finally:
+            if started:
+                local_cluster.down(quiet=True)
+
+
+class LocalTarget:
+    name = "local"
+
+    def __init__(self, launch_dir: Path | None = None):
+        self.launch_dir = launch_dir or Path.cwd()
+
+    def capacity(self, loaded: LoadedRecipe) -> Capacity:
+        return local_capacity(loaded, local_cluster.running())
+
+    def submit(self, loaded: LoadedRecipe, extra_args: list[str], run_name: str, detach: bool) -> int:
+        return run_local(loaded, extra_args, run_name, self.launch_dir)
