@@ -27,7 +27,6 @@ gcs_rpc_server_reconnect_timeout_s, 60 s by default) or the name answers at a ne
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import socket
@@ -36,157 +35,10 @@ import sys
 import time
 from pathlib import Path
 
-from rayfleet.core import ray_start
 from rayfleet.node import drain
-
-DEFAULT_PORTS = {"gcs": {"from": 6379, "to": 6379}, "dashboard": {"from": 8265, "to": 8265}}
-MIB = 1024 * 1024
-
-
-def say(message: str) -> None:
-    print(f"rayfleet-node: {message}", flush=True)
-
-
-def ports(env: dict) -> dict[str, dict]:
-    return json.loads(env["RAYFLEET_RAY_PORTS"]) if env.get("RAYFLEET_RAY_PORTS") else DEFAULT_PORTS
-
-
-# The ports each kind of node pins (infra/catalog/ray_ports.json names): the GCS, dashboard and Ray client are
-# the head's; every node pins its own raylet, object manager and agents, and its workers' range.
-NODE_PORTS = (
-    "node_manager",
-    "object_manager",
-    "metrics_export",
-    "dashboard_agent_http",
-    "dashboard_agent_grpc",
-    "runtime_env_agent",
-)
-HEAD_PORTS = ("gcs", "dashboard", "client", *NODE_PORTS)
-
-
-def pinned(spec: dict[str, dict], names: tuple[str, ...]) -> dict:
-    """ray_start.command's ports and worker range, for every fixed port the security group opens."""
-    ports = {name: spec[name]["from"] for name in names if name in spec}
-    workers = (spec["workers"]["from"], spec["workers"]["to"]) if "workers" in spec else None
-    return {"ports": ports, "worker_ports": workers}
-
-
-def cgroup_cpus(root: Path = Path("/sys/fs/cgroup")) -> float | None:
-    """CPUs the container may use: cgroup v2 cpu.max, or v1's quota/period; None when unlimited."""
-    v2 = root / "cpu.max"
-    if v2.exists():
-        quota, period = v2.read_text().split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
-    quota_file, period_file = root / "cpu" / "cpu.cfs_quota_us", root / "cpu" / "cpu.cfs_period_us"
-    if quota_file.exists() and int(quota_file.read_text()) > 0:
-        return int(quota_file.read_text()) / int(period_file.read_text())
-    return None
-
-
-def cgroup_memory(root: Path = Path("/sys/fs/cgroup")) -> int | None:
-    """Bytes the container may use: cgroup v2 memory.max or v1's limit; None when unlimited."""
-    for path in (root / "memory.max", root / "memory" / "memory.limit_in_bytes"):
-        if path.exists():
-            text = path.read_text().strip()
-            if text == "max" or int(text) >= 2**60:  # v1 reports "unlimited" as a huge number
-                return None
-            return int(text)
-    return None
-
-
-def shm_bytes(path: str = "/dev/shm") -> int:
-    stats = os.statvfs(path)
-    return stats.f_blocks * stats.f_frsize
-
-
-def resources(env: dict, cgroup: Path = Path("/sys/fs/cgroup"), shm: str = "/dev/shm") -> dict[str, int]:
-    """CPUs, GPUs, memory and object store for `ray start`: what was asked for, capped by what the task has."""
-    cpus = int(env.get("RAYFLEET_NUM_CPUS") or os.cpu_count() or 1)
-    limit = cgroup_cpus(cgroup)
-    if limit is not None:
-        cpus = min(cpus, max(1, int(limit)))
-    visible = env.get("NVIDIA_VISIBLE_DEVICES", "")
-    listed = visible not in ("", "void", "none", "all")
-    visible_gpus = len([d for d in visible.split(",") if d.strip()]) if listed else 0
-    gpus = int(env.get("RAYFLEET_NUM_GPUS") or visible_gpus)
-    shm_size = shm_bytes(shm)
-    store = int(env.get("RAYFLEET_OBJECT_STORE_MIB") or 0) * MIB or int(shm_size * 0.8)
-    store = min(store, shm_size - 64 * MIB)  # the store lives in /dev/shm: never ask for more than it holds
-    memory = cgroup_memory(cgroup)
-    if memory is not None:  # shm pages count against the limit: leave the processes at least half of it
-        store = min(store, memory // 2)
-    result = {"num_cpus": cpus, "num_gpus": gpus, "object_store_memory": max(store, 78 * MIB)}
-    if memory is not None:
-        # Ray's memory resource: what remains of the task's limit after the store (shm counts against it).
-        result["memory"] = max(memory - result["object_store_memory"] - 512 * MIB, 256 * MIB)
-    return result
-
-
-class Stopped(Exception):
-    """The task is being stopped (SIGTERM) while the node waits for its head."""
-
-
-def resolve(host: str, port: int) -> str:
-    """The head's IPv4 address as DNS gives it now (Cloud Map: a replaced head has a new one)."""
-    return socket.getaddrinfo(host, port, socket.AF_INET, socket.SOCK_STREAM)[0][4][0]
-
-
-def gcs_problem(address: str, port: int, timeout: float = 30) -> str | None:
-    """None when the GCS at address:port answers Ray's own health check with this task's token; else why not.
-
-    An open port is not enough: a GCS still starting, something else on the port, or a head that refuses
-    this token (InvalidAuthToken) all accept the connection."""
-    try:
-        socket.create_connection((address, port), timeout=3).close()
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc}"
-    command = ["ray", "health-check", "--address", f"{address}:{port}"]
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return f"the GCS did not answer `ray health-check` within {timeout:.0f}s"
-    if result.returncode == 0:
-        return None
-    lines = [line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip()]
-    return f"ray health-check: {(lines or [f'exit {result.returncode}'])[-1][:300]}"
-
-
-def wait_for_head(host: str, port: int, timeout: float, interval: float = 2.0, stopping=lambda: False) -> str:
-    """Resolve the head's name and wait until its GCS answers Ray's health check; return its IP."""
-    deadline = time.monotonic() + timeout
-    started, last_log, reason = time.monotonic(), 0.0, ""
-    while True:
-        if stopping():
-            raise Stopped
-        try:
-            address = resolve(host, port)
-            reason = gcs_problem(address, port, timeout=max(5.0, min(30.0, deadline - time.monotonic())))
-            if reason is None:
-                say(f"head {host}:{port} ({address}) answers after {time.monotonic() - started:.0f}s")
-                return address
-        except OSError as exc:
-            reason = f"{type(exc).__name__}: {exc}"
-        now = time.monotonic()
-        if now >= deadline:
-            raise SystemExit(
-                f"rayfleet-node: error: the head {host}:{port} did not answer within {timeout:.0f}s ({reason}); "
-                "is the head service running? (make status)"
-            )
-        if now - last_log >= 10:
-            say(f"waiting for the head {host}:{port} ({now - started:.0f}s of {timeout:.0f}s): {reason}")
-            last_log = now
-        time.sleep(interval)
-
-
-def head_moved(host: str, port: int, joined: str) -> str | None:
-    """The head's new address when its name now points at another GCS that answers; else None."""
-    try:
-        address = resolve(host, port)
-    except OSError:
-        return None  # between heads: the old raylet keeps trying until Ray gives up on it
-    if address == joined or gcs_problem(address, port) is not None:
-        return None
-    return address
+from rayfleet.node.head_wait import Stopped, head_moved, wait_for_head
+from rayfleet.node.node_spec import head_command, join_command, ports, trainer_resource
+from rayfleet.node.say import say
 
 
 class Node:
@@ -354,33 +206,6 @@ def run_worker(env: dict, host: str, port: int, wait_s: float, watch_s: float = 
             time.sleep(0.2)
     say(f"stopped after {joins} join(s)")
     return 0
-
-
-def head_command(env: dict) -> list[str]:
-    spec = ports(env)
-    res = resources(env)
-    res.update(num_cpus=int(env.get("RAYFLEET_NUM_CPUS") or 0), num_gpus=0)  # the head schedules, never trains
-    # the dashboard listens on the task's address: only the cluster's own security group reaches it
-    return ray_start.command(head=True, block=True, dashboard_host="0.0.0.0", resources=res, **pinned(spec, HEAD_PORTS))
-
-
-def join_command(env: dict, head: str, block: bool, driver_only: bool = False) -> list[str]:
-    """`ray start` joining the head at `head` (its Cloud Map name for a worker, so each start resolves it)."""
-    spec = ports(env)
-    res = resources(env)
-    custom = None
-    if driver_only:  # the trainer joins so its driver has a local raylet; it offers nothing to schedule on
-        res.update(num_cpus=0, num_gpus=0)
-        custom = {trainer_resource(env): 1}  # except a recipe's entrypoint
-    address = f"{head}:{spec['gcs']['from']}"
-    return ray_start.command(
-        address=address, block=block, resources=res, custom_resources=custom, **pinned(spec, NODE_PORTS)
-    )
-
-
-def trainer_resource(env: dict) -> str:
-    """A Ray resource only this trainer task's node has: a recipe's Jobs API entrypoint asks for it."""
-    return f"rayfleet_trainer_{env.get('HOSTNAME') or socket.gethostname()}"
 
 
 def job_command(job: str, args: list[str]) -> list[str]:

@@ -7,7 +7,7 @@ import pytest
 
 from rayfleet.core import ray_start
 from rayfleet.local import cluster
-from rayfleet.node import ray_node
+from rayfleet.node import node_spec
 
 
 def test_a_head_and_a_joining_node():
@@ -31,7 +31,7 @@ def test_both_callers_go_through_it_and_keep_their_differences():
     assert "--include-log-monitor=false" in local_worker and f"--address=127.0.0.1:{spec.port}" in local_worker
     ports = [int(f.split("=")[1]) for f in local_head + local_worker if f.endswith(tuple("0123456789")) and "port" in f]
     assert len(ports) == len(set(ports))  # no two nodes on one host share a port
-    ecs_head = ray_node.head_command({"RAYFLEET_OBJECT_STORE_MIB": "100"})
+    ecs_head = node_spec.head_command({"RAYFLEET_OBJECT_STORE_MIB": "100"})
     assert "--dashboard-host=0.0.0.0" in ecs_head and "--num-cpus=0" in ecs_head
     for command in (local_head, local_worker, ecs_head):
         assert command[1] == "start" and command[-1] == "--disable-usage-stats" and "--block" in command

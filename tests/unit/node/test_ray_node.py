@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from rayfleet.node import ray_node
+from rayfleet.node import head_wait, node_spec, ray_node
 
 PORTS = json.loads((Path(__file__).resolve().parents[3] / "infra" / "catalog" / "ray_ports.json").read_text())
 MIB = 1024 * 1024
@@ -23,7 +23,7 @@ MIB = 1024 * 1024
 
 def test_every_port_the_security_group_opens_is_pinned_on_ray_start():
     env = {"RAYFLEET_RAY_PORTS": json.dumps(PORTS), "RAYFLEET_OBJECT_STORE_MIB": "100"}
-    command = ray_node.head_command(env)
+    command = node_spec.head_command(env)
     joined = " ".join(command)
     for name, span in PORTS.items():
         if name == "collectives":
@@ -37,16 +37,16 @@ def test_resources_are_capped_by_cgroup_limits_and_shm(tmp_path):
     (tmp_path / "cpu.max").write_text("200000 100000\n")  # 2 CPUs
     (tmp_path / "memory.max").write_text(str(8 * 1024 * MIB))
     env = {"RAYFLEET_NUM_CPUS": "48", "RAYFLEET_NUM_GPUS": "4", "RAYFLEET_OBJECT_STORE_MIB": str(10**7)}
-    res = ray_node.resources(env, cgroup=tmp_path)
+    res = node_spec.resources(env, cgroup=tmp_path)
     assert res["num_cpus"] == 2 and res["num_gpus"] == 4
-    assert res["object_store_memory"] <= ray_node.shm_bytes() - 64 * MIB  # never more than /dev/shm holds
+    assert res["object_store_memory"] <= node_spec.shm_bytes() - 64 * MIB  # never more than /dev/shm holds
     assert res["memory"] <= 8 * 1024 * MIB - res["object_store_memory"]
 
 
 def test_unlimited_cgroups_leave_the_request_alone(tmp_path):
     (tmp_path / "cpu.max").write_text("max 100000\n")
     (tmp_path / "memory.max").write_text("max\n")
-    res = ray_node.resources({"RAYFLEET_NUM_CPUS": "3", "NVIDIA_VISIBLE_DEVICES": "0,1"}, cgroup=tmp_path)
+    res = node_spec.resources({"RAYFLEET_NUM_CPUS": "3", "NVIDIA_VISIBLE_DEVICES": "0,1"}, cgroup=tmp_path)
     assert res["num_cpus"] == 3 and res["num_gpus"] == 2 and "memory" not in res
 
 
@@ -66,7 +66,7 @@ def test_the_wait_ends_when_the_head_starts_listening(capsys, fake_ray, monkeypa
 
     threading.Thread(target=late_head, daemon=True).start()
     try:
-        assert ray_node.wait_for_head("localhost", port, timeout=20, interval=0.2) == "127.0.0.1"
+        assert head_wait.wait_for_head("localhost", port, timeout=20, interval=0.2) == "127.0.0.1"
     finally:
         server.close()
     out = capsys.readouterr().out
@@ -76,7 +76,7 @@ def test_the_wait_ends_when_the_head_starts_listening(capsys, fake_ray, monkeypa
 def test_the_wait_is_bounded_with_a_clear_error():
     started = time.monotonic()
     with pytest.raises(SystemExit) as exc:
-        ray_node.wait_for_head("head.rayfleet-test.invalid", 6379, timeout=1, interval=0.2)
+        head_wait.wait_for_head("head.rayfleet-test.invalid", 6379, timeout=1, interval=0.2)
     assert time.monotonic() - started < 10
     assert "did not answer within 1s" in str(exc.value) and "make status" in str(exc.value)
 
@@ -85,16 +85,16 @@ def test_jobs_by_name_or_module_and_a_driver_that_offers_nothing():
     assert ray_node.job_command("ddp", ["epochs=1"])[1:] == ["-m", "rayfleet.train.ddp", "epochs=1"]
     assert ray_node.job_command("fsdp", [])[1:] == ["-m", "rayfleet.train.fsdp"]
     assert ray_node.job_command("my_pkg.train", ["x=1"])[1:] == ["-m", "my_pkg.train", "x=1"]
-    command = ray_node.join_command({"RAYFLEET_NUM_GPUS": "8"}, "10.0.0.5", block=False, driver_only=True)
+    command = node_spec.join_command({"RAYFLEET_NUM_GPUS": "8"}, "10.0.0.5", block=False, driver_only=True)
     assert "--address=10.0.0.5:6379" in command and "--num-gpus=0" in command and "--num-cpus=0" in command
 
 
 def test_a_recipe_driver_pins_the_jobs_entrypoint_to_its_own_node(monkeypatch):
     assert ray_node.job_command("recipe", [])[1:] == ["-m", "rayfleet.node.driver"]
     env = {"HOSTNAME": "ip-10-0-1-7"}
-    command = ray_node.join_command(env, "10.0.0.5", block=False, driver_only=True)
+    command = node_spec.join_command(env, "10.0.0.5", block=False, driver_only=True)
     assert '--resources={"rayfleet_trainer_ip-10-0-1-7": 1}' in command  # only this trainer offers it
-    assert not [c for c in ray_node.join_command(env, "10.0.0.5", block=True) if c.startswith("--resources")]
+    assert not [c for c in node_spec.join_command(env, "10.0.0.5", block=True) if c.startswith("--resources")]
     seen = {}
 
     def fake_run(cmd, env=None, check=False):
@@ -255,7 +255,7 @@ def test_the_wait_needs_the_gcs_to_answer_not_just_an_open_port(fake_ray, listen
     monkeypatch.setenv("FAKE_RAY_LOG", str(fake_ray["log"]))
     monkeypatch.setenv("FAKE_RAY_HEALTH", "1")
     with pytest.raises(SystemExit) as exc:
-        ray_node.wait_for_head("localhost", listening_port, timeout=2, interval=0.2)
+        head_wait.wait_for_head("localhost", listening_port, timeout=2, interval=0.2)
     assert "Timed out while waiting for GCS" in str(exc.value)
     assert ["health-check", "--address", f"127.0.0.1:{listening_port}"] in ray_calls(fake_ray)
 
@@ -288,10 +288,10 @@ def test_a_worker_follows_the_heads_name_to_a_new_address(monkeypatch):
     """A replaced head answers at a new address while the old raylet still waits for the old one: the
     worker leaves at once and joins the new head, instead of waiting out Ray's reconnect timeout."""
     answers = iter(["10.0.0.5", "10.0.0.5", "10.0.0.9"])
-    monkeypatch.setattr(ray_node, "resolve", lambda host, port: next(answers, "10.0.0.9"))
-    monkeypatch.setattr(ray_node, "gcs_problem", lambda address, port, timeout=30: None)
-    assert ray_node.head_moved("head.rf.local", 6379, "10.0.0.5") is None
-    assert ray_node.head_moved("head.rf.local", 6379, "10.0.0.5") is None
-    assert ray_node.head_moved("head.rf.local", 6379, "10.0.0.5") == "10.0.0.9"
-    monkeypatch.setattr(ray_node, "gcs_problem", lambda address, port, timeout=30: "not yet")
-    assert ray_node.head_moved("head.rf.local", 6379, "10.0.0.5") is None  # the new head must answer first
+    monkeypatch.setattr(head_wait, "resolve", lambda host, port: next(answers, "10.0.0.9"))
+    monkeypatch.setattr(head_wait, "gcs_problem", lambda address, port, timeout=30: None)
+    assert head_wait.head_moved("head.rf.local", 6379, "10.0.0.5") is None
+    assert head_wait.head_moved("head.rf.local", 6379, "10.0.0.5") is None
+    assert head_wait.head_moved("head.rf.local", 6379, "10.0.0.5") == "10.0.0.9"
+    monkeypatch.setattr(head_wait, "gcs_problem", lambda address, port, timeout=30: "not yet")
+    assert head_wait.head_moved("head.rf.local", 6379, "10.0.0.5") is None  # the new head must answer first
