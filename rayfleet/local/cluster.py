@@ -28,10 +28,8 @@ import argparse
 import contextlib
 import json
 import os
-import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -39,20 +37,24 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rayfleet.core import ray_auth, ray_start
+from rayfleet.core import ray_auth
+from rayfleet.local.host import (
+    GIB,
+    REPO,
+    ClusterError,
+    available_memory,
+    client_env,
+    memory_shares,
+    node_env,
+    private_dir,
+    shell_exports,
+    temp_root,
+    venv_first,
+)
+from rayfleet.local.nodes import head_command, port_free, start_node, wait_for_nodes, worker_command
 
-REPO = Path(__file__).resolve().parents[2]
-START_TIMEOUT_S = 90
 STOP_GRACE_S = 10
-READY_MARK = "will now block forever"
-GIB = 1024**3
 DEFAULT_OBJECT_STORE_BYTES = 256 * 1024**2
-HEAD_MEMORY_BYTES = 1 * GIB  # the head schedules and runs job drivers; it trains nothing
-MIN_WORKER_MEMORY_BYTES = 512 * 1024**2
-
-
-class ClusterError(RuntimeError):
-    """Something the user can fix; the message says what and how."""
 
 
 @dataclass
@@ -113,211 +115,9 @@ def load_state() -> ClusterState | None:
     return ClusterState(**json.loads(path.read_text()))
 
 
-def venv_bin() -> Path:
-    """The bin directory of this interpreter's environment (not resolved: .venv/bin/python is a symlink)."""
-    return Path(sys.executable).parent
-
-
-def venv_first(path: str) -> str:
-    """PATH with this environment's bin first: a job's `python` and `ray` must be the ones that have Ray and
-    this project's packages, also when make runs .venv/bin/python without activating the environment."""
-    first = str(venv_bin())
-    if path.split(os.pathsep)[0] == first:
-        return path
-    return os.pathsep.join(p for p in (first, path) if p)
-
-
-def node_env(cluster_id: str, address: str) -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(ray_auth.auth_env())
-    env.pop("RAY_AUTH_TOKEN", None)  # the file only: a token in the environment leaks into /proc
-    # What Ray starts on the nodes (actors, Ray Train's helpers, a job's driver) connects to this cluster by
-    # name: left to find "the" local Ray by scanning the host's processes it would see every other GCS on the
-    # host (a second cluster, containers) and refuse to choose.
-    env["RAY_ADDRESS"] = address
-    env["RAYFLEET_CLUSTER_ID"] = cluster_id
-    # Job entrypoints (`ray job submit -- python x.py`) run in the nodes' environment.
-    env["PATH"] = venv_first(env.get("PATH", ""))
-    # Train workers import `training` from this checkout (on ECS the image has it installed).
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
-    return env
-
-
-def client_env(state: ClusterState) -> dict[str, str]:
-    """What Ray's own clients read to reach this cluster: RAY_ADDRESS (the GCS) for `ray status` and
-    `ray.init()`; RAY_API_SERVER_ADDRESS (the dashboard) for `ray job ...`, `ray list ...` and
-    JobSubmissionClient, which prefer it to RAY_ADDRESS; and the token file."""
-    return {"RAY_ADDRESS": state.address, "RAY_API_SERVER_ADDRESS": state.dashboard_url, **ray_auth.auth_env()}
-
-
-def shell_exports(state: ClusterState, environ: dict[str, str]) -> list[str]:
-    """The lines `env` prints for `eval`: the client environment, and this environment's bin on PATH so
-    that `ray` is the CLI of the Ray the cluster runs."""
-    lines = [f"export {key}={shlex.quote(value)}" for key, value in client_env(state).items()]
-    if "RAY_AUTH_TOKEN" in environ:
-        lines.insert(0, "unset RAY_AUTH_TOKEN")  # Ray prefers it to the token file; it is not this cluster's
-    if str(venv_bin()) not in environ.get("PATH", "").split(os.pathsep):
-        lines.append(f'export PATH={shlex.quote(str(venv_bin()))}:"$PATH"')
-    return lines
-
-
-def available_memory() -> int:
-    """Bytes of memory free now: psutil sees the host, so a cgroup (v2) limit, as in a container, caps it."""
-    import psutil
-
-    free = psutil.virtual_memory().available
-    cgroup = Path("/sys/fs/cgroup")
-    with contextlib.suppress(OSError, ValueError):
-        limit = (cgroup / "memory.max").read_text().strip()
-        if limit != "max":
-            free = min(free, int(limit) - int((cgroup / "memory.current").read_text()))
-    return free
-
-
-def memory_shares(available: int, spec: ClusterSpec) -> tuple[int, int]:
-    """Ray's `memory` resource for the head and for each worker, in bytes.
-
-    Left to itself every node advertises all the host's free memory, so three nodes on a 24 GiB laptop
-    offer 68 GiB and Ray schedules work into the OOM killer instead of making it wait. Here the nodes'
-    memory plus their object stores add up to at most what is free: the head, which trains nothing, gets a
-    small share, and the workers split the rest."""
-    nodes = spec.workers + 1
-    budget = available - nodes * spec.object_store_bytes
-    head = min(HEAD_MEMORY_BYTES, budget // nodes)
-    worker = (budget - head) // spec.workers
-    if worker < MIN_WORKER_MEMORY_BYTES:
-        raise ClusterError(
-            f"only {available / GIB:.1f} GiB of memory is free: too little for {spec.workers} workers "
-            f"(at least {MIN_WORKER_MEMORY_BYTES / GIB:.1f} GiB each); use fewer --workers"
-        )
-    return head, worker
-
-
-def temp_root() -> Path:
-    """Parent of the clusters' Ray temp dirs, mode 0700 (see private_dir). Short: Ray's socket paths must
-    fit 107 bytes."""
-    return Path(f"/tmp/rayfleet-{os.getuid()}")
-
-
-def private_dir(path: Path) -> Path:
-    """Create `path` with mode 0700, or make sure an existing one is the user's own, and set it to 0700.
-
-    Ray makes its temp dir world-writable ("shared") and its logs world-readable, and does so again each
-    time a node, job or driver starts; a parent of the user's only keeps other users out of the sockets and
-    logs. In /tmp someone else could have made it first."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    info = path.lstat()
-    if path.is_symlink() or info.st_uid != os.getuid():
-        raise ClusterError(f"{path} is not a directory of yours (another user's, or a link); remove it")
-    path.chmod(0o700)
-    return path
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-# Each node's ports: the head's from spec.port, worker i's from spec.port + 10 * (i + 1), in this order.
-NODE_PORTS = (
-    "node_manager",
-    "object_manager",
-    "metrics_export",
-    "dashboard_agent_http",
-    "dashboard_agent_grpc",
-    "runtime_env_agent",
-)
-
-
-def _head_command(spec: ClusterSpec, temp_dir: str, memory: int) -> list[str]:
-    p = spec.port
-    ports = {"gcs": p, **{name: p + 1 + i for i, name in enumerate(NODE_PORTS)}, "client": p + 7}
-    return ray_start.command(
-        head=True,
-        block=True,
-        ray=ray_cli(),
-        ports={**ports, "dashboard": spec.dashboard_port},
-        dashboard_host="127.0.0.1",
-        resources={"num_cpus": 0, "num_gpus": 0, "memory": memory, "object_store_memory": spec.object_store_bytes},
-        extra=[f"--temp-dir={temp_dir}"],  # like ECS: the head schedules, it never trains (no CPUs, no GPUs)
-    )
-
-
-def _worker_command(spec: ClusterSpec, index: int, memory: int) -> list[str]:
-    b = spec.port + 10 * (index + 1)
-    resources = {"num_cpus": f"{spec.cpus_per_worker:g}", "num_gpus": spec.gpus_per_worker, "memory": memory}
-    return ray_start.command(
-        address=f"127.0.0.1:{spec.port}",
-        block=True,
-        ray=ray_cli(),
-        ports={name: b + i for i, name in enumerate(NODE_PORTS)},
-        resources={**resources, "object_store_memory": spec.object_store_bytes},
-        # One host, one session log dir: the head's log monitor already forwards every worker's output to
-        # the driver; a monitor per node would print each line once per node. (On ECS each node has its own.)
-        extra=["--include-log-monitor=false"],
-    )
-
-
-def ray_cli() -> str:
-    """The `ray` of this interpreter's environment: .venv/bin is not on PATH when make runs .venv/bin/python."""
-    beside = venv_bin() / "ray"
-    return str(beside) if beside.exists() else (shutil.which("ray") or "ray")
-
-
-def _start_node(name: str, cmd: list[str], env: dict, log_dir: Path) -> int:
-    log_path = log_dir / f"{name}.log"
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen(
-            cmd,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            cwd=REPO,
-        )
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        text = log_path.read_text(errors="replace")
-        if READY_MARK in text:
-            return proc.pid
-        if proc.poll() is not None:
-            raise ClusterError(f"{name} exited with code {proc.returncode}; log {log_path}:\n{_tail(text)}")
-        time.sleep(0.5)
-    raise ClusterError(f"{name} did not start within {START_TIMEOUT_S}s; log {log_path}:\n{_tail(text)}")
-
-
-def _wait_for_nodes(state: ClusterState, count: int) -> None:
-    """Wait until the head reports `count` alive nodes: `ray start` says it is ready before that."""
-    from ray.util.state import list_nodes  # imported late: after ray_auth.use_token_auth() (in up)
-
-    deadline = time.monotonic() + START_TIMEOUT_S
-    alive = 0
-    while time.monotonic() < deadline:
-        try:
-            alive = len(list_nodes(address=state.dashboard_url, filters=[("state", "=", "ALIVE")]))
-        except Exception:  # the dashboard answers a few seconds after the head's GCS
-            alive = 0
-        if alive >= count:
-            return
-        time.sleep(0.5)
-    raise ClusterError(
-        f"only {alive} of {count} Ray nodes registered within {START_TIMEOUT_S}s; logs in {state.log_dir}"
-    )
-
-
-def _tail(text: str, lines: int = 15) -> str:
-    return "\n".join(text.strip().splitlines()[-lines:])
-
-
 def up(spec: ClusterSpec, quiet: bool = False) -> ClusterState:
     """Start the cluster and record it; an already running cluster is an error, not a second start."""
-    ray_auth.use_token_auth()  # before _wait_for_nodes imports ray: Ray reads its auth mode once, at import
+    ray_auth.use_token_auth()  # before wait_for_nodes imports ray: Ray reads its auth mode once, at import
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     existing = load_state()
     if existing and find_cluster_pids(existing.cluster_id, existing.pids):
@@ -326,7 +126,7 @@ def up(spec: ClusterSpec, quiet: bool = False) -> ClusterState:
         )
     if existing:
         _clear(existing)
-    busy = [port for port in (spec.port, spec.dashboard_port) if not _port_free(port)]
+    busy = [port for port in (spec.port, spec.dashboard_port) if not port_free(port)]
     if busy:
         raise ClusterError(
             f"port(s) {busy} are in use (another Ray?); stop it or set RAYFLEET_RAY_PORT / RAYFLEET_DASHBOARD_PORT"
@@ -348,15 +148,15 @@ def up(spec: ClusterSpec, quiet: bool = False) -> ClusterState:
     env = node_env(cluster_id, state.address)
     try:
         say(f"starting Ray head (no CPUs for training, {head_memory / GIB:.1f} GiB) at {state.address} ...")
-        state.pids.append(_start_node("head", _head_command(spec, temp_dir, head_memory), env, log_dir))
+        state.pids.append(start_node("head", head_command(spec, temp_dir, head_memory), env, log_dir))
         _write_state(state)
-        _wait_for_nodes(state, 1)
+        wait_for_nodes(state, 1)
         for i in range(spec.workers):
             say(f"starting worker {i + 1}/{spec.workers} ({spec.cpus_per_worker:g} CPU, {worker_memory / GIB:.1f} GiB)")
-            command = _worker_command(spec, i, worker_memory)
-            state.pids.append(_start_node(f"worker-{i + 1}", command, env, log_dir))
+            command = worker_command(spec, i, worker_memory)
+            state.pids.append(start_node(f"worker-{i + 1}", command, env, log_dir))
             _write_state(state)
-            _wait_for_nodes(state, i + 2)
+            wait_for_nodes(state, i + 2)
     except BaseException:
         down(quiet=True)
         raise

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from rayfleet.core import ray_start
-from rayfleet.local import cluster
+from rayfleet.local import cluster, nodes
 from rayfleet.node import node_spec
 
 
@@ -25,8 +25,8 @@ def test_a_head_and_a_joining_node():
 
 def test_both_callers_go_through_it_and_keep_their_differences():
     spec = cluster.ClusterSpec.from_env(workers=1, cpus_per_worker=1, gpus_per_worker=0)
-    local_head = cluster._head_command(spec, "/tmp/t", 1 << 30)
-    local_worker = cluster._worker_command(spec, 0, 1 << 30)
+    local_head = nodes.head_command(spec, "/tmp/t", 1 << 30)
+    local_worker = nodes.worker_command(spec, 0, 1 << 30)
     assert "--dashboard-host=127.0.0.1" in local_head and f"--port={spec.port}" in local_head
     assert "--include-log-monitor=false" in local_worker and f"--address=127.0.0.1:{spec.port}" in local_worker
     ports = [int(f.split("=")[1]) for f in local_head + local_worker if f.endswith(tuple("0123456789")) and "port" in f]

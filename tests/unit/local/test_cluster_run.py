@@ -17,7 +17,9 @@ from pathlib import Path
 import pytest
 
 from rayfleet.local import cluster as local_cluster
-from rayfleet.local.cluster import GIB, ClusterError, ClusterSpec
+from rayfleet.local import host
+from rayfleet.local.cluster import ClusterError, ClusterSpec
+from rayfleet.local.host import GIB
 
 REPO = Path(__file__).resolve().parents[3]
 VENV_BIN = Path(sys.executable).parent
@@ -207,14 +209,14 @@ def test_node_env_puts_this_virtualenv_first_so_jobs_find_ray(monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("RAY_AUTH_TOKEN", "not-in-the-environment")
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.9:6379")  # someone else's cluster, in the caller's shell
-    env = local_cluster.node_env("c1", "127.0.0.1:6390")
+    env = host.node_env("c1", "127.0.0.1:6390")
     assert env["PATH"] == f"{VENV_BIN}{os.pathsep}/usr/bin:/bin"
     assert "RAY_AUTH_TOKEN" not in env and env["RAYFLEET_CLUSTER_ID"] == "c1"
     assert env["RAY_ADDRESS"] == "127.0.0.1:6390"  # what the nodes start connects here, never by a scan
     # What `ray job submit -- python hello.py` runs on a node: `python` by PATH, then `import ray`.
     assert shutil.which("python", path=env["PATH"]) == str(VENV_BIN / "python")
     subprocess.run(["python", "-c", "import ray"], env=env, check=True, timeout=60)
-    assert local_cluster.venv_first(env["PATH"]) == env["PATH"]  # not prepended twice
+    assert host.venv_first(env["PATH"]) == env["PATH"]  # not prepended twice
 
 
 def test_env_prints_what_rays_clients_read(monkeypatch, capsys, tmp_path):
@@ -251,7 +253,7 @@ def test_env_without_a_cluster_is_a_one_line_error(monkeypatch, capsys):
 
 
 def test_memory_shares_on_a_24_gib_laptop():
-    head, worker = local_cluster.memory_shares(24 * GIB, ClusterSpec(workers=2))
+    head, worker = host.memory_shares(24 * GIB, ClusterSpec(workers=2))
     assert head == 1 * GIB
     assert worker == (24 * GIB - 3 * 256 * 1024**2 - 1 * GIB) // 2  # 11.125 GiB each
 
@@ -260,22 +262,22 @@ def test_memory_shares_on_a_24_gib_laptop():
 def test_memory_shares_add_up_to_what_is_free(available_gib, workers):
     available = available_gib * GIB
     spec = ClusterSpec(workers=workers)
-    head, worker = local_cluster.memory_shares(available, spec)
+    head, worker = host.memory_shares(available, spec)
     claimed = head + workers * worker + (workers + 1) * spec.object_store_bytes
     assert claimed <= available
     assert available - claimed < workers  # all of it is given out, up to rounding
-    assert 0 < head <= local_cluster.HEAD_MEMORY_BYTES and head <= worker
+    assert 0 < head <= host.HEAD_MEMORY_BYTES and head <= worker
 
 
 def test_memory_shares_refuse_more_workers_than_memory():
     with pytest.raises(ClusterError, match=r"too little for 8 workers .*; use fewer --workers"):
-        local_cluster.memory_shares(3 * GIB, ClusterSpec(workers=8))
+        host.memory_shares(3 * GIB, ClusterSpec(workers=8))
 
 
 def test_available_memory_is_what_the_host_has_free():
     import psutil
 
-    free = local_cluster.available_memory()
+    free = host.available_memory()
     assert 0 < free <= psutil.virtual_memory().total
 
 
@@ -285,11 +287,11 @@ def test_available_memory_is_what_the_host_has_free():
 def test_private_dir_is_made_0700_and_an_existing_one_is_tightened(tmp_path):
     old_umask = os.umask(0o022)
     try:
-        made = local_cluster.private_dir(tmp_path / "a" / "b")
+        made = host.private_dir(tmp_path / "a" / "b")
         assert made.stat().st_mode & 0o777 == 0o700
         (tmp_path / "shared").mkdir(mode=0o777)
         os.chmod(tmp_path / "shared", 0o777)  # as `ray start` leaves its temp dir
-        assert local_cluster.private_dir(tmp_path / "shared").stat().st_mode & 0o777 == 0o700
+        assert host.private_dir(tmp_path / "shared").stat().st_mode & 0o777 == 0o700
     finally:
         os.umask(old_umask)
 
@@ -298,11 +300,11 @@ def test_private_dir_refuses_a_link_or_another_users_directory(tmp_path, monkeyp
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to(tmp_path / "real")
     with pytest.raises(ClusterError, match="not a directory of yours"):
-        local_cluster.private_dir(tmp_path / "link")
+        host.private_dir(tmp_path / "link")
     uid = os.getuid()
     monkeypatch.setattr(os, "getuid", lambda: uid + 1)  # the directory now belongs to someone else
     with pytest.raises(ClusterError, match="not a directory of yours"):
-        local_cluster.private_dir(tmp_path / "real")
+        host.private_dir(tmp_path / "real")
 
 
 # --- import has no side effects; main() sets up auth ------------------------------------------------------

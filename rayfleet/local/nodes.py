@@ -1,0 +1,118 @@
+"""The local cluster's nodes: each a `ray start --block` process in its own session (the one ray start line:
+rayfleet/core/ray_start.py), its ports a block above the GCS port, started and waited for until Ray sees it."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rayfleet.core import ray_start
+from rayfleet.local.host import REPO, ClusterError, ray_cli
+
+if TYPE_CHECKING:  # annotations only: cluster.py imports this module
+    from rayfleet.local.cluster import ClusterSpec, ClusterState
+
+
+START_TIMEOUT_S = 90
+
+
+READY_MARK = "will now block forever"
+
+
+def port_free(port: int) -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+# Each node's ports: the head's from spec.port, worker i's from spec.port + 10 * (i + 1), in this order.
+NODE_PORTS = (
+    "node_manager",
+    "object_manager",
+    "metrics_export",
+    "dashboard_agent_http",
+    "dashboard_agent_grpc",
+    "runtime_env_agent",
+)
+
+
+def head_command(spec: ClusterSpec, temp_dir: str, memory: int) -> list[str]:
+    p = spec.port
+    ports = {"gcs": p, **{name: p + 1 + i for i, name in enumerate(NODE_PORTS)}, "client": p + 7}
+    return ray_start.command(
+        head=True,
+        block=True,
+        ray=ray_cli(),
+        ports={**ports, "dashboard": spec.dashboard_port},
+        dashboard_host="127.0.0.1",
+        resources={"num_cpus": 0, "num_gpus": 0, "memory": memory, "object_store_memory": spec.object_store_bytes},
+        extra=[f"--temp-dir={temp_dir}"],  # like ECS: the head schedules, it never trains (no CPUs, no GPUs)
+    )
+
+
+def worker_command(spec: ClusterSpec, index: int, memory: int) -> list[str]:
+    b = spec.port + 10 * (index + 1)
+    resources = {"num_cpus": f"{spec.cpus_per_worker:g}", "num_gpus": spec.gpus_per_worker, "memory": memory}
+    return ray_start.command(
+        address=f"127.0.0.1:{spec.port}",
+        block=True,
+        ray=ray_cli(),
+        ports={name: b + i for i, name in enumerate(NODE_PORTS)},
+        resources={**resources, "object_store_memory": spec.object_store_bytes},
+        # One host, one session log dir: the head's log monitor already forwards every worker's output to
+        # the driver; a monitor per node would print each line once per node. (On ECS each node has its own.)
+        extra=["--include-log-monitor=false"],
+    )
+
+
+def start_node(name: str, cmd: list[str], env: dict, log_dir: Path) -> int:
+    log_path = log_dir / f"{name}.log"
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            cwd=REPO,
+        )
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        text = log_path.read_text(errors="replace")
+        if READY_MARK in text:
+            return proc.pid
+        if proc.poll() is not None:
+            raise ClusterError(f"{name} exited with code {proc.returncode}; log {log_path}:\n{tail_of(text)}")
+        time.sleep(0.5)
+    raise ClusterError(f"{name} did not start within {START_TIMEOUT_S}s; log {log_path}:\n{tail_of(text)}")
+
+
+def wait_for_nodes(state: ClusterState, count: int) -> None:
+    """Wait until the head reports `count` alive nodes: `ray start` says it is ready before that."""
+    from ray.util.state import list_nodes  # imported late: after ray_auth.use_token_auth() (in up)
+
+    deadline = time.monotonic() + START_TIMEOUT_S
+    alive = 0
+    while time.monotonic() < deadline:
+        try:
+            alive = len(list_nodes(address=state.dashboard_url, filters=[("state", "=", "ALIVE")]))
+        except Exception:  # the dashboard answers a few seconds after the head's GCS
+            alive = 0
+        if alive >= count:
+            return
+        time.sleep(0.5)
+    raise ClusterError(
+        f"only {alive} of {count} Ray nodes registered within {START_TIMEOUT_S}s; logs in {state.log_dir}"
+    )
+
+
+def tail_of(text: str, lines: int = 15) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
