@@ -19,6 +19,7 @@ import time
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import ray.train
@@ -30,7 +31,7 @@ import torch.nn.functional as F
 from rayfleet.core.config import ConfigError, load_config
 from rayfleet.core.errors import EXIT_BAD_INPUT
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train import checkpoint, stop
+from rayfleet.train import checkpoint
 from rayfleet.train.data import fashion_mnist
 from rayfleet.train.data.device_batches import DeviceSplit, steps_per_epoch
 from rayfleet.train.ddp_config import DDPConfig
@@ -41,6 +42,7 @@ from rayfleet.train.parallel import broadcast_buffers, parallelize
 from rayfleet.train.precision import wants_bf16
 from rayfleet.train.preemption import Preemption, record_reached, redone_since
 from rayfleet.train.ray_connect import quiet_report_logs
+from rayfleet.train.run_control import RunControl
 from rayfleet.train.tracking.progress import Progress
 from rayfleet.train.tracking.scalars import Scalars, memory_gb
 
@@ -112,11 +114,11 @@ def train_epoch(
     world: int,
     on_step=None,
     position: EpochPosition | None = None,
-    preemption: Preemption | None = None,
+    control: RunControl | None = None,
 ):
     """One epoch, or its rest after `position` (a run preempted mid-epoch); `on_step(step_in_epoch, loss)`
     after each step when given (rank 0's tracking). Returns (loss sum, samples, the step at which a
-    preemption notice ended it early or None)."""
+    preemption notice, asked through `control`, ended it early or None)."""
     model.train()
     loss_sum = torch.zeros((), device=rt.device)
     seen = 0
@@ -133,7 +135,7 @@ def train_epoch(
         seen += y.numel()
         if on_step is not None:
             on_step(step, loss)
-        if preemption is not None and preemption.noticed(step):  # every rank, the same steps
+        if control is not None and control.noticed(step):  # every rank, the same steps
             return loss_sum, seen, step
     return loss_sum, seen, None
 
@@ -257,27 +259,17 @@ def train_loop(loop_config: dict) -> None:
     )
 
     run_dir = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url)
-    n, per_step = len(train_data), cfg.batch_size * world
-    steps = steps_per_epoch(n, world, cfg.batch_size)
+    n, steps = len(train_data), steps_per_epoch(len(train_data), world, cfg.batch_size)
     carried = {"preemptions": found.preemptions, "steps_redone": found.steps_redone}
     log = tracking = None
     if rank == 0:
-        carried["steps_redone"] += redone_steps(run_dir, found, n, per_step)
-        log = MetricsLog(run_dir, found.start_epoch)
-        first = (found.start_epoch - 1) * steps  # the checkpoint's step: TensorBoard drops what an earlier attempt
-        scalars = Scalars(run_dir, loop_config["tracking"], purge_step=first + 1)  # logged after it
-        reached = lambda epoch, step: record_reached(run_dir, (epoch - 1) * n + min(step * per_step, n))  # noqa: E731
-        progress = Progress(cfg.epochs * steps, first, cfg.progress_every_s)
-        tracking = StepTracking(scalars, progress, cfg, steps, world, model, reached)
+        carried["steps_redone"] += redone_steps(run_dir, found, n, cfg.batch_size * world)
+        log, tracking = rank0_tracking(loop_config, run_dir, found, n, steps, world, model)
     if rank == 0 and found.attempt == 0:
-        precision = "bf16" if rt.amp_dtype else "fp32"
-        print(
-            f"training on {world} x {rt.device.type} ({precision}): {n:,} train / "
-            f"{len(test_data):,} test images of {fashion_mnist.describe(cfg.data_dir)}, "
-            f"{steps} steps/epoch of {cfg.batch_size}/worker",
-            flush=True,
-        )
+        announce(cfg, rt, world, n, len(test_data), steps)
+    # Every epoch checkpointed; a stop request asked for after the epoch's checkpoint, on every rank.
     preemption = Preemption(cfg.preemption_check_steps)
+    control = RunControl(run_dir, rank, rt.device, preemption, last=cfg.epochs, stop_after_save=True)
 
     for epoch in range(found.start_epoch, cfg.epochs + 1):
         torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + rank)  # augmentation: reproducible on resume
@@ -287,58 +279,89 @@ def train_loop(loop_config: dict) -> None:
         if tracking is not None:
             tracking.epoch = epoch
         train_loss, seen, preempted_at = train_epoch(
-            ddp_model, optimizer, train_data, cfg, rt, epoch, rank, world, tracking, position, preemption
+            ddp_model, optimizer, train_data, cfg, rt, epoch, rank, world, tracking, position, control
         )
         if preempted_at is not None:
             mid = position_at(epoch, position, train_loss, seen, world, rt.device)
-            save_at_preemption(model, optimizer, cfg, found, carried, mid, rank, preempted_at)
-            if rank == 0:
-                record_reached(run_dir, (epoch - 1) * n + mid.samples)
-                print(
-                    f"{preemption.describe()}: checkpoint saved at epoch {epoch} step {preempted_at}; "
-                    "waiting for Ray Train to restart the run from it",
-                    flush=True,
-                )
-            preemption.wait_for_restart()
+            save = partial(save_at_preemption, model, optimizer, cfg, found, carried, mid, rank, preempted_at)
+            control.save_at_notice(save, f"epoch {epoch} step {preempted_at}", (epoch - 1) * n + mid.samples)
         rt.sync()
         train_s = time.perf_counter() - t0
         broadcast_buffers(model)  # evaluate (and checkpoint) exactly rank 0's model on every rank
         test_loss, correct, tested = evaluate(ddp_model.module, test_data, cfg, rt, rank, world)
-        g_train_loss, g_seen, g_test_loss, g_correct, g_tested = _all_sum(
-            train_loss, seen, test_loss, correct, tested, device=rt.device
-        )
-        epoch_s = time.perf_counter() - t0
-        row = {
-            "epoch": epoch,
-            "train_loss": (g_train_loss + (position.loss_sum if position else 0.0))
-            / (g_seen + (position.seen if position else 0)),
-            "test_loss": g_test_loss / g_tested,
-            "test_accuracy": g_correct / g_tested,
-            "test_images": int(g_tested),
-            "images_per_s": g_seen / train_s,
-            "images_per_s_per_worker": g_seen / train_s / world,
-            "train_s": train_s,
-            "epoch_s": epoch_s,
-            "workers": world,
-            "device": rt.device.type,
-            "attempt": found.attempt,
-            **carried,
-        }
+        sums = _all_sum(train_loss, seen, test_loss, correct, tested, device=rt.device)
+        row = epoch_row(epoch, sums, position, train_s, time.perf_counter() - t0, world, rt, found, carried)
         if log is not None:
             log.append(row)
             print(format_epoch(row, cfg.epochs), flush=True)
             tracking.scalars.log(epoch * steps, epoch_scalars(row, cfg, rt))
             tracking.scalars.flush()
-        state = train_state(model, optimizer, cfg, found, carried, epoch)
-        write = (lambda directory, state=state: checkpoint.write_state(directory, state)) if rank == 0 else None
-        checkpoint.report(row, checkpoint.checkpoint_name(epoch), write)  # rank 0 uploads the whole model
-        reason = stop.agreed(run_dir, rank, rt.device)  # a budget: after the epoch's checkpoint, on every rank
-        if reason:
-            if rank == 0:
-                print(f"stopping after epoch {epoch} (its checkpoint is saved): {reason}", flush=True)
+        save = partial(save_epoch, model, optimizer, cfg, found, carried, row, rank)
+        if control.at_boundary(epoch, save, f"after epoch {epoch}").stop_reason:
             break
     if tracking is not None:
         tracking.scalars.close()
+
+
+def rank0_tracking(loop_config: dict, run_dir: RunDir, found: Resume, n: int, steps: int, world: int, model):
+    """Rank 0's metrics log and step tracking (TensorBoard/MLflow scalars, progress lines, how far it got)."""
+    cfg: DDPConfig = loop_config["config"]
+    per_step = cfg.batch_size * world
+    log = MetricsLog(run_dir, found.start_epoch)
+    first = (found.start_epoch - 1) * steps  # the checkpoint's step: TensorBoard drops what an earlier attempt
+    scalars = Scalars(run_dir, loop_config["tracking"], purge_step=first + 1)  # logged after it
+    reached = lambda epoch, step: record_reached(run_dir, (epoch - 1) * n + min(step * per_step, n))  # noqa: E731
+    progress = Progress(cfg.epochs * steps, first, cfg.progress_every_s)
+    return log, StepTracking(scalars, progress, cfg, steps, world, model, reached)
+
+
+def announce(cfg: DDPConfig, rt: Runtime, world: int, n: int, tested: int, steps: int) -> None:
+    precision = "bf16" if rt.amp_dtype else "fp32"
+    print(
+        f"training on {world} x {rt.device.type} ({precision}): {n:,} train / "
+        f"{tested:,} test images of {fashion_mnist.describe(cfg.data_dir)}, "
+        f"{steps} steps/epoch of {cfg.batch_size}/worker",
+        flush=True,
+    )
+
+
+def epoch_row(
+    epoch: int,
+    sums: list[float],
+    position: EpochPosition | None,
+    train_s: float,
+    epoch_s: float,
+    world: int,
+    rt: Runtime,
+    found: Resume,
+    carried: dict,
+) -> dict:
+    """An epoch's metrics row from the sums over all ranks (train loss, samples, test loss, correct, tested),
+    the train loss counting the part of the epoch before a mid-epoch resume."""
+    g_train_loss, g_seen, g_test_loss, g_correct, g_tested = sums
+    return {
+        "epoch": epoch,
+        "train_loss": (g_train_loss + (position.loss_sum if position else 0.0))
+        / (g_seen + (position.seen if position else 0)),
+        "test_loss": g_test_loss / g_tested,
+        "test_accuracy": g_correct / g_tested,
+        "test_images": int(g_tested),
+        "images_per_s": g_seen / train_s,
+        "images_per_s_per_worker": g_seen / train_s / world,
+        "train_s": train_s,
+        "epoch_s": epoch_s,
+        "workers": world,
+        "device": rt.device.type,
+        "attempt": found.attempt,
+        **carried,
+    }
+
+
+def save_epoch(model, optimizer, cfg: DDPConfig, found: Resume, carried: dict, row: dict, rank: int) -> None:
+    """An epoch's checkpoint with its metrics row; every rank calls it, rank 0 uploads the whole model."""
+    state = train_state(model, optimizer, cfg, found, carried, row["epoch"])
+    write = (lambda directory: checkpoint.write_state(directory, state)) if rank == 0 else None
+    checkpoint.report(row, checkpoint.checkpoint_name(row["epoch"]), write)
 
 
 def train_state(model, optimizer, cfg: DDPConfig, found: Resume, carried: dict, epoch: int) -> dict:

@@ -18,6 +18,7 @@ import math
 import sys
 import time
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import ray.train
@@ -28,7 +29,6 @@ import torch.distributed as dist
 from rayfleet.core.config import ConfigError, load_config
 from rayfleet.core.errors import EXIT_BAD_INPUT
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train import stop
 from rayfleet.train.data.text import PackedBlocks, pack, read_text, tokenize
 from rayfleet.train.flops import flops_per_token, peak_tflops
 from rayfleet.train.fsdp_config import FSDPConfig
@@ -37,6 +37,7 @@ from rayfleet.train.hf_model import ModelNotFound, resolve_model_dir
 from rayfleet.train.metrics import MetricsLog
 from rayfleet.train.preemption import Preemption, record_reached, redone_since
 from rayfleet.train.ray_connect import quiet_report_logs
+from rayfleet.train.run_control import RunControl
 from rayfleet.train.tracking.progress import Progress
 from rayfleet.train.tracking.scalars import Scalars, memory_gb
 
@@ -131,6 +132,66 @@ def train_loop(loop_config: dict) -> None:
     train_state = {"attempt": attempt, "seed": cfg.seed, "strategy": cfg.strategy}
     log = MetricsLog(run_dir, start + 1, key="step") if rank == 0 else None
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    info = _model_info(cfg, strategy, device, device_name, world)  # a collective: every rank's shard size
+    if rank == 0:
+        what = f"resuming at step {start + 1} (attempt {attempt})" if state else "starting"
+        _announce(cfg, run_name, what, data, world, device_name)
+
+    last = min(cfg.max_steps, cfg.stop_at_step or cfg.max_steps)
+    window_start, loss_sum, tokens = time.perf_counter(), 0.0, 0
+    scalars = Scalars(run_dir, loop_config["tracking"], purge_step=start + 1) if rank == 0 else None
+    progress = Progress(cfg.max_steps, start, cfg.progress_every_s)
+    # A stop request asked for at each logged step, before its checkpoint: a stop saves the step, due or not.
+    control = RunControl(run_dir, rank, device, Preemption(cfg.preemption_check_steps), cfg.checkpoint_every, last)
+    for step in range(start, last):
+        loss_sum, tokens, grad_norm = _train_step(strategy, data, cfg, step, rank, world, device, loss_sum, tokens)
+        info["steps"] += 1
+        done = step + 1
+        # Asked first: a step that is checkpointed anyway at a notice is saved once, as the notice's (run_control.py).
+        preempted = control.noticed(done)  # every rank, the same steps
+        if done % cfg.log_every == 0 or control.checkpoint_due(done):
+            seconds = time.perf_counter() - window_start
+            row = {"step": done, "lr": lr_at(cfg, step), "grad_norm": grad_norm, "attempt": attempt}
+            row |= {"param_bytes_per_rank": info["shard_bytes"], **carried}
+            row |= _step_metrics(cfg, info, loss_sum, tokens, seconds, device, world)
+            if log is not None:
+                _log_step(log, scalars, run_dir, row, cfg, device)
+            window_start, loss_sum, tokens, info["steps"] = time.perf_counter(), 0.0, 0, 0
+            save = partial(_save, strategy, scalars, done, {**train_state, **carried}, row)
+            if control.at_boundary(done, save, f"at step {done}").stop_reason:  # a budget: every rank stops here
+                last = done
+                break
+        elif rank == 0 and progress.due():
+            print(
+                progress.line(done, run_name, _window(loss_sum, tokens, window_start, info["steps"], cfg)), flush=True
+            )
+            record_reached(run_dir, done)
+        if preempted:
+            noticed = {**train_state, **carried, "preemptions": carried["preemptions"] + 1}
+            save = partial(strategy.save, done, noticed, {"step": done, "preempted": True})
+            control.save_at_notice(save, f"step {done}", done)
+    if scalars is not None:
+        scalars.close()
+    if cfg.export and last == cfg.max_steps:  # not a run stopped early
+        _export(strategy, data, tokenizer, model_dir, run_dir, device, rank)
+
+
+def _train_step(
+    strategy, data: PackedBlocks, cfg: FSDPConfig, step: int, rank: int, world: int, device, loss_sum, tokens
+):
+    """One optimizer step over grad_accum micro-batches at the step's LR: (the window's loss sum and tokens on
+    this rank, with this step's added, micro-batch by micro-batch; the gradient norm)."""
+    strategy.set_lr(lr_at(cfg, step))
+    for micro in range(cfg.grad_accum):
+        batch = data.micro_batch(step, micro, rank, world, cfg.seed, cfg.micro_batch_size, cfg.grad_accum)
+        loss_sum += strategy.micro_step(batch.to(device))
+        tokens += batch.numel()
+    return loss_sum, tokens, strategy.step()
+
+
+def _model_info(cfg: FSDPConfig, strategy, device: torch.device, device_name: str, world: int) -> dict:
+    """What the step metrics need of the model: FLOPs per token, the device's peak, each rank's parameter
+    bytes (an all-gather: every rank calls it), and the steps in the current logging window."""
     mc = strategy.config
     info = {
         "flops_per_token": flops_per_token(
@@ -147,87 +208,43 @@ def train_loop(loop_config: dict) -> None:
     shard_bytes = [torch.zeros_like(local_bytes) for _ in range(world)]
     dist.all_gather(shard_bytes, local_bytes)
     info["shard_bytes"] = [int(b.item()) for b in shard_bytes]
+    return info
+
+
+def _announce(cfg: FSDPConfig, run_name: str, what: str, data: PackedBlocks, world: int, device_name: str) -> None:
+    print(
+        f"{run_name}: {what} with {cfg.strategy}; {len(data):,} blocks of {cfg.seq_len} tokens, "
+        f"{data.steps_per_epoch(world, cfg.micro_batch_size, cfg.grad_accum)} steps/epoch, "
+        f"{world} x {device_name}",
+        flush=True,
+    )
+
+
+def _log_step(log: MetricsLog, scalars: Scalars, run_dir: RunDir, row: dict, cfg: FSDPConfig, device) -> None:
+    """Rank 0 at a logged step: the metrics row, a progress line, the scalars, how far the run got."""
+    log.append(row)
+    print(_progress_line(row, cfg.max_steps), flush=True)
+    scalars.log(row["step"], step_scalars(row, device))
+    record_reached(run_dir, row["step"])
+
+
+def _save(strategy, scalars: Scalars | None, step: int, train_state: dict, row: dict) -> None:
+    """A step's regular checkpoint (every rank), then rank 0's scalars flushed with it."""
+    strategy.save(step, train_state, row)
+    if scalars is not None:
+        scalars.flush()
+
+
+def _export(strategy, data: PackedBlocks, tokenizer, model_dir: Path, run_dir: RunDir, device, rank: int) -> None:
+    """The finished model in Hugging Face format, checked against the sharded one (a collective gather)."""
+    probe = data.blocks[:1].to(device)
+    full, logits = strategy.gather_for_export(probe)
     if rank == 0:
-        what = f"resuming at step {start + 1} (attempt {attempt})" if state else "starting"
+        result = write_and_verify(full, logits, probe, tokenizer, model_dir, run_dir, strategy.bf16)
         print(
-            f"{run_name}: {what} with {cfg.strategy}; {len(data):,} blocks of {cfg.seq_len} tokens, "
-            f"{data.steps_per_epoch(world, cfg.micro_batch_size, cfg.grad_accum)} steps/epoch, "
-            f"{world} x {device_name}",
+            f"exported {result['export']} (max |logit diff| vs sharded: {result['export_max_logit_diff']:.2e})",
             flush=True,
         )
-
-    last = min(cfg.max_steps, cfg.stop_at_step or cfg.max_steps)
-    window_start, loss_sum, tokens = time.perf_counter(), 0.0, 0
-    scalars = Scalars(run_dir, loop_config["tracking"], purge_step=start + 1) if rank == 0 else None
-    progress = Progress(cfg.max_steps, start, cfg.progress_every_s)
-    preemption = Preemption(cfg.preemption_check_steps)
-    for step in range(start, last):
-        strategy.set_lr(lr_at(cfg, step))
-        for micro in range(cfg.grad_accum):
-            batch = data.micro_batch(step, micro, rank, world, cfg.seed, cfg.micro_batch_size, cfg.grad_accum)
-            loss_sum += strategy.micro_step(batch.to(device))
-            tokens += batch.numel()
-        grad_norm = strategy.step()
-        info["steps"] += 1
-        done = step + 1
-        # Asked first: a step that is checkpointed anyway at a notice is saved once, as the preemption's
-        # checkpoint (two saves into one directory were two reports of it, and Ray's pruning of the
-        # first one failed the run on the second).
-        preempted = preemption.noticed(done)  # every rank, the same steps
-        if done % cfg.log_every == 0 or done % cfg.checkpoint_every == 0 or done == last:
-            seconds = time.perf_counter() - window_start
-            row = {
-                "step": done,
-                "lr": lr_at(cfg, step),
-                "grad_norm": grad_norm,
-                "attempt": attempt,
-                "param_bytes_per_rank": info["shard_bytes"],
-                **carried,
-                **_step_metrics(cfg, info, loss_sum, tokens, seconds, device, world),
-            }
-            if log is not None:
-                log.append(row)
-                print(_progress_line(row, cfg.max_steps), flush=True)
-                scalars.log(done, step_scalars(row, device))
-                record_reached(run_dir, done)
-            window_start, loss_sum, tokens, info["steps"] = time.perf_counter(), 0.0, 0, 0
-            reason = stop.agreed(run_dir, rank, device)  # a budget: every rank stops at this step
-            if reason or ((done % cfg.checkpoint_every == 0 or done == last) and not preempted):
-                strategy.save(done, {**train_state, **carried}, row)
-                if scalars is not None:
-                    scalars.flush()
-            if reason:
-                if rank == 0:
-                    print(f"stopping at step {done} (its checkpoint is saved): {reason}", flush=True)
-                last = done
-                break
-        elif rank == 0 and progress.due():
-            print(
-                progress.line(done, run_name, _window(loss_sum, tokens, window_start, info["steps"], cfg)), flush=True
-            )
-            record_reached(run_dir, done)
-        if preempted:
-            noticed = {**train_state, **carried, "preemptions": carried["preemptions"] + 1}
-            strategy.save(done, noticed, {"step": done, "preempted": True})
-            if rank == 0:
-                record_reached(run_dir, done)
-                print(
-                    f"{preemption.describe()}: checkpoint saved at step {done}; waiting for Ray Train to "
-                    "restart the run from it",
-                    flush=True,
-                )
-            preemption.wait_for_restart()
-    if scalars is not None:
-        scalars.close()
-    if cfg.export and last == cfg.max_steps:  # not a run stopped early
-        probe = data.blocks[:1].to(device)
-        full, logits = strategy.gather_for_export(probe)
-        if rank == 0:
-            result = write_and_verify(full, logits, probe, tokenizer, model_dir, run_dir, strategy.bf16)
-            print(
-                f"exported {result['export']} (max |logit diff| vs sharded: {result['export_max_logit_diff']:.2e})",
-                flush=True,
-            )
 
 
 def check_before_start(cfg: FSDPConfig) -> Path:

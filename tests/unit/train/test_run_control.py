@@ -1,0 +1,168 @@
+"""RunControl, the decisions around a training loop's steps that the DDP and FSDP jobs share: the checkpoint
+cadence, the one checkpoint a preemption notice or a budget's stop request asks for. On a real run directory
+and a one-process gloo group (stop.agreed is an all-reduce), with a fake Ray answer and a fake clock."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from rayfleet.core.run_dir import RunDir
+from rayfleet.train import stop
+from rayfleet.train.preemption import REACHED_FILE, NoRestart, Preemption
+from rayfleet.train.run_control import Decision, RunControl
+
+CPU = torch.device("cpu")
+NOTICE = "preemption notice: rank(s) [1] on a node that goes without a deadline"
+BUDGET = "stopped by budget: max_hours 1"
+
+
+@pytest.fixture(autouse=True)
+def group(tmp_path):
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+@pytest.fixture
+def run_dir(tmp_path) -> RunDir:
+    return RunDir(str(tmp_path), "run")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def preemption(notice_at: int | None = None, every: int = 1) -> Preemption:
+    """Ray answers with a notice from step `notice_at` on (asked every `every` steps); the wait for the restart
+    runs on a fake clock, so it ends at once in NoRestart."""
+    steps = iter(range(every, 10_000, every))  # the steps at which Preemption asks
+    info = SimpleNamespace(deadline_ms=None, preempted_ranks=[1])
+    clock = Clock()
+    ask = lambda: info if notice_at is not None and next(steps) >= notice_at else None  # noqa: E731
+    return Preemption(every, ask=ask, clock=clock, sleep=clock.sleep)
+
+
+def run(control: RunControl, steps: int, saves: list[tuple[str, int]], log_every: int = 1, during=None) -> None:
+    """The FSDP loop's shape, appending the checkpoints it saves to `saves`, in order; `during(step)` runs
+    before each step's checks (a stop request arriving)."""
+    for done in range(1, steps + 1):
+        if during is not None:
+            during(done)
+        preempted = control.noticed(done)
+        if done % log_every == 0 or control.checkpoint_due(done):
+            decision = control.at_boundary(done, lambda d=done: saves.append(("regular", d)), f"at step {done}")
+            if decision.stop_reason:
+                break
+        if preempted:
+            control.save_at_notice(lambda d=done: saves.append(("notice", d)), f"step {done}", done)
+
+
+def test_checkpoints_every_n_and_at_the_last_step(run_dir, capsys):
+    control = RunControl(run_dir, 0, CPU, preemption(), checkpoint_every=3, last=10)
+    saves: list[tuple[str, int]] = []
+    run(control, 10, saves, log_every=2)
+    assert saves == [("regular", 3), ("regular", 6), ("regular", 9), ("regular", 10)]
+    assert control.at_boundary(4, lambda: pytest.fail("saved"), "at step 4") == Decision(save=False)
+    assert control.at_boundary(12, lambda: None, "at step 12") == Decision(save=True)
+    assert capsys.readouterr().out == "" and run_dir.read(REACHED_FILE) is None
+
+
+def test_every_boundary_is_due_by_default_as_each_ddp_epoch(run_dir):
+    control = RunControl(run_dir, 0, CPU, preemption(), last=3, stop_after_save=True)
+    assert [control.checkpoint_due(epoch) for epoch in (1, 2, 3)] == [True, True, True]
+
+
+def test_a_notice_saves_one_checkpoint_records_the_step_and_waits_for_the_restart(run_dir, capsys):
+    control = RunControl(run_dir, 0, CPU, preemption(notice_at=4, every=2), checkpoint_every=5, last=20)
+    saves: list[tuple[str, int]] = []
+    with pytest.raises(NoRestart):  # the wait for the restart, on the fake clock
+        run(control, 20, saves)
+    assert saves == [("notice", 4)]  # never step 5's cadence: the run waits for its restart at step 4
+    assert json.loads(run_dir.read(REACHED_FILE)) == {"position": 4}
+    assert capsys.readouterr().out.splitlines() == [
+        f"{NOTICE}: checkpoint saved at step 4; waiting for Ray Train to restart the run from it"
+    ]
+    control.save_at_notice(lambda: pytest.fail("saved twice"), "step 4", 4)  # the notice is spent
+
+
+def test_no_second_checkpoint_when_the_cadence_and_a_notice_fall_on_one_step(run_dir):
+    control = RunControl(run_dir, 0, CPU, preemption(notice_at=4, every=2), checkpoint_every=2, last=20)
+    saves: list[tuple[str, int]] = []
+    with pytest.raises(NoRestart):
+        run(control, 20, saves)
+    assert saves == [("regular", 2), ("notice", 4)]  # the notice's checkpoint takes the place of step 4's
+    control = RunControl(run_dir, 0, CPU, preemption(notice_at=1), checkpoint_every=2, last=20)
+    assert control.noticed(2)
+    assert control.at_boundary(2, lambda: pytest.fail("saved"), "at step 2") == Decision(save=False)
+
+
+def test_a_stop_request_saves_the_step_due_or_not_and_ends_the_run(run_dir, capsys):
+    control = RunControl(run_dir, 0, CPU, preemption(), checkpoint_every=10, last=20)
+    saves: list[tuple[str, int]] = []
+    run(control, 20, saves, during=lambda step: step == 3 and stop.request(run_dir, BUDGET))
+    assert saves == [("regular", 3)]
+    assert capsys.readouterr().out.splitlines() == [f"stopping at step 3 (its checkpoint is saved): {BUDGET}"]
+    assert control.at_boundary(3, lambda: None, "at step 3") == Decision(save=True, stop_reason=BUDGET)
+
+
+def test_a_stop_and_a_notice_at_one_step_save_once_and_stop(run_dir, capsys):
+    control = RunControl(run_dir, 0, CPU, preemption(notice_at=3), checkpoint_every=10, last=20)
+    saves: list[tuple[str, int]] = []
+    run(control, 20, saves, during=lambda step: step == 3 and stop.request(run_dir, BUDGET))
+    assert saves == [("regular", 3)]  # no notice checkpoint after it, no wait for a restart
+    assert capsys.readouterr().out.splitlines() == [f"stopping at step 3 (its checkpoint is saved): {BUDGET}"]
+    control.save_at_notice(lambda: pytest.fail("saved twice"), "step 3", 3)
+
+
+@pytest.mark.parametrize(("stop_after_save", "stopped_at"), [(True, 1), (False, 2)])
+def test_the_stop_request_is_asked_for_before_or_after_the_checkpoint(
+    run_dir, monkeypatch, stop_after_save, stopped_at
+):
+    """DDP asks after each epoch's checkpoint: a request that comes while it is written stops the run there.
+    Either way the collective runs once per boundary, on every rank alike."""
+    asked = []
+    agreed = stop.agreed
+    monkeypatch.setattr(stop, "agreed", lambda *args: asked.append(args) or agreed(*args))
+    control = RunControl(run_dir, 0, CPU, preemption(), last=5, stop_after_save=stop_after_save)
+    saved: list[int] = []
+
+    def save(epoch: int) -> None:
+        saved.append(epoch)
+        stop.request(run_dir, BUDGET)  # arrives while the checkpoint is written
+
+    decisions = [control.at_boundary(epoch, lambda e=epoch: save(e), f"after epoch {epoch}") for epoch in (1, 2)]
+    assert decisions[stopped_at - 1] == Decision(save=True, stop_reason=BUDGET)
+    assert saved == [1, 2] and len(asked) == 2
+    if not stop_after_save:
+        assert decisions[0] == Decision(save=True)
+
+
+def test_a_stop_asked_after_the_checkpoint_still_saves_a_boundary_that_was_not_due(run_dir, capsys):
+    control = RunControl(run_dir, 0, CPU, preemption(), checkpoint_every=5, last=20, stop_after_save=True)
+    stop.request(run_dir, BUDGET)
+    saved: list[int] = []
+    assert control.at_boundary(2, lambda: saved.append(2), "after epoch 2") == Decision(save=True, stop_reason=BUDGET)
+    assert saved == [2]
+    assert capsys.readouterr().out == f"stopping after epoch 2 (its checkpoint is saved): {BUDGET}\n"
+
+
+def test_other_ranks_save_at_a_notice_but_neither_record_nor_print(run_dir, capsys):
+    control = RunControl(run_dir, 1, CPU, preemption(notice_at=1), checkpoint_every=5, last=5)
+    saved: list[int] = []
+    assert control.noticed(1)
+    with pytest.raises(NoRestart):
+        control.save_at_notice(lambda: saved.append(1), "step 1", 1)
+    assert saved == [1]
+    assert run_dir.read(REACHED_FILE) is None and capsys.readouterr().out == ""
