@@ -24,8 +24,9 @@ from rayfleet.core.config import load_config
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train.data import fashion_mnist, synthetic
 from rayfleet.train.data.device_batches import DeviceSplit
-from rayfleet.train.ddp import Runtime, StepTracking, build_model, train_epoch
+from rayfleet.train.ddp import Runtime, build_model, train_epoch
 from rayfleet.train.ddp_config import DDPConfig
+from rayfleet.train.ddp_report import StepTracking
 from rayfleet.train.tracking.progress import Progress
 from rayfleet.train.tracking.scalars import Scalars, Target
 

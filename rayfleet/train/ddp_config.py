@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import torch
 from pydantic import Field, field_validator, model_validator
 
 from rayfleet.train.data.layout import missing_files
 from rayfleet.train.job_config import JobConfig
+from rayfleet.train.precision import wants_bf16
 
 
 class DDPConfig(JobConfig):
@@ -51,3 +55,30 @@ class DDPConfig(JobConfig):
                 "missing); run `make data` to generate a synthetic set, or set download=true"
             )
         return self
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What the device makes of the config: bf16 where the device computes it natively; on GPU channels_last;
+    on CPU the small convolutions as matrix products (oneDNN is slow on 1-4 pixel maps; cuDNN is not) and
+    NCHW, which measured faster than channels_last around them (bench/vs_blueprint.py)."""
+
+    device: torch.device
+    amp_dtype: torch.dtype | None
+    channels_last: bool
+    small_convs_as_gemm: bool = False
+
+    @classmethod
+    def resolve(cls, cfg: DDPConfig, device: torch.device) -> Runtime:
+        bf16 = wants_bf16(cfg.precision, device)
+        gemm = cfg.small_convs_as_gemm is True or (cfg.small_convs_as_gemm == "auto" and device.type == "cpu")
+        return cls(device, torch.bfloat16 if bf16 else None, cfg.channels_last and device.type == "cuda", gemm)
+
+    def autocast(self):
+        if self.amp_dtype is None:
+            return nullcontext()
+        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+
+    def sync(self) -> None:
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)

@@ -32,6 +32,7 @@ from rayfleet.core.run_dir import RunDir
 from rayfleet.train.data.text import PackedBlocks, pack, read_text, tokenize
 from rayfleet.train.flops import flops_per_token, peak_tflops
 from rayfleet.train.fsdp_config import FSDPConfig
+from rayfleet.train.fsdp_metrics import fsdp_summary, progress_line, step_metrics, step_scalars, window
 from rayfleet.train.hf_export import write_and_verify
 from rayfleet.train.hf_model import ModelNotFound, resolve_model_dir
 from rayfleet.train.metrics import MetricsLog
@@ -39,7 +40,7 @@ from rayfleet.train.preemption import Preemption, record_reached, redone_since
 from rayfleet.train.ray_connect import quiet_report_logs
 from rayfleet.train.run_control import RunControl
 from rayfleet.train.tracking.progress import Progress
-from rayfleet.train.tracking.scalars import Scalars, memory_gb
+from rayfleet.train.tracking.scalars import Scalars
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "fsdp.yaml"
 
@@ -60,53 +61,6 @@ def make_strategy(cfg: FSDPConfig, model_dir: Path, device: torch.device, rank: 
     from rayfleet.train.fsdp_strategy import FSDPStrategy
 
     return FSDPStrategy(cfg, model_dir, device, rank)
-
-
-def _step_metrics(cfg, model_info, loss_sum, tokens, seconds, device, world) -> dict:
-    packed = torch.tensor([loss_sum, tokens], dtype=torch.float64, device=device)
-    dist.all_reduce(packed)
-    loss = packed[0].item() / (world * cfg.grad_accum * model_info["steps"])
-    tokens_per_s = packed[1].item() / seconds
-    tflops = tokens_per_s / world * model_info["flops_per_token"] / 1e12
-    peak = model_info["peak"]
-    memory = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
-    return {
-        "loss": loss,
-        "tokens_per_s": tokens_per_s,
-        "tokens_per_s_per_device": tokens_per_s / world,
-        "tflops_per_device": tflops,
-        "mfu": tflops / peak if peak else None,
-        "peak_memory_gib": memory,
-    }
-
-
-def _progress_line(row: dict, max_steps: int) -> str:
-    mfu = f"  MFU {row['mfu']:.1%}" if row["mfu"] is not None else ""
-    return (
-        f"step {row['step']}/{max_steps}  loss {row['loss']:.4f}  lr {row['lr']:.2e}  "
-        f"{row['tokens_per_s']:,.0f} tok/s  {row['tflops_per_device']:.2f} TFLOP/s/device{mfu}"
-    )
-
-
-def _window(loss_sum: float, tokens: int, started: float, steps: int, cfg: FSDPConfig) -> dict[str, str]:
-    """The progress line's values: this rank's loss and token rate since the last logged step."""
-    seconds = max(time.perf_counter() - started, 1e-9)
-    return {"loss": f"{loss_sum / max(steps * cfg.grad_accum, 1):.4f}", "tok/s/device": f"{tokens / seconds:,.0f}"}
-
-
-def step_scalars(row: dict, device: torch.device) -> dict[str, float]:
-    """A logged step's scalars for TensorBoard and MLflow."""
-    values = {
-        "train/loss": row["loss"],
-        "lr": row["lr"],
-        "grad_norm": row["grad_norm"],
-        "throughput/tokens_per_s": row["tokens_per_s"],
-        "throughput/tflops_per_device": row["tflops_per_device"],
-        "memory/peak_gb": memory_gb(device),
-    }
-    if row.get("mfu") is not None:
-        values["mfu"] = row["mfu"]
-    return values
 
 
 def train_loop(loop_config: dict) -> None:
@@ -153,7 +107,7 @@ def train_loop(loop_config: dict) -> None:
             seconds = time.perf_counter() - window_start
             row = {"step": done, "lr": lr_at(cfg, step), "grad_norm": grad_norm, "attempt": attempt}
             row |= {"param_bytes_per_rank": info["shard_bytes"], **carried}
-            row |= _step_metrics(cfg, info, loss_sum, tokens, seconds, device, world)
+            row |= step_metrics(cfg, info, loss_sum, tokens, seconds, device, world)
             if log is not None:
                 _log_step(log, scalars, run_dir, row, cfg, device)
             window_start, loss_sum, tokens, info["steps"] = time.perf_counter(), 0.0, 0, 0
@@ -162,9 +116,7 @@ def train_loop(loop_config: dict) -> None:
                 last = done
                 break
         elif rank == 0 and progress.due():
-            print(
-                progress.line(done, run_name, _window(loss_sum, tokens, window_start, info["steps"], cfg)), flush=True
-            )
+            print(progress.line(done, run_name, window(loss_sum, tokens, window_start, info["steps"], cfg)), flush=True)
             record_reached(run_dir, done)
         if preempted:
             noticed = {**train_state, **carried, "preemptions": carried["preemptions"] + 1}
@@ -223,7 +175,7 @@ def _announce(cfg: FSDPConfig, run_name: str, what: str, data: PackedBlocks, wor
 def _log_step(log: MetricsLog, scalars: Scalars, run_dir: RunDir, row: dict, cfg: FSDPConfig, device) -> None:
     """Rank 0 at a logged step: the metrics row, a progress line, the scalars, how far the run got."""
     log.append(row)
-    print(_progress_line(row, cfg.max_steps), flush=True)
+    print(progress_line(row, cfg.max_steps), flush=True)
     scalars.log(row["step"], step_scalars(row, device))
     record_reached(run_dir, row["step"])
 
@@ -288,17 +240,6 @@ def main(argv: list[str] | None = None) -> int:
     from rayfleet.train.fsdp import train_loop as loop
 
     return run_job(loop, cfg, run_name, {"model_dir": str(model_dir.resolve())}, fsdp_summary)
-
-
-def fsdp_summary(last: dict) -> list[str]:
-    mfu = f"{last['mfu']:.1%}" if last.get("mfu") is not None else "n/a (no GPU peak known)"
-    return [
-        f"  steps           {last.get('step', '?')}",
-        f"  loss            {last.get('loss', float('nan')):.4f}",
-        f"  tokens/s        {last.get('tokens_per_s', float('nan')):,.0f} "
-        f"({last.get('tokens_per_s_per_device', 0):,.0f}/device)",
-        f"  MFU             {mfu}",
-    ]
 
 
 if __name__ == "__main__":

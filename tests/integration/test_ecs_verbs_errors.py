@@ -90,7 +90,7 @@ def test_aws_errors_become_one_line(aws_stack):
 
 
 def test_logs_of_an_unknown_run_and_a_bad_since(aws_stack):
-    one_clear_line(run_verb(aws_stack["env"], "logs", "never-ran"), "no run never-ran", "make runs")
+    one_clear_line(run_verb(aws_stack["env"], "logs", "never-ran"), "no run never-ran", "rayfleet runs")
     assert run_verb(aws_stack["env"], "launch", "ddp", "--run-name", "since-1", "--detach").returncode == 0
     one_clear_line(run_verb(aws_stack["env"], "logs", "since-1", "--since", "yesterday"), "--since 'yesterday'")
 
