@@ -1,7 +1,7 @@
 """A launcher recipe's job driver: one torchrun (or accelerate launch) per Ray worker node, all placed first.
 
     python -m rayfleet.node.multinode --launcher torchrun [--max-restarts N] [--launcher-arg=OPT ...] \
-        -- train.py ARGS...          # as rayfleet.recipes.schema.command writes it for `launcher:` recipes
+        -- train.py ARGS...          # as rayfleet.recipes.command.command writes it for `launcher:` recipes
 
 Runs as the Ray job's entrypoint (on the driver's node: the trainer task on ECS, the head locally). It
 reserves one bundle per worker node (RAYFLEET_NUM_WORKERS bundles of RAYFLEET_CPUS_PER_WORKER CPUs and

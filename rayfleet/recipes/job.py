@@ -26,9 +26,10 @@ from pathlib import Path
 
 from rayfleet.core.run_dir import RunDir
 from rayfleet.recipes import budget, cost, jobs_api
+from rayfleet.recipes.command import command, job_env, plain_env
 from rayfleet.recipes.log_spool import LogSpool
 from rayfleet.recipes.notify import NOTIFY_VAR, TOPIC_VAR
-from rayfleet.recipes.schema import Notify, Recipe, command, job_env, plain_env
+from rayfleet.recipes.schema import Notify, Recipe
 from rayfleet.recipes.secrets import REFS_VAR
 from rayfleet.train import stop
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import string
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -40,6 +39,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from rayfleet.core.config import ConfigError, describe_error, load_yaml, merge, parse_overrides
+from rayfleet.recipes.launchers import RAYFLEET_SETS, launcher_problem
 
 SECRET_SCHEMES = ("secretsmanager:", "ssm:", "env:")
 JOB_VARS = (
@@ -52,26 +52,6 @@ JOB_VARS = (
     "RAYFLEET_GPUS_PER_WORKER",
     "RAYFLEET_MEMORY_PER_WORKER_GIB",
 )
-
-
-# Launcher options rayfleet sets itself from `resources` (rayfleet/node/multinode.py), in torchrun's and
-# accelerate's spellings ('_' read as '-').
-RAYFLEET_SETS = {
-    "--nnodes",
-    "--node-rank",
-    "--nproc-per-node",
-    "--master-addr",
-    "--master-port",
-    "--rdzv-endpoint",
-    "--rdzv-backend",
-    "--standalone",
-    "--num-machines",
-    "--machine-rank",
-    "--num-processes",
-    "--main-process-ip",
-    "--main-process-port",
-    "--multi-gpu",
-}
 
 
 class _Strict(BaseModel):
@@ -293,120 +273,7 @@ def load(path: str | Path, overrides: list[str] | None = None) -> LoadedRecipe:
     return loaded
 
 
-def launcher_problem(loaded: LoadedRecipe) -> str | None:
-    """What is wrong with a recipe's launcher settings, or None."""
-    recipe = loaded.recipe
-    if not recipe.launcher:
-        if recipe.launcher_args or recipe.max_restarts:
-            key = "launcher_args" if recipe.launcher_args else "max_restarts"
-            return f"{key}: only with a launcher (launcher: torchrun or accelerate)"
-        return None
-    if loaded.entry_kind() == "command":
-        return (
-            f"entrypoint: with launcher {recipe.launcher}, name the script (train.py) or module (-m pkg.train) "
-            "it runs, not a command; the launcher's options go in launcher_args"
-        )
-    problem = launcher_options_problem(recipe.launcher, recipe.launcher_args)
-    if not problem and recipe.launcher == "accelerate":
-        problem = accelerate_problem(recipe.launcher_args, loaded.code_dir)
-    return problem
-
-
-def launcher_options_problem(launcher: str, options: list[str]) -> str | None:
-    """launcher_args as the launcher's own argument parser reads them (where it is installed here)."""
-    if not options:  # nothing to check, and importing torch or accelerate takes seconds
-        return None
-    try:
-        if launcher == "torchrun":
-            from torch.distributed.run import get_args_parser as make_parser
-        else:
-            from accelerate.commands.launch import launch_command_parser as make_parser
-    except ImportError:  # a laptop without the training packages: the node's launcher checks them
-        return None
-    parser = make_parser()
-
-    def fail(message: str):
-        raise ValueError(message)
-
-    parser.error = fail
-    try:
-        _, unknown = parser.parse_known_args([*options, "train.py"])
-    except ValueError as exc:
-        return f"launcher_args: {launcher}: {exc}"
-    if unknown:
-        return f"launcher_args: {launcher} has no option {unknown[0]}"
-    return None
-
-
-def accelerate_problem(options: list[str], code_dir: Path) -> str | None:
-    """accelerate launch without a config falls back to whatever `accelerate config` left on the node."""
-    pairs = [o.split("=", 1) for o in options]
-    names = [p[0].replace("-", "_") for p in pairs]
-    if "__config_file" in names:
-        i = names.index("__config_file")
-        value = pairs[i][1] if len(pairs[i]) == 2 else (options[i + 1] if i + 1 < len(options) else "")
-        if not (code_dir / value).is_file():
-            return f"launcher_args: --config_file {value} is not a file in {code_dir}"
-        return None
-    if "__mixed_precision" not in names:
-        return (
-            "launcher_args: accelerate needs its config: --config_file <a file in code> or at least "
-            "--mixed_precision=no|fp16|bf16 (otherwise each node reads its own default config)"
-        )
-    return None
-
-
 # --- what the job sees ------------------------------------------------------------------------------------
-
-
-def job_env(recipe: Recipe, run_name: str, storage: str, launch_dir: str) -> dict[str, str]:
-    res = recipe.resources
-    values = {
-        "RAYFLEET_RUN_NAME": run_name,
-        "RAYFLEET_STORAGE": storage,
-        "RAYFLEET_RUN_DIR": f"{storage.rstrip('/')}/{run_name}",
-        "RAYFLEET_LAUNCH_DIR": launch_dir,
-        "RAYFLEET_NUM_WORKERS": str(res.workers),
-        "RAYFLEET_CPUS_PER_WORKER": f"{res.cpus_per_worker:g}",
-        "RAYFLEET_GPUS_PER_WORKER": str(res.gpus_per_worker),
-    }
-    if res.memory_per_worker_gib is not None:
-        values["RAYFLEET_MEMORY_PER_WORKER_GIB"] = f"{res.memory_per_worker_gib:g}"
-    return values
-
-
-def expand(text: str, variables: dict[str, str], where: str) -> str:
-    """${RAYFLEET_...} -> its value; any other ${...} is an error (a typo would silently stay in)."""
-    try:
-        return string.Template(text).substitute(variables)
-    except (KeyError, ValueError) as exc:
-        known = ", ".join(f"${{{k}}}" for k in variables)
-        raise ConfigError(f"{where}: {text!r} uses an unknown variable {exc}; known: {known}") from None
-
-
-def command(recipe: Recipe, python: str, variables: dict[str, str], extra_args: list[str]) -> str:
-    """The shell command the Ray job runs in the unpacked code directory."""
-    args = [expand(a, variables, "args") for a in [*recipe.args, *extra_args]]
-    words = shlex.split(recipe.entrypoint)
-    kind = entry_kind(recipe.entrypoint)
-    if recipe.pip:  # Ray's per-job virtualenv (over the cluster's packages) is first on PATH: use its python
-        python, prefix = "python", ""
-    else:  # the cluster's interpreter, and its bin first: torchrun, accelerate, deepspeed of the same environment
-        prefix = f'export PATH={shlex.quote(str(Path(python).parent))}:"$PATH"; '
-    if recipe.launcher:  # the driver places one launcher per worker node (rayfleet/node/multinode.py)
-        head = [python, "-m", "rayfleet.node.multinode", "--launcher", recipe.launcher]
-        head += ["--max-restarts", str(recipe.max_restarts)]
-        head += [f"--launcher-arg={option}" for option in recipe.launcher_args]
-        head += ["--", *words]
-    else:
-        head = [python, *words] if kind in ("module", "script") else words
-    main = shlex.join([*head, *args])
-    setup = f"{recipe.setup} && " if recipe.setup else ""
-    return f"{prefix}{setup}{main}"
-
-
-def plain_env(recipe: Recipe, variables: dict[str, str]) -> dict[str, str]:
-    return {k: expand(v, variables, f"env.{k}") for k, v in recipe.env.items() if isinstance(v, str)}
 
 
 # --- does it fit ------------------------------------------------------------------------------------------

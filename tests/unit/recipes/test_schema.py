@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rayfleet.core.config import ConfigError
-from rayfleet.recipes.schema import Capacity, check_fits, command, job_env, load
+from rayfleet.recipes.command import command, job_env
+from rayfleet.recipes.schema import Capacity, check_fits, load
 from tests.unit.recipes.helpers import GOOD, REPO, write
 
 
