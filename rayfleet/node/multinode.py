@@ -24,13 +24,13 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import re
 import signal
 import sys
 import time
 from dataclasses import dataclass, field
 
 from rayfleet.core import ray_auth
+from rayfleet.node.launcher_output import excerpt, script_traceback
 
 LAUNCHERS = ("torchrun", "accelerate")
 PLACE_TIMEOUT_S = float(os.environ.get("RAYFLEET_PLACE_TIMEOUT_S", "300"))
@@ -245,38 +245,6 @@ def report(failure: Failure) -> None:
     if own:
         print(f"[rayfleet] node {rank}: the script's traceback", file=sys.stderr, flush=True)
         print("\n".join(own), file=sys.stderr, flush=True)
-
-
-RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")  # torchrun's prefix on its workers' stderr
-TRACEBACK = "Traceback (most recent call last)"
-
-
-def traceback_bounds(lines: list[str]) -> tuple[int, int] | None:
-    """[start, end) of the first traceback (the script's own: a launcher's comes after it), through the
-    exception's line; None if there is none."""
-    plain = [RANK_PREFIX.sub("", line) for line in lines]
-    start = next((i for i, line in enumerate(plain) if line.startswith(TRACEBACK)), None)
-    if start is None:
-        return None
-    end = start + 1
-    while end < len(plain) and (plain[end].startswith((" ", "\t")) or not plain[end].strip()):
-        end += 1
-    return start, min(end + 1, len(lines))
-
-
-def script_traceback(lines: list[str]) -> list[str]:
-    bounds = traceback_bounds(lines)
-    return [RANK_PREFIX.sub("", line) for line in lines[slice(*bounds)]] if bounds else []
-
-
-def excerpt(lines: list[str], last: int = 12) -> list[str]:
-    """The first traceback and the last lines (the launcher's summary: which rank, which exit code)."""
-    bounds = traceback_bounds(lines)
-    if bounds is None:
-        return lines[-40:]
-    start, end = bounds
-    rest = lines[max(end, len(lines) - last) :]
-    return lines[start:end] + (["..."] if end < len(lines) - last else []) + rest
 
 
 def raise_stopped(signum, frame) -> None:

@@ -27,8 +27,8 @@ from pathlib import Path
 from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.errors import RayfleetError
 from rayfleet.ecs.outputs import Outputs
+from rayfleet.ops.deployment_files import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 IMAGES = ("ray-head", "ray-worker", "trainer", "gpu-metrics")
 RAY_IMAGES = ("ray-head", "ray-worker", "trainer")
 # Passed from the environment as build arguments when set: the bases (tests build on a local one) and the EFA

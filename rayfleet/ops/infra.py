@@ -30,13 +30,12 @@ from pathlib import Path
 from botocore.exceptions import ClientError
 
 from rayfleet.core.aws import Aws, ClusterNotFound, run_cli
-from rayfleet.core.errors import ConfigError, RayfleetError
+from rayfleet.core.errors import RayfleetError
 from rayfleet.ecs.outputs import Outputs
+from rayfleet.ops.deployment_files import INFRA, OUTPUTS, PLAN_FILE
+from rayfleet.ops.head_guard import refuse_head_replacement
+from rayfleet.ops.teardown_data import empty_bucket, empty_repository, error_code, results_held
 
-ROOT = Path(__file__).resolve().parents[2]
-INFRA = ROOT / "infra"
-OUTPUTS = Path(os.environ.get("RAYFLEET_OUTPUTS") or ROOT / ".rayfleet" / "outputs.json")
-PLAN_FILE = ".rayfleet.tfplan"  # inside infra/, git-ignored
 OUTPUT_FIELDS = {f.name for f in dataclasses.fields(Outputs)}
 
 
@@ -94,7 +93,7 @@ def ensure_autoscaling_role(iam, say=print) -> bool:
         iam.get_role(RoleName=AUTOSCALING_ROLE)
         return False
     except ClientError as exc:
-        if _code(exc) != "NoSuchEntity":
+        if error_code(exc) != "NoSuchEntity":
             raise
     try:
         iam.create_service_linked_role(AWSServiceName="autoscaling.amazonaws.com")
@@ -106,70 +105,6 @@ def ensure_autoscaling_role(iam, say=print) -> bool:
         "(a fresh account has none; the key policy names it)"
     )
     return True
-
-
-class HeadBusy(ConfigError):
-    """The plan would replace the Ray head while a job runs: refused before applying (exit 2), unless --force."""
-
-
-def head_changes(binary: str) -> list[str]:
-    """What the saved plan does to the Ray head: its task definition replaced, or its service given another
-    task definition or replaced (ECS then stops the head task, and every running job loses its cluster)."""
-    result = subprocess.run(
-        [binary, f"-chdir={INFRA}", "show", "-json", PLAN_FILE], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        raise RayfleetError(f"terraform show failed: {result.stderr.strip()[:300]}")
-    found = []
-    for change in json.loads(result.stdout or "{}").get("resource_changes", []):
-        actions = change.get("change", {}).get("actions", [])
-        if change.get("name") != "head" or actions in (["no-op"], ["read"], ["create"]):
-            continue
-        detail = change["change"]
-        if change.get("type") == "aws_ecs_task_definition":
-            found.append(f"{change['address']}: {'/'.join(actions)}")
-        elif change.get("type") == "aws_ecs_service" and (
-            "delete" in actions
-            or (detail.get("after_unknown") or {}).get("task_definition")
-            or (detail.get("before") or {}).get("task_definition") != (detail.get("after") or {}).get("task_definition")
-        ):
-            found.append(f"{change['address']}: {'/'.join(actions)} (task_definition)")
-    return found
-
-
-def running_jobs() -> list[str]:
-    """The deployment's running jobs, from the saved outputs: trainer tasks and RUNNING run records."""
-    if not OUTPUTS.exists():
-        return []  # a first deploy: nothing can be running
-    from rayfleet.ecs.tasks import running_tasks
-    from rayfleet.ops.runs import s3_runs
-
-    out = Outputs.load(OUTPUTS)
-    try:
-        trainers = running_tasks(Aws(out.region).client("ecs"), out)["trainer"]
-    except ClusterNotFound:
-        return []
-    jobs = [f"{len(trainers)} trainer task(s)"] if trainers else []
-    jobs += [f"run {r['run']}" for r in s3_runs(out) if r["state"] == "RUNNING"]
-    return jobs
-
-
-def refuse_head_replacement(binary: str, force: bool) -> None:
-    """make deploy never replaces the head under a running job unless forced (FORCE=1)."""
-    jobs = running_jobs()
-    if not jobs:
-        return
-    changes = head_changes(binary)
-    if not changes:
-        return
-    what = f"this plan replaces the Ray head ({'; '.join(changes)}) while a job runs ({', '.join(jobs)})"
-    if force:
-        print(f"FORCE: {what.replace('this plan replaces', 'replacing')}; the job will fail (resubmit it to resume)")
-        return
-    raise HeadBusy(
-        f"{what}: the job would lose its cluster. Wait for it, `make stop`, or `make deploy FORCE=1` "
-        "(then resubmit the run under its name to resume from its last checkpoint)"
-    )
 
 
 def deploy(binary: str, opts: argparse.Namespace) -> None:
@@ -235,75 +170,6 @@ def deployed_names(binary: str) -> dict:
 
 def _json(path: Path) -> dict:
     return json.loads(path.read_text())
-
-
-def _code(exc: Exception) -> str:
-    return getattr(exc, "response", {}).get("Error", {}).get("Code", "")
-
-
-def results_held(s3, bucket: str) -> tuple[int, int] | None:
-    """(objects, versions and delete markers) in the bucket, or None when the bucket is gone."""
-    keys, versions = set(), 0
-    try:
-        for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
-            for entry in [*page.get("Versions", []), *page.get("DeleteMarkers", [])]:
-                keys.add(entry["Key"])
-                versions += 1
-    except ClientError as exc:
-        if _code(exc) == "NoSuchBucket":
-            return None
-        raise
-    return len(keys), versions
-
-
-def empty_bucket(s3, bucket: str, say=print) -> int:
-    """Delete every version and delete marker (the bucket is versioned); returns how many, 0 when gone."""
-    deleted = 0
-    try:
-        for page in s3.get_paginator("list_object_versions").paginate(Bucket=bucket):
-            entries = [*page.get("Versions", []), *page.get("DeleteMarkers", [])]
-            for start in range(0, len(entries), 1000):  # DeleteObjects takes at most 1000 keys
-                batch = [{"Key": e["Key"], "VersionId": e["VersionId"]} for e in entries[start : start + 1000]]
-                answer = s3.delete_objects(Bucket=bucket, Delete={"Objects": batch, "Quiet": True})
-                if answer.get("Errors"):
-                    first = answer["Errors"][0]
-                    raise RayfleetError(
-                        f"could not delete {len(answer['Errors'])} object version(s) of {bucket}, e.g. "
-                        f"{first.get('Key')}: {first.get('Code')} {first.get('Message', '')}".strip()
-                    )
-                deleted += len(batch)
-    except ClientError as exc:
-        if _code(exc) != "NoSuchBucket":
-            raise
-        say(f"bucket {bucket} is already gone")
-        return 0
-    say(f"emptied bucket {bucket}: {deleted} object version(s) and delete marker(s) deleted")
-    return deleted
-
-
-def empty_repository(ecr, name: str, say=print) -> int:
-    """Delete every image of an ECR repository (images are rebuilt from git by `make build push`)."""
-    deleted = 0
-    try:
-        for page in ecr.get_paginator("list_images").paginate(repositoryName=name):
-            digests = sorted({i["imageDigest"] for i in page.get("imageIds", []) if i.get("imageDigest")})
-            ids = [{"imageDigest": d} for d in digests]  # by digest: every tag of the image goes with it
-            for start in range(0, len(ids), 100):  # BatchDeleteImage takes at most 100 ids
-                answer = ecr.batch_delete_image(repositoryName=name, imageIds=ids[start : start + 100])
-                failures = [f for f in answer.get("failures", []) if f.get("failureCode") != "ImageNotFound"]
-                if failures:
-                    raise RayfleetError(
-                        f"could not delete {len(failures)} image(s) of {name}: "
-                        f"{failures[0].get('failureCode')} {failures[0].get('failureReason', '')}".strip()
-                    )
-                deleted += len(ids[start : start + 100])
-    except ClientError as exc:
-        if _code(exc) != "RepositoryNotFoundException":
-            raise
-        say(f"repository {name} is already gone")
-        return 0
-    say(f"emptied repository {name}: {deleted} image(s) deleted")
-    return deleted
 
 
 def state_left(binary: str) -> list[str]:

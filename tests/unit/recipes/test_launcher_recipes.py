@@ -100,7 +100,7 @@ def test_shape_comes_from_the_jobs_variables():
 
 
 def test_a_failed_nodes_report_starts_with_the_scripts_own_traceback():
-    from rayfleet.node.multinode import excerpt
+    from rayfleet.node.launcher_output import excerpt
 
     lines = [
         "step 1",
@@ -121,7 +121,7 @@ def test_a_failed_nodes_report_starts_with_the_scripts_own_traceback():
 
 
 def test_the_scripts_traceback_loses_torchruns_prefix():
-    from rayfleet.node.multinode import script_traceback
+    from rayfleet.node.launcher_output import script_traceback
 
     lines = [
         "x",

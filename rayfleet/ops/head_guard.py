@@ -1,0 +1,76 @@
+"""`deploy` never replaces the Ray head under a running job: the plan's changes to the head, the jobs the
+head runs now, and the refusal (exit 2) unless forced."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from rayfleet.core.aws import Aws, ClusterNotFound
+from rayfleet.core.errors import ConfigError, RayfleetError
+from rayfleet.ecs.outputs import Outputs
+from rayfleet.ops.deployment_files import INFRA, OUTPUTS, PLAN_FILE
+
+
+class HeadBusy(ConfigError):
+    """The plan would replace the Ray head while a job runs: refused before applying (exit 2), unless --force."""
+
+
+def head_changes(binary: str) -> list[str]:
+    """What the saved plan does to the Ray head: its task definition replaced, or its service given another
+    task definition or replaced (ECS then stops the head task, and every running job loses its cluster)."""
+    result = subprocess.run(
+        [binary, f"-chdir={INFRA}", "show", "-json", PLAN_FILE], capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        raise RayfleetError(f"terraform show failed: {result.stderr.strip()[:300]}")
+    found = []
+    for change in json.loads(result.stdout or "{}").get("resource_changes", []):
+        actions = change.get("change", {}).get("actions", [])
+        if change.get("name") != "head" or actions in (["no-op"], ["read"], ["create"]):
+            continue
+        detail = change["change"]
+        if change.get("type") == "aws_ecs_task_definition":
+            found.append(f"{change['address']}: {'/'.join(actions)}")
+        elif change.get("type") == "aws_ecs_service" and (
+            "delete" in actions
+            or (detail.get("after_unknown") or {}).get("task_definition")
+            or (detail.get("before") or {}).get("task_definition") != (detail.get("after") or {}).get("task_definition")
+        ):
+            found.append(f"{change['address']}: {'/'.join(actions)} (task_definition)")
+    return found
+
+
+def running_jobs() -> list[str]:
+    """The deployment's running jobs, from the saved outputs: trainer tasks and RUNNING run records."""
+    if not OUTPUTS.exists():
+        return []  # a first deploy: nothing can be running
+    from rayfleet.ecs.tasks import running_tasks
+    from rayfleet.ops.runs import s3_runs
+
+    out = Outputs.load(OUTPUTS)
+    try:
+        trainers = running_tasks(Aws(out.region).client("ecs"), out)["trainer"]
+    except ClusterNotFound:
+        return []
+    jobs = [f"{len(trainers)} trainer task(s)"] if trainers else []
+    jobs += [f"run {r['run']}" for r in s3_runs(out) if r["state"] == "RUNNING"]
+    return jobs
+
+
+def refuse_head_replacement(binary: str, force: bool) -> None:
+    """make deploy never replaces the head under a running job unless forced (FORCE=1)."""
+    jobs = running_jobs()
+    if not jobs:
+        return
+    changes = head_changes(binary)
+    if not changes:
+        return
+    what = f"this plan replaces the Ray head ({'; '.join(changes)}) while a job runs ({', '.join(jobs)})"
+    if force:
+        print(f"FORCE: {what.replace('this plan replaces', 'replacing')}; the job will fail (resubmit it to resume)")
+        return
+    raise HeadBusy(
+        f"{what}: the job would lose its cluster. Wait for it, `make stop`, or `make deploy FORCE=1` "
+        "(then resubmit the run under its name to resume from its last checkpoint)"
+    )
