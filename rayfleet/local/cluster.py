@@ -25,12 +25,10 @@ is the whole host per node), and the session directory and logs are readable by 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -43,15 +41,14 @@ from rayfleet.local.host import (
     REPO,
     ClusterError,
     available_memory,
-    client_env,
     memory_shares,
     node_env,
     private_dir,
     shell_exports,
     temp_root,
-    venv_first,
 )
 from rayfleet.local.nodes import head_command, port_free, start_node, wait_for_nodes, worker_command
+from rayfleet.local.processes import command_env, find_cluster_pids, run_command, signal_all
 
 STOP_GRACE_S = 10
 DEFAULT_OBJECT_STORE_BYTES = 256 * 1024**2
@@ -174,34 +171,6 @@ def _write_state(state: ClusterState) -> None:
     tmp.replace(state_file())
 
 
-def find_cluster_pids(cluster_id: str, sessions: list[int] = ()) -> list[int]:
-    """Live processes of this cluster: those whose environment carries its id, and Ray processes in
-    the sessions of its `ray start` nodes (Ray's agents rename themselves, which wipes their environ)."""
-    needle = f"RAYFLEET_CLUSTER_ID={cluster_id}".encode()
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            fields = stat[stat.rindex(")") + 2 :].split()
-            state, session = fields[0], int(fields[3])
-            if state in "ZX":
-                continue
-            marked = needle in (entry / "environ").read_bytes().split(b"\0")
-            if marked or (session in sessions and b"ray" in (entry / "cmdline").read_bytes()):
-                pids.append(int(entry.name))
-        except (OSError, ValueError, IndexError):
-            continue  # gone while we looked, or not ours to read
-    return pids
-
-
-def _signal_all(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, sig)
-
-
 def down(quiet: bool = False) -> int:
     """Stop what `up` started (and nothing else); return how many processes were stopped."""
     state = load_state()
@@ -210,12 +179,12 @@ def down(quiet: bool = False) -> int:
             print("no rayfleet cluster recorded; nothing to stop")
         return 0
     pids = find_cluster_pids(state.cluster_id, state.pids)
-    _signal_all(pids, signal.SIGTERM)
+    signal_all(pids, signal.SIGTERM)
     deadline = time.monotonic() + STOP_GRACE_S
     while time.monotonic() < deadline and find_cluster_pids(state.cluster_id, state.pids):
         time.sleep(0.3)
     survivors = find_cluster_pids(state.cluster_id, state.pids)
-    _signal_all(survivors, signal.SIGKILL)
+    signal_all(survivors, signal.SIGKILL)
     _clear(state)
     if not quiet:
         forced = f" ({len(survivors)} needed SIGKILL)" if survivors else ""
@@ -249,40 +218,6 @@ def status() -> str:
         f"{spec['workers']} workers x {spec['cpus_per_worker']:g} CPU, {len(pids)} processes, "
         f"logs in {state.log_dir}"
     )
-
-
-def command_env(state: ClusterState) -> dict[str, str]:
-    """The environment `run` gives its command: this one, pointed at the cluster like `env` would."""
-    env = {**os.environ, **client_env(state)}
-    env.pop("RAY_AUTH_TOKEN", None)  # Ray would prefer it to the cluster's token file
-    env["PATH"] = venv_first(env.get("PATH", ""))
-    return env
-
-
-def exit_code(returncode: int) -> int:
-    """A shell's exit code for a child's return code: killed by signal N is 128 + N, as bash reports it."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def run_command(command: list[str], env: dict[str, str]) -> int:
-    """Run `command` to its end and return its exit code.
-
-    Ctrl-C in a terminal reaches the command too (same process group), so it is not sent again: a second
-    SIGINT would cut the command's own cleanup short (a Ray job it stops, a checkpoint it writes). SIGTERM,
-    which is sent to this process alone (make, a CI timeout), is passed on."""
-    try:
-        proc = subprocess.Popen(command, env=env)
-    except OSError as exc:
-        raise ClusterError(f"cannot run {command[0]}: {exc.strerror}") from None
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: proc.send_signal(signum))
-    try:
-        while True:
-            try:
-                return exit_code(proc.wait())
-            except KeyboardInterrupt:
-                continue  # the command got the Ctrl-C as well; its exit ends the wait
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def run(command: list[str], spec: ClusterSpec) -> int:

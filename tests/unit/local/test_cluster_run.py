@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from rayfleet.local import cluster as local_cluster
-from rayfleet.local import host
+from rayfleet.local import host, processes
 from rayfleet.local.cluster import ClusterError, ClusterSpec
 from rayfleet.local.host import GIB
 
@@ -99,7 +99,7 @@ def test_run_on_a_running_cluster_leaves_it_running(running_cluster):
 def test_run_reports_a_command_killed_by_a_signal_like_a_shell(running_cluster):
     kill_self = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
     assert local_cluster.main(["run", "--", sys.executable, "-c", kill_self]) == 128 + signal.SIGKILL
-    assert local_cluster.exit_code(-signal.SIGTERM) == 143 and local_cluster.exit_code(4) == 4
+    assert processes.exit_code(-signal.SIGTERM) == 143 and processes.exit_code(4) == 4
 
 
 def test_run_passes_options_after_the_command_to_the_command(running_cluster):
