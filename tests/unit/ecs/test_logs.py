@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 import pytest
 
 from rayfleet.core.aws import RayfleetError
-from rayfleet.ops.logs import parse_since
+from rayfleet.ecs.logs import parse_since
 
 
 def test_since_accepts_durations_and_iso_times():
