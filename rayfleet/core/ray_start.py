@@ -9,6 +9,17 @@ from __future__ import annotations
 
 import json
 
+# The ports every node pins for itself (the GCS, dashboard and Ray client are the head's), in the order the
+# local cluster lays them out above its base port.
+NODE_PORTS = (
+    "node_manager",
+    "object_manager",
+    "metrics_export",
+    "dashboard_agent_http",
+    "dashboard_agent_grpc",
+    "runtime_env_agent",
+)
+
 # Ray's port flags, by the names infra/catalog/ray_ports.json and the local cluster use.
 PORT_FLAGS = {
     "gcs": "--port",

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rayfleet.core import ray_start
+from rayfleet.core.ray_start import NODE_PORTS
 from rayfleet.local.host import REPO, ClusterError, ray_cli
 
 if TYPE_CHECKING:  # annotations only: cluster.py imports this module
@@ -30,17 +31,6 @@ def port_free(port: int) -> bool:
         except OSError:
             return False
     return True
-
-
-# Each node's ports: the head's from spec.port, worker i's from spec.port + 10 * (i + 1), in this order.
-NODE_PORTS = (
-    "node_manager",
-    "object_manager",
-    "metrics_export",
-    "dashboard_agent_http",
-    "dashboard_agent_grpc",
-    "runtime_env_agent",
-)
 
 
 def head_command(spec: ClusterSpec, temp_dir: str, memory: int) -> list[str]:

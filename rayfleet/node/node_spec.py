@@ -9,6 +9,7 @@ import socket
 from pathlib import Path
 
 from rayfleet.core import ray_start
+from rayfleet.core.ray_start import NODE_PORTS
 
 DEFAULT_PORTS = {"gcs": {"from": 6379, "to": 6379}, "dashboard": {"from": 8265, "to": 8265}}
 
@@ -18,18 +19,6 @@ MIB = 1024 * 1024
 
 def ports(env: dict) -> dict[str, dict]:
     return json.loads(env["RAYFLEET_RAY_PORTS"]) if env.get("RAYFLEET_RAY_PORTS") else DEFAULT_PORTS
-
-
-# The ports each kind of node pins (infra/catalog/ray_ports.json names): the GCS, dashboard and Ray client are
-# the head's; every node pins its own raylet, object manager and agents, and its workers' range.
-NODE_PORTS = (
-    "node_manager",
-    "object_manager",
-    "metrics_export",
-    "dashboard_agent_http",
-    "dashboard_agent_grpc",
-    "runtime_env_agent",
-)
 
 
 HEAD_PORTS = ("gcs", "dashboard", "client", *NODE_PORTS)

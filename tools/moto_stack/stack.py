@@ -65,11 +65,12 @@ def default_picture(*, var_files=(), variables: dict | None = None, infra: Path 
     return rendered.picture(state, source=f"{label} rendered by Terraform (stand-in providers, render mode)")
 
 
-def _mapped(value, ids: dict):
+def mapped(value, ids: dict):
+    """Replace the ids and ARNs Terraform recorded with what moto assigned (inside containers and lists too)."""
     if isinstance(value, dict):
-        return {k: _mapped(v, ids) for k, v in value.items()}
+        return {k: mapped(v, ids) for k, v in value.items()}
     if isinstance(value, list):
-        return [_mapped(v, ids) for v in value]
+        return [mapped(v, ids) for v in value]
     if isinstance(value, str) and value in ids:
         return ids[value]
     return value
@@ -255,7 +256,7 @@ def _bucket(moto, picture: dict, ids: dict) -> None:
 
 def _cluster(moto, picture: dict, ids: dict) -> str:
     ecs = moto.client("ecs")
-    cluster = _mapped(picture["cluster"], ids)
+    cluster = mapped(picture["cluster"], ids)
     name = cluster["clusterName"]
     for provider in picture["capacityProviders"]:
         kwargs = {"tags": provider["tags"]} if provider.get("tags") else {}
@@ -324,7 +325,7 @@ def _task_definitions(moto, picture: dict, ids: dict) -> dict[str, dict]:
     ecs = moto.client("ecs")
     registered = {}
     for key, spec in picture["taskDefinitions"].items():
-        definition = ecs.register_task_definition(**_mapped(spec, ids))["taskDefinition"]
+        definition = ecs.register_task_definition(**mapped(spec, ids))["taskDefinition"]
         registered[key] = definition
         ids[picture["taskDefinitionArns"][key]] = definition["taskDefinitionArn"]
         rendered_short = picture["taskDefinitionArns"][key].rsplit("/", 1)[-1]  # family:revision
@@ -335,7 +336,7 @@ def _task_definitions(moto, picture: dict, ids: dict) -> dict[str, dict]:
 def _services(moto, picture: dict, ids: dict, cluster: str, registered: dict, start: bool) -> None:
     ecs = moto.client("ecs")
     for service in picture["services"]:
-        spec = _mapped({k: v for k, v in service.items() if k not in ("taskDefinition", "serviceRegistries")}, ids)
+        spec = mapped({k: v for k, v in service.items() if k not in ("taskDefinition", "serviceRegistries")}, ids)
         spec["cluster"] = cluster
         spec["taskDefinition"] = registered[service["taskDefinition"]]["taskDefinitionArn"]
         spec["serviceRegistries"] = [
@@ -365,7 +366,7 @@ def _services(moto, picture: dict, ids: dict, cluster: str, registered: dict, st
 
 
 def _write_outputs(picture: dict, state_outputs: dict, ids: dict, directory: Path) -> dict:
-    outputs = _mapped(picture["outputs"], ids)
+    outputs = mapped(picture["outputs"], ids)
     path = directory / "outputs.json"
     # The shape `terraform output -json` prints: the rendered outputs' types and sensitivity.
     document = {

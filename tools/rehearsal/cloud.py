@@ -164,6 +164,7 @@ def deploy(moto: Moto, picture: dict, directory: Path) -> dict:
     Returns what the agent and the verbs need: {"outputs", "outputs_file", "services", "task_definitions",
     "cluster", "token", "secret_arn"}."""
     from tools.moto_stack import stack
+    from tools.moto_stack.stack import mapped
 
     moto.region = picture.get("region", moto.region)
     # The head group's instances have room for one trainer beside the head, as Terraform sizes them.
@@ -177,8 +178,8 @@ def deploy(moto: Moto, picture: dict, directory: Path) -> dict:
         service["serviceName"]: {
             "task_definition": service["taskDefinition"],
             "dns_names": [f"{r['service']}.{r['namespace']}" for r in service.get("serviceRegistries", [])],
-            "network": _mapped(service.get("networkConfiguration"), ids),
-            "placement": _mapped(service.get("placementConstraints") or [], ids),
+            "network": mapped(service.get("networkConfiguration"), ids),
+            "placement": mapped(service.get("placementConstraints") or [], ids),
         }
         for service in picture["services"]
     }
@@ -193,14 +194,3 @@ def deploy(moto: Moto, picture: dict, directory: Path) -> dict:
         "token": created["token"],
         "secret_arn": secret_arns[0] if secret_arns else None,
     }
-
-
-def _mapped(value, mapping: dict):
-    """Replace the ids and ARNs Terraform recorded with what moto assigned."""
-    if isinstance(value, dict):
-        return {k: _mapped(v, mapping) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_mapped(v, mapping) for v in value]
-    if isinstance(value, str) and value in mapping:
-        return mapping[value]
-    return value
