@@ -13,6 +13,14 @@ from rayfleet.core.aws import run_cli
 from rayfleet.core.run_dir import RunDir
 
 
+@pytest.fixture(autouse=True)
+def restored_environment(monkeypatch):
+    """--bucket sets RAYFLEET_RESULTS_BUCKET for the verb's process: recorded here, so that it is unset again
+    after each test (it would leak into the other tests of this worker)."""
+    monkeypatch.setenv("RAYFLEET_RESULTS_BUCKET", "recorded")
+    monkeypatch.delenv("RAYFLEET_RESULTS_BUCKET")
+
+
 @pytest.fixture
 def called(monkeypatch):
     """Replace a module's main with a recorder: the argv it would have got."""
@@ -59,7 +67,6 @@ def test_every_verb_has_help(capsys):
 def test_run_forwards_where_name_sets_bucket_detach_and_the_jobs_args(called, monkeypatch):
     from rayfleet.targets import run as target_run
 
-    monkeypatch.delenv("RAYFLEET_RESULTS_BUCKET", raising=False)
     seen = called(target_run, code=3)
     argv = ["run", "recipes/ddp.yaml", "--on", "local", "--name", "r1", "--set", "resources.workers=2"]
     code = cli.main([*argv, "--bucket", "bk", "-d", "--", "epochs=1", "--lr", "0.1"])
