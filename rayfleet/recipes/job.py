@@ -146,20 +146,7 @@ def _submit_and_follow(
     spool: LogSpool,
     entrypoint_resources: dict | None = None,
 ) -> tuple[int, str | None]:
-    variables = job_env(recipe, run_dir.run_name, run_dir.storage, launch_dir)
-    entry = command(recipe, sys.executable, variables, extra_args)
-    # Ray Train moves its workers into a per-run directory unless told not to: recipe runs keep them in the
-    # unpacked code, as the README promises, so `open("data/x")` in a train function works (a recipe may
-    # set RAY_CHDIR_TO_TRIAL_DIR itself).
-    env_vars = {"RAY_CHDIR_TO_TRIAL_DIR": "0", **variables, **plain_env(recipe, variables)}
-    if secret_refs:  # references only: Ray logs, stores and serves runtime_env and the entrypoint
-        env_vars[REFS_VAR] = json.dumps(secret_refs, sort_keys=True)
-    env_vars.update(notify_env(recipe, run_dir.run_name))
-    if secret_refs or NOTIFY_VAR in env_vars:
-        entry = f"{shlex.quote(sys.executable)} -m rayfleet.recipes.job_entry {shlex.quote(entry)}"
-    runtime_env: dict = {"working_dir": working_dir, "env_vars": env_vars}
-    if recipe.pip:
-        runtime_env["pip"] = {"packages": list(recipe.pip), "pip_check": False}
+    entry, runtime_env = _job_spec(recipe, run_dir, working_dir, extra_args, launch_dir, secret_refs)
     stop.clear(run_dir)  # not the job's driver: it may start after the budget has already asked
     job_id = f"rayfleet-{run_dir.run_name}-{uuid.uuid4().hex[:6]}"  # a resumed run gets a new job
     client = jobs_api.client_for(address)
@@ -208,6 +195,32 @@ def _submit_and_follow(
         duration_s=duration_s,
         cost_usd=cost.cost_usd(held, spent + duration_s),
     )
+    _say_how_it_ended(run_dir, outcome, exit_code, status, duration_s, cost.cost_usd(held, spent + duration_s), log_url)
+    return exit_code, outcome.interrupted_by
+
+
+def _job_spec(
+    recipe: Recipe, run_dir: RunDir, working_dir: str, extra_args: list[str], launch_dir: str, secret_refs: dict
+) -> tuple[str, dict]:
+    """The Jobs API entrypoint and runtime_env of a recipe's job (secret references only, never values)."""
+    variables = job_env(recipe, run_dir.run_name, run_dir.storage, launch_dir)
+    entry = command(recipe, sys.executable, variables, extra_args)
+    # Ray Train moves its workers into a per-run directory unless told not to: recipe runs keep them in the
+    # unpacked code, as the README promises, so `open("data/x")` in a train function works (a recipe may
+    # set RAY_CHDIR_TO_TRIAL_DIR itself).
+    env_vars = {"RAY_CHDIR_TO_TRIAL_DIR": "0", **variables, **plain_env(recipe, variables)}
+    if secret_refs:  # references only: Ray logs, stores and serves runtime_env and the entrypoint
+        env_vars[REFS_VAR] = json.dumps(secret_refs, sort_keys=True)
+    env_vars.update(notify_env(recipe, run_dir.run_name))
+    if secret_refs or NOTIFY_VAR in env_vars:
+        entry = f"{shlex.quote(sys.executable)} -m rayfleet.recipes.job_entry {shlex.quote(entry)}"
+    runtime_env: dict = {"working_dir": working_dir, "env_vars": env_vars}
+    if recipe.pip:
+        runtime_env["pip"] = {"packages": list(recipe.pip), "pip_check": False}
+    return entry, runtime_env
+
+
+def _say_how_it_ended(run_dir: RunDir, outcome, exit_code: int, status: str, duration_s: float, usd, log_url) -> None:
     if exit_code:
         reason = outcome.message.strip().splitlines()[0].rstrip(":,") if outcome.message.strip() else ""
         print(
@@ -220,7 +233,6 @@ def _submit_and_follow(
         what = "stopped (its checkpoint is saved)" if status == "STOPPED" else "succeeded"
         print(
             f"[rayfleet] run {run_dir.run_name} {what} in {duration_s:.0f} s; "
-            f"~${cost.cost_usd(held, spent + duration_s) or 0:.2f}; results in {run_dir.url}",
+            f"~${usd or 0:.2f}; results in {run_dir.url}",
             flush=True,
         )
-    return exit_code, outcome.interrupted_by
