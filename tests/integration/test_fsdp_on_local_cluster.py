@@ -81,7 +81,7 @@ def uninterrupted(cluster_env, tiny, moto_endpoint, tmp_path, strategy) -> tuple
     if strategy == "deepspeed":
         settings = f"SET=storage={tmp_path}"
         args = " ".join([f"model={tiny['model']}", f"data={tiny['data']}", *FSDP_LEARN, "strategy=deepspeed"])
-        command = ["make", "--no-print-directory", "train-fsdp", "TARGET=local", "RUN=straight", settings]
+        command = ["make", "--no-print-directory", "train-fsdp", "ON=local", "NAME=straight", settings]
         result = subprocess.run(
             [*command, f"ARGS={args}"], env=cluster_env, cwd=REPO, capture_output=True, text=True, timeout=900
         )

@@ -35,7 +35,7 @@ def tiny_lm(tmp_path_factory) -> dict:
 
 
 def make_run(env: dict, recipe: Path, storage: Path, run: str, args: str = "") -> subprocess.CompletedProcess:
-    command = ["make", "--no-print-directory", "run", f"RECIPE={recipe}", "TARGET=local", f"RUN={run}"]
+    command = ["make", "--no-print-directory", "run", f"RECIPE={recipe}", "ON=local", f"NAME={run}"]
     command += [f"SET=storage={storage}", *([f"ARGS={args}"] if args else [])]
     return subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
 

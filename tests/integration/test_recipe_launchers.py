@@ -39,7 +39,7 @@ def copy_example(tmp_path: Path, **changes) -> Path:
 
 def make_run(env: dict, recipe: Path, run: str, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["make", "--no-print-directory", "run", f"RECIPE={recipe}", "TARGET=local", f"RUN={run}", *args],
+        ["make", "--no-print-directory", "run", f"RECIPE={recipe}", "ON=local", f"NAME={run}", *args],
         env=env, cwd=REPO, capture_output=True, text=True, timeout=timeout,
     )  # fmt: skip
 

@@ -104,7 +104,7 @@ def write_recipe(directory: Path, script: str, storage: Path, **extra) -> Path:
 
 def make_run(env: dict, recipe: Path, *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
-        ["make", "--no-print-directory", "run", f"RECIPE={recipe}", "TARGET=local", *args],
+        ["make", "--no-print-directory", "run", f"RECIPE={recipe}", "ON=local", *args],
         env={**env, "TEST_API_KEY": SECRET},
         cwd=REPO,
         capture_output=True,
@@ -120,11 +120,11 @@ def make_train(env: dict, target: str, data_dir: Path, settings: str, args: str,
             "make",
             "--no-print-directory",
             target,
-            "TARGET=local",
+            "ON=local",
             f"DATA_DIR={data_dir}",
             f"SET={settings}",
             f"ARGS={args}",
-            f"RUN={run}",
+            f"NAME={run}",
         ],
         env=env,
         cwd=REPO,
@@ -155,7 +155,7 @@ def test_user_train_script_runs_from_a_recipe(cluster_env, tmp_path):
             storage,
             notify={"webhook": {"secret": "env:TEST_HOOK"}, "stall_after_s": 2},
         )
-        result = make_run({**cluster_env, "TEST_HOOK": hook.url}, recipe, "ARGS=--extra 7", "RUN=user-job-ok")
+        result = make_run({**cluster_env, "TEST_HOOK": hook.url}, recipe, "ARGS=--extra 7", "NAME=user-job-ok")
     finally:
         hook.close()
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
