@@ -5,7 +5,11 @@
     driver.log     the job's output, as it is written    checkpoint_*/   Ray Train's checkpoints
     export/        the FSDP job's Hugging Face export
 
-`run.json` is the one run record: target, job id, code, state, times, exit code, who follows the job.
+`run.json` is the one run record: target, job id, code, state, times, exit code, who follows the job. It has
+one writer, the process that follows the run's job (`RunDir.update`): `rayfleet run` for a local run, the
+trainer task's driver on ECS. Every other process (the ECS submitter, a listing that finds the run lost, the
+job's MLflow link) sends it an event (`RunDir.send`: events/<time>-<host>-<pid>-<kind>.json, a new object
+each), which every read applies and the owner folds in at its next write.
 S3 goes through the AWS adapter (rayfleet.core.aws: the standard credential chain, AWS_ENDPOINT_URL, or
 the config's own `s3_endpoint_url` for S3-compatible stores), so it works against moto and MinIO. Ray
 Train writes the checkpoints itself and wants a pyarrow filesystem for the same storage: `ray_storage()`
@@ -17,6 +21,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
@@ -25,6 +31,8 @@ from rayfleet.core.aws import Aws
 from rayfleet.core.errors import RayfleetError
 
 RECORD = "run.json"
+EVENTS = "events"  # changes to the record sent by processes that do not own run.json (RunDir.send)
+FOLDED = "events_folded_through"  # in run.json: the last event its owner folded in
 LOCAL_RUNS = "runs"  # where runs live on this machine: ./runs of the directory a run starts from
 
 
@@ -156,15 +164,72 @@ class RunDir:
             names |= {o["Key"][len(prefix) :] for o in page.get("Contents", [])}
         return sorted(names)
 
+    # -- the run record: run.json has one writer; every other process sends it events -------------------
     def record(self) -> dict:
-        text = self.read(RECORD)
-        return json.loads(text) if text else {}
+        """The run record: run.json as its owner last wrote it, with the events sent since applied in order."""
+        record, events = self._record_and_events(self._event_names())
+        for _, fields in events:
+            record.update(fields)
+        record.pop(FOLDED, None)
+        return record
 
     def update(self, **fields) -> dict:
-        """Merge fields into run.json (read, merge, write: one writer per run)."""
-        record = {**self.record(), **fields}
+        """The owner's write (the process that follows the run's job: `rayfleet run` for a local run, the
+        trainer's driver on ECS): the events sent since its last write are folded in first, in order, then
+        its own fields; the folded events are removed. Any other process calls `send` instead."""
+        seen = self._event_names()  # only these are folded: one sent after this listing stays for the next read
+        record, events = self._record_and_events(seen)
+        for _, fields_sent in events:
+            record.update(fields_sent)
+        record.update(fields)
+        if seen:
+            record[FOLDED] = max(record.get(FOLDED, ""), seen[-1])
         self.write(RECORD, json.dumps(record, indent=2))
-        return record
+        self._remove([f"{EVENTS}/{name}" for name in seen])
+        return {k: v for k, v in record.items() if k != FOLDED}
+
+    def send(self, kind: str, **fields) -> dict:
+        """A change to the record from a process that does not own run.json (the submitter on ECS, a listing
+        that finds the run lost, the job's MLflow link): a new object of its own, so it never overwrites what
+        another process wrote. Returns the record as it now reads."""
+        name = f"{time.time_ns():020d}-{socket.gethostname()}-{os.getpid()}-{kind}.json"
+        self.write(f"{EVENTS}/{name}", json.dumps(fields))
+        return self.record()
+
+    def _event_names(self) -> list[str]:
+        """The events in this run directory, oldest first (their names start with the time they were sent)."""
+        if not self.is_s3:
+            folder = Path(self.url) / EVENTS
+            return sorted(p.name for p in folder.glob("*.json")) if folder.is_dir() else []
+        bucket, key = self._key(EVENTS)
+        pages = self._s3().get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key + "/")
+        return sorted(o["Key"].rsplit("/", 1)[-1] for page in pages for o in page.get("Contents", []))
+
+    def _record_and_events(self, names: list[str]) -> tuple[dict, list[tuple[str, dict]]]:
+        """run.json, and those of `names` its owner has not folded yet (a fold whose removal did not finish
+        leaves events behind that must not apply twice)."""
+        text = self.read(RECORD)
+        record = json.loads(text) if text else {}
+        folded = record.get(FOLDED, "")
+        events = []
+        for name in names:
+            if name > folded:
+                body = self.read(f"{EVENTS}/{name}")
+                if body:  # removed by the owner meanwhile: folded
+                    events.append((name, json.loads(body)))
+        return record, events
+
+    def _remove(self, names: list[str]) -> None:
+        if not names:
+            return
+        if not self.is_s3:
+            for name in names:
+                (Path(self.url) / name).unlink(missing_ok=True)
+            return
+        bucket, _ = self._key("")
+        keys = [{"Key": self._key(name)[1]} for name in names]
+        for start in range(0, len(keys), 1000):
+            self._s3().delete_objects(Bucket=bucket, Delete={"Objects": keys[start : start + 1000], "Quiet": True})
 
     def ray_storage(self) -> tuple[str, object]:
         """Ray Train's `storage_path` (the storage root, no scheme) and `storage_filesystem` (pyarrow)."""

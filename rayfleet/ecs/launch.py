@@ -107,7 +107,8 @@ def launch(
     }
     run_dir = RunDir(runs_root(out.results_bucket), run_name, region=aws.region)
     state = {} if run_dir.record().get("state") else {"state": "SUBMITTED", "target": "ecs"}
-    run_dir.update(**record, **state)  # the one run record; a recipe's driver moves it on from here
+    # The job's follower owns run.json (a recipe's driver in the trainer): this submitter sends an event.
+    run_dir.send("launched", **record, **state)
     return record
 
 

@@ -96,7 +96,8 @@ def settle(run_dir: RunDir, record: dict, ecs=None, out: Outputs | None = None) 
     current = run_dir.record()
     if current.get("state") != state:  # it moved on meanwhile: the writer's word wins
         return current
-    return run_dir.update(
+    return run_dir.send(  # a reader's finding: an event, never a write over the owner's run.json
+        "lost",
         state="LOST",
         ended_at=now(),
         message=f"{reason} while the run was {state}; nobody follows its job any more, and driver.log "

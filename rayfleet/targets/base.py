@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
@@ -47,7 +48,10 @@ def package_into(
         print(f"[rayfleet] left out {len(pkg.left_out)} file(s) that look like state or keys: {shown}", flush=True)
     code_url = run_dir.upload(f"code-{pkg.sha256[:12]}.zip", pkg.path)
     run_dir.write("recipe.yaml", recipe.to_yaml())
-    run_dir.update(
+    # Locally this process follows the job and owns run.json; on ECS the trainer's driver does, and this
+    # submitter sends the record's start as an event.
+    write = run_dir.update if target == "local" else partial(run_dir.send, "created")
+    write(
         run_name=run_dir.run_name,
         recipe=recipe.name,
         recipe_file=str(loaded.path),

@@ -96,7 +96,7 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
         }
         if run_dir.record().get("state") in ("PENDING", "LOST"):  # the trainer may have written RUNNING: keep it
             fields["state"] = "SUBMITTED"
-        run_dir.update(**fields)
+        run_dir.send("submitted", **fields)  # the trainer's driver owns run.json
         print(f"run {run_name}: task {record['task_arn']}")
         print(f"  results   {run_dir.url}/")
         print(f"  log       {record['log_group']} {record['log_stream']}  (make logs RUN={run_name})")
@@ -148,7 +148,8 @@ def follow_relaunching(aws: Aws, out: Outputs, run_dir: RunDir, recipe, record: 
                 "why": why,
             }
         )
-        run_dir.update(
+        run_dir.send(
+            "lost",
             attempts=attempts,
             state="LOST",
             message=f"the trainer task stopped before the run ended: {why}",

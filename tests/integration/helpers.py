@@ -124,6 +124,20 @@ def run_verb(env: dict, verb: str, *args: str, timeout: int = 120) -> subprocess
     )
 
 
+def run_record(env: dict, bucket: str, run: str, **owner_writes) -> dict:
+    """A run's record as every verb reads it (RunDir.record: run.json and the events sent since), through the
+    AWS adapter with the verbs' environment (endpoint, test credentials, region). With fields: first written
+    as the record's owner writes them (RunDir.update: what the trainer's driver does)."""
+    from unittest import mock
+
+    from rayfleet.core.run_dir import RunDir
+
+    keys = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+    with mock.patch.dict(os.environ, {k: env[k] for k in keys if k in env}):
+        run_dir = RunDir(f"s3://{bucket}/runs", run)
+        return run_dir.update(**owner_writes) if owner_writes else run_dir.record()
+
+
 def verbs_env(endpoint: str, outputs_file: str, region: str, **extra: str) -> dict:
     """The environment that points the verbs at a moto stack: its endpoint, test credentials, the outputs."""
     env = {k: v for k, v in os.environ.items() if k != "AWS_PROFILE"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import REPO, run_verb
+from tests.integration.helpers import REPO, run_record, run_verb
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +30,7 @@ def test_launch_detached_sets_overrides_network_and_records_the_run(aws_stack):
     assert "run detached-1: task arn:aws:ecs:" in result.stdout
     assert f"s3://{bucket}/runs/detached-1/" in result.stdout and "make logs RUN=detached-1" in result.stdout
     s3 = aws_stack["server"].client("s3")
-    record = json.loads(s3.get_object(Bucket=bucket, Key="runs/detached-1/run.json")["Body"].read())
+    record = run_record(aws_stack["env"], bucket, "detached-1")
     task = _task(aws_stack, record["task_arn"])
     override = task["overrides"]["containerOverrides"][0]
     assert override["name"] == "trainer"
@@ -52,10 +53,11 @@ def test_launch_detached_sets_overrides_network_and_records_the_run(aws_stack):
     groups = [g["GroupId"] for g in eni["NetworkInterfaces"][0]["Groups"]]
     assert groups == [aws_stack["outputs"]["task_security_group_id"]]
     assert record["log_stream"] == f"trainer/trainer/{record['task_arn'].rsplit('/', 1)[-1]}"
-    # The one run record: a launched job starts SUBMITTED on target ecs, and nothing else is written beside it.
+    # The one run record: a launched job starts SUBMITTED on target ecs. The submitter owns no run.json (the
+    # job's follower does): it sent one event, and nothing else is written beside it.
     assert (record["state"], record["target"], record["job"]) == ("SUBMITTED", "ecs", "ddp")
     keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="runs/detached-1/")["Contents"]]
-    assert keys == ["runs/detached-1/run.json"]
+    assert len(keys) == 1 and re.fullmatch(r"runs/detached-1/events/\d{20}-.+-launched\.json", keys[0]), keys
 
 
 def test_launch_follows_the_driver_log_until_the_task_stops(aws_stack):
@@ -69,17 +71,16 @@ def test_launch_follows_the_driver_log_until_the_task_stops(aws_stack):
         text=True,
     )
     server = aws_stack["server"]
-    s3, logs, ecs = server.client("s3"), server.client("logs"), server.client("ecs")
+    logs, ecs = server.client("logs"), server.client("ecs")
     bucket, cluster = aws_stack["outputs"]["results_bucket"], aws_stack["outputs"]["cluster_name"]
     try:
         deadline = time.monotonic() + 60
         while True:
-            try:
-                record = json.loads(s3.get_object(Bucket=bucket, Key="runs/followed-1/run.json")["Body"].read())
+            record = run_record(aws_stack["env"], bucket, "followed-1")
+            if record:
                 break
-            except s3.exceptions.NoSuchKey:
-                assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1]
-                time.sleep(0.2)
+            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.2)
         logs.create_log_stream(logGroupName=record["log_group"], logStreamName=record["log_stream"])
         now = int(time.time() * 1000)
         lines = [f"epoch {i}/3  train_loss {1 / i:.4f}" for i in (1, 2, 3)]

@@ -15,7 +15,7 @@ import zipfile
 import pytest
 import yaml
 
-from tests.integration.helpers import DASHBOARD_PORT, REPO
+from tests.integration.helpers import DASHBOARD_PORT, REPO, run_record
 
 pytestmark = pytest.mark.integration
 # Under <name>/recipes/, the only secrets the task role may read (infra/modules/iam); <name>: the default var.name.
@@ -79,6 +79,7 @@ def launched(aws_stack, tmp_path_factory):
         "ecs": server.client("ecs"),
         "bucket": aws_stack["outputs"]["results_bucket"],
         "cluster": aws_stack["outputs"]["cluster_name"],
+        "env": aws_stack["env"],
     }
 
 
@@ -86,8 +87,13 @@ def _object(launched, key) -> bytes:
     return launched["s3"].get_object(Bucket=launched["bucket"], Key=key)["Body"].read()
 
 
+def _record(launched, run: str) -> dict:
+    """The run record as the verbs read it: the trainer's run.json and the submitter's events."""
+    return run_record(launched["env"], launched["bucket"], run)
+
+
 def test_code_zip_and_resolved_recipe_land_under_the_run_prefix(launched):
-    record = json.loads(_object(launched, "runs/ecs-1/run.json"))
+    record = _record(launched, "ecs-1")
     assert record["target"] == "ecs" and record["state"] == "SUBMITTED"
     body = _object(launched, f"runs/ecs-1/code-{record['code_sha256'][:12]}.zip")
     assert hashlib.sha256(body).hexdigest() == record["code_sha256"]
@@ -97,13 +103,15 @@ def test_code_zip_and_resolved_recipe_land_under_the_run_prefix(launched):
     assert resolved["env"]["HF_TOKEN"] == {"secret": f"secretsmanager:{SECRET_NAME}"}
     assert resolved["resources"] == {"workers": 2, "cpus_per_worker": 2.0, "gpus_per_worker": 1}
     assert resolved["image"] == IMAGE and resolved["pip"] == ["einops==0.8.1"]
-    for key in ("runs/ecs-1/run.json", "runs/ecs-1/recipe.yaml"):
+    assert SECRET_VALUE not in json.dumps(record)  # the record, run.json and the events both
+    listed = launched["s3"].list_objects_v2(Bucket=launched["bucket"], Prefix="runs/ecs-1/")["Contents"]
+    for key in [o["Key"] for o in listed if o["Key"].endswith((".json", ".yaml"))]:
         assert SECRET_VALUE.encode() not in _object(launched, key)
 
 
 def test_runtask_overrides_carry_the_recipe_and_the_image_revision(launched, aws_stack):
     ecs = launched["ecs"]
-    record = json.loads(_object(launched, "runs/ecs-1/run.json"))
+    record = _record(launched, "ecs-1")
     task = ecs.describe_tasks(cluster=launched["cluster"], tasks=[record["task_arn"]])["tasks"][0]
     override = task["overrides"]["containerOverrides"][0]
     assert override["command"] == ["recipe"]
@@ -124,7 +132,7 @@ def test_runtask_overrides_carry_the_recipe_and_the_image_revision(launched, aws
 
 def test_trainer_submits_the_s3_code_to_the_cluster_and_records_the_result(launched, aws_stack, cluster_env):
     ecs = launched["ecs"]
-    record = json.loads(_object(launched, "runs/ecs-1/run.json"))
+    record = _record(launched, "ecs-1")
     task = ecs.describe_tasks(cluster=launched["cluster"], tasks=[record["task_arn"]])["tasks"][0]
     overrides = {e["name"]: e["value"] for e in task["overrides"]["containerOverrides"][0]["environment"]}
     recipe = json.loads(overrides["RAYFLEET_RECIPE"])
@@ -146,7 +154,7 @@ def test_trainer_submits_the_s3_code_to_the_cluster_and_records_the_result(launc
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"token length {len(SECRET_VALUE)}" in result.stdout and "helper says shipped" in result.stdout
     assert "['--lr', '0.1', '--epochs', '2']" in result.stdout
-    done = json.loads(_object(launched, "runs/ecs-1/run.json"))
+    done = _record(launched, "ecs-1")
     assert done["state"] == "SUCCEEDED" and done["exit_code"] == 0 and done["job_id"].startswith("rayfleet-ecs-1-")
     assert done["code_sha256"] == record["code_sha256"]  # the launcher's fields survive the trainer's update
     log = _object(launched, "runs/ecs-1/driver.log").decode()
@@ -158,7 +166,7 @@ def test_a_code_zip_replaced_in_s3_is_refused_before_ray_sees_it(launched, aws_s
     """Issue 27 item 9: any job can write under runs/; the trainer runs the zip only if it has the hash
     `make run` computed and put in the RunTask overrides (which no job can change). Before, the trainer
     handed Ray the S3 URI, whatever it held by then. Nothing of Ray is needed: the refusal comes first."""
-    record = json.loads(_object(launched, "runs/ecs-1/run.json"))
+    record = _record(launched, "ecs-1")
     task = launched["ecs"].describe_tasks(cluster=launched["cluster"], tasks=[record["task_arn"]])["tasks"][0]
     overrides = {e["name"]: e["value"] for e in task["overrides"]["containerOverrides"][0]["environment"]}
     assert overrides["RAYFLEET_CODE_SHA256"] == record["code_sha256"]
@@ -180,7 +188,7 @@ def test_a_code_zip_replaced_in_s3_is_refused_before_ray_sees_it(launched, aws_s
     assert result.returncode == 1, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert "is not the one `make run` uploaded" in line and line.endswith("refusing to run it")
-    assert json.loads(_object(launched, "runs/tampered-1/run.json"))["state"] == "FAILED"
+    assert _record(launched, "tampered-1")["state"] == "FAILED"
 
 
 def test_recipe_beyond_the_worker_instance_is_refused_before_upload(aws_stack, tmp_path):
@@ -215,7 +223,7 @@ def test_make_runs_lists_s3_runs_with_their_state(launched, aws_stack, tmp_path)
     rows = {r["run"]: r for r in json.loads(result.stdout)}
     row = rows["ecs-1"]
     assert row["where"] == "ecs" and row["results"] == f"s3://{launched['bucket']}/runs/ecs-1/"
-    record = json.loads(_object(launched, "runs/ecs-1/run.json"))
+    record = _record(launched, "ecs-1")
     expected = record["state"]
     if expected == "SUBMITTED":  # before the trainer records the job, the task's own state is asked from ECS
         expected = launched["ecs"].describe_tasks(cluster=launched["cluster"], tasks=[record["task_arn"]])["tasks"][0][
@@ -228,19 +236,16 @@ class Follower:
     """`make run` on ECS without --detach, as a process, and the run's record in moto's bucket."""
 
     def __init__(self, aws_stack, recipe, run: str) -> None:
-        self.s3, self.ecs = aws_stack["server"].client("s3"), aws_stack["server"].client("ecs")
+        self.ecs = aws_stack["server"].client("ecs")
         self.cluster, self.bucket = aws_stack["outputs"]["cluster_name"], aws_stack["outputs"]["results_bucket"]
-        self.key = f"runs/{run}/run.json"
+        self.env, self.run = aws_stack["env"], run
         command = [sys.executable, "-m", "rayfleet.targets.run", str(recipe), "--target=ecs", f"--run-name={run}"]
         self.proc = subprocess.Popen(
             command, env=aws_stack["env"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
 
     def record(self) -> dict:
-        try:
-            return json.loads(self.s3.get_object(Bucket=self.bucket, Key=self.key)["Body"].read())
-        except self.s3.exceptions.NoSuchKey:
-            return {}
+        return run_record(self.env, self.bucket, self.run)
 
     def task(self, not_this: str | None = None) -> str:
         """The follower's new trainer task, once it has recorded it (launch, then the follower's own update)."""
@@ -273,8 +278,7 @@ def test_a_lost_trainer_task_is_relaunched_with_the_same_overrides(aws_stack, tm
         follower.stop(first, "Host EC2 (instance i-0abc) terminated.")
         second = follower.task(not_this=first)
         # What the relaunched trainer's driver does at the end (rayfleet/recipes/job.py), then its task stops.
-        done = {**follower.record(), "state": "SUCCEEDED", "exit_code": 0, "message": ""}
-        follower.s3.put_object(Bucket=follower.bucket, Key=follower.key, Body=json.dumps(done).encode())
+        run_record(follower.env, follower.bucket, follower.run, state="SUCCEEDED", exit_code=0, message="")
         follower.stop(second, "Essential container in task exited")
     finally:
         out, err = follower.end()
@@ -308,8 +312,7 @@ def test_a_trainer_whose_head_went_away_is_relaunched(aws_stack, tmp_path):
     follower = Follower(aws_stack, recipe, "headless")
 
     def driver_ends(arn: str, message: str, reason: str) -> None:
-        ended = {**follower.record(), "state": "FAILED", "exit_code": 1, "message": message}
-        follower.s3.put_object(Bucket=follower.bucket, Key=follower.key, Body=json.dumps(ended).encode())
+        run_record(follower.env, follower.bucket, follower.run, state="FAILED", exit_code=1, message=message)
         follower.stop(arn, reason)
 
     try:

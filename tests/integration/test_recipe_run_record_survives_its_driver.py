@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from tests.integration.helpers import REPO, jobs_api_call
+from tests.integration.helpers import REPO, jobs_api_call, run_record
 
 pytestmark = pytest.mark.integration
 PYTHON = str(REPO / ".venv/bin/python")
@@ -134,7 +134,7 @@ def test_sigkill_leaves_the_log_in_s3_and_the_listing_marks_the_run_lost(cluster
         row = runs_listing(aws_stack, tmp_path)[run]
         print(f"\nSIGKILL to LOST in the listing: {time.monotonic() - killed_at:.1f} s")
         assert row["state"] == "LOST"
-        record = json.loads(s3_text(aws_stack, bucket, f"runs/{run}/run.json"))
+        record = run_record(aws_stack["env"], bucket, run)  # the listing's finding, an event beside run.json
         assert record["state"] == "LOST" and "is gone" in record["message"] and record["ended_at"]
     finally:
         jobs_api_call(cluster_env, "stop_job", record["job_id"])  # the orphaned job: not on the shared cluster
@@ -209,7 +209,7 @@ def test_a_running_run_whose_trainer_task_stopped_is_lost(aws_stack, tmp_path):
     s3.delete_object(Bucket=out["results_bucket"], Key="runs/ecs-running/run.json")
     rows = runs_listing(aws_stack, tmp_path)
     assert rows["ecs-stopped"]["state"] == rows["ecs-unknown"]["state"] == "LOST"
-    record = json.loads(s3_text(aws_stack, out["results_bucket"], "runs/ecs-stopped/run.json"))
+    record = run_record(aws_stack["env"], out["results_bucket"], "ecs-stopped")
     assert record["state"] == "LOST" and "Task stopped by the test" in record["message"]
 
 

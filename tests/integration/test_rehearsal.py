@@ -33,6 +33,7 @@ import boto3
 import pytest
 
 from tests.images.helpers import wait_for_background_build
+from tests.integration import helpers
 from tests.integration.helpers import REPO
 from tests.integration.rehearsal_helpers import (
     LABEL,
@@ -194,8 +195,8 @@ def head_container(rid: str) -> str:
 
 
 def run_record(aws, run: str) -> dict:
-    body = aws["client"]("s3").get_object(Bucket=aws["outputs"]["results_bucket"], Key=f"runs/{run}/run.json")["Body"]
-    return json.loads(body.read())
+    """The run record as the verbs read it (the trainer's run.json and the submitter's events)."""
+    return helpers.run_record(aws["env"], aws["outputs"]["results_bucket"], run)
 
 
 def metrics(aws, run: str) -> list[dict]:

@@ -29,6 +29,15 @@ def test_s3_run_directory_round_trip(moto, monkeypatch, tmp_path):
     assert body == b"{}"
     RunDir("s3://results/runs", "ddp-0", endpoint_url=moto.url).write("run.json", "{}")
     assert list_runs("s3://results/runs", endpoint_url=moto.url) == ["ddp-0", "ddp-1"]
+    # The record's one writer, and the events of the others, in S3 as on disk (tests/unit/core/test_run_dir.py).
+    other = RunDir("s3://results/runs", "ddp-1", endpoint_url=moto.url)
+    assert other.send("lost", state="LOST")["state"] == "LOST"
+    assert other.send("mlflow", mlflow_run_id="m")["task_arn"] == "arn:task/1"
+    events = moto.client("s3").list_objects_v2(Bucket="results", Prefix="runs/ddp-1/events/")["Contents"]
+    assert [o["Key"].rsplit("-", 1)[-1] for o in events] == ["lost.json", "mlflow.json"]
+    assert run_dir.update(state="RUNNING")["mlflow_run_id"] == "m"  # folded in, then the owner's own state
+    assert "Contents" not in moto.client("s3").list_objects_v2(Bucket="results", Prefix="runs/ddp-1/events/")
+    assert run_dir.record() == {"state": "RUNNING", "task_arn": "arn:task/1", "mlflow_run_id": "m"}
 
 
 def results_bucket(moto, monkeypatch):

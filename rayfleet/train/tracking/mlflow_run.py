@@ -49,7 +49,7 @@ def open_run(uri: str, experiment: str, run_dir: RunDir, config: dict) -> str:
     experiment_id = found.experiment_id if found else client.create_experiment(experiment)
     run = client.create_run(experiment_id, run_name=run_dir.run_name, tags={"rayfleet.run_dir": run_dir.url})
     _log_params(client, run.info.run_id, _params(config))
-    run_dir.update(mlflow_run_id=run.info.run_id, mlflow_tracking_uri=uri)
+    run_dir.send("mlflow", mlflow_run_id=run.info.run_id, mlflow_tracking_uri=uri)  # the job is not the owner
     return run.info.run_id
 
 

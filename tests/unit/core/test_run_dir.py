@@ -60,3 +60,54 @@ def test_ray_storage_for_s3_maps_the_endpoint_and_carries_no_credentials():
 def test_ray_storage_for_a_local_directory(tmp_path):
     path, fs = RunDir(str(tmp_path), "r").ray_storage()
     assert path == str(tmp_path) and isinstance(fs, pafs.LocalFileSystem)
+
+
+def test_other_processes_send_events_that_every_read_applies_and_the_owner_folds(tmp_path):
+    """run.json has one writer (the job's follower); the rest send events: nothing one process writes is lost
+    to another's read-modify-write."""
+    owner = RunDir(str(tmp_path), "r1")
+    owner.update(state="RUNNING", attempts=[{"attempt": 1}])
+    elsewhere = RunDir(str(tmp_path), "r1")  # say the ECS submitter, or a listing on another laptop
+    after = elsewhere.send("mlflow", mlflow_run_id="m1")
+    assert after["mlflow_run_id"] == "m1" and after["state"] == "RUNNING"
+    on_disk = json.loads((tmp_path / "r1" / RECORD).read_text())
+    assert "mlflow_run_id" not in on_disk  # run.json is the owner's alone
+    folded = owner.update(state="SUCCEEDED")
+    assert folded["mlflow_run_id"] == "m1" and folded["state"] == "SUCCEEDED"
+    assert json.loads((tmp_path / "r1" / RECORD).read_text())["mlflow_run_id"] == "m1"
+    assert not list((tmp_path / "r1" / "events").glob("*.json"))  # folded events are removed
+    assert owner.record()["attempts"] == [{"attempt": 1}]
+
+
+def test_events_apply_in_the_order_sent_and_an_owner_write_supersedes_older_ones(tmp_path):
+    run = RunDir(str(tmp_path), "r2")
+    run.send("created", state="PENDING", code="c1")
+    run.send("submitted", state="SUBMITTED", task_arn="t1")
+    assert run.record() == {"state": "SUBMITTED", "code": "c1", "task_arn": "t1"}  # before any owner write
+    run.update(state="RUNNING")
+    run.send("lost", state="LOST")
+    assert run.record()["state"] == "LOST"  # sent after the owner's last write: it applies
+    run.update(state="SUCCEEDED")  # the owner folds the LOST event in, then its own state
+    assert run.record()["state"] == "SUCCEEDED"
+    # An event left behind by a fold whose removal did not finish never applies twice.
+    left = tmp_path / "r2" / "events" / "00000000000000000001-host-1-submitted.json"
+    left.write_text(json.dumps({"state": "SUBMITTED"}))
+    assert run.record()["state"] == "SUCCEEDED"
+
+
+def test_an_event_sent_after_the_owners_listing_is_kept_for_the_next_read(tmp_path, monkeypatch):
+    run = RunDir(str(tmp_path), "r3")
+    run.update(state="RUNNING")
+    listed = RunDir._event_names
+
+    def then_someone_sends(self):
+        names = listed(self)
+        if not (tmp_path / "r3" / "late.flag").exists():
+            (tmp_path / "r3" / "late.flag").write_text("")
+            RunDir(str(tmp_path), "r3").send("mlflow", mlflow_run_id="late")
+        return names
+
+    monkeypatch.setattr(RunDir, "_event_names", then_someone_sends)
+    run.update(state="SUCCEEDED")
+    monkeypatch.undo()
+    assert run.record()["mlflow_run_id"] == "late"  # not removed unseen: the next read still applies it

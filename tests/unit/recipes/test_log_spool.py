@@ -58,8 +58,9 @@ def test_a_running_local_run_without_its_submitter_is_lost(tmp_path):
     RunDir(str(tmp_path), "done").update(state="SUCCEEDED", submitter={**job.submitter(), "pid": int(dead.stdout)})
     states = {r["run"]: r["state"] for r in runs.local_runs(tmp_path)}
     assert states == {"gone": "LOST", "alive": "RUNNING", "done": "SUCCEEDED"}
-    record = json.loads((tmp_path / "gone" / "run.json").read_text())
+    record = RunDir(str(tmp_path), "gone").record()  # the listing's finding: an event beside the owner's run.json
     assert record["state"] == "LOST" and "is gone while the run was RUNNING" in record["message"]
+    assert json.loads((tmp_path / "gone" / "run.json").read_text())["state"] == "RUNNING"
 
 
 def test_handoff_passes_env_values_as_a_private_file_removed_after(monkeypatch):
