@@ -139,12 +139,14 @@ def _amount(name: str, value: float) -> str:
 
 
 def render_ray(ray: dict, jobs: int = 5) -> list[str]:
-    """Ray's view from the head's snapshot (rayfleet/node/head_snapshot.py): nodes, resources, jobs."""
-    alive = [n for n in ray["nodes"] if n["alive"]]
+    """Ray's view from the head's snapshot (rayfleet/node/head_snapshot.py): nodes, resources, jobs. A
+    snapshot without some part (another version's head wrote it) shows what it has, never a traceback."""
+    nodes = ray.get("nodes", [])
+    alive = [n for n in nodes if n.get("alive")]
     heads = sum(1 for n in alive if n.get("head"))
     workers = len(alive) - heads
-    dead = len(ray["nodes"]) - len(alive)
-    total, free = ray["total"], ray["available"]
+    dead = len(nodes) - len(alive)
+    total, free = ray.get("total", {}), ray.get("available", {})
     shown = [k for k in ("CPU", "GPU", "memory") if k in total]
     used = ", ".join(
         f"{k} {_amount(k, free[k]) if k in free else '?'}/{_amount(k, total[k])}{' GiB' if k == 'memory' else ''} free"
@@ -156,9 +158,10 @@ def render_ray(ray: dict, jobs: int = 5) -> list[str]:
         + f"; {used}"
     ]
     for n in alive:
-        resources = ", ".join(f"{k} {_amount(k, v)}" for k, v in n["resources"].items() if k in ("CPU", "GPU"))
+        resources = ", ".join(f"{k} {_amount(k, v)}" for k, v in n.get("resources", {}).items() if k in ("CPU", "GPU"))
         lines.append(
-            f"    {'head' if n.get('head') else 'worker':<8}{n['node_id']:<14}{n['address'] or '?':<16}{resources}"
+            f"    {'head' if n.get('head') else 'worker':<8}{n.get('node_id', '?'):<14}{n.get('address') or '?':<16}"
+            f"{resources}"
         )
     if "serve" in ray:
         lines.append("  serve: " + "\n    ".join(serve_lines(ray["serve"])))

@@ -120,3 +120,12 @@ def test_the_autostop_line_says_when_the_workers_stop():
     assert autostop_line({"error": "AccessDeniedException: no"}) == "cannot decide (AccessDeniedException: no)"
     shown = render_ray({"nodes": [], "total": {}, "available": {}, "jobs": [], "autostop": idle})
     assert "  autostop: rf-ray-worker to 0 at 2026-11-23T12:30:00+00:00 unless a run starts" in "\n".join(shown)
+
+
+def test_a_partial_snapshot_shows_what_it_has_and_never_a_traceback():
+    """A snapshot another head version wrote, with its nodes only (as `make status` met one in CI): the status
+    screen names the nodes it has and leaves the rest out."""
+    partial = {"nodes": [{"node_id": "h", "alive": True, "head": True}, {"node_id": "w1", "alive": True}]}
+    lines = render_ray(partial)
+    assert lines[0].startswith("  2 nodes alive (1 head, 1 worker)")
+    assert any(line.split()[:2] == ["worker", "w1"] for line in lines)
