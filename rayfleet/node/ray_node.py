@@ -122,7 +122,7 @@ def drain_first(env: dict, gcs: dict):
     return before_stop
 
 
-def run_job(command: list[str], env: dict) -> int:
+def run_driver(command: list[str], env: dict) -> int:
     """The job as a child whose exit code is the task's. ECS's SIGTERM is passed on once: the recipe driver
     then stops its Ray job and records STOPPED (a second signal would cut that short); ECS's stopTimeout
     bounds how long it takes."""
@@ -258,7 +258,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
             "RAYFLEET_TRAINER_RESOURCE": trainer_resource(env),
             "RAYFLEET_DASHBOARD_URL": f"http://{head_ip}:{ports(env)['dashboard']['from']}",
         }
-        return run_job(command, job_env)
+        return run_driver(command, job_env)
     finally:
         subprocess.run(["ray", "stop"], check=False)
 

@@ -203,7 +203,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rayfleet.train.trainer import run_job
+    from rayfleet.train.trainer import fit_and_summarize
 
     args = _parse_args(argv)
     try:
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     # The imported module's function, not __main__'s: pickled by reference, so workers import it.
     from rayfleet.train.ddp import train_loop as loop
 
-    return run_job(loop, cfg, run_name)
+    return fit_and_summarize(loop, cfg, run_name)
 
 
 if __name__ == "__main__":

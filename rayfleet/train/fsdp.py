@@ -223,7 +223,7 @@ def check_before_start(cfg: FSDPConfig) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rayfleet.train.trainer import run_job
+    from rayfleet.train.trainer import fit_and_summarize
 
     parser = argparse.ArgumentParser(prog="python -m rayfleet.train.fsdp", description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     # The imported module's function, not __main__'s: pickled by reference, so workers import it.
     from rayfleet.train.fsdp import train_loop as loop
 
-    return run_job(loop, cfg, run_name, {"model_dir": str(model_dir.resolve())}, fsdp_summary)
+    return fit_and_summarize(loop, cfg, run_name, {"model_dir": str(model_dir.resolve())}, fsdp_summary)
 
 
 if __name__ == "__main__":

@@ -87,7 +87,7 @@ def build_trainer(
     )
 
 
-def run_job(
+def fit_and_summarize(
     train_loop: Callable,
     cfg: JobConfig,
     run_name: str,

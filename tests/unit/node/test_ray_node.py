@@ -103,7 +103,7 @@ def test_a_recipe_driver_pins_the_jobs_entrypoint_to_its_own_node(monkeypatch):
 
     monkeypatch.setattr(ray_node, "wait_for_head", lambda host, port, timeout: "10.0.0.5")
     monkeypatch.setattr(ray_node.subprocess, "run", fake_run)
-    monkeypatch.setattr(ray_node, "run_job", lambda cmd, env: fake_run(cmd, env).returncode)
+    monkeypatch.setattr(ray_node, "run_driver", lambda cmd, env: fake_run(cmd, env).returncode)
     task_env = {"RAY_AUTH_MODE": "token", "RAYFLEET_HEAD_HOST": "head.rf.local", "HOSTNAME": "ip-10-0-1-7"}
     assert ray_node.main(["driver", "recipe"], env=task_env) == 0
     job_cmd, job_env = seen["calls"][1]
