@@ -15,6 +15,7 @@ from rayfleet.core.run_dir import RunDir
 from rayfleet.train import stop
 from rayfleet.train.preemption import REACHED_FILE, NoRestart, Preemption
 from rayfleet.train.run_control import Decision, RunControl
+from tests.unit.train.test_preemption import Clock
 
 CPU = torch.device("cpu")
 NOTICE = "preemption notice: rank(s) [1] on a node that goes without a deadline"
@@ -31,17 +32,6 @@ def group(tmp_path):
 @pytest.fixture
 def run_dir(tmp_path) -> RunDir:
     return RunDir(str(tmp_path), "run")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def preemption(notice_at: int | None = None, every: int = 1) -> Preemption:
