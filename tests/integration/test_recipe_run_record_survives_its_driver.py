@@ -99,12 +99,22 @@ def runs_listing(aws_stack, tmp_path) -> dict:
     return {r["run"]: r for r in json.loads(result.stdout)}
 
 
+def uploaded(aws_stack, bucket: str, run: str, timeout: float = 30) -> str:
+    """driver.log as it is in S3 once the job's lines have reached it (the spool uploads every second while the
+    job runs; on a loaded machine a fixed sleep is not enough)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        log = s3_text(aws_stack, bucket, f"runs/{run}/driver.log") or ""
+        if ("printed before the kill 4" in log and "ready" in log) or time.monotonic() > deadline:
+            return log
+        time.sleep(0.5)
+
+
 def test_sigterm_stops_the_job_and_the_record_says_so(cluster_env, aws_stack, bucket, tmp_path):
     run = f"term-{time.strftime('%H%M%S')}"
     driver = Driver(cluster_env, write_recipe(tmp_path, SLEEPER, f"s3://{bucket}/runs"), run)
     driver.wait_for("ready")
-    time.sleep(3)  # the log is uploaded every second (RAYFLEET_LOG_FLUSH_S) while the job runs
-    assert "printed before the kill 4" in (s3_text(aws_stack, bucket, f"runs/{run}/driver.log") or "")
+    assert "printed before the kill 4" in uploaded(aws_stack, bucket, run)  # uploaded while the job runs
     killed_at = time.monotonic()
     driver.proc.send_signal(signal.SIGTERM)  # what ECS sends the trainer when its task is stopped
     code = driver.proc.wait(timeout=60)
@@ -122,7 +132,7 @@ def test_sigkill_leaves_the_log_in_s3_and_the_listing_marks_the_run_lost(cluster
     run = f"kill-{time.strftime('%H%M%S')}"
     driver = Driver(cluster_env, write_recipe(tmp_path, SLEEPER, f"s3://{bucket}/runs"), run)
     driver.wait_for("ready")
-    time.sleep(3)
+    assert "printed before the kill 4" in uploaded(aws_stack, bucket, run)  # uploaded while the job runs
     driver.proc.kill()  # nothing runs after this in the driver
     driver.proc.wait(timeout=30)
     killed_at = time.monotonic()
