@@ -96,8 +96,8 @@ text-data: models/tiny-gpt-neox/config.json ## Generate a text corpus and a tiny
 ON_CLUSTER = $(RF) cluster run --workers $(WORKERS) --cpus-per-worker $(CPUS_PER_WORKER) --
 # What every recipe run passes on: where it goes, its name, its overrides, the results bucket, detach.
 RUN_FLAGS = --on $(ON) $(if $(NAME),--name $(NAME)) $(foreach s,$(SET),--set $(s)) $(BUCKET_FLAG) $(if $(DETACH),--detach)
-# A DATA_DIR given on the command line goes to the job as data_dir; by default the recipe names its own.
-USER_DATA_DIR = $(if $(filter command line environment,$(origin DATA_DIR)),data_dir=$(abspath $(DATA_DIR)))
+# A DATA_DIR given on the command line replaces the recipe's data: (staged to S3 on ECS like the default).
+USER_DATA_DIR = $(if $(filter command line environment,$(origin DATA_DIR)),--set data=$(abspath $(DATA_DIR)))
 
 demo: setup data ## Set up, start a local cluster, train the DDP job for a few epochs, print the summary, stop it
 	$(ON_CLUSTER) $(PY) -m rayfleet.train.ddp --config rayfleet/train/configs/demo.yaml data_dir=$(DATA_DIR) $(ARGS)
@@ -105,8 +105,8 @@ demo: setup data ## Set up, start a local cluster, train the DDP job for a few e
 run: setup ## Run a recipe, locally or on ECS, and follow it (RECIPE=recipes/x.yaml; ON; NAME; SET; ARGS; DETACH=1)
 	$(RF) run $(RECIPE) $(RUN_FLAGS) -- $(ARGS)
 
-train-ddp: setup ## The DDP recipe (recipes/ddp.yaml): on ECS once deployed, else locally (ON; NAME; ARGS; BUCKET)
-	$(RF) run recipes/ddp.yaml $(RUN_FLAGS) -- $(USER_DATA_DIR) $(ARGS)
+train-ddp: setup data ## The DDP recipe (recipes/ddp.yaml): on ECS once deployed (data/ staged to S3), else locally (ON; NAME; ARGS; BUCKET)
+	$(RF) run recipes/ddp.yaml $(RUN_FLAGS) $(USER_DATA_DIR) -- $(ARGS)
 
 train-fsdp: setup text-data ## The FSDP recipe: recipes/fsdp.yaml (dolly-v2-7b) on ECS, recipes/fsdp-tiny.yaml locally
 	$(RF) run recipes/fsdp.yaml --local-recipe recipes/fsdp-tiny.yaml $(RUN_FLAGS) -- $(ARGS)
@@ -183,8 +183,8 @@ clean: setup ## Services to zero, jobs stopped, images deleted, then terraform d
 # run as podman containers against a moto server; the verbs above work against it after
 # `eval "$$(.venv/bin/rayfleet rehearse env)"`. Needs podman and the images of IMAGE_TAG (make build).
 PORT    ?=
-rehearse: setup data ## Run the ECS deployment on this machine with podman + moto until Ctrl-C (make build first; TFVARS; PORT)
-	$(RF) rehearse up -- --tag $(IMAGE_TAG) --data $(DATA_DIR) $(if $(TFVARS),--var-file $(TFVARS)) $(if $(PORT),--port $(PORT))
+rehearse: setup ## Run the ECS deployment on this machine with podman + moto until Ctrl-C (make build first; TFVARS; PORT)
+	$(RF) rehearse up -- --tag $(IMAGE_TAG) $(if $(TFVARS),--var-file $(TFVARS)) $(if $(PORT),--port $(PORT))
 
 rehearse-down: ## Stop the rehearsal and remove what it started: containers, network, moto (safe twice)
 	@if [ -x $(RF) ]; then $(RF) rehearse down; else echo "no .venv: nothing was started"; fi

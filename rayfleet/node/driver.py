@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
             launch_dir=os.getcwd(),
             secret_refs=secret_refs,
             entrypoint_resources={resource: 1} if resource else None,
+            data=env.get("RAYFLEET_DATA"),  # the recipe's data, staged by `make run` (rayfleet/recipes/stage.py)
         )
 
 

@@ -11,7 +11,7 @@ from rayfleet.core.config import ConfigError
 from rayfleet.recipes.schema import Recipe, entry_kind
 
 
-def job_env(recipe: Recipe, run_name: str, storage: str, launch_dir: str) -> dict[str, str]:
+def job_env(recipe: Recipe, run_name: str, storage: str, launch_dir: str, data: str | None = None) -> dict[str, str]:
     res = recipe.resources
     values = {
         "RAYFLEET_RUN_NAME": run_name,
@@ -24,6 +24,8 @@ def job_env(recipe: Recipe, run_name: str, storage: str, launch_dir: str) -> dic
     }
     if res.memory_per_worker_gib is not None:
         values["RAYFLEET_MEMORY_PER_WORKER_GIB"] = f"{res.memory_per_worker_gib:g}"
+    if data:  # the recipe's data: a local path, or its staged s3:// copy
+        values["RAYFLEET_DATA"] = data
     return values
 
 

@@ -15,7 +15,8 @@ import statistics
 from datetime import datetime
 
 from rayfleet.core.catalog import INSTANCE_TYPES
-from rayfleet.recipes.schema import Capacity, Recipe
+from rayfleet.recipes.fit import Capacity
+from rayfleet.recipes.schema import Recipe
 
 
 def held_local() -> dict:

@@ -145,8 +145,9 @@ def _submit_and_follow(
     secret_refs: dict[str, str],
     spool: LogSpool,
     entrypoint_resources: dict | None = None,
+    data: str | None = None,
 ) -> tuple[int, str | None]:
-    entry, runtime_env = _job_spec(recipe, run_dir, working_dir, extra_args, launch_dir, secret_refs)
+    entry, runtime_env = _job_spec(recipe, run_dir, working_dir, extra_args, launch_dir, secret_refs, data)
     stop.clear(run_dir)  # not the job's driver: it may start after the budget has already asked
     job_id = f"rayfleet-{run_dir.run_name}-{uuid.uuid4().hex[:6]}"  # a resumed run gets a new job
     client = jobs_api.client_for(address)
@@ -200,10 +201,16 @@ def _submit_and_follow(
 
 
 def _job_spec(
-    recipe: Recipe, run_dir: RunDir, working_dir: str, extra_args: list[str], launch_dir: str, secret_refs: dict
+    recipe: Recipe,
+    run_dir: RunDir,
+    working_dir: str,
+    extra_args: list[str],
+    launch_dir: str,
+    secret_refs: dict,
+    data: str | None = None,
 ) -> tuple[str, dict]:
     """The Jobs API entrypoint and runtime_env of a recipe's job (secret references only, never values)."""
-    variables = job_env(recipe, run_dir.run_name, run_dir.storage, launch_dir)
+    variables = job_env(recipe, run_dir.run_name, run_dir.storage, launch_dir, data)
     entry = command(recipe, sys.executable, variables, extra_args)
     # Ray Train moves its workers into a per-run directory unless told not to: recipe runs keep them in the
     # unpacked code, as the README promises, so `open("data/x")` in a train function works (a recipe may

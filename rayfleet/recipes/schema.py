@@ -16,6 +16,7 @@
     setup: python -c "import my_pkg"
     pip: [einops==0.8.1]            # pinned only
     exclude: ["*.ckpt"]             # more patterns the code package leaves out
+    data: ../data                   # a folder or file the job reads (relative to this file): ${RAYFLEET_DATA}
 
 Validation is as strict as the job configs (rayfleet/core/config.py): unknown keys, wrong types, a missing
 entrypoint, a code directory or script that does not exist and unpinned pip packages are each one clear
@@ -24,6 +25,8 @@ error, before anything is packaged or submitted. Whether the resources fit is ch
 
 The job sees where it runs through RAYFLEET_* variables (`job_env`), and `${RAYFLEET_...}` in args and
 plain env values is replaced by the same values, so a recipe can say `storage=${RAYFLEET_STORAGE}`.
+`${RAYFLEET_DATA}` is the recipe's `data:`: locally its absolute path, on ECS its staged copy in S3
+(rayfleet/recipes/stage.py), since the code package never carries data.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ JOB_VARS = (
     "RAYFLEET_CPUS_PER_WORKER",
     "RAYFLEET_GPUS_PER_WORKER",
     "RAYFLEET_MEMORY_PER_WORKER_GIB",
+    "RAYFLEET_DATA",
 )
 
 
@@ -132,6 +136,9 @@ class Recipe(_Strict):
     setup: str | None = None
     pip: list[str] = Field(default_factory=list)
     exclude: list[str] = Field(default_factory=list)
+    data: str | None = Field(
+        None, description="a folder or file the job reads, relative to the recipe file: ${RAYFLEET_DATA}"
+    )
     notify: Notify | None = Field(None, description="notifications; on ECS the deployment's topic without this")
     retries: Retries = Field(default_factory=Retries, description="resubmit a failed run; it resumes")
     max_hours: float | None = Field(None, gt=0, description="stop cleanly (checkpoint first) after this long")
@@ -220,6 +227,20 @@ class LoadedRecipe:
     path: Path  # the recipe file
     code_dir: Path  # absolute
 
+    @property
+    def data_path(self) -> Path | None:
+        """The recipe's `data:`, absolute, or None. Whether it exists is checked when a run is submitted
+        (`require_data`): a recipe stays valid before `make data` has run."""
+        return (self.path.parent / self.recipe.data).resolve() if self.recipe.data else None
+
+    def require_data(self) -> Path | None:
+        if self.data_path is not None and not self.data_path.exists():
+            raise ConfigError(
+                f"recipe {self.path}: data: {self.recipe.data} does not exist ({self.data_path}); "
+                "`make data` and `make text-data` write the built-in sets"
+            )
+        return self.data_path
+
     def entry_kind(self) -> Literal["module", "script", "command"]:
         return entry_kind(self.recipe.entrypoint)
 
@@ -271,54 +292,3 @@ def load(path: str | Path, overrides: list[str] | None = None) -> LoadedRecipe:
     if problem:
         raise ConfigError(f"invalid recipe {path}:\n  {problem}")
     return loaded
-
-
-# --- what the job sees ------------------------------------------------------------------------------------
-
-
-# --- does it fit ------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Capacity:
-    """What one worker node of the target offers, and how many there are (None: scales on demand)."""
-
-    where: str
-    cpus: float
-    gpus: int
-    memory_gib: float | None
-    nodes: int | None
-
-
-def check_fits(recipe: Recipe, cap: Capacity) -> None:
-    res = recipe.resources
-    problems = []
-    if res.gpus_per_worker > cap.gpus:
-        problems.append(
-            f"resources.gpus_per_worker: {res.gpus_per_worker} GPUs, but a worker of {cap.where} has {cap.gpus}"
-        )
-    if res.cpus_per_worker > cap.cpus:
-        problems.append(
-            f"resources.cpus_per_worker: {res.cpus_per_worker:g} CPUs, but a worker of {cap.where} has {cap.cpus:g}"
-        )
-    if res.memory_per_worker_gib and cap.memory_gib and res.memory_per_worker_gib > cap.memory_gib:
-        problems.append(
-            f"resources.memory_per_worker_gib: {res.memory_per_worker_gib:g} GiB, but a worker of "
-            f"{cap.where} has {cap.memory_gib:.0f} GiB"
-        )
-    if not problems and cap.nodes is not None and recipe.launcher and res.workers > cap.nodes:
-        problems.append(
-            f"resources.workers: launcher {recipe.launcher} runs one node per worker; {res.workers} workers "
-            f"need {res.workers} worker nodes, but {cap.where} has {cap.nodes}"
-        )
-    if not problems and cap.nodes is not None:
-        per_node = int(cap.cpus // res.cpus_per_worker + 1e-9)
-        if res.gpus_per_worker:
-            per_node = min(per_node, cap.gpus // res.gpus_per_worker)
-        if res.workers > per_node * cap.nodes:
-            problems.append(
-                f"resources.workers: {res.workers} workers do not fit {cap.where}, which holds "
-                f"{per_node * cap.nodes} of this size"
-            )
-    if problems:
-        raise ConfigError(f"recipe {recipe.name} does not fit:\n  " + "\n  ".join(problems))

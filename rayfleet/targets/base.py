@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Protocol
 
 from rayfleet.core.run_dir import RunDir
+from rayfleet.recipes.fit import Capacity
 from rayfleet.recipes.job import now, submitter
 from rayfleet.recipes.package import package
-from rayfleet.recipes.schema import Capacity, LoadedRecipe
+from rayfleet.recipes.schema import LoadedRecipe
 from rayfleet.train.job_config import RUN_NAME_PATTERN
 
 

@@ -20,8 +20,10 @@ from rayfleet.ecs.logs import follow_task
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.recipes import cost
 from rayfleet.recipes import secrets as recipe_secrets
+from rayfleet.recipes.fit import Capacity, check_fits, nodes_needed
 from rayfleet.recipes.job import STOPPED_BY_A_SIGNAL, SUBMITTER_STOPPED
-from rayfleet.recipes.schema import Capacity, LoadedRecipe, check_fits
+from rayfleet.recipes.schema import LoadedRecipe
+from rayfleet.recipes.stage import stage
 from rayfleet.targets.base import package_into
 
 
@@ -31,9 +33,10 @@ def ecs_capacity(out: Outputs) -> Capacity | None:
     shapes = [INSTANCE_TYPES.get(t) for t in types]
     if not types or None in shapes:
         return None
+    nodes = int(out.worker_count or 0) or None  # the worker group's maximum: a run needing more never starts
     where = f"the ECS workers ({', '.join(types)})"
     vcpus, memory_mib = min(s["vcpus"] for s in shapes), min(s["memory_mib"] for s in shapes)
-    return Capacity(where, float(vcpus), int(shapes[0]["gpus"]), memory_mib / 1024, None)
+    return Capacity(where, float(vcpus), int(shapes[0]["gpus"]), memory_mib / 1024, nodes)
 
 
 def worker_spot_price(aws: Aws, out: Outputs) -> float | None:
@@ -62,10 +65,9 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
         raise ConfigError(f"storage: {storage} is a local path; on ECS runs keep results in s3://bucket/prefix")
     aws = Aws(out.region)
     aws.check_cluster(out.cluster_name)
-    if down := start.stopped(aws.client("ecs"), out):
-        print(f"[rayfleet] {', '.join(down)} at zero (make stop, or an autostop): starting them first", flush=True)
-        start.start(aws, out)
+    bring_up(aws, out, nodes_needed(recipe, capacity) if capacity else None)
     run_dir = RunDir(storage, run_name, region=out.region)
+    data = stage(loaded.data_path, storage, out.region) if loaded.data_path else None
     with tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp:
         held = cost.held_ecs(recipe, out.worker_instance_type, capacity, worker_spot_price(aws, out))
         code = package_into(loaded, run_dir, Path(tmp), "ecs", extra_args, held)
@@ -76,6 +78,7 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
         "RAYFLEET_CODE_SHA256": code["sha256"],  # the trainer runs the zip only if it still has this hash
         "RAYFLEET_STORAGE": storage,
         "RAYFLEET_EXTRA_ARGS": json.dumps(extra_args),
+        **({"RAYFLEET_DATA": data} if data else {}),
     }
 
     def start_trainer() -> dict:
@@ -106,6 +109,22 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     if detach:
         return 0
     return follow_relaunching(aws, out, run_dir, recipe, record, start_trainer)
+
+
+def bring_up(aws: Aws, out: Outputs, nodes: int | None) -> None:
+    """Start a stopped deployment (make stop, an autostop) with the worker nodes this run needs, or add workers
+    to a running one that has fewer; never fewer than it has (another run may use them)."""
+    ecs = aws.client("ecs")
+    down = start.stopped(ecs, out)
+    found = ecs.describe_services(cluster=out.cluster_name, services=[out.worker_service_name])["services"]
+    desired = found[0]["desiredCount"] if found else 0
+    if down:
+        print(f"[rayfleet] {', '.join(down)} at zero (make stop, or an autostop): starting them first", flush=True)
+    elif nodes and desired < nodes:
+        print(f"[rayfleet] the run needs {nodes} worker nodes and {desired} run: adding them first", flush=True)
+    else:
+        return
+    start.start(aws, out, workers=nodes)
 
 
 UNFINISHED = ("PENDING", "SUBMITTED", "RUNNING")

@@ -11,8 +11,9 @@ from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.local import cluster as local_cluster
 from rayfleet.recipes import cost
 from rayfleet.recipes import secrets as recipe_secrets
+from rayfleet.recipes.fit import Capacity, check_fits
 from rayfleet.recipes.job import run_job
-from rayfleet.recipes.schema import Capacity, LoadedRecipe, check_fits
+from rayfleet.recipes.schema import LoadedRecipe
 from rayfleet.targets.base import package_into
 
 
@@ -72,6 +73,7 @@ def run_local(loaded: LoadedRecipe, extra_args: list[str], run_name: str, launch
                 extra_args=extra_args,
                 launch_dir=str(launch_dir),
                 secret_refs=secret_refs,
+                data=str(loaded.data_path) if loaded.data_path else None,  # the workers share this machine
             )
         finally:
             if started:

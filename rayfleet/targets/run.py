@@ -82,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         target = choose_target(opts.target, opts.outputs)
         recipe = opts.local_recipe if target == "local" and opts.local_recipe else opts.recipe
         loaded = load(recipe, [s for item in opts.set for s in item.split()])
+        loaded.require_data()  # before anything is started, packaged or staged
         run_name = opts.run_name or f"{loaded.recipe.name}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
         return target_for(target, opts.outputs, Path.cwd()).submit(loaded, opts.args, run_name, opts.detach)
     except (ConfigError, PackageError) as exc:

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from rayfleet.core.config import ConfigError, load_config
 from rayfleet.core.errors import EXIT_BAD_INPUT
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train.data import fashion_mnist
+from rayfleet.train.data import fashion_mnist, staged
 from rayfleet.train.data.device_batches import DeviceSplit, steps_per_epoch
 from rayfleet.train.ddp_config import DDPConfig, Runtime
 from rayfleet.train.ddp_math import all_sum
@@ -56,8 +56,9 @@ DEFAULT_CONFIG = Path(__file__).parent / "configs" / "ddp.yaml"
 def _load_splits(cfg: DDPConfig, rt: Runtime, local_rank: int) -> tuple[DeviceSplit, DeviceSplit]:
     if cfg.download and local_rank != 0:
         dist.barrier()  # one download per node, by local rank 0
-    train = fashion_mnist.load(cfg.data_dir, train=True, download=cfg.download).head(cfg.train_subset)
-    test = fashion_mnist.load(cfg.data_dir, train=False, download=cfg.download).head(cfg.test_subset)
+    root = staged.local_copy(cfg.data_dir, cfg.s3_endpoint_url)  # s3://: one copy per node, then local
+    train = fashion_mnist.load(root, train=True, download=cfg.download).head(cfg.train_subset)
+    test = fashion_mnist.load(root, train=False, download=cfg.download).head(cfg.test_subset)
     if cfg.download and local_rank == 0:
         dist.barrier()
     return DeviceSplit(train, rt.device, rt.channels_last), DeviceSplit(test, rt.device, rt.channels_last)

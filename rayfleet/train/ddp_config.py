@@ -34,7 +34,9 @@ class DDPConfig(JobConfig):
     compile: bool = Field(False, description="torch.compile the model (CUDA graphs with compile_mode)")
     compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = "default"
     # Data
-    data_dir: str = Field("data", description="dataset root; FashionMNIST/raw/*-ubyte below it")
+    data_dir: str = Field(
+        "data", description="dataset root (FashionMNIST/raw/*-ubyte below it), or a staged s3:// copy of one"
+    )
     download: bool = Field(False, description="download the real FashionMNIST into data_dir if missing")
     train_subset: int | None = Field(None, ge=1, description="use only the first N training images")
     test_subset: int | None = Field(None, ge=1, description="evaluate on the first N test images only")
@@ -45,11 +47,13 @@ class DDPConfig(JobConfig):
     @field_validator("data_dir")
     @classmethod
     def _absolute_data_dir(cls, value: str) -> str:
+        if value.startswith("s3://"):  # a staged copy (rayfleet/recipes/stage.py): each node copies it
+            return value.rstrip("/")
         return str(Path(value).expanduser().resolve())  # Ray workers run in another directory
 
     @model_validator(mode="after")
     def _check(self) -> DDPConfig:
-        if not self.download and missing_files(Path(self.data_dir)):
+        if not self.download and not self.data_dir.startswith("s3://") and missing_files(Path(self.data_dir)):
             raise ValueError(
                 f"data_dir: {self.data_dir} has no FashionMNIST files ({', '.join(missing_files(Path(self.data_dir)))} "
                 "missing); run `make data` to generate a synthetic set, or set download=true"

@@ -8,7 +8,7 @@ import time
 import torch
 
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train.data import fashion_mnist
+from rayfleet.train.data import fashion_mnist, staged
 from rayfleet.train.ddp_config import DDPConfig, Runtime
 from rayfleet.train.ddp_state import EpochPosition, Resume
 from rayfleet.train.metrics import MetricsLog
@@ -64,7 +64,7 @@ def announce(cfg: DDPConfig, rt: Runtime, world: int, n: int, tested: int, steps
     precision = "bf16" if rt.amp_dtype else "fp32"
     print(
         f"training on {world} x {rt.device.type} ({precision}): {n:,} train / "
-        f"{tested:,} test images of {fashion_mnist.describe(cfg.data_dir)}, "
+        f"{tested:,} test images of {fashion_mnist.describe(staged.local_copy(cfg.data_dir, cfg.s3_endpoint_url))}, "
         f"{steps} steps/epoch of {cfg.batch_size}/worker",
         flush=True,
     )

@@ -151,6 +151,12 @@ def test_down_with_nothing_running_is_safe(tmp_path):
 # -- one rehearsal, used as ECS is used ---------------------------------------------------------------
 
 
+def data_of(rehearsal) -> list[str]:
+    """The built-in recipe's data: pointed at the set this module generated (a fresh clone has no data/);
+    `make run` stages it to the bucket, as on ECS."""
+    return ["--set", f"data={rehearsal.data}"]
+
+
 @pytest.fixture(scope="module")
 def rehearsal(images, tmp_path_factory):
     scratch = tmp_path_factory.mktemp("rehearsal")
@@ -159,7 +165,8 @@ def rehearsal(images, tmp_path_factory):
         [sys.executable, "-m", "rayfleet.train.data.synthetic", str(data)], cwd=REPO, check=True, timeout=300
     )
     started = time.monotonic()
-    running = Rehearsal(scratch / "state", "--data", str(data))
+    running = Rehearsal(scratch / "state")  # nothing of this host mounted: the recipe's data is staged to S3
+    running.data = data
     try:
         running.wait_for("cluster formed", timeout=600)
         running.wait_for("Ctrl-C (or `make rehearse-down`)", timeout=60)
@@ -323,8 +330,8 @@ def test_ddp_recipe_through_the_trainer_succeeds_and_status_reads_it_back(rehear
     sidecars = containers(rehearsal.rid, "-gpu-metrics")
     assert len(sidecars) == 2
     started = time.monotonic()
-    args = ["recipes/ddp.yaml", "--target", "ecs", "--run-name", run, "--", f"epochs={epochs}", *SMALL[1:]]
-    follow = start_verb(aws["env"], "rayfleet.targets.run", *args)
+    args = ["recipes/ddp.yaml", "--target", "ecs", "--run-name", run, *data_of(rehearsal), "--", f"epochs={epochs}"]
+    follow = start_verb(aws["env"], "rayfleet.targets.run", *args, *SMALL[1:])
     try:
         seen = sidecars_that_saw(run, sidecars, follow)
         output, _ = follow.communicate(timeout=900)
@@ -448,6 +455,7 @@ def test_a_worker_stopped_mid_run_is_replaced_and_the_job_resumes(rehearsal, aws
         "ecs",
         "--run-name",
         run,
+        *data_of(rehearsal),
         "--",
         f"epochs={epochs}",
         "train_subset=600",
@@ -506,8 +514,8 @@ def test_a_replaced_head_is_rejoined_by_the_same_workers_and_a_resubmitted_run_r
         name: podman("inspect", "--format", "{{.Id}}", name).stdout.strip() for name in containers(rid, "-ray-worker")
     }
     assert len(workers) == 2 and ray_nodes_alive(old_head) == 3
-    args = ["recipes/ddp.yaml", "--target", "ecs", "--run-name", run, "--", f"epochs={epochs}", *SMALL[1:]]
-    follow = start_verb(aws["env"], "rayfleet.targets.run", *args)
+    args = ["recipes/ddp.yaml", "--target", "ecs", "--run-name", run, *data_of(rehearsal), "--", f"epochs={epochs}"]
+    follow = start_verb(aws["env"], "rayfleet.targets.run", *args, *SMALL[1:])
     try:
         deadline = time.monotonic() + 300
         while f"runs/{run}/checkpoint_000001/state.pt" not in keys(aws, f"runs/{run}/"):

@@ -57,7 +57,7 @@ def test_train_targets_forward_where_name_settings_and_args_to_rayfleet_run(targ
 def test_train_ddp_passes_data_dir_bucket_and_detach_only_when_given():
     env, argv = planned("train-ddp", "DATA_DIR=/d", "BUCKET=b", "DETACH=1")
     opts, job_args = parsed(argv)
-    assert "data_dir=/d" in job_args and opts.bucket == "b" and opts.detach is True and not env
+    assert opts.set == ["data=/d"] and opts.bucket == "b" and opts.detach is True and not env and not job_args
     env, argv = planned("train-ddp")
     opts, job_args = parsed(argv)
     assert not env and not job_args and not opts.set and opts.on == "auto" and opts.name is None and not opts.bucket

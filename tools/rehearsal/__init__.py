@@ -9,8 +9,8 @@ agent.py     the ECS agent and service scheduler: moto's tasks as pods and conta
 rehearsal.py up (foreground; Ctrl-C or `down` stops everything) and down
 
 What it adds that ECS does not have: AWS_ENDPOINT_URL (moto) and test credentials in every container (ECS
-gives the task role's), and with --data a FashionMNIST directory mounted read-only at /work/data in the
-worker and trainer containers (on ECS a job downloads it: ARGS=download=true; this host has no internet).
+gives the task role's). Nothing of this host is mounted: a recipe's data reaches the jobs as on ECS, staged
+by `make run` to the bucket (rayfleet/recipes/stage.py).
 
 What moto cannot record, and the rehearsal writes into moto's backend instead (cloud.Moto): a task's
 status (moto says RUNNING from RunTask on, not PENDING until the containers run), health and, once

@@ -1,6 +1,6 @@
 """A rehearsal of the ECS deployment on one machine (see tools/rehearsal/__init__.py).
 
-    python -m tools.rehearsal up [--tag T] [--var-file F | --state F | --picture F] [--data D] [--port N]
+    python -m tools.rehearsal up [--tag T] [--var-file F | --state F | --picture F] [--port N]
     python -m tools.rehearsal down [--all]    # stop it; also what a killed one left (--all: any rehearsal's)
     python -m tools.rehearsal env             # export lines that point the laptop verbs at it
     python -m tools.rehearsal picture         # the deployment picture it runs, as JSON (its input file)
@@ -60,7 +60,6 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--var-file", action="append", help="Terraform variables file (infra/fsdp.tfvars)")
         p.add_argument("--state", help="`terraform show -json` of a deployment (default: infra/ applied offline)")
     up.add_argument("--picture", help="a saved deployment picture (the output of `picture`)")
-    up.add_argument("--data", help="a FashionMNIST directory to mount at /work/data (make data writes data/)")
     up.add_argument("--port", type=int, default=0, help="moto's port (default: any free port)")
     up.add_argument(
         "--container-endpoint",
@@ -100,7 +99,6 @@ def main(argv: list[str] | None = None) -> int:
             picture=load(opts),
             tag=opts.tag,
             port=opts.port,
-            data=Path(opts.data) if opts.data else None,
             state_dir=state_dir,
             ready_timeout=opts.ready_timeout,
             container_endpoint=opts.container_endpoint,

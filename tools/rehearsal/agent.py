@@ -105,7 +105,6 @@ class Agent:
         rid: str,
         network: dict,
         extra_env: dict,
-        mounts: dict[str, dict[str, list[str]]],
         log_dir,
     ):
         self.moto = moto
@@ -117,7 +116,6 @@ class Agent:
         self.rid = rid
         self.network = network
         self.extra_env = extra_env
-        self.mounts = mounts  # task definition key -> container name -> ["--volume", "src:dst:ro", ...]
         self.log_dir = log_dir
         self.tasks: dict[str, TaskRun] = {}
         self.refused: set[str] = set()  # task ARNs whose definitions the rehearsal did not render
@@ -422,8 +420,6 @@ class Agent:
             source = run.volumes.get(mount["sourceVolume"])
             if source is not None:
                 args += ["--volume", f"{source}:{mount['containerPath']}{':ro' if mount.get('readOnly') else ''}"]
-        if d["name"] in self.mounts.get(run.key, {}):
-            args += self.mounts[run.key][d["name"]]
         if d.get("entryPoint"):
             args += ["--entrypoint", json.dumps(d["entryPoint"])]
         args.append(d["image"])

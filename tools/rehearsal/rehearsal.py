@@ -26,7 +26,6 @@ from tools.rehearsal.host import Adaptation, Host
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE_DIR = ROOT / ".rayfleet" / "rehearsal"
-DATA_TARGET = "/work/data"  # recipes/ddp.yaml: data_dir=${RAYFLEET_LAUNCH_DIR}/data; the trainer's WORKDIR is /work
 NODES_SCRIPT = (
     "import json,os,urllib.request;"
     "r=urllib.request.Request('http://127.0.0.1:{port}/nodes?view=summary',"
@@ -45,7 +44,6 @@ class Options:
     picture: dict
     tag: str
     port: int = 0
-    data: Path | None = None
     state_dir: Path = STATE_DIR
     ready_timeout: float = 600
     host: Host | None = None
@@ -125,8 +123,6 @@ class Rehearsal:
         if existing:  # killed outright last time: clear what it left
             podman.remove_everything(existing.get("rid"))
         check_images(opts.picture, opts.tag)
-        if opts.data is not None and not (opts.data / "FashionMNIST" / "raw").is_dir():
-            raise RehearsalError(f"--data {opts.data}: no FashionMNIST/raw in it; run `make data`")
         opts.state_dir.mkdir(parents=True, exist_ok=True)
         self._write_state()
         self.network = podman.create_network(f"rayfleet-rehearsal-{self.rid}", self.rid)
@@ -164,26 +160,12 @@ class Rehearsal:
             "AWS_DEFAULT_REGION": self.moto.region,
             **CREDENTIALS,
         }
-        mounts: dict[str, dict[str, list[str]]] = {}
-        added = f"added: AWS_ENDPOINT_URL={endpoint} and test credentials in every container (ECS: the task role)"
-        if opts.data is not None:
-            volume = ["--volume", f"{opts.data.resolve()}:{DATA_TARGET}:ro"]
-            for key in ("worker", "trainer"):
-                essential = [
-                    c["name"]
-                    for c in opts.picture["taskDefinitions"][key]["containerDefinitions"]
-                    if c.get("essential", True)
-                ]
-                mounts[key] = {name: volume for name in essential}
-            added += (
-                f"; {opts.data} read-only at {DATA_TARGET} in the worker and trainer containers "
-                "(ECS: ARGS=download=true)"
-            )
-        say(added)
+        # Nothing of this host is mounted: a recipe's data reaches the containers as on ECS, staged to S3.
+        say(f"added: AWS_ENDPOINT_URL={endpoint} and test credentials in every container (ECS: the task role)")
         log_dir = opts.state_dir / "logs"  # each container's output, as shipped to CloudWatch Logs
         shutil.rmtree(log_dir, ignore_errors=True)
         log_dir.mkdir()
-        self.agent = Agent(self.moto, deployed, adaptation, self.rid, self.network, extra_env, mounts, log_dir)
+        self.agent = Agent(self.moto, deployed, adaptation, self.rid, self.network, extra_env, log_dir)
         self.deployed = deployed
 
     def _check_reachable(self, endpoint: str) -> None:

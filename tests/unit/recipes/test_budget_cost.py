@@ -6,7 +6,8 @@ from rayfleet.core.catalog import INSTANCE_TYPES
 from rayfleet.core.run_dir import RunDir
 from rayfleet.ops.runs import table
 from rayfleet.recipes import budget, cost
-from rayfleet.recipes.schema import Capacity, Recipe
+from rayfleet.recipes.fit import Capacity
+from rayfleet.recipes.schema import Recipe
 from rayfleet.train import stop
 
 

@@ -9,7 +9,8 @@ import pytest
 from rayfleet.core.config import ConfigError
 from rayfleet.node.multinode import Shape, launcher_argv, launcher_env, parse
 from rayfleet.recipes.command import command, job_env
-from rayfleet.recipes.schema import Capacity, check_fits, load
+from rayfleet.recipes.fit import Capacity, check_fits
+from rayfleet.recipes.schema import load
 from tests.unit.recipes.helpers import GOOD, write
 
 TORCHRUN = {**GOOD, "launcher": "torchrun"}

@@ -6,7 +6,8 @@ import pytest
 
 from rayfleet.core.config import ConfigError
 from rayfleet.recipes.command import command, job_env
-from rayfleet.recipes.schema import Capacity, check_fits, load
+from rayfleet.recipes.fit import Capacity, check_fits
+from rayfleet.recipes.schema import load
 from tests.unit.recipes.helpers import GOOD, REPO, write
 
 
@@ -62,7 +63,7 @@ def test_more_gpus_than_a_worker_has_is_refused():
 
 def test_workers_beyond_a_fixed_cluster_are_refused(tmp_path):
     recipe = load(write(tmp_path, {**GOOD, "resources": {"workers": 3, "cpus_per_worker": 1}})).recipe
-    with pytest.raises(ConfigError, match="3 workers do not fit the local cluster, which holds 2"):
+    with pytest.raises(ConfigError, match=r"3 workers do not fit the local cluster: 2 node\(s\) of 1 hold 2 of"):
         check_fits(recipe, Capacity("the local cluster", cpus=1, gpus=0, memory_gib=None, nodes=2))
 
 
