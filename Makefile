@@ -7,6 +7,7 @@
 #   RUN=an existing run (RUNS="more runs")  SET="key=value ..."  ARGS="the job's own arguments"  DETACH=1
 #   NODE=head|worker-N|trainer  CMD="a command"  SINCE=10m  FOLLOW=1  FORCE=1  BUCKET=results bucket
 #   WORKERS, CPUS_PER_WORKER (local cluster)  TFVARS, IMAGE_TAG, IMAGES, MODELS (deployment)
+#   AUTO_APPROVE=1 (deploy, clean: no question)  DELETE_RESULTS=1 (clean: the results bucket too)
 #   BENCH_ARGS (benchmarks' flags)  PYTEST_ARGS (tests' flags)
 
 PYTHON  ?= python3.11
@@ -46,7 +47,7 @@ ALL_RUNS = $(ONE_RUN) $(foreach r,$(RUNS),--run $(r)) $(BUCKET_FLAG)
 
 .DEFAULT_GOAL := help
 .PHONY: help setup data text-data demo run runs logs cancel plot tensorboard train-ddp train-ddp-local train-fsdp \
-        train-fsdp-local launch cluster-up cluster-down cluster-status plan deploy build push status exec ray-status \
+        train-fsdp-local launch cluster-up cluster-down cluster-status plan check deploy build push status exec ray-status \
         stop start clean rotate-ray-token rehearse rehearse-down serve serve-status serve-down test test-quick \
         test-unit test-integration lint lint-infra format clean-local dashboard gpu-metrics-once bench-ddp \
         bench-vs-blueprint bench-speed-levers bench-data bench-fsdp bench-recipe bench-launcher bench-tracking \
@@ -146,7 +147,7 @@ cluster-status: setup ## Show the local cluster
 	$(RF) cluster status
 
 ##@ Deployment (AWS)
-build: setup ## Build the images with docker or podman, tagged with the git commit (IMAGES=a,b; MODELS=hub/id)
+build: setup ## Build the images with docker or podman, tagged with the git commit (IMAGES=a,b; MODELS=hub/id to preload in the trainer: none by default)
 	$(RF) images build --images $(IMAGES) --tag $(IMAGE_TAG) $(if $(MODELS),--models $(MODELS))
 
 push: setup ## Log in to ECR (boto3) and push the built images to the repositories make deploy created
@@ -155,8 +156,11 @@ push: setup ## Log in to ECR (boto3) and push the built images to the repositori
 plan: setup ## Show what deploy would change (TFVARS=fsdp.tfvars for the FSDP shape; IMAGE_TAG=git commit)
 	$(RF) plan $(INFRA) --image-tag $(IMAGE_TAG)
 
-deploy: setup ## terraform init, plan (shown), apply that plan; saves the outputs to .rayfleet/outputs.json (FORCE=1: replace the head during a job)
-	$(RF) deploy $(INFRA) --image-tag $(IMAGE_TAG) $(if $(FORCE),--force)
+check: setup ## The preflight: credentials, permissions, vCPU quotas and instance types in the zones, for TFVARS' shape
+	$(RF) check $(INFRA)
+
+deploy: setup ## Plan, preflight, the plan's summary and cost per hour, then ask and apply (AUTO_APPROVE=1: no question; FORCE=1: replace the head during a job)
+	$(RF) deploy $(INFRA) --image-tag $(IMAGE_TAG) $(if $(FORCE),--force) $(if $(AUTO_APPROVE),--yes)
 
 status: setup ## One screen on the ECS cluster: services, tasks, GPUs, Ray nodes, recent runs, cost per hour
 	$(RF) status
@@ -170,14 +174,14 @@ ray-status: setup ## `ray status` on the head, through ECS Exec
 stop: setup ## Stop paying for GPUs: services to zero, trainer tasks stopped (idempotent)
 	$(RF) stop
 
-start: setup ## Bring a stopped deployment back (after make stop or an autostop) and wait until Ray sees it
-	$(RF) start
+start: setup ## Bring a stopped deployment back (make stop, an autostop) and wait until Ray sees it (RECIPE=: as many workers as it needs)
+	$(RF) start $(if $(RECIPE),--recipe $(RECIPE))
 
 rotate-ray-token: setup ## New Ray auth token in Secrets Manager, then restart head, then workers (FORCE=1 during a job)
 	$(RF) token rotate $(if $(FORCE),--force)
 
-clean: setup ## Services to zero, jobs stopped, images deleted, then terraform destroy (DELETE_RESULTS=1 deletes the results too; safe twice; AUTO_APPROVE=1)
-	$(RF) down $(INFRA) $(if $(AUTO_APPROVE),--auto-approve) $(if $(DELETE_RESULTS),--delete-results)
+clean: setup ## Ask once, first; then services to zero, images deleted, terraform destroy (DELETE_RESULTS=1: the results too; AUTO_APPROVE=1; safe twice)
+	$(RF) down $(INFRA) $(if $(AUTO_APPROVE),--yes) $(if $(DELETE_RESULTS),--delete-results)
 
 # A rehearsal of the ECS deployment on this machine (tools/rehearsal): the task definitions Terraform renders
 # run as podman containers against a moto server; the verbs above work against it after

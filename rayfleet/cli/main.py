@@ -96,18 +96,23 @@ def _runs(sub) -> None:
 
 
 def _deployment(sub) -> None:
-    for name, text in (("plan", "show what deploy would change"), ("deploy", "terraform init, plan, apply")):
+    for name, text in (
+        ("plan", "show what deploy would change"),
+        ("check", "the preflight: credentials, permissions, vCPU quotas, instance types offered in the zones"),
+        ("deploy", "terraform init and plan, the preflight, the plan's summary and cost, then ask and apply"),
+    ):
         p = sub.add_parser(name, help=text)
         p.add_argument("--var-file", help="a .tfvars file, say fsdp.tfvars (looked up in . then infra/)")
         p.add_argument("--image-tag", help="tag of the images in ECR (default: the git commit)")
         p.add_argument("--region", help="AWS region (default: AWS_REGION, else us-east-1)")
         if name == "deploy":
             p.add_argument("--force", action="store_true", help="deploy even if it replaces the head during a job")
+            p.add_argument("-y", "--yes", action="store_true", help="apply without asking (needed with no terminal)")
         p.set_defaults(handler=verbs.infra, action=name)
-    p = sub.add_parser("down", help="services to zero, images deleted, then terraform destroy")
+    p = sub.add_parser("down", help="ask once, then services to zero, images deleted, terraform destroy")
     p.add_argument("--var-file")
     p.add_argument("--region")
-    p.add_argument("--auto-approve", action="store_true", help="destroy without Terraform's prompt")
+    p.add_argument("-y", "--yes", "--auto-approve", dest="yes", action="store_true", help="destroy without asking")
     p.add_argument("--delete-results", action="store_true", help="also delete every run's results in S3")
     p.set_defaults(handler=verbs.infra, action="destroy", image_tag=None)
 
@@ -130,6 +135,7 @@ def _deployment(sub) -> None:
 
     p = sub.add_parser("start", help="bring a stopped deployment back and wait until Ray sees it")
     p.add_argument("--timeout", type=float, default=1800, help="seconds to wait for Ray to see the workers")
+    p.add_argument("--recipe", help="start as many worker nodes as this recipe needs (default: the group's maximum)")
     _outputs(p)
     p.set_defaults(handler=verbs.start)
 

@@ -96,7 +96,7 @@ def infra(opts: argparse.Namespace) -> int:
 
     argv = [opts.action, *_flag("--var-file", opts.var_file), *_flag("--image-tag", opts.image_tag)]
     argv += [*_flag("--region", opts.region), *_flag("--force", getattr(opts, "force", False))]
-    argv += [*_flag("--auto-approve", getattr(opts, "auto_approve", False))]
+    argv += [*_flag("--yes", getattr(opts, "yes", False))]
     return ops_infra.main([*argv, *_flag("--delete-results", getattr(opts, "delete_results", False))])
 
 
@@ -123,7 +123,12 @@ def stop(opts: argparse.Namespace) -> int:
 def start(opts: argparse.Namespace) -> int:
     from rayfleet.ecs import start as ecs_start
 
-    return ecs_start.main(["--timeout", str(opts.timeout), *_flag("--outputs", opts.outputs)])
+    argv = ["--timeout", str(opts.timeout), *_flag("--outputs", opts.outputs)]
+    if opts.recipe:  # what the recipe needs on this deployment, refused here when it cannot fit at all
+        from rayfleet.targets.ecs import workers_for
+
+        argv += ["--workers", str(workers_for(opts.recipe, opts.outputs))]
+    return ecs_start.main(argv)
 
 
 def images(opts: argparse.Namespace) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
+from botocore.parsers import ResponseParserError
 
 from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, ConfigError, RayfleetError
 
@@ -93,6 +94,8 @@ def translate(exc: Exception) -> RayfleetError:
         if code in {"AccessDeniedException", "AccessDenied", "UnauthorizedOperation"}:
             return AwsCallFailed(f"AWS denied {exc.operation_name}: {message}")
         return AwsCallFailed(f"{exc.operation_name} failed: {code}: {message}")
+    if isinstance(exc, ResponseParserError):  # an endpoint (a proxy, a stand-in) that does not speak the API
+        return AwsCallFailed("the endpoint answered something that is not an AWS response")
     return AwsCallFailed(f"{type(exc).__name__}: {exc}")
 
 

@@ -15,6 +15,7 @@ CATALOG_FILE = Path(__file__).resolve().parents[2] / "infra" / "catalog" / "inst
 _DATA = json.loads(CATALOG_FILE.read_text())
 PRICES_AS_OF = _DATA["prices_as_of"]
 INSTANCE_TYPES: dict[str, dict] = _DATA["instance_types"]
+NETWORK_PRICES: dict[str, float] = _DATA["network_usd_per_hour"]  # NAT gateway; interface endpoint per zone
 
 
 def hourly_cost(instance_types: list[str]) -> tuple[float, list[str]]:

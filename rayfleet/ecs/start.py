@@ -1,11 +1,14 @@
 """Bring a stopped deployment back: the head and the workers, and wait until Ray sees them.
 
-    python -m rayfleet.ecs.start [--outputs FILE] [--timeout 1800]     # make start
+    python -m rayfleet.ecs.start [--outputs FILE] [--timeout 1800] [--workers N]     # make start
 
 After `make stop` or an autostop (rayfleet/node/autostop.py) the services are at zero; `make run` and
 `make train-*` call this first when they find them there. The wait follows Ray's own view, from the head's
 snapshot in S3 (rayfleet/node/head_snapshot.py): done when a snapshot taken after the start shows the
-head and every worker alive. Capacity providers launch the instances; a GPU instance takes minutes.
+head and the workers asked for alive. Capacity providers launch the instances; a GPU instance takes minutes,
+and an instance that cannot come (no quota, no capacity in the zone) shows only in the Auto Scaling group's
+scaling activities: the wait reads them (rayfleet/ecs/capacity.py), says each reason once, and stops at once
+on one that waiting cannot fix.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ import time
 from datetime import UTC, datetime
 
 from rayfleet.core.aws import Aws, run_cli
-from rayfleet.core.errors import RayfleetError
+from rayfleet.core.errors import ConfigError, RayfleetError
+from rayfleet.ecs import capacity
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.node.head_snapshot import KEY as RAY_STATUS_KEY
 
@@ -46,32 +50,75 @@ def read_snapshot(s3, bucket: str) -> dict | None:
         return None
 
 
-def start(aws: Aws, out: Outputs, say=print, timeout_s: float = 1800, poll_s: float = 10, clock=time.time) -> dict:
+def start(
+    aws: Aws,
+    out: Outputs,
+    say=print,
+    timeout_s: float = 1800,
+    poll_s: float = 10,
+    clock=time.time,
+    workers: int | None = None,
+    why=capacity.reasons,
+) -> dict:
+    """Scale the head (and control) to 1 and the workers to `workers` (default and most: the group's maximum,
+    out.worker_count; a service already above it keeps its count), then wait until Ray sees them. `why`
+    (aws, out, since) -> [capacity.Reason] says why instances are not coming."""
     ecs, s3 = aws.client("ecs"), aws.client("s3")
     aws.check_cluster(out.cluster_name)
-    workers = int(out.worker_count or 0) or 1
+    wanted = _workers_wanted(out, workers, say)
     began = clock()
     control = [(out.control_service_name, 1)] if out.control_service_name else []  # autostop may have stopped it
-    for service, count in [(out.head_service_name, 1), *control, (out.worker_service_name, workers)]:
+    for service, count in [(out.head_service_name, 1), *control]:
         say(f"scaling {service} to {count} ...")
         ecs.update_service(cluster=out.cluster_name, service=service, desiredCount=count)
-    said = began - PROGRESS_EVERY_S
+    _scale_workers(ecs, out, wanted, say)
+    since, said, shown = datetime.fromtimestamp(began, UTC), began - PROGRESS_EVERY_S, set()
     while True:
         snapshot = read_snapshot(s3, out.results_bucket)
         fresh = snapshot is not None and _taken(snapshot) >= began
         seen = workers_ray_sees(snapshot) if fresh else 0
-        if fresh and seen >= workers:
-            say(f"Ray sees the head and {seen}/{workers} workers after {clock() - began:.0f} s")
+        if fresh and seen >= wanted:
+            say(f"Ray sees the head and {seen}/{wanted} workers after {clock() - began:.0f} s")
             return {"cluster": out.cluster_name, "workers": seen, "waited_s": round(clock() - began)}
+        reasons = why(aws, out, since)
+        if fatal := [r for r in reasons if r.fatal]:  # waiting cannot help: say so now, not after the timeout
+            raise RayfleetError(f"capacity cannot come: {fatal[0]}; `make stop` scales the services back to zero")
         if clock() - began > timeout_s:
-            raise RayfleetError(
-                f"after {timeout_s:.0f} s Ray sees {seen}/{workers} workers; `make status` shows what is pending"
-            )
+            last = f" (last reasons: {'; '.join(map(str, reasons))})" if reasons else ""
+            raise RayfleetError(f"after {timeout_s:.0f} s Ray sees {seen}/{wanted} workers{last}; see `make status`")
+        new = [r for r in reasons if r.text not in shown]
+        shown.update(r.text for r in new)
         if clock() - said >= PROGRESS_EVERY_S:
             said = clock()
-            view = f"Ray sees {seen}/{workers} workers" if fresh else "no snapshot from the new head yet"
+            view = f"Ray sees {seen}/{wanted} workers" if fresh else "no snapshot from the new head yet"
+            view += f"; capacity: {'; '.join(map(str, reasons))}" if reasons else ""
             say(f"[{clock() - began:.0f} s] {_tasks(ecs, out)}; {view}")
+        elif new:  # between progress lines a new reason is said once, when it appears
+            say(f"[{clock() - began:.0f} s] capacity: {'; '.join(map(str, new))}")
         time.sleep(poll_s)
+
+
+def _workers_wanted(out: Outputs, workers: int | None, say) -> int:
+    most = int(out.worker_count or 0) or 1
+    if workers is None:
+        return most
+    if workers < 1:
+        raise ConfigError(f"workers must be at least 1 (got {workers}); `make stop` scales them to zero")
+    if workers > most:
+        say(f"{workers} workers asked for; the worker group launches at most {most}: starting {most}")
+    return min(workers, most)
+
+
+def _scale_workers(ecs, out: Outputs, wanted: int, say) -> None:
+    """Scale the worker service up to `wanted`, never down: a deployment's running workers are not taken away
+    by a start that asks for fewer."""
+    found = ecs.describe_services(cluster=out.cluster_name, services=[out.worker_service_name])["services"]
+    now = found[0]["desiredCount"] if found else 0
+    if now >= wanted:
+        say(f"{out.worker_service_name} stays at {now} (asked for {wanted}) ...")
+        return
+    say(f"scaling {out.worker_service_name} to {wanted} ...")
+    ecs.update_service(cluster=out.cluster_name, service=out.worker_service_name, desiredCount=wanted)
 
 
 def _taken(snapshot: dict) -> float:
@@ -92,9 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rayfleet.ecs.start", description=__doc__.split("\n")[0])
     parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds to wait for Ray to see the workers")
+    parser.add_argument("--workers", type=int, help="how many workers (default and most: the group's maximum)")
     args = parser.parse_args(argv)
     out = Outputs.load(args.outputs)
-    start(Aws(out.region), out, timeout_s=args.timeout)
+    start(Aws(out.region), out, timeout_s=args.timeout, workers=args.workers)
     return 0
 
 

@@ -3,29 +3,22 @@ head runs now, and the refusal (exit 2) unless forced."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-
 from rayfleet.core.aws import Aws, ClusterNotFound
-from rayfleet.core.errors import ConfigError, RayfleetError
+from rayfleet.core.errors import ConfigError
 from rayfleet.ecs.outputs import Outputs
-from rayfleet.ops.deployment_files import INFRA, OUTPUTS, PLAN_FILE
+from rayfleet.ops.deployment_files import OUTPUTS
 
 
 class HeadBusy(ConfigError):
     """The plan would replace the Ray head while a job runs: refused before applying (exit 2), unless --force."""
 
 
-def head_changes(binary: str) -> list[str]:
-    """What the saved plan does to the Ray head: its task definition replaced, or its service given another
-    task definition or replaced (ECS then stops the head task, and every running job loses its cluster)."""
-    result = subprocess.run(
-        [binary, f"-chdir={INFRA}", "show", "-json", PLAN_FILE], capture_output=True, text=True, check=False
-    )
-    if result.returncode != 0:
-        raise RayfleetError(f"terraform show failed: {result.stderr.strip()[:300]}")
+def head_changes(plan: dict) -> list[str]:
+    """What the saved plan (`terraform show -json`) does to the Ray head: its task definition replaced, or its
+    service given another task definition or replaced (ECS then stops the head task, and every running job
+    loses its cluster)."""
     found = []
-    for change in json.loads(result.stdout or "{}").get("resource_changes", []):
+    for change in plan.get("resource_changes", []):
         actions = change.get("change", {}).get("actions", [])
         if change.get("name") != "head" or actions in (["no-op"], ["read"], ["create"]):
             continue
@@ -58,13 +51,13 @@ def running_jobs() -> list[str]:
     return jobs
 
 
-def refuse_head_replacement(binary: str, force: bool) -> None:
+def refuse_head_replacement(plan: dict, force: bool) -> None:
     """make deploy never replaces the head under a running job unless forced (FORCE=1)."""
+    changes = head_changes(plan)
+    if not changes:
+        return
     jobs = running_jobs()
     if not jobs:
-        return
-    changes = head_changes(binary)
-    if not changes:
         return
     what = f"this plan replaces the Ray head ({'; '.join(changes)}) while a job runs ({', '.join(jobs)})"
     if force:

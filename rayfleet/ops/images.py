@@ -5,6 +5,9 @@
 
 Images are tagged with the git revision (`--tag`, default `git rev-parse --short=12 HEAD`). ray-head,
 ray-worker and trainer build FROM the shared `ray-base` (images/base/ray.Dockerfile), built first.
+The trainer preloads no model unless `--models` (make's MODELS) names some: the FSDP recipe wants
+`MODELS=databricks/dolly-v2-7b`, about 14 GB that a DDP-only user should not build and push. The build says
+first what it builds and preloads, and last each image's size and what `make push` will upload.
 Bases: BASE_IMAGE (Ray images) and PYTHON_BASE_IMAGE (gpu-metrics) override the Dockerfiles' defaults,
 which is how tests build on a local debootstrap base. With podman, the host's pip configuration (local
 package indexes, the CA bundle of an intercepting proxy) is mounted for the build only, never copied
@@ -41,6 +44,10 @@ LOCAL_PREFIX = "localhost/rayfleet"
 DEPLOYED_PREFIX = "deployed-"
 DEPLOYED_KEPT = 10
 CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
+FSDP_MODEL = "databricks/dolly-v2-7b"  # recipes/fsdp.yaml's model
+# Rough download sizes of the Hub models the recipes use (their weights, fp16), for the build's summary; an
+# id not listed is shown as "size unknown" rather than asking the Hub.
+MODEL_BYTES = {FSDP_MODEL: 13.8e9}
 
 
 def engine() -> str:
@@ -111,9 +118,77 @@ def model_mounts(models: str) -> tuple[list[str], str]:
     return volumes, ",".join(entries)
 
 
+def human(n: float) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def model_entries(models: str | None) -> list[str]:
+    return [e.strip() for e in (models or "").split(",") if e.strip()]
+
+
+def model_size(entry: str) -> float | None:
+    """Bytes of a name=/dir entry (its files) or a catalogued Hub id; None when not known."""
+    if "=" not in entry:
+        return MODEL_BYTES.get(entry)
+    path = Path(entry.split("=", 1)[1])
+    return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else None
+
+
+def build_plan(images: list[str], models: str | None) -> list[str]:
+    """What the build will build and what the trainer preloads, said before the (long) build starts."""
+    ray_base = ["ray-base (not pushed)"] if set(images) & set(RAY_IMAGES) else []
+    lines = [f"building {', '.join([*ray_base, *images])}"]
+    entries = model_entries(models)
+    if "trainer" not in images:
+        if entries:
+            lines.append("--models ignored: the trainer is not among the images")
+        return lines
+    if not entries:
+        return [*lines, f"trainer: no models preloaded; for the FSDP recipe: MODELS={FSDP_MODEL} make build push"]
+    lines.append("trainer preloads:")
+    sizes = {e: model_size(e) for e in entries}
+    width = max(len(e) for e in [*entries, "total"])
+    lines += [f"  {e:<{width}}  {'size unknown' if n is None else '~' + human(n)}" for e, n in sizes.items()]
+    known = sum(n for n in sizes.values() if n is not None)
+    more = " and the models of unknown size" if None in sizes.values() else ""
+    return [*lines, f"  {'total':<{width}}  ~{human(known)}{more}"]
+
+
+def image_size(tool: str, name: str, run=None) -> int | None:
+    """The engine's `image inspect` Size: bytes, uncompressed; None when it does not answer."""
+    result = (run or subprocess.run)(
+        [tool, "image", "inspect", "--format", "{{.Size}}", name], capture_output=True, text=True
+    )
+    try:
+        return int(result.stdout.strip()) if result.returncode == 0 else None
+    except ValueError:
+        return None
+
+
+def size_report(tool: str, names: list[str], run=None) -> list[str]:
+    """Each built image's size, and the total `make push` uploads for them."""
+    if not names:
+        return []
+    sizes = {name: image_size(tool, name, run) for name in names}
+    width = max(len(n) for n in names)
+    lines = [f"  {n:<{width}}  {'size unknown' if b is None else human(b)}" for n, b in sizes.items()]
+    total = sum(b for b in sizes.values() if b is not None)
+    unknown = " and the images of unknown size" if None in sizes.values() else ""
+    # ECR stores layers compressed and skips those a repository already has: an upper bound, not a forecast.
+    return [
+        "image sizes:",
+        *lines,
+        f"make push uploads {len(names)} image(s): at most {human(total)}{unknown} (uncompressed sizes)",
+    ]
+
+
 def build(images: list[str], tag: str, models: str | None, say=print) -> list[str]:
     tool = engine()
     built = []
+    for line in build_plan(images, models):
+        say(line)
+    # Checked before anything builds: a wrong model directory should not cost a base image's build first.
+    model_volumes, preloaded = model_mounts(models or "") if "trainer" in images else ([], "")
     with tempfile.TemporaryDirectory() as tmp:
         volumes, pip_conf = host_pip_mounts(Path(tmp)) if tool == "podman" else ([], None)
         common = ["--build-arg", f"REVISION={revision()}", "--build-arg", f"VERSION={tag}"]
@@ -126,9 +201,8 @@ def build(images: list[str], tag: str, models: str | None, say=print) -> list[st
         steps += [(image, ROOT / "images" / image / "Dockerfile") for image in images]
         for image, dockerfile in steps:
             args = [*common, "--build-arg", f"RAY_BASE={local_name('ray-base', tag)}"]
-            if image == "trainer" and models is not None:
-                model_volumes, entries = model_mounts(models)
-                args += ["--build-arg", f"MODELS={entries}", *model_volumes]
+            if image == "trainer":  # always passed, so the Dockerfile's default never decides
+                args += ["--build-arg", f"MODELS={preloaded}", *model_volumes]
             say(f"building {local_name(image, tag)} ...")
             started = time.monotonic()
             # docker format: OCI images would drop HEALTHCHECK and SHELL
@@ -138,6 +212,8 @@ def build(images: list[str], tag: str, models: str | None, say=print) -> list[st
                 raise RayfleetError(f"building {image} failed; the engine's output is above")
             say(f"built {local_name(image, tag)} in {time.monotonic() - started:.0f}s")
             built.append(local_name(image, tag))
+    for line in size_report(tool, [local_name(image, tag) for image in images]):
+        say(line)
     return built
 
 
@@ -227,7 +303,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("action", choices=["build", "push"])
     parser.add_argument("--images", default=",".join(IMAGES), help="comma-separated subset of " + ", ".join(IMAGES))
     parser.add_argument("--tag", default=None, help="default: the git revision")
-    parser.add_argument("--models", default=None, help="trainer's MODELS build argument (Hub ids or name=/dir)")
+    parser.add_argument(
+        "--models",
+        default=None,
+        help=f"models the trainer preloads (Hub ids or name=/dir; none by default): {FSDP_MODEL}",
+    )
     parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
     opts = parser.parse_args(argv)
     images = [i.strip() for i in opts.images.split(",") if i.strip()]

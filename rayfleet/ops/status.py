@@ -1,4 +1,6 @@
-"""One screen on the ECS cluster: services, tasks, Ray's view, recent runs, and what it costs per hour.
+"""One screen on the ECS cluster: services, tasks, why capacity is not coming (the Auto Scaling groups'
+failed launches and the services' placement events of the last hour: rayfleet/ecs/capacity.py), Ray's view,
+recent runs, and what it costs per hour.
 
 python -m rayfleet.ops.status [--json] [--runs 5]        # make status
 """
@@ -9,11 +11,12 @@ import argparse
 import json
 import re
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.catalog import PRICES_AS_OF, gpus_of, hourly_cost
 from rayfleet.core.run_dir import RunDir, runs_root
+from rayfleet.ecs import capacity
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import running_tasks
 from rayfleet.node.head_snapshot import KEY as RAY_STATUS_KEY
@@ -101,7 +104,11 @@ def _runs(out: Outputs, limit: int) -> list[dict]:
     return runs
 
 
-def status(aws: Aws, out: Outputs, runs: int = 5) -> dict:
+CAPACITY_LOOKBACK = timedelta(hours=1)
+
+
+def status(aws: Aws, out: Outputs, runs: int = 5, why=capacity.reasons) -> dict:
+    """`why` (aws, out, since) -> [capacity.Reason]: the capacity reasons (the tests pass recorded ones)."""
     ecs = aws.client("ecs")
     aws.check_cluster(out.cluster_name)
     services = ecs.describe_services(
@@ -110,6 +117,7 @@ def status(aws: Aws, out: Outputs, runs: int = 5) -> dict:
     instances = _instances(aws, out.cluster_name)
     cost, unknown = hourly_cost([i["instance_type"] for i in instances.values()])
     spent, since = spend_usd(aws.client("ec2"), list(instances.values()), datetime.now(UTC))
+    reasons = why(aws, out, datetime.now(UTC) - CAPACITY_LOOKBACK)
     return {
         "cluster": out.cluster_name,
         "region": aws.region,
@@ -124,6 +132,7 @@ def status(aws: Aws, out: Outputs, runs: int = 5) -> dict:
         ],
         "instances": [{k: v for k, v in i.items() if k != "launch_time"} for i in instances.values()],
         "tasks": _tasks(aws, out, instances),
+        "capacity": [{"reason": r.text, "fatal": r.fatal} for r in reasons],
         "ray": _ray_view(aws, out),
         "runs": _runs(out, runs),
         "cost_per_hour_usd": round(cost, 3),
@@ -198,6 +207,9 @@ def render(s: dict) -> str:
         f"  {t['role']:<8}{t['task'][:12]:<14}{t['status']:<10}{t['health']:<10}{t['instance_type']:<14}{t['gpus']} GPU"
         for t in s["tasks"]
     ] or ["  (none running)"]
+    if s.get("capacity"):  # only when instances are not coming: an empty section would be noise
+        lines += ["", "capacity (the last hour: why instances are not coming)"]
+        lines += [f"  {'cannot come: ' if r['fatal'] else ''}{r['reason']}" for r in s["capacity"]]
     ray = s["ray"]
     lines += ["", "ray (as the head reports it" + (f", {ray['taken_at']})" if ray else ")")]
     lines += render_ray(ray) if ray else ["  no snapshot yet: the ray-control task writes one every 30 s"]

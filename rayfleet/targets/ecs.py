@@ -22,7 +22,7 @@ from rayfleet.recipes import cost
 from rayfleet.recipes import secrets as recipe_secrets
 from rayfleet.recipes.fit import Capacity, check_fits, nodes_needed
 from rayfleet.recipes.job import STOPPED_BY_A_SIGNAL, SUBMITTER_STOPPED
-from rayfleet.recipes.schema import LoadedRecipe
+from rayfleet.recipes.schema import LoadedRecipe, load
 from rayfleet.recipes.stage import stage
 from rayfleet.targets.base import package_into
 
@@ -109,6 +109,17 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     if detach:
         return 0
     return follow_relaunching(aws, out, run_dir, recipe, record, start_trainer)
+
+
+def workers_for(recipe_file: str, outputs: str | None = None) -> int:
+    """`make start RECIPE=...`: the worker nodes that recipe needs here, after the same fit check as a run."""
+    out = Outputs.load(outputs)
+    recipe = load(recipe_file).recipe
+    capacity = ecs_capacity(out)
+    if capacity is None:
+        raise ConfigError(f"worker instance type {out.worker_instance_type or '?'} is not in the catalog")
+    check_fits(recipe, capacity)
+    return nodes_needed(recipe, capacity)
 
 
 def bring_up(aws: Aws, out: Outputs, nodes: int | None) -> None:

@@ -118,6 +118,7 @@ def run_verb(env: dict, verb: str, *args: str, timeout: int = 120) -> subprocess
         [sys.executable, "-m", VERBS[verb], *args],
         env=env,
         cwd=REPO,
+        stdin=subprocess.DEVNULL,  # no terminal: a verb that would ask refuses instead
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -173,7 +173,7 @@ def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
     (tmp_path / "train.py").write_text("print('hello')\n")
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(json.dumps({"name": "wake", "entrypoint": "train.py", "resources": {"workers": 1}}))
-    with NewHead(stack, out.worker_count):
+    with NewHead(stack, 1):
         result = subprocess.run(
             [sys.executable, "-m", "rayfleet.targets.run", str(recipe), "--target=ecs", "--run-name=wake", "--detach"],
             env=stack["env"],
@@ -188,4 +188,21 @@ def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
         in result.stdout
     )
     assert result.stdout.index("Ray sees the head") < result.stdout.index("run wake: task")  # started, then launched
-    assert desired(stack)[out.worker_service_name] == out.worker_count
+    assert out.worker_count == 2 and desired(stack)[out.worker_service_name] == 1  # what the recipe needs, no more
+
+    # A run that needs both nodes (a worker takes all of a g5.xlarge's 4 vCPUs) adds the missing one first.
+    recipe.write_text(
+        json.dumps({"name": "wide", "entrypoint": "train.py", "resources": {"workers": 2, "cpus_per_worker": 4}})
+    )
+    with NewHead(stack, 2):
+        result = subprocess.run(
+            [sys.executable, "-m", "rayfleet.targets.run", str(recipe), "--target=ecs", "--run-name=wide", "--detach"],
+            env=stack["env"],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[rayfleet] the run needs 2 worker nodes and 1 run: adding them first" in result.stdout
+    assert desired(stack)[out.worker_service_name] == 2

@@ -10,15 +10,22 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import pty
 import shutil
+import signal
+import subprocess
+import sys
+import time
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import EcsMotoServer, run_verb, verbs_env
+from tests.integration.helpers import REPO, EcsMotoServer, run_verb, verbs_env
 from tools.moto_stack import stack
+from tools.terraform_standin.render import rendered_plan
 
 pytestmark = pytest.mark.integration
 FAKES = Path(__file__).resolve().parents[1] / "fakes"
@@ -65,6 +72,8 @@ def _deployable(ecs_moto, tmp_path):
     plain = json.loads(Path(outputs["outputs_file"]).read_text())
     plain = {k: (v["value"] if isinstance(v, dict) and "value" in v else v) for k, v in plain.items()}
     terraform_outputs.write_text(json.dumps({k: {"value": v, "sensitive": False} for k, v in plain.items()}))
+    plan = tmp_path / "plan.json"  # what `terraform show -json` of the saved plan prints: a real plan of infra/
+    plan.write_text(json.dumps(rendered_plan()))
     env = verbs_env(
         ecs_moto.url,
         str(tmp_path / "rayfleet" / "outputs.json"),
@@ -72,6 +81,7 @@ def _deployable(ecs_moto, tmp_path):
         RAYFLEET_TERRAFORM=str(FAKES / "terraform"),
         FAKE_TF_LOG=str(tmp_path / "terraform.log"),
         FAKE_TF_OUTPUTS=str(terraform_outputs),
+        FAKE_TF_PLAN=str(plan),
     )
     return {"env": env, "moto": ecs_moto, "dir": tmp_path, "outputs": plain}
 
@@ -84,11 +94,12 @@ def calls(env) -> list[list[str]]:
 
 def test_deploy_inits_plans_applies_that_plan_and_saves_the_outputs(deployable):
     env = deployable["env"]
-    result = run_verb(env, "infra", "deploy", "--var-file", "fsdp.tfvars", "--image-tag", "abc123def456")
+    result = run_verb(env, "infra", "deploy", "--yes", "--var-file", "fsdp.tfvars", "--image-tag", "abc123def456")
     assert result.returncode == 0, result.stderr
     made = calls(env)
-    assert [c[0] for c in made] == ["init", "plan", "apply", "output"]
-    plan, apply = made[1], made[2]
+    assert [c[0] for c in made] == ["init", "plan", "show", "apply", "output"]
+    plan, apply = made[1], made[3]
+    assert made[2][-1] == apply[-1]  # the plan summarized, checked and priced is the one applied
     plan_file = next(a.split("=", 1)[1] for a in plan if a.startswith("-out="))
     assert apply[-1] == plan_file  # applies exactly the plan it showed
     assert "-var=image_tag=abc123def456" in plan and any(a.endswith("infra/fsdp.tfvars") for a in plan)
@@ -101,10 +112,10 @@ def test_deploy_inits_plans_applies_that_plan_and_saves_the_outputs(deployable):
 
 def test_deploy_stops_at_the_first_failing_step(deployable):
     env = {**deployable["env"], "FAKE_TF_FAIL_ON": "plan"}
-    result = run_verb(env, "infra", "deploy", "--image-tag", "t1")
+    result = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t1")
     assert result.returncode == 1
     assert "terraform plan failed" in result.stderr
-    assert [c[0] for c in calls(env)] == ["init", "plan"]  # never applied
+    assert [c[0] for c in calls(env)] == ["init", "plan"]  # never shown, checked or applied
     assert not Path(env["RAYFLEET_OUTPUTS"]).exists()
 
 
@@ -171,7 +182,7 @@ def test_deploy_seeds_the_token_once_and_never_rolls_back_a_rotation(recording_m
     _point_outputs_at(deployable, ray_token_secret_arn=arn)
     start_recording(recording_moto)
 
-    first = run_verb(env, "infra", "deploy", "--image-tag", "t1")
+    first = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t1")
     assert first.returncode == 0, first.stderr
     actions = recorded_actions(recording_moto)
     assert actions.count("PutSecretValue") == 1 and "GetSecretValue" not in actions  # writes, never reads
@@ -184,7 +195,7 @@ def test_deploy_seeds_the_token_once_and_never_rolls_back_a_rotation(recording_m
     # make rotate-ray-token writes a new current version (tests/integration/test_ecs_rotate_token.py)
     rotated = sm.put_secret_value(SecretId=arn, SecretString="r" * 64)["VersionId"]
     start_recording(recording_moto)
-    second = run_verb(env, "infra", "deploy", "--image-tag", "t2")
+    second = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t2")
     assert second.returncode == 0, second.stderr
     actions = recorded_actions(recording_moto)  # the verb's own calls, before this test reads anything
     assert "DescribeSecret" in actions and "GetSecretValue" not in actions and "PutSecretValue" not in actions
@@ -254,15 +265,20 @@ def deployed_with_a_job(deployable):
     return deployable
 
 
-def with_plan(deployable, plan: dict) -> dict:
-    path = deployable["dir"] / "plan.json"
+def with_plan(deployable, changes: dict) -> dict:
+    """The fixture's real plan of infra/ with these changes to module.ray in place of its own."""
+    path = Path(deployable["env"]["FAKE_TF_PLAN"])
+    plan = json.loads(path.read_text())
+    replaced = {c["address"] for c in changes["resource_changes"]}
+    kept = [c for c in plan["resource_changes"] if c["address"] not in replaced]
+    plan["resource_changes"] = kept + changes["resource_changes"]
     path.write_text(json.dumps(plan))
-    return {**deployable["env"], "FAKE_TF_PLAN": str(path)}
+    return deployable["env"]
 
 
 def test_deploy_refuses_to_replace_the_head_while_a_job_runs(deployed_with_a_job):
     env = with_plan(deployed_with_a_job, HEAD_REPLACED)
-    result = run_verb(env, "infra", "deploy", "--image-tag", "t2")
+    result = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t2")
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: this plan replaces the Ray head (module.ray.aws_ecs_task_definition.head")
@@ -272,7 +288,7 @@ def test_deploy_refuses_to_replace_the_head_while_a_job_runs(deployed_with_a_job
 
 def test_deploy_with_force_replaces_the_head_anyway(deployed_with_a_job):
     env = with_plan(deployed_with_a_job, HEAD_REPLACED)
-    result = run_verb(env, "infra", "deploy", "--image-tag", "t2", "--force")
+    result = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t2", "--force")
     assert result.returncode == 0, result.stderr
     assert "FORCE: replacing the Ray head (module.ray.aws_ecs_task_definition.head" in result.stdout  # said
     assert [c[0] for c in calls(env)][-2:] == ["apply", "output"]
@@ -280,7 +296,7 @@ def test_deploy_with_force_replaces_the_head_anyway(deployed_with_a_job):
 
 def test_deploy_goes_ahead_when_the_plan_leaves_the_head_alone(deployed_with_a_job):
     env = with_plan(deployed_with_a_job, WORKERS_ONLY)
-    result = run_verb(env, "infra", "deploy", "--image-tag", "t2")
+    result = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t2")
     assert result.returncode == 0, result.stderr
     assert [c[0] for c in calls(env)][-2:] == ["apply", "output"]
 
@@ -290,7 +306,7 @@ def test_deploy_replaces_the_head_when_no_job_runs(deployable):
     Path(env["RAYFLEET_OUTPUTS"]).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(env["FAKE_TF_OUTPUTS"], env["RAYFLEET_OUTPUTS"])
     env = with_plan(deployable, HEAD_REPLACED)
-    result = run_verb(env, "infra", "deploy", "--image-tag", "t2")
+    result = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t2")
     assert result.returncode == 0, result.stderr
     assert [c[0] for c in calls(env)][-2:] == ["apply", "output"]
 
@@ -404,13 +420,18 @@ def test_a_fresh_account_gets_the_autoscaling_role_before_terraform_runs(deploya
     env, iam = deployable["env"], deployable["moto"].client("iam")
     with pytest.raises(iam.exceptions.NoSuchEntityException):
         iam.get_role(RoleName=AUTOSCALING_ROLE)  # moto starts as a fresh account
-    first = run_verb(env, "infra", "deploy", "--image-tag", "t1")
+    first = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t1")
     assert first.returncode == 0, first.stderr
     role = iam.get_role(RoleName=AUTOSCALING_ROLE)["Role"]
     assert role["Path"] == "/aws-service-role/autoscaling.amazonaws.com/"
     assert "created Auto Scaling's service-linked role" in first.stdout
-    assert first.stdout.index("service-linked role") < first.stdout.index("+ terraform init")  # before the key
-    second = run_verb(env, "infra", "deploy", "--image-tag", "t1")
+    # after the question, before the apply that makes the key
+    assert (
+        first.stdout.index("cost: ")
+        < first.stdout.index("service-linked role")
+        < first.stdout.index("+ terraform apply")
+    )
+    second = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t1")
     assert second.returncode == 0, second.stderr
     assert "service-linked role" not in second.stdout
     assert iam.get_role(RoleName=AUTOSCALING_ROLE)["Role"]["RoleId"] == role["RoleId"]  # the same one, kept
@@ -444,7 +465,7 @@ def test_deploy_marks_the_running_image_so_the_lifecycle_never_expires_it(deploy
     for tag in tags:
         _push(ecr, repositories, tag)
     for tag in tags[:12]:  # each deployed in turn
-        result = run_verb(env, "infra", "deploy", "--image-tag", tag)
+        result = run_verb(env, "infra", "deploy", "--yes", "--image-tag", tag)
         assert result.returncode == 0, result.stderr
         for name in repositories:
             marked = _marked(ecr, name)
@@ -452,12 +473,132 @@ def test_deploy_marks_the_running_image_so_the_lifecycle_never_expires_it(deploy
             assert len(marked) <= 10  # never more than the lifecycle's rule 1 keeps: it expires none
     assert f"marked {len(repositories)} image(s) deployed-{tags[11]}" in result.stdout
     # a rollback to an image older than the ten marked ones: marked, and still at most ten
-    rollback = run_verb(env, "infra", "deploy", "--image-tag", tags[0])
+    rollback = run_verb(env, "infra", "deploy", "--yes", "--image-tag", tags[0])
     assert rollback.returncode == 0, rollback.stderr
     marked = _marked(ecr, repositories[0])
     assert f"deployed-{tags[0]}" in marked and f"deployed-{tags[11]}" in marked and len(marked) <= 10
     assert len(ecr.describe_images(repositoryName=repositories[0])["imageDetails"]) == 13  # untagging deletes none
     # a tag not pushed yet (a first deploy): nothing to mark, said so; `make push` of that tag marks it
-    unpushed = run_verb(env, "infra", "deploy", "--image-tag", "fedcba987654")
+    unpushed = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "fedcba987654")
     assert unpushed.returncode == 0, unpushed.stderr
     assert "not pushed yet" in unpushed.stdout
+
+
+# -- asked first: deploy shows the plan's summary and cost, clean names what goes; nothing before the answer --
+
+
+def answered(env: dict, answer: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """The verb on a terminal (a pty as its stdin), answering its question with `answer`."""
+    main, terminal = pty.openpty()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rayfleet.ops.infra", *args],
+            env=env,
+            cwd=REPO,
+            stdin=terminal,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        os.write(main, f"{answer}\n".encode())
+        out, err = proc.communicate(timeout=timeout)
+    finally:
+        os.close(terminal)
+        os.close(main)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_deploy_without_a_terminal_or_yes_refuses_before_terraform(deployable):
+    env = deployable["env"]
+    result = run_verb(env, "infra", "deploy", "--image-tag", "t1")
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines() == [
+        "error: make deploy asks before applying and there is no terminal to ask on; "
+        "make deploy AUTO_APPROVE=1 (rayfleet deploy --yes) applies"
+    ]
+    assert not calls(env)
+
+
+def test_deploy_shows_summary_and_cost_then_applies_only_on_yes(recording_moto, tmp_path):
+    deployable = _deployable(recording_moto, tmp_path)
+    env = deployable["env"]
+    start_recording(recording_moto)
+    declined = answered(env, "n", "deploy", "--image-tag", "t1")
+    assert declined.returncode == 1, declined.stderr
+    assert [c[0] for c in calls(env)] == ["init", "plan", "show"]  # planned and priced, never applied
+    out = declined.stdout
+    assert "plan: 101 to add, 0 to change, 0 to destroy" in out
+    assert "cost: $2.25/h running, $0.237/h idle (autostopped), $0.045/h stopped (make stop)" in out
+    assert "  worker: 2 x g5.xlarge at $1.006/h" in out
+    assert out.index("preflight: ") < out.index("cost: ") < out.index("apply this plan? [y/N]")
+    assert "not applied: nothing changed" in out
+    mutations = [a for a in recorded_actions(recording_moto) if a.startswith(("Create", "Put", "Update", "Delete"))]
+    assert mutations == []  # not even the service-linked role
+    accepted = answered(env, "y", "deploy", "--image-tag", "t1")
+    assert accepted.returncode == 0, accepted.stderr
+    assert [c[0] for c in calls(env)][3:] == ["init", "plan", "show", "apply", "output"]
+
+
+def test_clean_asks_once_first_and_an_answer_of_no_changes_nothing(recording_moto, tmp_path):
+    deployable = _deployable(recording_moto, tmp_path)
+    env = deployable["env"]
+    Path(env["RAYFLEET_OUTPUTS"]).parent.mkdir(parents=True)
+    shutil.copy(env["FAKE_TF_OUTPUTS"], env["RAYFLEET_OUTPUTS"])
+    bucket, repositories = _fill(deployable)
+    start_recording(recording_moto)
+    declined = answered(env, "no", "destroy", "--delete-results")
+    assert declined.returncode == 1, declined.stderr
+    out, cluster = declined.stdout, deployable["outputs"]["cluster_name"]
+    assert f"make clean destroys: the ECS cluster {cluster} in {stack.REGION}" in out
+    assert f"every image in {len(repositories)} ECR repositories" in out
+    assert f"the results bucket {bucket} with its 2 object(s), every version deleted" in out
+    assert "destroy all of it? [y/N]" in out and "not destroyed: nothing was stopped, emptied or deleted" in out
+    actions = recorded_actions(recording_moto)
+    assert actions and not [a for a in actions if a.startswith(("Create", "Put", "Update", "Delete", "Stop", "Batch"))]
+    assert [c[0] for c in calls(env)] == ["init"]  # never destroy
+    moto = deployable["moto"]
+    assert _versions(moto.client("s3"), bucket) == 4
+    assert len(moto.client("ecr").describe_images(repositoryName=repositories[0])["imageDetails"]) == 2
+    services = moto.client("ecs").describe_services(
+        cluster=cluster, services=[deployable["outputs"]["head_service_name"]]
+    )
+    assert services["services"][0]["desiredCount"] == 1
+
+    refused = run_verb(env, "infra", "destroy", "--delete-results")  # no terminal, no AUTO_APPROVE
+    assert refused.returncode == 2 and "AUTO_APPROVE=1" in refused.stderr
+    assert [c[0] for c in calls(env)] == ["init"]  # refused before even Terraform's init
+
+    accepted = answered(env, "y", "destroy", "--delete-results", timeout=300)
+    assert accepted.returncode == 0, accepted.stderr
+    assert [c[0] for c in calls(env)][1:] == ["init", "destroy"]
+    assert "-auto-approve" in calls(env)[-1]  # asked once, by rayfleet: Terraform does not ask again
+    assert _versions(moto.client("s3"), bucket) == 0
+
+
+def test_ctrl_c_reaches_terraform_once_and_rayfleet_waits_for_its_state(deployable):
+    """Ctrl-C sent to rayfleet alone (as the terminal does: Terraform runs in its own process group) reaches
+    Terraform as one SIGINT, and rayfleet exits 130 only after Terraform has written its state and ended."""
+    env = {**deployable["env"], "FAKE_TF_SLOW": "apply:3"}
+    events = Path(env["FAKE_TF_LOG"] + ".events")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rayfleet.ops.infra", "deploy", "--yes", "--image-tag", "t1"],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while not (events.exists() and events.read_text().startswith("started")):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    terraform_pid = int(events.read_text().split()[1])
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert events.read_text().splitlines()[1:] == ["SIGINT", "state written"]  # one SIGINT, then it finished
+    with pytest.raises(ProcessLookupError):
+        os.kill(terraform_pid, 0)  # ended before rayfleet did
+    assert "interrupted: terraform apply got SIGINT; waiting while it stops cleanly" in err
+    assert not Path(env["RAYFLEET_OUTPUTS"]).exists()  # no outputs saved from an interrupted apply

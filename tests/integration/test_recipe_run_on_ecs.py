@@ -325,3 +325,64 @@ def test_a_trainer_whose_head_went_away_is_relaunched(aws_stack, tmp_path):
     assert follower.proc.returncode == 1 and out.count("relaunching") == 1, out + err
     assert "the trainer task stopped before the run ended (the submitter stopped (ConnectionError)" in out
     assert [a["state"] for a in follower.record()["attempts"]] == ["LOST"]
+
+
+def test_the_built_in_ddp_recipe_stages_its_data_for_the_trainer(aws_stack, small_dataset):
+    """recipes/ddp.yaml with no job arguments on ECS: its data (the generated set, where `make data` would
+    write it) is staged once to the bucket and the trainer task gets its S3 URL as RAYFLEET_DATA, which the
+    recipe passes on as data_dir; a second run stages nothing. (The job reading it is the rehearsal's test.)"""
+    env, bucket = aws_stack["env"], aws_stack["outputs"]["results_bucket"]
+    s3, ecs = aws_stack["server"].client("s3"), aws_stack["server"].client("ecs")
+    first = run_recipe(
+        env,
+        "recipes/ddp.yaml",
+        "--target",
+        "ecs",
+        "--run-name",
+        "ddp-data-1",
+        "--set",
+        f"data={small_dataset}",
+        "--detach",
+    )
+    assert first.returncode == 0, first.stderr
+    assert f"[rayfleet] staging data {small_dataset} (" in first.stdout
+    url = next(line.rsplit(" ", 1)[-1] for line in first.stdout.splitlines() if "the job reads s3://" in line)
+    prefix = url.removeprefix(f"s3://{bucket}/")
+    staged = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix=prefix + "/")["Contents"]}
+    assert (
+        f"{prefix}/FashionMNIST/raw/train-images-idx3-ubyte" in staged and f"{prefix}/.rayfleet-staged.json" in staged
+    )
+    record = run_record(env, bucket, "ddp-data-1")
+    task = ecs.describe_tasks(cluster=aws_stack["outputs"]["cluster_name"], tasks=[record["task_arn"]])["tasks"][0]
+    overrides = {e["name"]: e["value"] for e in task["overrides"]["containerOverrides"][0]["environment"]}
+    assert overrides["RAYFLEET_DATA"] == url
+    assert "data_dir=${RAYFLEET_DATA}" in json.loads(overrides["RAYFLEET_RECIPE"])["args"]
+    code = zipfile.ZipFile(
+        io.BytesIO(s3.get_object(Bucket=bucket, Key=record["code"].removeprefix(f"s3://{bucket}/"))["Body"].read())
+    )
+    assert not [n for n in code.namelist() if n.startswith("data/")]  # data travels staged, never in the code zip
+
+    second = run_recipe(
+        env,
+        "recipes/ddp.yaml",
+        "--target",
+        "ecs",
+        "--run-name",
+        "ddp-data-2",
+        "--set",
+        f"data={small_dataset}",
+        "--detach",
+    )
+    assert second.returncode == 0, second.stderr
+    assert f"already staged at {url}" in second.stdout and "staging data" not in second.stdout
+
+
+def test_a_recipe_needing_more_worker_nodes_than_the_group_is_refused_before_upload(aws_stack, tmp_path, small_dataset):
+    """The default deployment's worker group holds 2 x g5.xlarge (1 GPU each): 3 one-GPU workers never fit."""
+    recipe = write_recipe(tmp_path, resources={"workers": 3, "gpus_per_worker": 1}, data=str(small_dataset))
+    result = run_recipe(aws_stack["env"], str(recipe), "--target", "ecs", "--run-name", "too-many", "--detach")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "3 workers do not fit the ECS workers (g5.xlarge): 2 node(s) of 1 hold 2 of this size" in result.stderr
+    s3, bucket = aws_stack["server"].client("s3"), aws_stack["outputs"]["results_bucket"]
+    assert s3.list_objects_v2(Bucket=bucket, Prefix="runs/too-many/").get("KeyCount", 0) == 0
+    assert "staging" not in result.stdout and "packaged" not in result.stdout  # neither data nor code went up

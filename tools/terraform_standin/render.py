@@ -126,6 +126,36 @@ def _render(infra: Path, var_files: list[Path], variables: dict, image_tag: str)
         return json.loads(show.stdout)
 
 
+def rendered_plan(*, infra: Path = INFRA, var_files: Sequence[str | Path] = (), image_tag: str = IMAGE_TAG) -> dict:
+    """`terraform show -json` of a saved plan of `infra` against an empty state, offline: the document
+    `make deploy` reads for the plan's summary, cost and preflight shape."""
+    infra = Path(infra).resolve()
+    files = [_var_file(infra, f) for f in var_files]
+    key = ("plan", content_key(infra, files, None, image_tag))
+    with _lock:
+        if key not in _cache:
+            _cache[key] = _plan(infra, files, image_tag)
+        return copy.deepcopy(_cache[key])
+
+
+def _plan(infra: Path, var_files: list[Path], image_tag: str) -> dict:
+    tf = Terraform()
+    with tempfile.TemporaryDirectory(prefix="rayfleet-plan-") as tmp:
+        root = scratch_copy(Path(tmp), source=infra)
+        init = tf.init(root)
+        if init.returncode != 0:
+            raise RenderFailed(f"terraform init failed\n{init.output[-4000:]}")
+        args = ["plan", "-input=false", "-no-color", "-lock=false", "-out=saved.tfplan", f"-var=image_tag={image_tag}"]
+        args += [f"-var-file={path}" for path in var_files]
+        planned = tf.run(root, *args, env=RENDER_ENV)
+        if planned.returncode != 0:
+            raise RenderFailed(f"terraform plan (render mode) failed\n{planned.output[-6000:]}")
+        show = tf.run(root, "show", "-json", "-no-color", "saved.tfplan", env=RENDER_ENV)
+        if show.returncode != 0:
+            raise RenderFailed(f"terraform show failed\n{show.output[-4000:]}")
+        return json.loads(show.stdout)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--var-file", action="append", default=[], help="a .tfvars file (infra/fsdp.tfvars)")

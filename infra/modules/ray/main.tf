@@ -77,6 +77,11 @@ resource "aws_ecs_service" "head" {
     expression = "attribute:rayfleet.node-group == head"
   }
 
+  # make stop/start and autostop own the count after creation; `make start` scales to the configured count.
+  lifecycle {
+    ignore_changes = [desired_count]
+  }
+
   tags = local.tags
 }
 
@@ -114,6 +119,11 @@ resource "aws_ecs_service" "worker" {
     type = "distinctInstance"
   }
 
+  # make stop/start and autostop own the count after creation; `make start` scales to the configured count.
+  lifecycle {
+    ignore_changes = [desired_count]
+  }
+
   # Terraform orders creation; the workers' entrypoint additionally waits until the head's GCS answers.
   depends_on = [aws_ecs_service.head]
   tags       = local.tags
@@ -145,6 +155,11 @@ resource "aws_ecs_service" "control" {
   placement_constraints {
     type       = "memberOf"
     expression = "attribute:rayfleet.node-group == head"
+  }
+
+  # make stop/start and autostop own the count after creation; `make start` scales to the configured count.
+  lifecycle {
+    ignore_changes = [desired_count]
   }
 
   depends_on = [aws_ecs_service.head]

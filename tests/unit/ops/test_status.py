@@ -129,3 +129,29 @@ def test_a_partial_snapshot_shows_what_it_has_and_never_a_traceback():
     lines = render_ray(partial)
     assert lines[0].startswith("  2 nodes alive (1 head, 1 worker)")
     assert any(line.split()[:2] == ["worker", "w1"] for line in lines)
+
+
+def test_the_capacity_section_shows_only_when_instances_are_not_coming():
+    base = {
+        "cluster": "c",
+        "region": "r",
+        "services": [],
+        "instances": [],
+        "tasks": [],
+        "ray": None,
+        "runs": [],
+        "cost_per_hour_usd": 0.0,
+        "cost_unknown_types": [],
+        "prices_as_of": "x",
+    }
+    reasons = [
+        {"reason": "worker group: vCPU quota 0 for G and VT instances (VcpuLimitExceeded)", "fatal": True},
+        {"reason": "worker service: no container instance can take its task yet", "fatal": False},
+    ]
+    text = render({**base, "capacity": reasons})
+    assert (
+        "\ncapacity (the last hour: why instances are not coming)\n"
+        "  cannot come: worker group: vCPU quota 0 for G and VT instances (VcpuLimitExceeded)\n"
+        "  worker service: no container instance can take its task yet\n"
+    ) in text
+    assert "capacity (" not in render({**base, "capacity": []}) and "capacity (" not in render(base)

@@ -1,0 +1,284 @@
+"""Before `make deploy`: can this account launch what the deployment asks for? The checks behind `make check`.
+
+A new account often has no G or P vCPU quota, and a GPU type is not offered in every zone: the deploy then
+succeeds and the Auto Scaling groups fail to launch, silently. `check` asks AWS first:
+
+  credentials   sts:GetCallerIdentity (the identity, for printing)
+  permissions   ec2:RunInstances as a dry run for the worker type; iam:SimulatePrincipalPolicy for a short list
+                of actions the deploy needs, when the caller is a user or role it can simulate
+  quotas        the EC2 vCPU quotas of the Shape's instance families against the workers at full size + the head
+  offerings     each instance type offered in the chosen zones
+
+Each problem is one line with what to do (Problem). What moto 5.2.5 lacks, and the seam that stands in for it
+(a small function taking the client; the tests pass one answering AWS's recorded response):
+  * Service Quotas knows only VPC's quotas (EC2's answer NoSuchResourceException): `read_quota`;
+  * iam:SimulatePrincipalPolicy is not implemented (an HTTP 500): `simulate`;
+  * a dry run is never denied (moto enforces no IAM): `dry_run_launch`.
+moto answers GetCallerIdentity, DescribeAvailabilityZones, DescribeInstanceTypeOfferings and the dry run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from botocore.exceptions import BotoCoreError, ClientError, NoCredentialsError
+from botocore.parsers import ResponseParserError
+
+from rayfleet.core.aws import Aws, translate
+from rayfleet.core.catalog import INSTANCE_TYPES
+from rayfleet.ecs.capacity import Quota, vcpu_quota
+
+# What `make deploy` creates, one action per kind of resource (not the whole policy: a denied one shows the
+# caller lacks the deploy's rights before Terraform stops half-way).
+DEPLOY_ACTIONS = (
+    "iam:CreateRole",
+    "iam:PassRole",
+    "kms:CreateKey",
+    "ec2:CreateVpc",
+    "ec2:CreateLaunchTemplate",
+    "ecs:CreateCluster",
+    "ecr:CreateRepository",
+    "autoscaling:CreateAutoScalingGroup",
+    "s3:CreateBucket",
+    "secretsmanager:CreateSecret",
+    "logs:CreateLogGroup",
+)
+# Any x86 AMI does for a dry run (it checks the permission); the deploy's own head AMI is at hand in every region.
+DRY_RUN_AMI_PARAMETER = "/aws/service/ecs/optimized-ami/amazon-linux-2023/recommended/image_id"
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What the deployment will launch (Terraform's variables)."""
+
+    region: str
+    head_instance_type: str
+    worker_instance_types: tuple[str, ...]  # the first is the main type, the rest Spot alternatives
+    worker_count: int  # the worker group's maximum
+    worker_spot: bool = False
+    zones: tuple[str, ...] = ()  # empty: the region's first az_count zones, as infra/modules/network does
+    az_count: int = 1
+    worker_on_demand_base: int = 0  # with Spot, this many workers on demand
+
+
+@dataclass(frozen=True)
+class Problem:
+    what: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.what}: {self.fix}"
+
+
+@dataclass
+class Report:
+    identity: dict | None  # sts:GetCallerIdentity's Account, Arn and UserId; None without credentials
+    problems: list[Problem] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what was not checked, and why
+
+    def lines(self) -> list[str]:
+        who = f"AWS account {self.identity['Account']} as {self.identity['Arn']}" if self.identity else "no identity"
+        said = [who, *(f"  problem: {p}" for p in self.problems), *(f"  note: {n}" for n in self.notes)]
+        return [*said, "ready to deploy" if not self.problems else f"{len(self.problems)} problem(s) to fix first"]
+
+
+def read_quota(quotas, code: str) -> float | None:
+    """An EC2 quota's value: the account's applied one, else AWS's default (None: Service Quotas knows neither)."""
+    try:
+        return quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
+    except quotas.exceptions.NoSuchResourceException:
+        pass
+    try:
+        return quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
+    except quotas.exceptions.NoSuchResourceException:
+        return None
+
+
+def simulate(iam, principal: str, actions: tuple[str, ...]) -> dict[str, str]:
+    """action -> EvalDecision ("allowed", "implicitDeny", "explicitDeny") for the principal's policies."""
+    decisions = {}
+    for page in iam.get_paginator("simulate_principal_policy").paginate(
+        PolicySourceArn=principal, ActionNames=list(actions)
+    ):
+        decisions.update({r["EvalActionName"]: r["EvalDecision"] for r in page["EvaluationResults"]})
+    return decisions
+
+
+def dry_run_launch(ec2, image: str, instance_type: str, spot: bool) -> str:
+    """ec2:RunInstances as a dry run: AWS's answer code ("DryRunOperation": it would have been allowed)."""
+    market = {"InstanceMarketOptions": {"MarketType": "spot"}} if spot else {}
+    try:
+        ec2.run_instances(DryRun=True, ImageId=image, InstanceType=instance_type, MinCount=1, MaxCount=1, **market)
+    except ClientError as exc:
+        return exc.response.get("Error", {}).get("Code", "")
+    return "DryRunOperation"  # AWS always answers a dry run with an error; an endpoint that did not, allowed it
+
+
+def check(
+    aws: Aws,
+    shape: Shape,
+    *,
+    quota: Callable[[object, str], float | None] = read_quota,
+    simulate_policy: Callable[[object, str, tuple[str, ...]], dict[str, str]] = simulate,
+    dry_run: Callable[[object, str, str, bool], str] = dry_run_launch,
+) -> Report:
+    """Every check. The keywords are the seams where moto lacks the API (see the module)."""
+    try:
+        identity = aws.client("sts").get_caller_identity()
+    except (NoCredentialsError, ClientError, BotoCoreError) as exc:
+        fix = "configure them (aws configure, aws sso login or AWS_PROFILE) and run `make check` again"
+        return Report(None, [Problem(f"no usable AWS credentials ({translate(exc)})", fix)])
+    report = Report({k: identity[k] for k in ("Account", "Arn", "UserId")})
+    ec2 = aws.client("ec2")
+    _dry_run(aws, shape, report, dry_run)
+    _permissions(aws, report, simulate_policy)
+    _quotas(aws, shape, report, quota)
+    _offerings(ec2, shape, report)
+    return report
+
+
+def principal_arn(caller_arn: str) -> str | None:
+    """The IAM ARN the simulator takes for the caller: a user as it is, an assumed role's session as its role
+    (the path is not in the session ARN; _permissions looks it up); None for root and federated users."""
+    found = re.fullmatch(r"arn:([\w-]+):(iam|sts)::(\d+):(.+)", caller_arn)
+    if not found:
+        return None
+    partition, _, account, resource = found.groups()
+    if resource.startswith("user/"):  # AWS names a user's ARN under iam (moto under sts): the simulator's is iam
+        return f"arn:{partition}:iam::{account}:{resource}"
+    if resource.startswith("assumed-role/"):
+        return f"arn:{partition}:iam::{account}:role/{resource.split('/')[1]}"
+    return None
+
+
+def _permissions(aws: Aws, report: Report, simulate_policy) -> None:
+    principal = principal_arn(report.identity["Arn"])
+    if principal is None:
+        report.notes.append(f"permissions not simulated for {report.identity['Arn']} (root or federated)")
+        return
+    iam = aws.client("iam")
+    if ":role/" in principal:  # roles often live under a path (SSO's /aws-reserved/...): ask IAM for the ARN
+        with contextlib.suppress(ClientError):  # without iam:GetRole the pathless ARN may still do
+            principal = iam.get_role(RoleName=principal.rsplit("/", 1)[1])["Role"]["Arn"]
+    try:
+        decisions = simulate_policy(iam, principal, DEPLOY_ACTIONS)
+    except (ClientError, BotoCoreError, ResponseParserError) as exc:  # not allowed, or an endpoint without it
+        report.notes.append(f"permissions not simulated ({translate(exc)})")
+        return
+    denied = [a for a in DEPLOY_ACTIONS if decisions.get(a, "allowed") != "allowed"]
+    if denied:
+        report.problems.append(
+            Problem(
+                f"{principal} may not {', '.join(denied)}, which the deploy needs",
+                "attach a policy that allows them (or deploy as an administrator) and run `make check` again",
+            )
+        )
+
+
+def _dry_run(aws: Aws, shape: Shape, report: Report, dry_run) -> None:
+    worker = shape.worker_instance_types[0]
+    try:
+        image = aws.client("ssm").get_parameter(Name=DRY_RUN_AMI_PARAMETER)["Parameter"]["Value"]
+    except ClientError as exc:
+        report.notes.append(f"no dry-run launch of {worker}: cannot read the ECS AMI parameter ({translate(exc)})")
+        return
+    code = dry_run(aws.client("ec2"), image, worker, shape.worker_spot)
+    if code == "UnauthorizedOperation":
+        fix = "allow ec2:RunInstances (and ec2:CreateTags) for the deploying identity, then `make check` again"
+        report.problems.append(Problem(f"ec2:RunInstances of {worker} denied (UnauthorizedOperation)", fix))
+    elif code != "DryRunOperation":  # e.g. no default VPC to try in: not the deploy's problem
+        report.notes.append(f"the dry-run launch of {worker} answered {code}; not a verdict on the deploy")
+
+
+def vcpu_needs(shape: Shape) -> tuple[dict[Quota, tuple[int, str]], list[str]]:
+    """quota -> (vCPUs the deployment needs at full size, how that adds up); and the types not counted. Each
+    quota counts the largest of the types that may land in it: a Spot group may launch any of them."""
+    main, spot_base = shape.worker_instance_types[0], min(shape.worker_on_demand_base, shape.worker_count)
+    parts = [(1, (shape.head_instance_type,), False, "the head")]
+    if shape.worker_spot:
+        parts += [(spot_base, (main,), False, "on-demand workers")]
+        parts += [(shape.worker_count - spot_base, shape.worker_instance_types, True, "Spot workers")]
+    else:
+        parts += [(shape.worker_count, (main,), False, "workers")]
+    needs: dict[Quota, tuple[int, str]] = {}
+    notes = []
+    for count, types, spot, who in (p for p in parts if p[0] > 0):
+        largest: dict[Quota, str] = {}
+        for t in types:
+            quota = vcpu_quota(t, spot)
+            if t not in INSTANCE_TYPES or quota is None:
+                notes.append(f"{t}: not in infra/catalog/instance_types.json or no vCPU quota known; not checked")
+            elif quota not in largest or INSTANCE_TYPES[t]["vcpus"] > INSTANCE_TYPES[largest[quota]]["vcpus"]:
+                largest[quota] = t
+        for quota, t in largest.items():
+            vcpus = count * INSTANCE_TYPES[t]["vcpus"]
+            had, said = needs.get(quota, (0, ""))
+            line = f"{who} {count} x {t} ({INSTANCE_TYPES[t]['vcpus']} vCPUs)"
+            needs[quota] = (had + vcpus, f"{said} + {line}" if said else line)
+    return needs, notes
+
+
+def _quotas(aws: Aws, shape: Shape, report: Report, quota) -> None:
+    needs, notes = vcpu_needs(shape)
+    report.notes += notes
+    quotas = aws.client("service-quotas")
+    for q, (need, how) in needs.items():
+        try:
+            value = quota(quotas, q.code)
+        except (ClientError, BotoCoreError, ResponseParserError) as exc:
+            report.notes.append(f"quota {q.code} not read ({translate(exc)})")
+            continue
+        if value is None:
+            report.notes.append(f"quota {q.code} ({q.name}) unknown to Service Quotas in {shape.region}")
+        elif value < need:
+            report.problems.append(
+                Problem(
+                    f"EC2 quota {q.name} ({q.code}) is {value:g} vCPUs; at full size the deployment needs {need}"
+                    f" ({how})",
+                    f"request {need} (more if other instances of the family run) at {q.link}; approval can take a day",
+                )
+            )
+
+
+def offered_zones(ec2, instance_types: list[str]) -> dict[str, set[str]]:
+    """instance type -> the zones of the client's region that offer it."""
+    offered: dict[str, set[str]] = {t: set() for t in instance_types}
+    pages = ec2.get_paginator("describe_instance_type_offerings").paginate(
+        LocationType="availability-zone", Filters=[{"Name": "instance-type", "Values": instance_types}]
+    )
+    for page in pages:
+        for o in page["InstanceTypeOfferings"]:
+            offered.setdefault(o["InstanceType"], set()).add(o["Location"])
+    return offered
+
+
+def _offerings(ec2, shape: Shape, report: Report) -> None:
+    types = list(dict.fromkeys((shape.head_instance_type, *shape.worker_instance_types)))
+    offered = offered_zones(ec2, types)
+    if shape.zones:
+        chosen, which = list(shape.zones), "the availability_zones set"
+    else:  # as infra/modules/network picks them: available zones (not Local or Wavelength ones), by name
+        zones = ec2.describe_availability_zones(
+            Filters=[{"Name": "zone-type", "Values": ["availability-zone"]}, {"Name": "state", "Values": ["available"]}]
+        )["AvailabilityZones"]
+        chosen, which = sorted(z["ZoneName"] for z in zones)[: shape.az_count], f"the first {shape.az_count} zone(s)"
+    common = sorted(set.intersection(*offered.values()))
+    for t in types:
+        missing = [z for z in chosen if z not in offered[t]]
+        if not offered[t]:
+            report.problems.append(
+                Problem(f"{t} is not offered in {shape.region}", "choose another instance type or region")
+            )
+        elif missing:
+            if len(common) >= len(chosen):
+                fix = f"set availability_zones = {json.dumps(common[: len(chosen)])}"
+            else:
+                fix = f"only {', '.join(common) or 'no zone'} offer(s) every type: fewer zones, or other types"
+            where = f"{', '.join(missing)} ({which})"
+            report.problems.append(
+                Problem(f"{t} is not offered in {where}; it is in {', '.join(sorted(offered[t]))}", fix)
+            )

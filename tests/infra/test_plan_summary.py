@@ -1,0 +1,84 @@
+"""What `make deploy` says before it asks: the plan's changes counted, what the deployment costs per hour
+running, idle and stopped, and the shape the preflight checks. Read from real plans: the pinned Terraform
+plans infra/ offline with the stand-in providers (tools/terraform_standin/render.py rendered_plan)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rayfleet.core.catalog import INSTANCE_TYPES, NETWORK_PRICES
+from rayfleet.ops import plan_summary
+from tools.terraform_standin.render import rendered_plan
+
+NAT = NETWORK_PRICES["nat_gateway"]
+ENDPOINT = NETWORK_PRICES["interface_endpoint_per_zone"]
+
+
+def price(kind: str) -> float:
+    return INSTANCE_TYPES[kind]["usd_per_hour"]
+
+
+def test_the_default_deployment_costs_its_head_workers_and_nat():
+    plan = rendered_plan()
+    priced = plan_summary.cost(plan)
+    assert priced.running == pytest.approx(price("m5.xlarge") + 2 * price("g5.xlarge") + NAT, abs=1e-3)
+    assert priced.idle == pytest.approx(price("m5.xlarge") + NAT, abs=1e-3)  # autostop leaves the head up
+    assert priced.stopped == pytest.approx(NAT, abs=1e-3)
+    lines = plan_summary.describe(plan)
+    assert lines[0].startswith("plan: ") and lines[0].endswith(" to add, 0 to change, 0 to destroy")
+    assert lines[1].startswith("cost: $2.25/h running, $0.237/h idle (autostopped), $0.045/h stopped")
+    assert "  worker: 2 x g5.xlarge at $1.006/h" in lines
+    assert "  autostop: after 30 idle minutes the workers scale to zero" in lines
+    shape = plan_summary.shape_of(plan)
+    assert (shape.head_instance_type, shape.worker_instance_types, shape.worker_count) == (
+        "m5.xlarge",
+        ("g5.xlarge",),
+        2,
+    )
+    assert shape.worker_spot is False and shape.az_count == 1 and shape.region == "us-east-1"
+    assert shape.zones == ("us-east-1a",)  # the private subnets' zones, as planned
+
+
+def test_the_fsdp_shape_is_priced_from_its_tfvars():
+    plan = rendered_plan(var_files=["fsdp.tfvars"])
+    priced = plan_summary.cost(plan)
+    assert priced.running == pytest.approx(price("m5.xlarge") + 2 * price("g5.12xlarge") + NAT, abs=1e-3)
+    assert plan_summary.shape_of(plan).worker_instance_types == ("g5.12xlarge",)
+
+
+def test_spot_endpoints_two_zones_and_a_stopping_head(tmp_path):
+    tfvars = tmp_path / "shape.tfvars"
+    tfvars.write_text(
+        "az_count = 2\ninterface_endpoints = true\nautostop = { idle_minutes = 15, head = true }\n"
+        'workers = { instance_type = "g5.2xlarge", count = 3, spot = true, spot_instance_types = ["g5.xlarge"] }\n'
+    )
+    plan = rendered_plan(var_files=[tfvars])
+    priced = plan_summary.cost(plan)
+    endpoints = [
+        c
+        for c in plan["resource_changes"]
+        if c["type"] == "aws_vpc_endpoint" and c["change"]["after"].get("vpc_endpoint_type") == "Interface"
+    ]
+    assert endpoints  # the variable turned them on
+    network = 2 * NAT + len(endpoints) * 2 * ENDPOINT
+    assert priced.stopped == pytest.approx(network, abs=1e-3)
+    assert priced.idle == pytest.approx(network, abs=1e-3)  # autostop.head: nothing but the network stays
+    assert priced.running == pytest.approx(price("m5.xlarge") + 3 * price("g5.2xlarge") + network, abs=1e-3)
+    shape = plan_summary.shape_of(plan)
+    assert shape.worker_spot is True and shape.worker_instance_types == ("g5.2xlarge", "g5.xlarge")
+    assert shape.worker_count == 3 and shape.az_count == 2
+
+
+def test_changes_count_a_replacement_as_an_add_and_a_destroy():
+    plan = {
+        "resource_changes": [
+            {"change": {"actions": ["create"]}},
+            {"change": {"actions": ["delete", "create"]}},
+            {"change": {"actions": ["update"]}},
+            {"change": {"actions": ["no-op"]}},
+        ]
+    }
+    assert plan_summary.summary(plan) == "2 to add, 1 to change, 1 to destroy"
+    assert plan_summary.summary({"resource_changes": [{"change": {"actions": ["no-op"]}}]}).startswith("no changes")
+    with pytest.raises(Exception, match="no head and worker node groups"):
+        plan_summary.shape_of(plan)

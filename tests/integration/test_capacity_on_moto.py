@@ -1,0 +1,328 @@
+"""`make check` and why capacity is not coming, against moto_server with the stack Terraform renders
+(tools/moto_stack/stack.py), a stack of this module's own: the tests put back the services' capacity
+provider strategies and scale the workers.
+
+moto answers GetCallerIdentity, the SSM AMI parameter, DescribeAvailabilityZones, DescribeInstanceTypeOfferings
+and RunInstances with DryRun, the services and capacity providers. What it lacks stands behind the adapters'
+seams, answered here with AWS's recorded responses: EC2's vCPU quotas (its Service Quotas knows only VPC),
+iam:SimulatePrincipalPolicy (unimplemented), a denied dry run (moto enforces no IAM), and the Auto Scaling
+groups' scaling activities (DescribeScalingActivities always answers none; the stack has no group either).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.errors import EXIT_FAILED, RayfleetError
+from rayfleet.ecs import capacity
+from rayfleet.ecs.outputs import Outputs
+from rayfleet.ecs.start import start
+from rayfleet.node.head_snapshot import KEY
+from rayfleet.ops import preflight
+from rayfleet.ops.status import render, status
+from tests.integration.helpers import EcsMotoServer, verbs_env
+from tools.moto_stack import stack as moto_stack
+
+pytestmark = pytest.mark.integration
+QUOTA_LINK = "https://console.aws.amazon.com/servicequotas/home/services/ec2/quotas/L-DB2E81BA"
+# StatusMessages of failed launches as AWS records them in an Auto Scaling group's activities.
+NO_CAPACITY = (
+    "We currently do not have sufficient g5.12xlarge capacity in the Availability Zone you requested (us-west-2a). "
+    "Our system will be working on provisioning additional capacity. You can currently get g5.12xlarge capacity "
+    "by not specifying an Availability Zone in your request or choosing us-west-2b, us-west-2c. "
+    "Launching EC2 instance failed."
+)
+NO_VCPUS = (
+    "You have requested more vCPU capacity than your current vCPU limit of 0 allows for the instance bucket that "
+    "the specified instance type belongs to. Please visit http://aws.amazon.com/contact-us/ec2-request to request "
+    "an adjustment to this limit. Launching EC2 instance failed."
+)
+NO_SPOT = (
+    "Could not launch Spot Instances. InsufficientInstanceCapacity - There is no Spot capacity available that "
+    "matches your request. Launching EC2 instance failed."
+)
+
+
+@pytest.fixture(scope="module")
+def deployed(tmp_path_factory):
+    """The rendered deployment in a moto of the module's own, with the services' capacity provider strategies
+    (moto's CreateService drops them; UpdateService keeps them), and the env pointing the adapter at it."""
+    picture = moto_stack.default_picture()
+    server = EcsMotoServer().start()
+    try:
+        made = moto_stack.create(server, tmp_path_factory.mktemp("capacity"), picture)
+        ecs = server.client("ecs")
+        for service in picture["services"]:
+            ecs.update_service(
+                cluster=made["cluster"],
+                service=service["serviceName"],
+                capacityProviderStrategy=service["capacityProviderStrategy"],
+            )
+        env = verbs_env(server.url, made["outputs_file"], moto_stack.REGION)
+        with pytest.MonkeyPatch.context() as patch:
+            for key, value in env.items():
+                if key.startswith(("AWS_", "RAYFLEET_")):
+                    patch.setenv(key, value)
+            patch.delenv("AWS_PROFILE", raising=False)
+            yield {"server": server, "picture": picture, "out": Outputs.load(), "ecs": ecs}
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def deployment(deployed):
+    """The module's deployment, its services put back to their deployed counts afterwards."""
+    out, ecs = deployed["out"], deployed["ecs"]
+    names = [out.head_service_name, out.worker_service_name, out.control_service_name]
+    before = {
+        s["serviceName"]: s["desiredCount"]
+        for s in ecs.describe_services(cluster=out.cluster_name, services=names)["services"]
+    }
+    yield deployed
+    for name, count in before.items():
+        ecs.update_service(cluster=out.cluster_name, service=name, desiredCount=count)
+
+
+def worker_group(deployed) -> str:
+    return deployed["picture"]["nodeGroups"]["worker"]["autoScalingGroup"]
+
+
+def recorded(by_group: dict[str, list[str]], status_code: str = "Failed"):
+    """A stand-in for capacity.scaling_activities: the groups' activities, as AWS records a failed launch."""
+
+    def activities(autoscaling, group: str, since: datetime) -> list[dict]:
+        now = datetime.now(UTC)
+        return [
+            {"ActivityId": f"a{i}", "StartTime": now, "StatusCode": status_code, "StatusMessage": message}
+            for i, message in enumerate(by_group.get(group, []))
+            if now >= since
+        ]
+
+    return activities
+
+
+def why(by_group: dict[str, list[str]]):
+    return functools.partial(capacity.reasons, activities=recorded(by_group))
+
+
+class Clock:
+    """Starts 10 s in the past (a snapshot written now counts as taken after the start) and steps 20 s a read."""
+
+    def __init__(self, step: float = 20) -> None:
+        self.now, self.step = time.time() - 10, step
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now - self.step
+
+
+# --- make check ------------------------------------------------------------------------------------------------
+
+SHAPE = preflight.Shape("us-east-1", "m5.xlarge", ("g5.xlarge",), 2)
+
+
+def quotas(**values: float):
+    """Service Quotas' recorded answer: each quota's value (512 vCPUs where not given)."""
+    return lambda client, code: values.get(code.replace("-", "_"), 512.0)
+
+
+def allowed(iam, principal, actions):
+    assert principal == "arn:aws:iam::123456789012:user/moto"  # moto's caller, as STS names it
+    return dict.fromkeys(actions, "allowed")
+
+
+def test_check_passes_for_a_shape_the_account_can_launch(deployed):
+    report = preflight.check(Aws("us-east-1"), SHAPE, quota=quotas(), simulate_policy=allowed)
+    assert report.identity["Arn"] == "arn:aws:sts::123456789012:user/moto"
+    assert report.problems == [] and report.notes == []  # the dry run ran on moto: no note says otherwise
+    assert report.lines()[-1] == "ready to deploy"
+
+
+def test_check_a_zero_g_quota_names_the_quota_the_number_and_the_link(deployed):
+    report = preflight.check(Aws("us-east-1"), SHAPE, quota=quotas(L_DB2E81BA=0.0), simulate_policy=allowed)
+    assert [str(p) for p in report.problems] == [
+        "EC2 quota Running On-Demand G and VT instances (L-DB2E81BA) is 0 vCPUs; at full size the deployment needs 8"
+        " (workers 2 x g5.xlarge (4 vCPUs)): request 8 (more if other instances of the family run) at "
+        f"{QUOTA_LINK}; approval can take a day"
+    ]
+
+
+def test_check_a_type_not_offered_in_the_zone_names_the_zones_that_offer_it(deployed):
+    shape = preflight.Shape("us-east-1", "m5.xlarge", ("p4d.24xlarge",), 1, zones=("us-east-1f",))
+    report = preflight.check(Aws("us-east-1"), shape, quota=quotas(), simulate_policy=allowed)
+    assert [str(p) for p in report.problems] == [  # moto's offerings: p4d.24xlarge in a-d, not f
+        "p4d.24xlarge is not offered in us-east-1f (the availability_zones set); it is in us-east-1a, us-east-1b, "
+        'us-east-1c, us-east-1d: set availability_zones = ["us-east-1a"]'
+    ]
+
+
+def test_check_a_denied_dry_run_and_denied_deploy_actions_are_problems(deployed):
+    def denied_launch(ec2, image, instance_type, spot):
+        assert image.startswith("ami-") and instance_type == "g5.xlarge" and not spot
+        return "UnauthorizedOperation"  # what AWS answers a dry run the caller may not do
+
+    def denied(iam, principal, actions):
+        return {**dict.fromkeys(actions, "allowed"), "iam:CreateRole": "implicitDeny", "kms:CreateKey": "explicitDeny"}
+
+    report = preflight.check(Aws("us-east-1"), SHAPE, quota=quotas(), simulate_policy=denied, dry_run=denied_launch)
+    assert [p.what for p in report.problems] == [
+        "ec2:RunInstances of g5.xlarge denied (UnauthorizedOperation)",
+        "arn:aws:iam::123456789012:user/moto may not iam:CreateRole, kms:CreateKey, which the deploy needs",
+    ]
+
+
+# --- why capacity is not coming ---------------------------------------------------------------------------------
+
+
+def test_reasons_read_the_worker_groups_activities_through_the_services_capacity_providers(deployed):
+    out, since = deployed["out"], datetime.now(UTC)
+    reasons = capacity.reasons(
+        Aws(out.region), out, since, activities=recorded({worker_group(deployed): [NO_CAPACITY, NO_VCPUS]})
+    )
+    assert reasons == [
+        capacity.Reason(
+            "worker group: vCPU quota 0 for G and VT instances (VcpuLimitExceeded): request an increase at "
+            + QUOTA_LINK,
+            True,
+        ),
+        capacity.Reason("worker group: InsufficientInstanceCapacity for g5.12xlarge in us-west-2a", False),
+    ]
+    assert capacity.reasons(Aws(out.region), out, since, activities=recorded({"another-group": [NO_VCPUS]})) == []
+    spot = capacity.reasons(Aws(out.region), out, since, activities=recorded({worker_group(deployed): [NO_SPOT]}))
+    assert spot == [capacity.Reason("worker group: Spot capacity not available for g5.xlarge", False)]
+
+
+@pytest.mark.parametrize(
+    ("message", "said", "fatal"),
+    [
+        (
+            "Could not launch On-Demand Instances. Unsupported - Your requested instance type (g5.12xlarge) is not "
+            "supported in your requested Availability Zone (us-east-1e). Please retry your request by not "
+            "specifying an Availability Zone or choosing us-east-1a, us-east-1b. Launching EC2 instance failed.",
+            "worker group: g5.12xlarge is not offered in us-east-1e (Unsupported): pin other availability_zones",
+            True,
+        ),
+        (
+            "You are not authorized to use launch template: lt-0912e1d5629fa0227",
+            "worker group: not allowed to launch (not authorized)",
+            True,
+        ),
+        (
+            "Could not launch On-Demand Instances. InstanceLimitExceeded - You have requested more instances (3) "
+            "than your current instance limit of 2 allows for the specified instance type.",
+            "worker group: instance count limit reached (InstanceLimitExceeded)",
+            True,
+        ),
+        (NO_SPOT, "worker group: Spot capacity not available for g5.xlarge", False),
+    ],
+)
+def test_a_failed_launch_is_fatal_only_when_waiting_cannot_fix_it(message, said, fatal):
+    activity = {"StatusCode": "Failed", "StatusMessage": message}
+    assert capacity.activity_reason(activity, "worker", "g5.xlarge") == capacity.Reason(said, fatal)
+    assert capacity.activity_reason({"StatusCode": "Successful", "StatusMessage": ""}, "worker") is None
+
+
+def test_a_service_that_cannot_place_its_task_says_why():
+    event = {
+        "message": "(service rayfleet-ray-worker) was unable to place a task because no container instance met all "
+        "of its requirements. Reason: No Container Instances were found in your cluster. For more information, "
+        "see the Troubleshooting section."
+    }
+    assert capacity.event_reason(event, "worker") == capacity.Reason(
+        "worker service: no container instance can take its task yet (No Container Instances were found in your "
+        "cluster)",
+        False,
+    )
+    assert capacity.event_reason({"message": "(service x) has reached a steady state."}, "worker") is None
+
+
+def test_start_stops_at_once_on_a_reason_waiting_cannot_fix(deployment):
+    out, said = deployment["out"], []
+    deployment["ecs"].update_service(cluster=out.cluster_name, service=out.worker_service_name, desiredCount=0)
+
+    def main(argv):
+        return start(
+            Aws(out.region),
+            out,
+            say=said.append,
+            poll_s=0,
+            clock=Clock(),
+            why=why({worker_group(deployment): [NO_VCPUS]}),
+        )
+
+    began = time.monotonic()
+    assert run_cli(main) == EXIT_FAILED
+    assert time.monotonic() - began < 30
+    with pytest.raises(
+        RayfleetError, match=r"capacity cannot come: worker group: vCPU quota 0 for G and VT .*L-DB2E81BA"
+    ):
+        main([])
+
+
+def test_start_says_a_transient_reason_in_its_progress_lines_and_at_the_timeout(deployment):
+    out, said = deployment["out"], []
+    deployment["ecs"].update_service(cluster=out.cluster_name, service=out.worker_service_name, desiredCount=0)
+    reason = "worker group: InsufficientInstanceCapacity for g5.12xlarge in us-west-2a"
+    with pytest.raises(RayfleetError) as raised:
+        start(
+            Aws(out.region),
+            out,
+            say=said.append,
+            timeout_s=100,
+            poll_s=0,
+            clock=Clock(),
+            why=why({worker_group(deployment): [NO_CAPACITY]}),
+        )
+    progress = [line for line in said if line.startswith("[")]
+    assert progress and all(line.endswith(f"; capacity: {reason}") for line in progress)
+    assert "no snapshot from the new head yet" in progress[0]  # and moto says how many tasks run
+    assert f"Ray sees 0/2 workers (last reasons: {reason})" in str(raised.value)
+
+
+def test_status_shows_the_capacity_reasons_of_the_last_hour(deployed):
+    out = deployed["out"]
+    shown = status(Aws(out.region), out, runs=1, why=why({worker_group(deployed): [NO_CAPACITY]}))
+    reason = "worker group: InsufficientInstanceCapacity for g5.12xlarge in us-west-2a"
+    assert shown["capacity"] == [{"reason": reason, "fatal": False}]
+    assert f"capacity (the last hour: why instances are not coming)\n  {reason}\n" in render(shown)
+    quiet = status(Aws(out.region), out, runs=1)  # moto records no activities: no section
+    assert quiet["capacity"] == [] and "capacity (" not in render(quiet)
+
+
+def write_snapshot(deployed, workers: int) -> None:
+    nodes = [{"node_id": "h", "alive": True, "head": True, "resources": {"CPU": 4.0}}]
+    nodes += [{"node_id": f"w{i}", "alive": True, "head": False, "resources": {"GPU": 1.0}} for i in range(workers)]
+    body = {"taken_at": datetime.now(UTC).isoformat(timespec="seconds"), "nodes": nodes, "jobs": [], "serve": []}
+    deployed["server"].client("s3").put_object(
+        Bucket=deployed["out"].results_bucket, Key=KEY, Body=json.dumps(body).encode()
+    )
+
+
+def desired_workers(deployed) -> int:
+    out = deployed["out"]
+    found = deployed["ecs"].describe_services(cluster=out.cluster_name, services=[out.worker_service_name])
+    return found["services"][0]["desiredCount"]
+
+
+def test_start_with_fewer_workers_scales_up_to_them_and_never_down(deployment):
+    out, said = deployment["out"], []
+    assert out.worker_count == 2 and desired_workers(deployment) == 2  # the deployed stack runs both
+    write_snapshot(deployment, 2)
+    result = start(Aws(out.region), out, say=said.append, poll_s=0, clock=Clock(), workers=1)
+    assert desired_workers(deployment) == 2 and result["workers"] == 2
+    assert f"{out.worker_service_name} stays at 2 (asked for 1) ..." in said
+    deployment["ecs"].update_service(cluster=out.cluster_name, service=out.worker_service_name, desiredCount=0)
+    write_snapshot(deployment, 1)
+    said.clear()
+    start(Aws(out.region), out, say=said.append, poll_s=0, clock=Clock(), workers=1)
+    assert desired_workers(deployment) == 1 and f"scaling {out.worker_service_name} to 1 ..." in said
+    write_snapshot(deployment, 2)
+    start(Aws(out.region), out, say=said.append, poll_s=0, clock=Clock(), workers=5)
+    assert desired_workers(deployment) == 2  # capped at the group's maximum
+    assert "5 workers asked for; the worker group launches at most 2: starting 2" in said

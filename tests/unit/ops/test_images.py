@@ -1,0 +1,154 @@
+"""`make build`: the trainer preloads no model unless asked, and the build says what it builds, what it
+preloads, how big each image came out and what `make push` will upload. No image is built here: the engine
+is a fake that records the commands and answers `image inspect`."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rayfleet.ops import images
+
+ROOT = Path(__file__).resolve().parents[3]
+GB = 10**9
+
+
+class FakeEngine:
+    """subprocess.run for podman: builds succeed; `image inspect` answers the sizes given (missing: fails)."""
+
+    def __init__(self, sizes: dict[str, int | str]):
+        self.sizes = sizes
+        self.commands: list[list[str]] = []
+
+    def __call__(self, command, **kwargs):
+        self.commands.append(list(command))
+        if command[1:3] == ["image", "inspect"]:
+            size = self.sizes.get(command[-1])
+            return subprocess.CompletedProcess(command, 0 if size is not None else 125, f"{size}\n", "")
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    def builds(self) -> list[list[str]]:
+        return [c for c in self.commands if c[1] == "build"]
+
+
+@pytest.fixture
+def engine(monkeypatch):
+    def install(sizes):
+        fake = FakeEngine(sizes)
+        monkeypatch.setattr(images, "engine", lambda: "podman")
+        monkeypatch.setattr(images, "revision", lambda: "0123456789ab")
+        monkeypatch.setattr(images, "host_pip_mounts", lambda workdir: ([], None))
+        monkeypatch.setattr(subprocess, "run", fake)
+        return fake
+
+    return install
+
+
+def build_arg(command: list[str], name: str) -> str | None:
+    values = [command[i + 1] for i, a in enumerate(command[:-1]) if a == "--build-arg"]
+    return next((v.split("=", 1)[1] for v in values if v.startswith(f"{name}=")), None)
+
+
+def test_the_trainer_dockerfile_preloads_nothing_by_default():
+    dockerfile = (ROOT / "images" / "trainer" / "Dockerfile").read_text()
+    assert re.findall(r"^ARG MODELS=(.*)$", dockerfile, re.M) == [""]
+
+
+def test_a_build_without_models_preloads_none_and_says_how_to_add_them(engine):
+    fake = engine({images.local_name(i, "t"): GB for i in images.IMAGES})
+    said = []
+    images.build(list(images.IMAGES), "t", None, say=said.append)
+    trainer = next(c for c in fake.builds() if images.local_name("trainer", "t") in c)
+    assert build_arg(trainer, "MODELS") == ""  # passed, and empty: the Dockerfile's default never decides
+    assert "-v" not in trainer
+    assert said[0] == "building ray-base (not pushed), ray-head, ray-worker, trainer, gpu-metrics"
+    assert said[1] == "trainer: no models preloaded; for the FSDP recipe: MODELS=databricks/dolly-v2-7b make build push"
+
+
+def test_the_build_says_its_plan_first_and_the_sizes_last(engine, tmp_path):
+    model = tmp_path / "tiny"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "model.safetensors").write_bytes(b"\0" * 2_000_000)
+    sizes = {
+        images.local_name("ray-base", "t"): 9 * GB,  # never pushed: not in the total
+        images.local_name("ray-head", "t"): 8_100_000_000,
+        images.local_name("trainer", "t"): 8_200_000_000,
+    }
+    fake = engine(sizes)
+    said = []
+    images.build(["ray-head", "trainer"], "t", f"tiny={model},databricks/dolly-v2-7b", say=said.append)
+
+    trainer = next(c for c in fake.builds() if images.local_name("trainer", "t") in c)
+    assert build_arg(trainer, "MODELS") == "tiny=/mnt/models-src/tiny,databricks/dolly-v2-7b"
+    first_build = next(i for i, line in enumerate(said) if line.startswith("building localhost/"))
+    plan, rest = said[:first_build], said[first_build:]
+    assert plan[0] == "building ray-base (not pushed), ray-head, trainer"
+    assert [p.split() for p in plan[1:]] == [
+        ["trainer", "preloads:"],
+        [f"tiny={model}", "~2.0", "MB"],
+        ["databricks/dolly-v2-7b", "~13.8", "GB"],
+        ["total", "~13.8", "GB"],
+    ]
+    report = rest[rest.index("image sizes:") :]
+    assert [r.split() for r in report[1:3]] == [
+        [images.local_name("ray-head", "t"), "8.1", "GB"],
+        [images.local_name("trainer", "t"), "8.2", "GB"],
+    ]
+    assert report[3] == "make push uploads 2 image(s): at most 16.3 GB (uncompressed sizes)"
+    assert fake.commands[-2:] == [
+        ["podman", "image", "inspect", "--format", "{{.Size}}", images.local_name(i, "t")]
+        for i in ("ray-head", "trainer")
+    ]
+
+
+def test_a_wrong_model_directory_is_refused_before_anything_builds(engine, tmp_path):
+    fake = engine({})
+    with pytest.raises(images.RayfleetError, match="is not a model directory"):
+        images.build(["trainer"], "t", f"x={tmp_path}", say=lambda line: None)
+    assert fake.builds() == []
+
+
+def test_models_of_unknown_size_are_named_so_and_models_without_the_trainer_are_ignored():
+    plan = images.build_plan(["trainer"], "someone/some-model,databricks/dolly-v2-7b")
+    assert plan[2].split() == ["someone/some-model", "size", "unknown"]
+    assert plan[-1].split()[:3] == ["total", "~13.8", "GB"] and plan[-1].endswith("and the models of unknown size")
+    assert images.build_plan(["ray-head"], "databricks/dolly-v2-7b") == [
+        "building ray-base (not pushed), ray-head",
+        "--models ignored: the trainer is not among the images",
+    ]
+
+
+def test_an_image_the_engine_cannot_inspect_is_left_out_of_the_total_and_said():
+    run = FakeEngine({"a": 3 * GB, "b": "not a number"})
+    report = images.size_report("docker", ["a", "b", "c"], run=run)
+    assert [r.split()[-2:] for r in report[1:4]] == [["3.0", "GB"], ["size", "unknown"], ["size", "unknown"]]
+    assert report[4] == (
+        "make push uploads 3 image(s): at most 3.0 GB and the images of unknown size (uncompressed sizes)"
+    )
+    assert run.commands[0] == ["docker", "image", "inspect", "--format", "{{.Size}}", "a"]
+
+
+def test_the_hint_names_the_model_the_fsdp_job_defaults_to():
+    from rayfleet.train.fsdp_config import FSDPConfig
+
+    config = (ROOT / "rayfleet" / "train" / "configs" / "fsdp.yaml").read_text()
+    assert re.search(r"^model:\s*(\S+)", config, re.M).group(1) == images.FSDP_MODEL
+    assert FSDPConfig.model_fields["model"].default == images.FSDP_MODEL
+
+
+def test_an_fsdp_job_without_its_model_says_in_one_line_how_to_preload_it(tmp_path, monkeypatch):
+    from rayfleet.train.hf_model import ModelNotFound, resolve_model_dir
+
+    monkeypatch.setenv("MODEL_DIR", str(tmp_path))  # the trainer image built without MODELS: nothing there
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as in the trainer image
+    with pytest.raises(ModelNotFound) as caught:
+        resolve_model_dir("nobody/no-such-model")
+    message = str(caught.value)
+    assert "\n" not in message and message.endswith("; preload it: MODELS=nobody/no-such-model make build push")
+    with pytest.raises(ModelNotFound) as caught:
+        resolve_model_dir(str(tmp_path / "missing"))  # a path: no image build would help
+    assert "make build" not in str(caught.value)
