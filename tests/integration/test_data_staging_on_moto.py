@@ -108,7 +108,7 @@ def test_workers_on_one_node_copy_it_at_the_same_time(s3, tmp_path):
     def worker():
         try:
             copies.append(staged.local_copy(url))
-        except Exception as exc:  # noqa: BLE001 - the assertion below names it
+        except Exception as exc:  # the assertion below names it
             errors.append(exc)
 
     threads = [threading.Thread(target=worker) for _ in range(4)]
