@@ -4,6 +4,8 @@ plans infra/ offline with the stand-in providers (tools/terraform_standin/render
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rayfleet.core.catalog import INSTANCE_TYPES, NETWORK_PRICES
@@ -82,3 +84,12 @@ def test_changes_count_a_replacement_as_an_add_and_a_destroy():
     assert plan_summary.summary({"resource_changes": [{"change": {"actions": ["no-op"]}}]}).startswith("no changes")
     with pytest.raises(Exception, match="no head and worker node groups"):
         plan_summary.shape_of(plan)
+
+
+def test_the_readmes_cost_table_is_what_deploy_prints():
+    """README.md's rates for the default and FSDP shapes are the ones `make deploy` computes from their plans."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    for var_files in ((), ("fsdp.tfvars",)):
+        priced = plan_summary.cost(rendered_plan(var_files=var_files))
+        for rate in (priced.running, priced.idle, priced.stopped):
+            assert f"**{plan_summary.usd(rate)}/h**" in readme, (var_files, rate)
