@@ -340,6 +340,8 @@ def test_ddp_recipe_through_the_trainer_succeeds_and_status_reads_it_back(rehear
             follow.kill()
     print(f"DDP run through the trainer: {time.monotonic() - started:.0f}s")
     assert follow.returncode == 0, output[-8000:]
+    # No data/ is mounted in any container: the recipe's data went up to the bucket and the workers read it there.
+    assert re.search(r"\[rayfleet\] (staging data|data .* already staged at s3://)", output), output[:3000]
     assert seen == set(sidecars), f"the run was seen by {seen} only"
     assert f"run {run} succeeded" in output  # the trainer's log, followed from CloudWatch Logs
     assert "[rayfleet] trainer task is STOPPED" in output
