@@ -167,6 +167,11 @@ def test_start_brings_the_services_back_and_waits_until_ray_sees_the_workers(sta
     assert said[-1].startswith(f"Ray sees the head and {out.worker_count}/{out.worker_count} workers after")
 
 
+def run_detached(stack, recipe, name: str) -> subprocess.CompletedProcess:
+    argv = [sys.executable, "-m", "rayfleet.targets.run", str(recipe), "--target=ecs", f"--run-name={name}", "--detach"]
+    return subprocess.run(argv, env=stack["env"], cwd=REPO, capture_output=True, text=True, timeout=180)
+
+
 def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
     out, ecs = stack["out"], stack["ecs"]
     ecs.update_service(cluster=out.cluster_name, service=out.worker_service_name, desiredCount=0)
@@ -174,14 +179,7 @@ def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(json.dumps({"name": "wake", "entrypoint": "train.py", "resources": {"workers": 1}}))
     with NewHead(stack, 1):
-        result = subprocess.run(
-            [sys.executable, "-m", "rayfleet.targets.run", str(recipe), "--target=ecs", "--run-name=wake", "--detach"],
-            env=stack["env"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        result = run_detached(stack, recipe, "wake")
     assert result.returncode == 0, result.stdout + result.stderr
     assert (
         f"[rayfleet] {out.worker_service_name} at zero (make stop, or an autostop): starting them first"
@@ -195,14 +193,7 @@ def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
         json.dumps({"name": "wide", "entrypoint": "train.py", "resources": {"workers": 2, "cpus_per_worker": 4}})
     )
     with NewHead(stack, 2):
-        result = subprocess.run(
-            [sys.executable, "-m", "rayfleet.targets.run", str(recipe), "--target=ecs", "--run-name=wide", "--detach"],
-            env=stack["env"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-            timeout=180,
-        )
+        result = run_detached(stack, recipe, "wide")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[rayfleet] the run needs 2 worker nodes and 1 run: adding them first" in result.stdout
     assert desired(stack)[out.worker_service_name] == 2

@@ -107,13 +107,18 @@ def rendered_state(
         return copy.deepcopy(_cache[key])
 
 
+def _initialized(tf: Terraform, tmp: str, infra: Path) -> Path:
+    root = scratch_copy(Path(tmp), source=infra)
+    init = tf.init(root)
+    if init.returncode != 0:
+        raise RenderFailed(f"terraform init failed\n{init.output[-4000:]}")
+    return root
+
+
 def _render(infra: Path, var_files: list[Path], variables: dict, image_tag: str) -> dict:
     tf = Terraform()
     with tempfile.TemporaryDirectory(prefix="rayfleet-render-") as tmp:
-        root = scratch_copy(Path(tmp), source=infra)
-        init = tf.init(root)
-        if init.returncode != 0:
-            raise RenderFailed(f"terraform init failed\n{init.output[-4000:]}")
+        root = _initialized(tf, tmp, infra)
         args = ["apply", "-auto-approve", "-input=false", "-no-color", "-lock=false", f"-var=image_tag={image_tag}"]
         args += [f"-var-file={path}" for path in var_files]
         args += [f"-var={name}={value}" for name, value in sorted(variables.items())]
@@ -141,10 +146,7 @@ def rendered_plan(*, infra: Path = INFRA, var_files: Sequence[str | Path] = (), 
 def _plan(infra: Path, var_files: list[Path], image_tag: str) -> dict:
     tf = Terraform()
     with tempfile.TemporaryDirectory(prefix="rayfleet-plan-") as tmp:
-        root = scratch_copy(Path(tmp), source=infra)
-        init = tf.init(root)
-        if init.returncode != 0:
-            raise RenderFailed(f"terraform init failed\n{init.output[-4000:]}")
+        root = _initialized(tf, tmp, infra)
         args = ["plan", "-input=false", "-no-color", "-lock=false", "-out=saved.tfplan", f"-var=image_tag={image_tag}"]
         args += [f"-var-file={path}" for path in var_files]
         planned = tf.run(root, *args, env=RENDER_ENV)

@@ -14,21 +14,24 @@ def test_gpus_from_the_ecs_agent_or_the_catalog():
     assert gpus_of("p5.48xlarge") == 8 and gpus_of("x9.huge") is None
 
 
+def empty_status() -> dict:
+    """What `status` gathers from a deployment with nothing running and no snapshot."""
+    return {
+        "cluster": "c",
+        "region": "r",
+        "services": [],
+        "instances": [],
+        "tasks": [],
+        "ray": None,
+        "runs": [],
+        "cost_per_hour_usd": 0.0,
+        "cost_unknown_types": [],
+        "prices_as_of": "x",
+    }
+
+
 def test_status_renders_an_empty_cluster():
-    text = render(
-        {
-            "cluster": "c",
-            "region": "r",
-            "services": [],
-            "instances": [],
-            "tasks": [],
-            "ray": None,
-            "runs": [],
-            "cost_per_hour_usd": 0.0,
-            "cost_unknown_types": [],
-            "prices_as_of": "x",
-        }
-    )
+    text = render(empty_status())
     assert "(none running)" in text and "no snapshot" in text and "$0.00/hour for 0 instance(s)" in text
 
 
@@ -132,18 +135,7 @@ def test_a_partial_snapshot_shows_what_it_has_and_never_a_traceback():
 
 
 def test_the_capacity_section_shows_only_when_instances_are_not_coming():
-    base = {
-        "cluster": "c",
-        "region": "r",
-        "services": [],
-        "instances": [],
-        "tasks": [],
-        "ray": None,
-        "runs": [],
-        "cost_per_hour_usd": 0.0,
-        "cost_unknown_types": [],
-        "prices_as_of": "x",
-    }
+    base = empty_status()
     reasons = [
         {"reason": "worker group: vCPU quota 0 for G and VT instances (VcpuLimitExceeded)", "fatal": True},
         {"reason": "worker service: no container instance can take its task yet", "fatal": False},
