@@ -100,6 +100,11 @@ output "task_sizes_mib" {
   value       = module.ray.sizes_mib
 }
 
+output "head_instance_type" {
+  description = "Instance type of the Ray head (make start checks the vCPU quotas for it)."
+  value       = var.head_instance_type
+}
+
 output "worker_instance_type" {
   description = "Instance type of the Ray workers (make run checks a recipe's resources against it)."
   value       = var.workers.instance_type

@@ -36,6 +36,7 @@ class Outputs:
     ray_token_secret_arn: str = ""  # make rotate-ray-token needs it
     ecr_repository_urls: dict | None = None  # make push needs it
     worker_instance_type: str = ""  # make run checks a recipe's resources against it
+    head_instance_type: str = ""  # make start checks the quotas for it
     worker_instance_types: tuple[str, ...] = ()  # with Spot types, all of them: the check uses the smallest
     worker_count: int = 0  # make start scales the worker service back to it
     worker_lifecycle: str = "on-demand"  # or "spot": make run prices a run's workers from Spot price history

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.errors import ConfigError, RayfleetError
-from rayfleet.ecs import capacity
+from rayfleet.ecs import capacity, preflight
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.node.head_snapshot import KEY as RAY_STATUS_KEY
 
@@ -59,6 +59,7 @@ def start(
     clock=time.time,
     workers: int | None = None,
     why=capacity.reasons,
+    quota=preflight.read_quota,
 ) -> dict:
     """Scale the head (and control) to 1 and the workers to `workers` (default and most: the group's maximum,
     out.worker_count; a service already above it keeps its count), then wait until Ray sees them. `why`
@@ -66,6 +67,13 @@ def start(
     ecs, s3 = aws.client("ecs"), aws.client("s3")
     aws.check_cluster(out.cluster_name)
     wanted = _workers_wanted(out, workers, say)
+    shape = preflight.deployment_shape(aws, out, wanted)
+    if shape is not None:  # a quota or a zone that cannot hold the workers: said now, nothing scaled
+        report = preflight.check_capacity(aws, shape, quota=quota)
+        if report.problems:
+            raise RayfleetError(
+                f"cannot start {wanted} x {shape.worker_instance_types[0]}: " + "; ".join(map(str, report.problems))
+            )
     began = clock()
     control = [(out.control_service_name, 1)] if out.control_service_name else []  # autostop may have stopped it
     for service, count in [(out.head_service_name, 1), *control]:

@@ -6,7 +6,7 @@
     python -m rayfleet.ops.infra destroy [--yes] [--delete-results]                     # make clean
 
 Before Terraform runs, the terraform binary and AWS credentials are checked (one line each). `check` plans
-and runs the preflight (rayfleet/ops/preflight.py) on the shape Terraform would build: permissions, the
+and runs the preflight (rayfleet/ecs/preflight.py) on the shape Terraform would build: permissions, the
 vCPU quotas against the worker group at full size, the instance types offered in the zones. `deploy` does
 the same, refuses (exit 2) a plan that replaces the Ray head's task definition or service while a job runs
 (a trainer task, or a run.json RUNNING) unless --force (FORCE=1), shows the plan's summary and what the
@@ -43,9 +43,9 @@ from botocore.exceptions import ClientError
 
 from rayfleet.core.aws import Aws, ClusterNotFound, run_cli
 from rayfleet.core.errors import ConfigError, RayfleetError
+from rayfleet.ecs import preflight as checks
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ops import plan_summary
-from rayfleet.ops import preflight as checks
 from rayfleet.ops.deployment_files import INFRA, OUTPUTS, PLAN_FILE
 from rayfleet.ops.head_guard import refuse_head_replacement
 from rayfleet.ops.teardown_data import empty_bucket, empty_repository, error_code, results_held

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 
 from rayfleet.core.catalog import INSTANCE_TYPES, NETWORK_PRICES, PRICES_AS_OF
 from rayfleet.core.errors import RayfleetError
+from rayfleet.ecs.preflight import Shape
 from rayfleet.ops.deployment_files import INFRA, PLAN_FILE
-from rayfleet.ops.preflight import Shape
 
 
 def saved_plan(binary: str) -> dict:

@@ -24,7 +24,7 @@ from rayfleet.ecs import capacity
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.start import start
 from rayfleet.node.head_snapshot import KEY
-from rayfleet.ops import preflight
+from rayfleet.ecs import preflight
 from rayfleet.ops.status import render, status
 from tests.integration.helpers import EcsMotoServer, verbs_env
 from tools.moto_stack import stack as moto_stack
@@ -326,3 +326,20 @@ def test_start_with_fewer_workers_scales_up_to_them_and_never_down(deployment):
     start(Aws(out.region), out, say=said.append, poll_s=0, clock=Clock(), workers=5)
     assert desired_workers(deployment) == 2  # capped at the group's maximum
     assert "5 workers asked for; the worker group launches at most 2: starting 2" in said
+
+
+def test_start_checks_the_quota_for_what_it_launches_before_scaling_anything(deployment):
+    """A G quota of 0 (Service Quotas' recorded answer): `make start` says so with the number to ask for and
+    scales nothing, instead of waiting on instances that cannot come."""
+    out, ecs = deployment["out"], deployment["ecs"]
+    names = [out.head_service_name, out.worker_service_name]
+    for name in names:
+        ecs.update_service(cluster=out.cluster_name, service=name, desiredCount=0)
+    with pytest.raises(RayfleetError) as refused:
+        start(Aws(out.region), out, say=lambda _: None, poll_s=0, clock=Clock(), workers=1, quota=quotas(L_DB2E81BA=0))
+    message = str(refused.value)
+    assert message.startswith("cannot start 1 x g5.xlarge: EC2 quota Running On-Demand G and VT instances (L-DB2E81BA)")
+    assert "is 0 vCPUs" in message and "request 4" in message  # one g5.xlarge: 4 vCPUs
+    services = ecs.describe_services(cluster=out.cluster_name, services=names)["services"]
+    assert [s["desiredCount"] for s in services] == [0, 0]  # nothing scaled
+    assert out.head_instance_type == "m5.xlarge"  # the head counted too, from the deployment's outputs

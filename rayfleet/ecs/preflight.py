@@ -141,6 +141,34 @@ def check(
     return report
 
 
+def check_capacity(aws: Aws, shape: Shape, *, quota: Callable[[object, str], float | None] = read_quota) -> Report:
+    """The quotas and the offerings alone: what `make start` (and a run on a stopped deployment) checks before
+    it scales up, so a launch that cannot happen is said at once, not after a wait."""
+    report = Report(None)
+    _quotas(aws, shape, report, quota)
+    _offerings(aws.client("ec2"), shape, report)
+    return report
+
+
+def deployment_shape(aws: Aws, out, workers: int) -> Shape | None:
+    """What starting `workers` worker nodes of a deployment launches (from its outputs and its subnets' zones);
+    None when the outputs name no worker type."""
+    types = tuple(out.worker_instance_types) or ((out.worker_instance_type,) if out.worker_instance_type else ())
+    if not types:
+        return None
+    subnets = aws.client("ec2").describe_subnets(SubnetIds=list(out.private_subnet_ids))["Subnets"]
+    zones = tuple(sorted({s["AvailabilityZone"] for s in subnets}))
+    return Shape(
+        region=out.region,
+        head_instance_type=out.head_instance_type,
+        worker_instance_types=types,
+        worker_count=workers,
+        worker_spot=out.worker_lifecycle == "spot",
+        zones=zones,
+        az_count=len(zones) or 1,
+    )
+
+
 def principal_arn(caller_arn: str) -> str | None:
     """The IAM ARN the simulator takes for the caller: a user as it is, an assumed role's session as its role
     (the path is not in the session ARN; _permissions looks it up); None for root and federated users."""
@@ -198,7 +226,7 @@ def vcpu_needs(shape: Shape) -> tuple[dict[Quota, tuple[int, str]], list[str]]:
     """quota -> (vCPUs the deployment needs at full size, how that adds up); and the types not counted. Each
     quota counts the largest of the types that may land in it: a Spot group may launch any of them."""
     main, spot_base = shape.worker_instance_types[0], min(shape.worker_on_demand_base, shape.worker_count)
-    parts = [(1, (shape.head_instance_type,), False, "the head")]
+    parts = [(1, (shape.head_instance_type,), False, "the head")] if shape.head_instance_type else []
     if shape.worker_spot:
         parts += [(spot_base, (main,), False, "on-demand workers")]
         parts += [(shape.worker_count - spot_base, shape.worker_instance_types, True, "Spot workers")]
@@ -257,7 +285,7 @@ def offered_zones(ec2, instance_types: list[str]) -> dict[str, set[str]]:
 
 
 def _offerings(ec2, shape: Shape, report: Report) -> None:
-    types = list(dict.fromkeys((shape.head_instance_type, *shape.worker_instance_types)))
+    types = [t for t in dict.fromkeys((shape.head_instance_type, *shape.worker_instance_types)) if t]
     offered = offered_zones(ec2, types)
     if shape.zones:
         chosen, which = list(shape.zones), "the availability_zones set"
