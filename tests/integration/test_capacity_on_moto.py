@@ -20,11 +20,10 @@ import pytest
 
 from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.errors import EXIT_FAILED, RayfleetError
-from rayfleet.ecs import capacity
+from rayfleet.ecs import capacity, preflight
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.start import start
 from rayfleet.node.head_snapshot import KEY
-from rayfleet.ecs import preflight
 from rayfleet.ops.status import render, status
 from tests.integration.helpers import EcsMotoServer, verbs_env
 from tools.moto_stack import stack as moto_stack
