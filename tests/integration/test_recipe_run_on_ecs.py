@@ -15,6 +15,7 @@ import zipfile
 import pytest
 import yaml
 
+from rayfleet.train.data.text import read_text
 from tests.integration.helpers import DASHBOARD_PORT, REPO, run_record
 
 pytestmark = pytest.mark.integration
@@ -386,3 +387,26 @@ def test_a_recipe_needing_more_worker_nodes_than_the_group_is_refused_before_upl
     s3, bucket = aws_stack["server"].client("s3"), aws_stack["outputs"]["results_bucket"]
     assert s3.list_objects_v2(Bucket=bucket, Prefix="runs/too-many/").get("KeyCount", 0) == 0
     assert "staging" not in result.stdout and "packaged" not in result.stdout  # neither data nor code went up
+
+
+def test_the_built_in_fsdp_recipe_stages_its_corpus_and_reads_it_from_s3(aws_stack, tmp_path, monkeypatch):
+    """recipes/fsdp.yaml on ECS with no job arguments: its corpus folder (data/text, `make text-data`) is
+    staged, and the arg it resolves to, data=s3://.../tiny_shakespeare.txt, is what the FSDP job's reader
+    reads. Sized down with --set to the default stand-in deployment (2 x g5.xlarge); its own shape is
+    fsdp.tfvars."""
+    corpus = tmp_path / "text"
+    corpus.mkdir()
+    (corpus / "tiny_shakespeare.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n")
+    env, bucket = aws_stack["env"], aws_stack["outputs"]["results_bucket"]
+    sets = ["--set", f"data={corpus}", "--set", "resources.workers=2", "--set", "resources.cpus_per_worker=4"]
+    result = run_recipe(env, "recipes/fsdp.yaml", "--target", "ecs", "--run-name", "fsdp-data-1", *sets, "--detach")
+    assert result.returncode == 0, result.stderr
+    record = run_record(env, bucket, "fsdp-data-1")
+    ecs = aws_stack["server"].client("ecs")
+    task = ecs.describe_tasks(cluster=aws_stack["outputs"]["cluster_name"], tasks=[record["task_arn"]])["tasks"][0]
+    overrides = {e["name"]: e["value"] for e in task["overrides"]["containerOverrides"][0]["environment"]}
+    assert overrides["RAYFLEET_DATA"].startswith(f"s3://{bucket}/staged/")
+    assert "data=${RAYFLEET_DATA}/tiny_shakespeare.txt" in json.loads(overrides["RAYFLEET_RECIPE"])["args"]
+    for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
+        monkeypatch.setenv(key, env[key])
+    assert read_text(f"{overrides['RAYFLEET_DATA']}/tiny_shakespeare.txt").startswith("First Citizen:")
