@@ -25,99 +25,29 @@ failed destroy says which resources the state still holds.
 
 Ctrl-C during a Terraform command reaches Terraform once, as SIGINT (it runs in its own process group),
 and rayfleet waits for it to stop cleanly: it writes its state and releases its lock. A second Ctrl-C
-is passed on too (Terraform then stops at once).
+is passed on too (Terraform then stops at once). Running Terraform and the question: terraform_cli.py;
+`destroy`: clean.py; what a plan costs and builds: plan_summary.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
-import signal
 import subprocess
 import sys
-from pathlib import Path
 
 from botocore.exceptions import ClientError
 
-from rayfleet.core.aws import Aws, ClusterNotFound, run_cli
+from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.errors import ConfigError, RayfleetError
 from rayfleet.ecs import preflight as checks
 from rayfleet.ecs.outputs import Outputs
-from rayfleet.ops import plan_summary
+from rayfleet.ops import clean, plan_summary
 from rayfleet.ops.deployment_files import INFRA, OUTPUTS, PLAN_FILE
 from rayfleet.ops.head_guard import refuse_head_replacement
-from rayfleet.ops.teardown_data import empty_bucket, empty_repository, error_code, results_held
-
-OUTPUT_FIELDS = {f.name for f in dataclasses.fields(Outputs)}
-
-
-def preflight(region: str | None) -> str:
-    """The pinned Terraform (`make setup` puts it beside this Python; RAYFLEET_TERRAFORM names another) and
-    working AWS credentials, or a one-line error saying how to get them."""
-    binary = os.environ.get("RAYFLEET_TERRAFORM") or str(Path(sys.executable).parent / "terraform")
-    if not (os.path.isfile(binary) and os.access(binary, os.X_OK)):
-        raise RayfleetError(f"terraform not found at {binary}: `make setup` installs the pinned one")
-    region = region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-    identity = Aws(region).client("sts").get_caller_identity()  # NoCredentials etc. become one-line errors
-    print(f"deploying as {identity['Arn']} (account {identity['Account']})")
-    return binary
-
-
-def terraform(binary: str, *args: str) -> None:
-    """Run one Terraform command to its end. It never prompts (rayfleet asks itself), so it runs in its own
-    process group with no stdin: a Ctrl-C reaches rayfleet only, which passes it on once and waits, instead of
-    subprocess.run's kill 0.25 s after an interrupt (a lost state write, a stale lock)."""
-    print("+ terraform " + " ".join(args), flush=True)
-    proc = subprocess.Popen([binary, f"-chdir={INFRA}", *args], stdin=subprocess.DEVNULL, process_group=0)
-    code = wait_passing_interrupts(proc, f"terraform {args[0]}")
-    if code != 0:
-        raise RayfleetError(f"terraform {args[0]} failed (exit {code}); its output is above")
-
-
-def wait_passing_interrupts(proc: subprocess.Popen, what: str) -> int:
-    """Wait for proc; each Ctrl-C here is sent to it as SIGINT, and after its end the interrupt goes on."""
-    interrupted = 0
-    while True:
-        try:
-            code = proc.wait()
-        except KeyboardInterrupt:
-            interrupted += 1
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGINT)
-            note = "it stops at once" if interrupted > 1 else "waiting while it stops cleanly; Ctrl-C again: at once"
-            print(f"\ninterrupted: {what} got SIGINT; {note}", file=sys.stderr, flush=True)
-            continue
-        if interrupted:
-            raise KeyboardInterrupt
-        return code
-
-
-def confirm(question: str, yes: bool, how: str) -> bool:
-    """True when the user answers y/yes (or --yes); a run with no terminal to ask on refuses (exit 2)."""
-    if yes:
-        return True
-    if not sys.stdin.isatty():
-        raise ConfigError(f"{question.rstrip('?')}: no terminal to ask on; {how} to go ahead without asking")
-    answer = input(f"{question} [y/N] ").strip().lower()
-    return answer in ("y", "yes")
-
-
-def variables(opts: argparse.Namespace) -> list[str]:
-    found = []
-    if opts.var_file:
-        path = Path(opts.var_file)
-        path = path if path.is_absolute() or path.exists() else INFRA / path
-        if not path.is_file():
-            raise RayfleetError(f"variable file {opts.var_file} not found (looked in . and infra/)")
-        found.append(f"-var-file={path.resolve()}")
-    if opts.image_tag:
-        found.append(f"-var=image_tag={opts.image_tag}")
-    region = opts.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
-    if region:  # the provider follows var.region only, so an exported AWS_REGION must reach it
-        found.append(f"-var=region={region}")
-    return found
+from rayfleet.ops.teardown_data import error_code
+from rayfleet.ops.terraform_cli import confirm, preflight, terraform, variables
 
 
 def plan(binary: str, opts: argparse.Namespace) -> None:
@@ -216,118 +146,6 @@ def save_outputs(binary: str) -> Outputs:
     return out
 
 
-def deployed_names(binary: str) -> dict:
-    """What `make clean` empties and stops, by name: from .rayfleet/outputs.json, else from Terraform's state
-    (`terraform output -json`: a deploy that failed before saving its outputs, or a half-done destroy), else
-    nothing. Keys: region, bucket, repositories, outputs (an Outputs when the file exists, for the teardown)."""
-    values: dict = {}
-    if OUTPUTS.exists():
-        values = {k: (v["value"] if isinstance(v, dict) and "value" in v else v) for k, v in _json(OUTPUTS).items()}
-    else:
-        result = subprocess.run([binary, f"-chdir={INFRA}", "output", "-json"], capture_output=True, text=True)
-        try:
-            values = {k: v.get("value") for k, v in json.loads(result.stdout or "{}").items()}
-        except (json.JSONDecodeError, AttributeError):
-            values = {}
-    urls = values.get("ecr_repository_urls") or {}
-    try:  # the teardown needs the cluster's and services' names; a partial state may not have them all
-        known = {k: values[k] for k in OUTPUT_FIELDS & set(values)}
-        outputs = Outputs.load(OUTPUTS) if OUTPUTS.exists() else Outputs(**known)
-    except TypeError:
-        outputs = None
-    return {
-        "region": values.get("region"),
-        "bucket": values.get("results_bucket"),
-        "repositories": sorted(url.split("/", 1)[1] for url in urls.values()),
-        "outputs": outputs,
-    }
-
-
-def _json(path: Path) -> dict:
-    return json.loads(path.read_text())
-
-
-def what_clean_destroys(names: dict, held: tuple | None, delete_results: bool) -> str:
-    """One paragraph, before the question: what `make clean` stops, deletes and destroys."""
-    out = names["outputs"]
-    cluster = f"the ECS cluster {out.cluster_name} in {out.region} (its services, tasks and instances)" if out else ""
-    parts = [p for p in (cluster, "the network, IAM roles, KMS key, secrets and logs Terraform made") if p]
-    if names["repositories"]:
-        parts.append(
-            f"every image in {len(names['repositories'])} ECR repositories ({', '.join(names['repositories'])})"
-        )
-    if names["bucket"]:
-        objects = f"{held[0]} object(s)" if held else "no objects"
-        parts.append(
-            f"the results bucket {names['bucket']} with its {objects}, every version deleted"
-            if delete_results
-            else f"the results bucket {names['bucket']} (empty)"
-        )
-    return "make clean destroys: " + "; ".join(parts) + "."
-
-
-def state_left(binary: str) -> list[str]:
-    result = subprocess.run([binary, f"-chdir={INFRA}", "state", "list"], capture_output=True, text=True)
-    return [line.strip() for line in result.stdout.splitlines() if line.strip()] if result.returncode == 0 else []
-
-
-def destroy(binary: str, opts: argparse.Namespace) -> int:
-    """make clean: refuse first (results present, no consent), ask once, then stop, empty, destroy; each step
-    accepts what a half-done earlier clean left (a cluster, repository or bucket already gone)."""
-    again = "make clean" + (" DELETE_RESULTS=1" if opts.delete_results else "")
-    if not opts.yes and not sys.stdin.isatty():  # before anything: a script learns it at once
-        raise ConfigError(
-            f"make clean asks before destroying and there is no terminal to ask on; `{again} AUTO_APPROVE=1` "
-            "destroys without asking"
-        )
-    terraform(binary, "init", "-input=false")
-    names = deployed_names(binary)
-    aws = Aws(names["region"] or opts.region or None) if (names["bucket"] or names["repositories"]) else None
-    held = results_held(aws.client("s3"), names["bucket"]) if names["bucket"] else None
-    if held and held[1] and not opts.delete_results:
-        raise RayfleetError(
-            f"the results bucket {names['bucket']} holds {held[0]} object(s) ({held[1]} versions and delete "
-            "markers): copy what you need (aws s3 sync s3://" + names["bucket"] + " ./results), then run "
-            "`make clean DELETE_RESULTS=1` to delete them with everything else; nothing was stopped or destroyed"
-        )
-    print(what_clean_destroys(names, held, opts.delete_results))
-    if not confirm("destroy all of it?", opts.yes, f"`{again} AUTO_APPROVE=1`"):
-        print("not destroyed: nothing was stopped, emptied or deleted")
-        return 1
-    if names["outputs"] is not None:
-        from rayfleet.ecs.teardown import teardown
-
-        out = names["outputs"]
-        try:
-            teardown(Aws(out.region), out)
-        except ClusterNotFound:
-            print(f"cluster {out.cluster_name} is already gone; destroying what remains")
-    else:
-        print("no .rayfleet/outputs.json and no cluster in the state: nothing running to stop first")
-    for name in names["repositories"]:
-        empty_repository(aws.client("ecr"), name)
-    if names["bucket"] and opts.delete_results:
-        empty_bucket(aws.client("s3"), names["bucket"])
-    try:
-        terraform(
-            binary,
-            "destroy",
-            "-input=false",
-            "-auto-approve",
-            *variables(opts),  # asked above
-        )
-    except RayfleetError as exc:
-        left = state_left(binary)
-        listed = f"{len(left)} resource(s) left in the state: {', '.join(left)}" if left else "see the state"
-        raise RayfleetError(
-            f"{exc}; {listed}; fix what it names, then run `{again}` again (it empties and destroys only what is left)"
-        ) from None
-    OUTPUTS.unlink(missing_ok=True)  # make train-* goes back to the local cluster
-    kept = "" if opts.delete_results else " (the results bucket was empty)"
-    print(f"destroyed: everything Terraform made, the images and the results{kept}")
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.infra", description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=["plan", "check", "deploy", "destroy"])
@@ -350,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     opts = parser.parse_args(argv)
     binary = preflight(opts.region)
-    return {"plan": plan, "check": check, "deploy": deploy, "destroy": destroy}[opts.action](binary, opts) or 0
+    return {"plan": plan, "check": check, "deploy": deploy, "destroy": clean.destroy}[opts.action](binary, opts) or 0
 
 
 if __name__ == "__main__":
