@@ -59,11 +59,13 @@ class Aws:
             raise RayfleetError("no AWS region: set AWS_REGION or AWS_DEFAULT_REGION (or deploy, which records it)")
         self._clients: dict[str, object] = {}
 
-    def client(self, service: str, endpoint_url: str | None = None):
-        """A client with retries; `endpoint_url` for an S3-compatible store (else the chain's AWS_ENDPOINT_URL)."""
-        key = service if endpoint_url is None else f"{service}@{endpoint_url}"
+    def client(self, service: str, endpoint_url: str | None = None, attempts: int | None = None):
+        """A client with retries; `endpoint_url` for an S3-compatible store (else the chain's AWS_ENDPOINT_URL);
+        `attempts` fewer for a call whose failure is only noted (a preflight's optional checks)."""
+        key = f"{service}@{endpoint_url}@{attempts}"
         if key not in self._clients:
-            self._clients[key] = self.session.client(service, config=_RETRIES, endpoint_url=endpoint_url)
+            config = _RETRIES if attempts is None else _RETRIES.merge(Config(retries={"max_attempts": attempts}))
+            self._clients[key] = self.session.client(service, config=config, endpoint_url=endpoint_url)
         return self._clients[key]
 
     def check_cluster(self, cluster: str) -> dict:

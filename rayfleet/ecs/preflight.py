@@ -188,7 +188,7 @@ def _permissions(aws: Aws, report: Report, simulate_policy) -> None:
     if principal is None:
         report.notes.append(f"permissions not simulated for {report.identity['Arn']} (root or federated)")
         return
-    iam = aws.client("iam")
+    iam = aws.client("iam", attempts=2)
     if ":role/" in principal:  # roles often live under a path (SSO's /aws-reserved/...): ask IAM for the ARN
         with contextlib.suppress(ClientError):  # without iam:GetRole the pathless ARN may still do
             principal = iam.get_role(RoleName=principal.rsplit("/", 1)[1])["Role"]["Arn"]
@@ -253,7 +253,7 @@ def vcpu_needs(shape: Shape) -> tuple[dict[Quota, tuple[int, str]], list[str]]:
 def _quotas(aws: Aws, shape: Shape, report: Report, quota) -> None:
     needs, notes = vcpu_needs(shape)
     report.notes += notes
-    quotas = aws.client("service-quotas")
+    quotas = aws.client("service-quotas", attempts=2)
     for q, (need, how) in needs.items():
         try:
             value = quota(quotas, q.code)
