@@ -62,7 +62,7 @@ class Aws:
     def client(self, service: str, endpoint_url: str | None = None, attempts: int | None = None):
         """A client with retries; `endpoint_url` for an S3-compatible store (else the chain's AWS_ENDPOINT_URL);
         `attempts` fewer for a call whose failure is only noted (a preflight's optional checks)."""
-        key = f"{service}@{endpoint_url}@{attempts}"
+        key = service if endpoint_url is None and attempts is None else f"{service}@{endpoint_url}@{attempts}"
         if key not in self._clients:
             config = _RETRIES if attempts is None else _RETRIES.merge(Config(retries={"max_attempts": attempts}))
             self._clients[key] = self.session.client(service, config=config, endpoint_url=endpoint_url)
