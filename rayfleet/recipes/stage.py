@@ -16,8 +16,8 @@ from pathlib import Path
 
 from rayfleet.core.aws import Aws
 from rayfleet.core.config import ConfigError
+from rayfleet.train.data.staged import MANIFEST  # the reader's completeness mark: one name, its owner's
 
-MANIFEST = ".rayfleet-staged.json"
 SAY_EVERY_S = 5.0
 
 
