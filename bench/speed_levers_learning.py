@@ -29,7 +29,7 @@ import torch.distributed as dist
 from rayfleet.core.config import load_config
 from rayfleet.train.data import fashion_mnist
 from rayfleet.train.data.device_batches import DeviceSplit
-from rayfleet.train.ddp import Runtime, build_model, evaluate, train_epoch
+from rayfleet.train.ddp import Runtime, build_model, evaluate, make_step, train_epoch
 from rayfleet.train.ddp_config import DDPConfig
 from rayfleet.train.parallel import parallelize
 from rayfleet.train.precision import cpu_has_native_bf16
@@ -58,10 +58,11 @@ def train(cfg: DDPConfig, train_data: DeviceSplit, test_data: DeviceSplit, epoch
     torch.manual_seed(0)  # the same initialization for every variant
     model, optimizer = build_model(cfg, rt)
     wrapped = parallelize(model, CPU, "ddp", grad_compression=cfg.grad_compression, bucket_cap_mb=cfg.bucket_cap_mb)
+    step = make_step(wrapped, optimizer, cfg, rt)
     torch.manual_seed(1)
     losses = []
     for epoch in range(1, epochs + 1):
-        loss_sum, seen, _ = train_epoch(wrapped, optimizer, train_data, cfg, rt, epoch, 0, 1)
+        loss_sum, seen, _ = train_epoch(step, train_data, cfg, rt, epoch, 0, 1)
         losses.append(float(loss_sum) / seen)
     _, correct, tested = evaluate(model, test_data, cfg, rt, 0, 1)
     return Run(losses, float(correct) / tested)

@@ -24,7 +24,7 @@ from rayfleet.core.config import load_config
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train.data import fashion_mnist, synthetic
 from rayfleet.train.data.device_batches import DeviceSplit
-from rayfleet.train.ddp import Runtime, build_model, train_epoch
+from rayfleet.train.ddp import Runtime, build_model, make_step, train_epoch
 from rayfleet.train.ddp_config import DDPConfig
 from rayfleet.train.ddp_report import StepTracking
 from rayfleet.train.tracking.progress import Progress
@@ -55,12 +55,13 @@ def main(argv: list[str] | None = None) -> int:
             data = DeviceSplit(fashion_mnist.load(cfg.data_dir, train=True), CPU)
             track = tracking(cfg, root / "runs", opts.steps, model)
             times: dict[str, list[float]] = {"without": [], "with": []}
-            train_epoch(model, optimizer, data, cfg, rt, 1, 0, 1)  # warm-up
+            step = make_step(model, optimizer, cfg, rt)
+            train_epoch(step, data, cfg, rt, 1, 0, 1)  # warm-up
             for epoch in range(2, 2 + opts.rounds):
                 track.epoch = epoch  # as the job sets it: the step count (and the rate) runs on
                 for label, on_step in (("without", None), ("with", track)):
                     start = time.perf_counter()
-                    train_epoch(model, optimizer, data, cfg, rt, epoch, 0, 1, on_step)
+                    train_epoch(step, data, cfg, rt, epoch, 0, 1, on_step)
                     times[label].append((time.perf_counter() - start) / opts.steps)
             loss = torch.tensor(1.0)
             calls = 10 * cfg.log_every_steps

@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from rayfleet.core.config import ConfigError, load_config
 from rayfleet.core.errors import EXIT_BAD_INPUT
 from rayfleet.core.run_dir import RunDir
+from rayfleet.train import compile_guard
 from rayfleet.train.data import fashion_mnist, staged
 from rayfleet.train.data.device_batches import DeviceSplit, steps_per_epoch
 from rayfleet.train.ddp_config import DDPConfig, Runtime
@@ -44,11 +45,12 @@ from rayfleet.train.ddp_state import (
 )
 from rayfleet.train.metrics import format_epoch
 from rayfleet.train.models.resnet import resnet18_grayscale
-from rayfleet.train.models.small_convs import gemm_small_convs
+from rayfleet.train.models.small_convs import GPU_MAX_PIXELS, MAX_PIXELS, gemm_small_convs
 from rayfleet.train.parallel import broadcast_buffers, parallelize
 from rayfleet.train.preemption import Preemption
 from rayfleet.train.ray_connect import quiet_report_logs
 from rayfleet.train.run_control import RunControl
+from rayfleet.train.train_step import TrainStep, capture_stream, make_capturable, on_stream
 
 DEFAULT_CONFIG = Path(__file__).parent / "configs" / "ddp.yaml"
 
@@ -67,17 +69,23 @@ def _load_splits(cfg: DDPConfig, rt: Runtime, local_rank: int) -> tuple[DeviceSp
 def build_model(cfg: DDPConfig, rt: Runtime) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     model = resnet18_grayscale().to(rt.device)
     if rt.small_convs_as_gemm:
-        gemm_small_convs(model)
+        gemm_small_convs(model, MAX_PIXELS if rt.device.type == "cpu" else GPU_MAX_PIXELS)
     if rt.channels_last:
         model = model.to(memory_format=torch.channels_last)
     # fused: one kernel for all parameters instead of several per tensor (CPU and CUDA alike).
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay, fused=True)
+    make_capturable(optimizer, rt.device)
     return model, optimizer
 
 
+def make_step(model, optimizer, cfg: DDPConfig, rt: Runtime, stream=None) -> TrainStep:
+    """The job's step over `model` (the DDP wrapper): a whole-step CUDA graph when `rt.cuda_graph`, built
+    on `stream`, the stream the wrapper was built on (train_step.capture_stream)."""
+    return TrainStep(model, optimizer, rt.autocast, cfg.batch_size, compiled=cfg.compile, stream=stream)
+
+
 def train_epoch(
-    model,
-    optimizer,
+    step_fn: TrainStep,
     data: DeviceSplit,
     cfg: DDPConfig,
     rt: Runtime,
@@ -88,22 +96,18 @@ def train_epoch(
     position: EpochPosition | None = None,
     control: RunControl | None = None,
 ):
-    """One epoch, or its rest after `position` (a run preempted mid-epoch); `on_step(step_in_epoch, loss)`
-    after each step when given (rank 0's tracking). Returns (loss sum, samples, the step at which a
-    preemption notice, asked through `control`, ended it early or None)."""
-    model.train()
+    """One epoch of `step_fn` (make_step), or its rest after `position` (a run preempted mid-epoch);
+    `on_step(step_in_epoch, loss)` after each step when given (rank 0's tracking). Returns (loss sum,
+    samples, the step at which a preemption notice, asked through `control`, ended it early or None)."""
+    step_fn.model.train()
     loss_sum = torch.zeros((), device=rt.device)
     seen = 0
     skip = position.samples if position else 0
     first = skip // (cfg.batch_size * world)  # steps of this world that the skipped samples make
     indices = data.shard_indices(epoch, rank, world, cfg.seed, shuffle=True, skip=skip)
     for step, (x, y) in enumerate(data.batches(indices, cfg.batch_size, augment=cfg.augment), start=first + 1):
-        with rt.autocast():
-            loss = F.cross_entropy(model(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        loss_sum += loss.detach() * y.numel()  # stays on the device: no sync per step
+        loss = step_fn(x, y)
+        loss_sum += loss * y.numel()  # stays on the device: no sync per step
         seen += y.numel()
         if on_step is not None:
             on_step(step, loss)
@@ -127,27 +131,52 @@ def evaluate(model, data: DeviceSplit, cfg: DDPConfig, rt: Runtime, rank: int, w
 
 
 def train_loop(loop_config: dict) -> None:
-    """Runs on every Ray Train worker. Never branches on the platform: the Runtime carries the device."""
+    """Runs on every Ray Train worker. Never branches on the platform: the Runtime carries the device.
+
+    A torch.compile failure is the same on every try: it is recorded in the run directory, and the next
+    attempt (a Ray Train retry, or the same run name again) trains without compile instead of repeating it."""
     cfg: DDPConfig = loop_config["config"]
+    run_dir = RunDir(cfg.storage, loop_config["run_name"], cfg.s3_endpoint_url)
+    rank = ray.train.get_context().get_world_rank()
+    if cfg.compile and (failed := compile_guard.earlier(run_dir)):
+        cfg = cfg.model_copy(update={"compile": False})
+        if rank == 0:
+            print(f"torch.compile failed in an earlier attempt ({failed}); this attempt runs without it", flush=True)
+    try:
+        _train(loop_config, cfg, run_dir)
+    except Exception as exc:
+        if cfg.compile and compile_guard.is_compile_error(exc):
+            compile_guard.record(run_dir, exc, rank)
+        raise
+
+
+def _build(cfg: DDPConfig, rt: Runtime, run_name: str, rank: int):
+    """Model, optimizer, what a checkpoint restored, the DDP wrapper and the step over it."""
+    model, optimizer = build_model(cfg, rt)
+    found = resume(model, optimizer, run_name, rank)
+    make_capturable(optimizer, rt.device)  # also for a checkpoint written on a CPU
+    stream = capture_stream(rt.device, rt.cuda_graph)
+    with on_stream(stream):  # DDP is built on the stream its step is captured on
+        ddp_model = parallelize(
+            model,
+            rt.device,
+            "ddp",
+            compile_mode=cfg.compile_mode if cfg.compile else None,
+            grad_compression=cfg.grad_compression,
+            bucket_cap_mb=cfg.bucket_cap_mb,
+        )
+    return model, optimizer, found, ddp_model, make_step(ddp_model, optimizer, cfg, rt, stream)
+
+
+def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
     run_name: str = loop_config["run_name"]
     quiet_report_logs()
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     rt = Runtime.resolve(cfg, ray.train.torch.get_device())
     train_data, test_data = _load_splits(cfg, rt, ctx.get_local_rank())
+    model, optimizer, found, ddp_model, step_fn = _build(cfg, rt, run_name, rank)
 
-    model, optimizer = build_model(cfg, rt)
-    found = resume(model, optimizer, run_name, rank)
-    ddp_model = parallelize(
-        model,
-        rt.device,
-        "ddp",
-        compile_mode=cfg.compile_mode if cfg.compile else None,
-        grad_compression=cfg.grad_compression,
-        bucket_cap_mb=cfg.bucket_cap_mb,
-    )
-
-    run_dir = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url)
     n, steps = len(train_data), steps_per_epoch(len(train_data), world, cfg.batch_size)
     carried = {"preemptions": found.preemptions, "steps_redone": found.steps_redone}
     log = tracking = None
@@ -168,7 +197,7 @@ def train_loop(loop_config: dict) -> None:
         if tracking is not None:
             tracking.epoch = epoch
         train_loss, seen, preempted_at = train_epoch(
-            ddp_model, optimizer, train_data, cfg, rt, epoch, rank, world, tracking, position, control
+            step_fn, train_data, cfg, rt, epoch, rank, world, tracking, position, control
         )
         if preempted_at is not None:
             mid = position_at(epoch, position, train_loss, seen, world, rt.device)

@@ -25,7 +25,8 @@ class DDPConfig(JobConfig):
     # Speed knobs
     channels_last: bool = Field(True, description="NHWC activations and weights, on GPU")
     small_convs_as_gemm: bool | Literal["auto"] = Field(
-        "auto", description="convolutions over maps of <= 4x4 pixels as matrix products; auto: on CPU"
+        "auto",
+        description="convolutions over maps of <= 4x4 pixels as matrix products; auto: on CPU, and on GPU with compile",
     )
     grad_compression: Literal["none", "bf16"] = Field(
         "none", description="bf16: all-reduce gradients in bf16 (half the bytes; for TCP networks)"
@@ -33,6 +34,10 @@ class DDPConfig(JobConfig):
     bucket_cap_mb: float = Field(25.0, gt=0, description="DDP gradient bucket size")
     compile: bool = Field(False, description="torch.compile the model (CUDA graphs with compile_mode)")
     compile_mode: Literal["default", "reduce-overhead", "max-autotune"] = "default"
+    cuda_graph: bool | Literal["auto"] = Field(
+        "auto",
+        description="capture the whole step (forward, backward, all-reduce, Adam) as one CUDA graph; auto: on GPU",
+    )
     # Data
     data_dir: str = Field(
         "data", description="dataset root (FashionMNIST/raw/*-ubyte below it), or a staged s3:// copy of one"
@@ -53,6 +58,11 @@ class DDPConfig(JobConfig):
 
     @model_validator(mode="after")
     def _check(self) -> DDPConfig:
+        if self.cuda_graph is True and self.compile and self.compile_mode == "reduce-overhead":
+            raise ValueError(
+                "cuda_graph: the whole step is already one CUDA graph; compile_mode=reduce-overhead would "
+                "capture the model again inside it (use compile_mode=default, or cuda_graph=false)"
+            )
         if not self.download and not self.data_dir.startswith("s3://") and missing_files(Path(self.data_dir)):
             raise ValueError(
                 f"data_dir: {self.data_dir} has no FashionMNIST files ({', '.join(missing_files(Path(self.data_dir)))} "
@@ -63,25 +73,36 @@ class DDPConfig(JobConfig):
 
 @dataclass(frozen=True)
 class Runtime:
-    """What the device makes of the config: bf16 where the device computes it natively; on GPU channels_last;
-    on CPU the small convolutions as matrix products (oneDNN is slow on 1-4 pixel maps; cuDNN is not) and
-    NCHW, which measured faster than channels_last around them (bench/vs_blueprint.py)."""
+    """What the device makes of the config: bf16 where the device computes it natively; on GPU channels_last
+    and the whole step as one CUDA graph; on CPU the small convolutions as matrix products (oneDNN is slow on
+    1-4 pixel maps) and NCHW, which measured faster than channels_last around them (bench/vs_blueprint.py).
+
+    On GPU with torch.compile the small convolutions are matrix products too: layer4 sees 1x1 maps, whose
+    [N, C, 1, 1] tensors are contiguous and channels_last at once, and Inductor's predicted stride of their
+    weight gradient then sometimes disagrees with what cuDNN returns (an `assert_size_stride` failure on
+    layer4's 512x512x3x3 gradient, seen on an H100). As matrix products no such layout question arises."""
 
     device: torch.device
     amp_dtype: torch.dtype | None
     channels_last: bool
     small_convs_as_gemm: bool = False
+    cuda_graph: bool = False
 
     @classmethod
     def resolve(cls, cfg: DDPConfig, device: torch.device) -> Runtime:
         bf16 = wants_bf16(cfg.precision, device)
-        gemm = cfg.small_convs_as_gemm is True or (cfg.small_convs_as_gemm == "auto" and device.type == "cpu")
-        return cls(device, torch.bfloat16 if bf16 else None, cfg.channels_last and device.type == "cuda", gemm)
+        cuda = device.type == "cuda"
+        gemm = cfg.small_convs_as_gemm is True or (cfg.small_convs_as_gemm == "auto" and (not cuda or cfg.compile))
+        graph_inside = cfg.compile and cfg.compile_mode == "reduce-overhead"  # compile's own graphs instead
+        graph = cuda and (cfg.cuda_graph is True or (cfg.cuda_graph == "auto" and not graph_inside))
+        return cls(device, torch.bfloat16 if bf16 else None, cfg.channels_last and cuda, gemm, graph)
 
-    def autocast(self):
+    def autocast(self, cache: bool = True):
+        """bf16 autocast where the device has it; `cache=False` inside a CUDA graph capture (a cached cast of
+        a weight would be replayed stale after the optimizer updates the weight)."""
         if self.amp_dtype is None:
             return nullcontext()
-        return torch.autocast(self.device.type, dtype=self.amp_dtype)
+        return torch.autocast(self.device.type, dtype=self.amp_dtype, cache_enabled=cache)
 
     def sync(self) -> None:
         if self.device.type == "cuda":

@@ -62,8 +62,9 @@ def rank0_tracking(loop_config: dict, run_dir: RunDir, found: Resume, n: int, st
 
 def announce(cfg: DDPConfig, rt: Runtime, world: int, n: int, tested: int, steps: int) -> None:
     precision = "bf16" if rt.amp_dtype else "fp32"
+    step = ", the step as one CUDA graph" if rt.cuda_graph else ""
     print(
-        f"training on {world} x {rt.device.type} ({precision}): {n:,} train / "
+        f"training on {world} x {rt.device.type} ({precision}{step}): {n:,} train / "
         f"{tested:,} test images of {fashion_mnist.describe(staged.local_copy(cfg.data_dir, cfg.s3_endpoint_url))}, "
         f"{steps} steps/epoch of {cfg.batch_size}/worker",
         flush=True,

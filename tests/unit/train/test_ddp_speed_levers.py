@@ -91,7 +91,12 @@ def test_bf16_all_reduce_averages_two_ranks_gradients_in_bf16(tmp_path):
 def one_step(small_dataset):
     """One step of the job's own train_epoch, from the same initialization and batch, at precision fp32 and
     bf16: its loss, gradient and parameter update, and the dtypes that conv1 and fc computed in."""
-    from rayfleet.train.ddp import Runtime, build_model, train_epoch  # here: spawned ranks import this module, not Ray
+    from rayfleet.train.ddp import (
+        Runtime,
+        build_model,
+        make_step,
+        train_epoch,
+    )  # here: spawned ranks import this module, not Ray
 
     batch = 16
     data = DeviceSplit(fashion_mnist.load(small_dataset, train=True).head(batch), CPU)
@@ -108,7 +113,9 @@ def one_step(small_dataset):
             record = lambda _m, _i, out, name=name, dtypes=dtypes: dtypes.update({name: out.dtype})  # noqa: E731
             getattr(model, name).register_forward_hook(record)
         before = torch.nn.utils.parameters_to_vector(model.parameters()).detach().clone()
-        loss_sum, seen, _ = train_epoch(model, optimizer, data, cfg, rt, 1, 0, 1)  # one batch: one step
+        loss_sum, seen, _ = train_epoch(
+            make_step(model, optimizer, cfg, rt), data, cfg, rt, 1, 0, 1
+        )  # one batch: one step
         assert seen == batch
         steps[precision] = SimpleNamespace(
             amp_dtype=rt.amp_dtype,
