@@ -47,7 +47,7 @@ from rayfleet.train.metrics import format_epoch
 from rayfleet.train.models.resnet import resnet18_grayscale
 from rayfleet.train.models.small_convs import GPU_MAX_PIXELS, MAX_PIXELS, gemm_small_convs
 from rayfleet.train.parallel import broadcast_buffers, parallelize
-from rayfleet.train.preemption import Preemption
+from rayfleet.train.preemption import Preemption, steps_between_checks
 from rayfleet.train.ray_connect import quiet_report_logs
 from rayfleet.train.run_control import RunControl
 from rayfleet.train.train_step import TrainStep, capture_stream, make_capturable, on_stream
@@ -207,8 +207,11 @@ def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
         train_s = time.perf_counter() - t0
         broadcast_buffers(model)  # evaluate (and checkpoint) exactly rank 0's model on every rank
         test_loss, correct, tested = evaluate(ddp_model.module, test_data, cfg, rt, rank, world)
-        sums = all_sum(train_loss, seen, test_loss, correct, tested, device=rt.device)
+        *sums, train_s_sum = all_sum(train_loss, seen, test_loss, correct, tested, train_s, device=rt.device)
         row = epoch_row(epoch, sums, position, train_s, time.perf_counter() - t0, world, rt, found, carried)
+        # The preemption ask about once a second from now on: the same figures, so the same steps, on every rank.
+        steps_done = sums[1] / (world * cfg.batch_size)
+        preemption.every_steps = steps_between_checks(cfg.preemption_check_steps, steps_done, train_s_sum / world)
         if log is not None:
             log.append(row)
             print(format_epoch(row, cfg.epochs), flush=True)

@@ -39,7 +39,10 @@ class JobConfig(StrictModel):
     )
     max_preemptions: int = Field(-1, ge=-1, description="restarts after node preemptions (not failures); -1: no limit")
     preemption_check_steps: int = Field(
-        10, ge=0, description="ask Ray Train every N steps whether a node is being preempted; 0: never"
+        10,
+        ge=0,
+        description="ask Ray Train every N steps whether a node is being preempted (DDP: after its first epoch, "
+        "every multiple of N that comes about once a second); 0: never",
     )
     keep_checkpoints: int = Field(2, ge=1)
     # Tracking (rank 0)

@@ -10,7 +10,14 @@ import torch
 
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train.data.order import epoch_shard
-from rayfleet.train.preemption import RESTART_GRACE_S, NoRestart, Preemption, record_reached, redone_since
+from rayfleet.train.preemption import (
+    RESTART_GRACE_S,
+    NoRestart,
+    Preemption,
+    record_reached,
+    redone_since,
+    steps_between_checks,
+)
 
 
 class Clock:
@@ -69,3 +76,11 @@ def test_a_mid_epoch_resume_sees_each_remaining_sample_once(world, then):
     rest = torch.cat([epoch_shard(n, 3, rank, then, seed=7, skip=skip) for rank in range(then)])
     assert not set(rest.tolist()) & set(consumed.tolist())
     assert len(set(rest.tolist())) == len(rest) >= n - skip - then + 1  # at most the tail of < `then` waits
+
+
+def test_fast_steps_ask_about_once_a_second_at_a_multiple_of_the_configured_cadence():
+    assert steps_between_checks(10, steps=468, seconds=1.5) == 310  # GPU: 3.2 ms steps, 312 a second
+    assert steps_between_checks(10, steps=100, seconds=40.0) == 10  # CPU: 0.4 s steps, never below N
+    assert steps_between_checks(4, steps=50, seconds=5.0) == 8  # 10 steps a second: the multiple of 4 below
+    assert steps_between_checks(0, steps=468, seconds=1.5) == 0  # never stays never
+    assert steps_between_checks(10, steps=0, seconds=0.0) == 10  # nothing measured: as configured
