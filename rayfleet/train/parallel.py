@@ -103,7 +103,10 @@ def apply_fsdp(model: torch.nn.Module, blocks: list[torch.nn.Module], device: to
     mesh = init_device_mesh(device.type, (torch.distributed.get_world_size(),))
     policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) if bf16 else None
     kwargs = {"mesh": mesh, **({"mp_policy": policy} if policy else {})}
+    # On one device nothing is sharded, so freeing each block's gathered parameters after its forward saves
+    # no memory and costs a second gather in the backward pass.
+    sharded = torch.distributed.get_world_size() > 1
     for index, block in enumerate(blocks):
         # The last block's parameters are needed again at once by the backward pass: keep them gathered.
-        fully_shard(block, reshard_after_forward=index < len(blocks) - 1, **kwargs)
+        fully_shard(block, reshard_after_forward=sharded and index < len(blocks) - 1, **kwargs)
     fully_shard(model, **kwargs)
