@@ -1,4 +1,5 @@
-"""The one checkpoint helper over Ray Train, used by DDP, FSDP2 and DeepSpeed: `report` and `latest`.
+"""The one checkpoint helper over Ray Train, used by DDP, FSDP2 and DeepSpeed: `report` (FSDP2's
+asynchronous saves: `report_written`) and `latest`.
 
 Ray Train owns where checkpoints go (the run's storage, local or S3), keeps the last k
 (CheckpointConfig.num_to_keep) and hands the latest one back after a failure or to a re-run of the same
@@ -41,6 +42,20 @@ def report(metrics: dict, name: str, write: Callable[[Path], None] | None) -> No
     with tempfile.TemporaryDirectory() as tmp:
         write(Path(tmp))
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp), checkpoint_dir_name=name)
+
+
+def report_written(metrics: dict, name: str, directory: Path) -> None:
+    """Report this rank's files of checkpoint `name`, already written to `directory` (an asynchronous save's).
+
+    Ray Train copies them to the run's storage from a thread of its own and then deletes `directory`: the
+    loop does not wait for the copy of a large checkpoint. Ray Train waits for it before the run ends."""
+    ray.train.report(
+        metrics,
+        checkpoint=ray.train.Checkpoint.from_directory(directory),
+        checkpoint_dir_name=name,
+        checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC,
+        delete_local_checkpoint_after_upload=True,
+    )
 
 
 @contextmanager

@@ -94,26 +94,38 @@ class DeepSpeedStrategy:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
-    def micro_step(self, batch: torch.Tensor) -> float:
+    def micro_step(self, batch: torch.Tensor) -> torch.Tensor:
+        """Forward and backward of one micro-batch; its loss, on the device (as FSDPStrategy: no sync)."""
         loss = self.engine(input_ids=batch, labels=batch, use_cache=False).loss  # training needs no KV cache
         self.engine.backward(loss)  # scaled by 1/grad_accum inside
         self.engine.step()  # steps the optimizer only at the accumulation boundary
-        return loss.item()
+        return loss.detach()
 
-    def step(self) -> float:
+    def step(self) -> torch.Tensor | float | None:
+        """The gradient norm as DeepSpeed keeps it (a tensor or a number; None before its first step), read at
+        logged steps."""
         norm = self.engine.get_global_grad_norm()
-        return float(norm) if norm is not None else float("nan")
+        return norm.detach() if isinstance(norm, torch.Tensor) else norm
 
     def local_param_bytes(self) -> int:
         return sum(p.ds_tensor.numel() * p.ds_tensor.element_size() for p in self.engine.module.parameters())
 
-    def save(self, step: int, train_state: dict, metrics: dict) -> None:
+    def save(self, step: int, train_state: dict, metrics: dict, *, blocking: bool = True) -> None:
+        """Always written and reported before it returns (`blocking` is FSDPStrategy's choice)."""
+
         def write(directory: Path) -> None:
             self.engine.save_checkpoint(str(directory), tag=TAG)  # every rank writes its own partitions
             if self.rank == 0:
                 checkpoint.write_train_state(directory, {**train_state, "step": step})
 
         checkpoint.report(metrics, checkpoint.step_checkpoint_name(step), write)
+
+    def finish_checkpoint(self, wait: bool = True) -> dict:
+        """Nothing is ever written in the background here."""
+        return {}
+
+    def close(self) -> None:
+        pass
 
     def load(self) -> dict | None:
         with checkpoint.latest() as directory:
@@ -128,7 +140,7 @@ class DeepSpeedStrategy:
 
         full = self.engine._zero3_consolidated_16bit_state_dict()  # collective; the dict on rank 0 only
         self.engine.eval()
-        logits = self.engine(input_ids=probe).logits.float()
+        logits = self.engine(input_ids=probe, use_cache=False).logits.float()  # no KV cache, as in training
         self.engine.train()
         # From here on, from_pretrained (rank 0 reloading the export) must be a plain load, not a
         # collective ZeRO-3 one that the other ranks would never join.

@@ -104,24 +104,29 @@ def train_loop(loop_config: dict) -> None:
         # Asked first: a step that is checkpointed anyway at a notice is saved once, as the notice's (run_control.py).
         preempted = control.noticed(done)  # every rank, the same steps
         if done % cfg.log_every == 0 or control.checkpoint_due(done):
-            seconds = time.perf_counter() - window_start
-            row = {"step": done, "lr": lr_at(cfg, step), "grad_norm": grad_norm, "attempt": attempt}
-            row |= {"param_bytes_per_rank": info["shard_bytes"], **carried}
-            row |= step_metrics(cfg, info, loss_sum, tokens, seconds, device, world)
-            if log is not None:
-                _log_step(log, scalars, run_dir, row, cfg, device)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # the window's time includes the kernels it queued
+            metrics = step_metrics(
+                cfg, info, loss_sum, tokens, time.perf_counter() - window_start, device, world, grad_norm
+            )
+            row = {"step": done, "lr": lr_at(cfg, step), "grad_norm": metrics.pop("grad_norm"), "attempt": attempt}
+            row |= {"param_bytes_per_rank": info["shard_bytes"], **carried, **metrics}
+            # Everything from here to the next logged step (logging, checkpoints) counts in the next window.
             window_start, loss_sum, tokens, info["steps"] = time.perf_counter(), 0.0, 0, 0
-            save = partial(_save, strategy, scalars, done, {**train_state, **carried}, row)
-            if control.at_boundary(done, save, f"at step {done}").stop_reason:  # a budget: every rank stops here
+            decision = _boundary(strategy, control, row, {**train_state, **carried}, last)
+            if log is not None:
+                _log_step(log, scalars, run_dir, row, cfg, device, decision.save)
+            if decision.stop_reason:  # a budget: every rank stops here
                 last = done
                 break
         elif rank == 0 and progress.due():
             print(progress.line(done, run_name, window(loss_sum, tokens, window_start, info["steps"], cfg)), flush=True)
             record_reached(run_dir, done)
-        if preempted:
+        if preempted:  # the notice's checkpoint is synchronous: the worker only waits for the restart after it
             noticed = {**train_state, **carried, "preemptions": carried["preemptions"] + 1}
-            save = partial(strategy.save, done, noticed, {"step": done, "preempted": True})
+            save = partial(strategy.save, done, noticed, {"step": done, "preempted": True}, blocking=True)
             control.save_at_notice(save, f"step {done}", done)
+    strategy.close()  # nothing left in flight; the staging memory goes before the export needs memory
     if scalars is not None:
         scalars.close()
     if cfg.export and last == cfg.max_steps:  # not a run stopped early
@@ -132,13 +137,22 @@ def _train_step(
     strategy, data: PackedBlocks, cfg: FSDPConfig, step: int, rank: int, world: int, device, loss_sum, tokens
 ):
     """One optimizer step over grad_accum micro-batches at the step's LR: (the window's loss sum and tokens on
-    this rank, with this step's added, micro-batch by micro-batch; the gradient norm)."""
+    this rank, with this step's added, micro-batch by micro-batch; the gradient norm). The loss sum and the
+    norm stay on the device: reading either would make the host wait for the device every step."""
     strategy.set_lr(lr_at(cfg, step))
     for micro in range(cfg.grad_accum):
         batch = data.micro_batch(step, micro, rank, world, cfg.seed, cfg.micro_batch_size, cfg.grad_accum)
-        loss_sum += strategy.micro_step(batch.to(device))
+        loss_sum += strategy.micro_step(_to_device(batch, device))
         tokens += batch.numel()
     return loss_sum, tokens, strategy.step()
+
+
+def _to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A copy from pageable host memory waits until the device has run everything queued before it; from
+    pinned memory it is queued like a kernel (the pinned buffer is kept until the copy is done)."""
+    if device.type != "cuda":
+        return batch.to(device)
+    return batch.pin_memory().to(device, non_blocking=True)
 
 
 def _model_info(cfg: FSDPConfig, strategy, device: torch.device, device_name: str, world: int) -> dict:
@@ -172,19 +186,38 @@ def _announce(cfg: FSDPConfig, run_name: str, what: str, data: PackedBlocks, wor
     )
 
 
-def _log_step(log: MetricsLog, scalars: Scalars, run_dir: RunDir, row: dict, cfg: FSDPConfig, device) -> None:
-    """Rank 0 at a logged step: the metrics row, a progress line, the scalars, how far the run got."""
+def _boundary(strategy, control: RunControl, row: dict, train_state: dict, last: int):
+    """A logged step's checkpoints, every rank: the one being written reported once every rank has written it;
+    this step's saved when due or at a stop; waited for and reported when the loop ends here. Their metrics go
+    into the step's row. Returns RunControl's decision."""
+    done = row["step"]
+    row |= strategy.finish_checkpoint(wait=False)
+    decision = control.at_boundary(done, partial(_save, strategy, done, train_state, row), f"at step {done}")
+    if decision.stop_reason or done == last:
+        row |= strategy.finish_checkpoint()
+    return decision
+
+
+def _log_step(log: MetricsLog, scalars: Scalars, run_dir: RunDir, row: dict, cfg: FSDPConfig, device, saved) -> None:
+    """Rank 0 at a logged step: the metrics row, a progress line, the scalars (flushed with a checkpoint), how far
+    the run got."""
     log.append(row)
     print(progress_line(row, cfg.max_steps), flush=True)
     scalars.log(row["step"], step_scalars(row, device))
+    if saved:
+        scalars.flush()
     record_reached(run_dir, row["step"])
 
 
-def _save(strategy, scalars: Scalars | None, step: int, train_state: dict, row: dict) -> None:
-    """A step's regular checkpoint (every rank), then rank 0's scalars flushed with it."""
-    strategy.save(step, train_state, row)
-    if scalars is not None:
-        scalars.flush()
+def _save(strategy, step: int, train_state: dict, row: dict) -> None:
+    """A step's regular checkpoint (every rank). Into the step's row: checkpoint_pause_s, the seconds the save
+    held up the loop (FSDP2's asynchronous save: while the shards are copied to CPU memory), and, when the one
+    before was still being written, that one's wait (checkpoint_wait_s)."""
+    metrics = {key: value for key, value in row.items() if not key.startswith("checkpoint_")}  # reported with it
+    row |= strategy.finish_checkpoint()  # one at a time: the one before, if still being written
+    started = time.perf_counter()
+    strategy.save(step, train_state, metrics)
+    row["checkpoint_pause_s"] = time.perf_counter() - started
 
 
 def _export(strategy, data: PackedBlocks, tokenizer, model_dir: Path, run_dir: RunDir, device, rank: int) -> None:

@@ -30,8 +30,16 @@ class FSDPConfig(JobConfig):
     # Speed and memory
     activation_checkpointing: bool = True
     compile: bool = False
+    reshard_after_forward: bool | None = Field(
+        None,
+        description="FSDP2: free each block's gathered parameters after its forward and gather them again in "
+        "backward (less memory, more all-gathers); null: parallel.py's choice (only with more than one worker)",
+    )
     # Checkpoints, metrics, export
     checkpoint_every: int = Field(50, ge=1, description="steps; also at the end")
+    async_checkpoint: bool = Field(
+        True, description="FSDP2: the loop waits only while a checkpoint is copied to CPU memory; written after"
+    )
     log_every: int = Field(10, ge=1)
     export: bool = Field(True, description="write a consolidated Hugging Face folder at the end")
 

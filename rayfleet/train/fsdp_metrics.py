@@ -12,15 +12,23 @@ from rayfleet.train.fsdp_config import FSDPConfig
 from rayfleet.train.tracking.scalars import memory_gb
 
 
-def step_metrics(cfg, model_info, loss_sum, tokens, seconds, device, world) -> dict:
-    packed = torch.tensor([loss_sum, tokens], dtype=torch.float64, device=device)
+def step_metrics(cfg, model_info, loss_sum, tokens, seconds, device, world, grad_norm=None) -> dict:
+    """A logged step's metrics, every rank (a collective). `loss_sum` (this rank's window) and `grad_norm` (the
+    last step's) may be device tensors: the loop keeps them there so that no step waits for the device; they
+    are read here, once: one all-reduce and one copy to the host."""
+    packed = torch.stack([_scalar(loss_sum, device), _scalar(tokens, device)])
     dist.all_reduce(packed)
-    loss = packed[0].item() / (world * cfg.grad_accum * model_info["steps"])
-    tokens_per_s = packed[1].item() / seconds
+    if hasattr(grad_norm, "full_tensor"):  # a DTensor under FSDP2: its full value is a collective
+        grad_norm = grad_norm.full_tensor()
+    norm = _scalar(float("nan") if grad_norm is None else grad_norm, device)
+    loss_total, token_total, norm_value = torch.cat([packed, norm.reshape(1)]).tolist()
+    loss = loss_total / (world * cfg.grad_accum * model_info["steps"])
+    tokens_per_s = token_total / seconds
     tflops = tokens_per_s / world * model_info["flops_per_token"] / 1e12
     peak = model_info["peak"]
     memory = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else None
     return {
+        "grad_norm": norm_value,
         "loss": loss,
         "tokens_per_s": tokens_per_s,
         "tokens_per_s_per_device": tokens_per_s / world,
@@ -28,6 +36,11 @@ def step_metrics(cfg, model_info, loss_sum, tokens, seconds, device, world) -> d
         "mfu": tflops / peak if peak else None,
         "peak_memory_gib": memory,
     }
+
+
+def _scalar(value, device: torch.device) -> torch.Tensor:
+    """A number or a one-element tensor as a float64 scalar on `device` (no host copy)."""
+    return torch.as_tensor(value, device=device).to(torch.float64).reshape(())
 
 
 def progress_line(row: dict, max_steps: int) -> str:
@@ -38,10 +51,12 @@ def progress_line(row: dict, max_steps: int) -> str:
     )
 
 
-def window(loss_sum: float, tokens: int, started: float, steps: int, cfg: FSDPConfig) -> dict[str, str]:
-    """The progress line's values: this rank's loss and token rate since the last logged step."""
+def window(loss_sum, tokens: int, started: float, steps: int, cfg: FSDPConfig) -> dict[str, str]:
+    """The progress line's values: this rank's loss and token rate since the last logged step. `loss_sum` may
+    be a device tensor: read here (one sync, at the progress line's own rate)."""
     seconds = max(time.perf_counter() - started, 1e-9)
-    return {"loss": f"{loss_sum / max(steps * cfg.grad_accum, 1):.4f}", "tok/s/device": f"{tokens / seconds:,.0f}"}
+    loss = float(loss_sum) / max(steps * cfg.grad_accum, 1)
+    return {"loss": f"{loss:.4f}", "tok/s/device": f"{tokens / seconds:,.0f}"}
 
 
 def step_scalars(row: dict, device: torch.device) -> dict[str, float]:

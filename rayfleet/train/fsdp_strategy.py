@@ -21,6 +21,10 @@ from rayfleet.train.precision import wants_bf16
 
 
 class FSDPStrategy:
+    """One rank's model, optimizer and checkpoints. `micro_step` and `step` return device tensors, never
+    Python numbers: reading one is a host-device sync that stalls the kernel launches; the loop reads them
+    at its logged steps only."""
+
     def __init__(self, cfg, model_dir: Path, device: torch.device, rank: int):
         self.cfg, self.rank = cfg, rank
         model = build_on_meta(model_dir)
@@ -37,6 +41,12 @@ class FSDPStrategy:
             compile_mode="default" if cfg.compile else None,
             bf16=self.bf16,
         )
+        if cfg.reshard_after_forward is not None:
+            # Over parallel.py's choice (which frees them only with more than one worker): kept gathered, backward
+            # skips a second all-gather for the gathered parameters' memory meanwhile. The last block stays
+            # gathered either way: the backward pass needs it at once.
+            for block in blocks[:-1]:
+                block.set_reshard_after_forward(cfg.reshard_after_forward, recurse=False)
         materialize(model, device)
         load_weights_from_rank0(model, model_dir, rank, renames)
         self.model = model
@@ -44,6 +54,7 @@ class FSDPStrategy:
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay, fused=True
         )
+        self.checkpoints = sharded_checkpoint.AsyncCheckpoints(device, rank) if cfg.async_checkpoint else None
 
     @property
     def config(self):
@@ -53,22 +64,46 @@ class FSDPStrategy:
         for group in self.optimizer.param_groups:
             group["lr"] = lr
 
-    def micro_step(self, batch: torch.Tensor) -> float:
+    def micro_step(self, batch: torch.Tensor) -> torch.Tensor:
+        """Forward and backward of one micro-batch; its loss, on the device."""
         loss = self.model(input_ids=batch, labels=batch, use_cache=False).loss  # training needs no KV cache
         (loss / self.cfg.grad_accum).backward()
-        return loss.item()
+        return loss.detach()
 
-    def step(self) -> float:
+    def step(self) -> torch.Tensor:
+        """The optimizer step; the gradient norm before clipping, on the device (a DTensor: its full value is
+        a collective, read at logged steps on every rank)."""
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)  # a DTensor under FSDP2
+        return norm.detach()
 
     def local_param_bytes(self) -> int:
         return sum(p.to_local().numel() * p.element_size() for p in self.model.parameters())
 
-    def save(self, step: int, train_state: dict, metrics: dict) -> None:
+    def save(self, step: int, train_state: dict, metrics: dict, *, blocking: bool = False) -> None:
+        """This step's checkpoint (every rank): started in the background (async_checkpoint) unless `blocking`,
+        then written and reported before it returns. A checkpoint still being written is finished first."""
+        if self.checkpoints is not None and not blocking:
+            self.checkpoints.finish()
+            self.checkpoints.start(step, self.model, self.optimizer, train_state, metrics)
+            return
+        self.finish_checkpoint()
         sharded_checkpoint.save(step, self.model, self.optimizer, train_state, metrics, self.rank)
+
+    def finish_checkpoint(self, wait: bool = True) -> dict:
+        """Report the checkpoint being written in the background, if any (every rank, the same calls): after
+        waiting for it, or without `wait` only when every rank has written it. Returns its metrics (see
+        AsyncCheckpoints.finish) or {}."""
+        if self.checkpoints is None:
+            return {}
+        return self.checkpoints.finish() if wait else self.checkpoints.finish_if_written()
+
+    def close(self) -> None:
+        """After the loop: the last checkpoint written and reported, its staging memory freed."""
+        if self.checkpoints is not None:
+            self.checkpoints.close()
+            self.checkpoints = None
 
     def load(self) -> dict | None:
         return sharded_checkpoint.load_latest(self.model, self.optimizer)
@@ -77,6 +112,7 @@ class FSDPStrategy:
     def gather_for_export(self, probe: torch.Tensor) -> tuple[dict, torch.Tensor]:
         full = get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
         self.model.eval()
-        logits = self.model(input_ids=probe).logits.float()
+        # No KV cache, as in training: under compile its state made Dynamo recompile up to its limit.
+        logits = self.model(input_ids=probe, use_cache=False).logits.float()
         self.model.train()
         return full, logits

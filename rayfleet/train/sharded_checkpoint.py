@@ -9,6 +9,10 @@ Loading unpickles nothing arbitrary: whoever can write the run's storage must no
 every rank. DCP's own reader unpickles `.metadata` with plain pickle and its planner loads non-tensor
 items with `torch.load(weights_only=False)`; `SafeReader` admits only DCP's metadata classes (and
 torch.Size, dtypes, layouts, paths) and `SafePlanner` loads those items with `weights_only=True`.
+
+The regular checkpoints are asynchronous (`AsyncCheckpoints`): the loop waits only while the shards are copied
+into CPU memory, DCP writes them from a thread, and the checkpoint is reported once written. Loading is the same
+for both: the files are DCP's either way.
 """
 
 from __future__ import annotations
@@ -16,13 +20,22 @@ from __future__ import annotations
 import importlib
 import io
 import pickle
+import shutil
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import torch
+import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint import DefaultLoadPlanner, FileSystemReader
 from torch.distributed.checkpoint._traverse import set_element  # noqa: PLC2701 (what DCP's planner uses)
 from torch.distributed.checkpoint.metadata import StorageMeta
+from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from rayfleet.train import checkpoint
@@ -73,15 +86,114 @@ class SafePlanner(DefaultLoadPlanner):
             self.state_dict[read_item.dest_index.fqn] = loaded
 
 
-def save(step: int, model, optimizer, train_state: dict, metrics: dict, rank: int) -> None:
+def _state(model, optimizer) -> dict:
     model_sd, optim_sd = get_state_dict(model, optimizer)
+    return {"model": model_sd, "optim": optim_sd}
+
+
+def save(step: int, model, optimizer, train_state: dict, metrics: dict, rank: int) -> None:
+    """A checkpoint written and reported before it returns: a preemption notice's, or every one with
+    async_checkpoint=false."""
+    state = _state(model, optimizer)
 
     def write(directory):
-        dcp.save({"model": model_sd, "optim": optim_sd}, checkpoint_id=directory)
+        dcp.save(state, checkpoint_id=directory)
         if rank == 0:
             checkpoint.write_train_state(directory, {**train_state, "step": step})
 
     checkpoint.report(metrics, checkpoint.step_checkpoint_name(step), write)
+
+
+@dataclass
+class _Writing:
+    """A checkpoint whose files DCP is writing in the background."""
+
+    step: int
+    directory: Path
+    future: Future
+    train_state: dict
+    metrics: dict
+    started: float
+    written: float | None = None  # when the files were all written (perf_counter), set by the writing thread
+
+
+class AsyncCheckpoints:
+    """This rank's regular checkpoints, written in the background: one at a time, reported once written.
+
+    `start` blocks only while the shards are copied into CPU memory; DCP writes the files from a thread.
+    `finish` waits for them (a failed write raises there: a lost checkpoint fails the run rather than vanish),
+    adds the train state and reports the checkpoint. Ray Train needs every rank's report of a checkpoint at
+    the same call, so every rank calls `start`, `finish` and `finish_if_written` at the same points."""
+
+    def __init__(self, device: torch.device, rank: int, report: Callable[[dict, str, Path], None] | None = None):
+        self.device, self.rank, self.report = device, rank, report
+        cuda = device.type == "cuda"
+        # Staging buffers in pinned memory on a GPU, so the copy runs at full speed; allocated by the first save
+        # and reused by every later one (the stager keys them by the storage they copy). Staging blocks: the next
+        # optimizer step must not change a shard while it is copied.
+        options = StagingOptions(
+            use_pinned_memory=cuda, use_shared_memory=False, use_async_staging=False, use_non_blocking_copy=cuda
+        )
+        self.stager = DefaultStager(options)
+        # DCP's writing thread exchanges plans and ends with a barrier while the training thread runs its own
+        # collectives: a gloo group of its own keeps the two apart (and async_save needs a CPU backend).
+        self.group = dist.new_group(backend="gloo")
+        self.writing: _Writing | None = None
+
+    def start(self, step: int, model, optimizer, train_state: dict, metrics: dict) -> None:
+        if self.writing is not None:  # its files may still be read from the staging buffers this save reuses
+            raise RuntimeError(f"checkpoint of step {self.writing.step} is still being written: finish it first")
+        started = time.perf_counter()
+        directory = Path(tempfile.mkdtemp(prefix=f"{checkpoint.step_checkpoint_name(step)}-"))
+        try:
+            future = dcp.async_save(
+                _state(model, optimizer), checkpoint_id=directory, process_group=self.group, async_stager=self.stager
+            )
+        except BaseException:
+            shutil.rmtree(directory, ignore_errors=True)
+            raise
+        writing = _Writing(step, directory, future, train_state, dict(metrics), started)
+        future.add_done_callback(lambda _: setattr(writing, "written", time.perf_counter()))
+        self.writing = writing
+
+    def finish_if_written(self) -> dict:
+        """Report the checkpoint being written if every rank has written its files (a collective), else
+        leave it: returns what `finish` does, or {}."""
+        if self.writing is None:
+            return {}
+        done = torch.tensor([float(self.writing.future.done())], device=self.device)
+        dist.all_reduce(done, op=dist.ReduceOp.MIN)
+        return self.finish() if done.item() else {}
+
+    def finish(self) -> dict:
+        """Wait for the checkpoint being written and report it: {} when none, else the metrics row's
+        checkpoint_step, checkpoint_write_s (from its save call to its files written) and checkpoint_wait_s
+        (how long this call blocked the loop)."""
+        writing, self.writing = self.writing, None
+        if writing is None:
+            return {}
+        waited = time.perf_counter()
+        try:
+            writing.future.result()
+            if self.rank == 0:
+                checkpoint.write_train_state(writing.directory, {**writing.train_state, "step": writing.step})
+            write_s = (writing.written or time.perf_counter()) - writing.started  # the callback may lag result()
+            metrics = {**writing.metrics, "checkpoint_write_s": write_s}
+            report = self.report or checkpoint.report_written  # looked up late: tests replace Ray Train's
+            report(metrics, checkpoint.step_checkpoint_name(writing.step), writing.directory)
+        except BaseException:
+            shutil.rmtree(writing.directory, ignore_errors=True)
+            raise
+        return {
+            "checkpoint_step": writing.step,
+            "checkpoint_write_s": write_s,
+            "checkpoint_wait_s": time.perf_counter() - waited,
+        }
+
+    def close(self) -> None:
+        """After the last checkpoint: the staging buffers go."""
+        self.finish()
+        self.stager.close()
 
 
 def load_latest(model, optimizer) -> dict | None:

@@ -110,3 +110,20 @@ def test_a_dotted_name_through_a_metadata_module_is_refused_and_does_not_run(tmp
         _load(tmp_path / "ckpt")
     assert "refers to torch.distributed.checkpoint.filesystem.os.system" in _text(err.value)
     assert not pwned.exists()
+
+
+def test_an_async_checkpoint_is_handed_to_ray_train_to_upload_in_the_background(tmp_path, monkeypatch):
+    """Its files are already written: Ray Train copies them to storage from its own thread and then deletes
+    them, so the loop does not wait for a large checkpoint's copy."""
+    import ray.train
+
+    from rayfleet.train import checkpoint
+
+    calls = []
+    monkeypatch.setattr(ray.train, "report", lambda metrics, **kwargs: calls.append((metrics, kwargs)))
+    checkpoint.report_written({"step": 1}, "checkpoint_step_0000001", tmp_path)
+    [(metrics, kwargs)] = calls
+    assert metrics == {"step": 1} and kwargs["checkpoint_dir_name"] == "checkpoint_step_0000001"
+    assert kwargs["checkpoint"].path == str(tmp_path)
+    assert kwargs["checkpoint_upload_mode"] == ray.train.CheckpointUploadMode.ASYNC
+    assert kwargs["delete_local_checkpoint_after_upload"] is True
