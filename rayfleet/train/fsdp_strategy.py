@@ -54,7 +54,12 @@ class FSDPStrategy:
         self.optimizer = torch.optim.AdamW(
             model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay, fused=True
         )
-        self.checkpoints = sharded_checkpoint.AsyncCheckpoints(device, rank) if cfg.async_checkpoint else None
+        self.checkpoints = None
+        if cfg.async_checkpoint and (why := sharded_checkpoint.async_supported()):
+            if rank == 0:
+                print(f"checkpoints are synchronous: {why}", flush=True)
+        elif cfg.async_checkpoint:
+            self.checkpoints = sharded_checkpoint.AsyncCheckpoints(device, rank)
 
     @property
     def config(self):

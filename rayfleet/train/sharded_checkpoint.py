@@ -117,6 +117,17 @@ class _Writing:
     written: float | None = None  # when the files were all written (perf_counter), set by the writing thread
 
 
+def async_supported() -> str | None:
+    """None where this torch's checkpoint stager copies an FSDP2 state dict, else why not. Torch 2.11's
+    stager cannot copy a class object (DTensor state carries some): `KeyError: <class 'type'>` at the first
+    save, seen on an H100 with torch 2.11; torch 2.14 copies it. Probed, not guessed from a version."""
+    try:
+        DefaultStager(StagingOptions(False, False, False, False)).stage({"probe": int})
+    except Exception as exc:
+        return f"torch {torch.__version__}'s checkpoint stager cannot copy a class object ({type(exc).__name__}: {exc})"
+    return None
+
+
 class AsyncCheckpoints:
     """This rank's regular checkpoints, written in the background: one at a time, reported once written.
 

@@ -127,3 +127,20 @@ def test_an_async_checkpoint_is_handed_to_ray_train_to_upload_in_the_background(
     assert kwargs["checkpoint"].path == str(tmp_path)
     assert kwargs["checkpoint_upload_mode"] == ray.train.CheckpointUploadMode.ASYNC
     assert kwargs["delete_local_checkpoint_after_upload"] is True
+
+
+def test_async_checkpoints_are_probed_and_a_stager_that_cannot_copy_them_is_named(monkeypatch):
+    """Torch 2.11's stager raised `KeyError: <class 'type'>` at an FSDP2 job's first save on an H100; the job
+    must find that out before training, and fall back to synchronous checkpoints (fsdp_strategy.py)."""
+    from torch.distributed.checkpoint.staging import DefaultStager
+
+    from rayfleet.train import sharded_checkpoint
+
+    assert sharded_checkpoint.async_supported() is None  # this torch (the pinned 2.14) copies class objects
+
+    def old_stage(self, state_dict, **kwargs):
+        raise KeyError(type)
+
+    monkeypatch.setattr(DefaultStager, "stage", old_stage)
+    why = sharded_checkpoint.async_supported()
+    assert why and "cannot copy a class object (KeyError" in why
