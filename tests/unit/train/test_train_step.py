@@ -153,7 +153,7 @@ def test_the_whole_step_graph_trains_as_the_eager_step(nccl_group):
     partial = (batches[0][0][:17], batches[0][1][:17])
     eager_losses, eager_params, eager, eager_state = _resnet_run(False, batches, partial)
     graph_losses, graph_params, graphed, graph_state = _resnet_run(True, batches, partial)
-    # DDP samples its runtime statistics (with a device sync) at its 10th iteration: capture after it.
+    # PyTorch asks DDP for 11 eager iterations before a capture; with 3 the capture failed on an H100.
     assert graphed.replays == 3 and graphed.eager_steps == WARMUP + 1 and eager.replays == 0
     for a, b in zip(eager_losses, graph_losses, strict=True):
         assert abs(a - b) <= 0.05 * abs(a) + 1e-3, (eager_losses, graph_losses)
