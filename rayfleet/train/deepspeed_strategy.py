@@ -120,6 +120,9 @@ class DeepSpeedStrategy:
 
         checkpoint.report(metrics, checkpoint.step_checkpoint_name(step), write)
 
+    def prime_checkpoints(self) -> None:
+        """Checkpoints are synchronous here: nothing to allocate ahead."""
+
     def finish_checkpoint(self, wait: bool = True) -> dict:
         """Nothing is ever written in the background here."""
         return {}

@@ -99,6 +99,8 @@ def train_loop(loop_config: dict) -> None:
     control = RunControl(run_dir, rank, device, Preemption(cfg.preemption_check_steps), cfg.checkpoint_every, last)
     for step in range(start, last):
         loss_sum, tokens, grad_norm = _train_step(strategy, data, cfg, step, rank, world, device, loss_sum, tokens)
+        if step == start:  # the optimizer has its state now: the checkpoints' staging memory is made once, here
+            _prime_checkpoints(strategy, rank)
         info["steps"] += 1
         done = step + 1
         # Asked first: a step that is checkpointed anyway at a notice is saved once, as the notice's (run_control.py).
@@ -175,6 +177,14 @@ def _model_info(cfg: FSDPConfig, strategy, device: torch.device, device_name: st
     dist.all_gather(shard_bytes, local_bytes)
     info["shard_bytes"] = [int(b.item()) for b in shard_bytes]
     return info
+
+
+def _prime_checkpoints(strategy, rank: int) -> None:
+    seconds = strategy.prime_checkpoints()
+    if seconds is not None and rank == 0:
+        print(
+            f"checkpoint staging memory ready in {seconds:.1f} s (once; each checkpoint then only copies)", flush=True
+        )
 
 
 def _announce(cfg: FSDPConfig, run_name: str, what: str, data: PackedBlocks, world: int, device_name: str) -> None:

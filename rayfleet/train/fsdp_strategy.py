@@ -96,6 +96,11 @@ class FSDPStrategy:
         self.finish_checkpoint()
         sharded_checkpoint.save(step, self.model, self.optimizer, train_state, metrics, self.rank)
 
+    def prime_checkpoints(self) -> float | None:
+        """Allocate the background checkpoints' staging memory now (after a first step): seconds, or None
+        when checkpoints are synchronous."""
+        return self.checkpoints.prime(self.model, self.optimizer) if self.checkpoints is not None else None
+
     def finish_checkpoint(self, wait: bool = True) -> dict:
         """Report the checkpoint being written in the background, if any (every rank, the same calls): after
         waiting for it, or without `wait` only when every rank has written it. Returns its metrics (see

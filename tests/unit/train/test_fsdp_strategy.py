@@ -197,3 +197,24 @@ def test_reshard_after_forward_decides_whether_blocks_stay_gathered_for_backward
     assert all(not isinstance(p, DTensor) for p in last.parameters())
     loss.backward()
     assert all(isinstance(p, DTensor) for p in first.parameters())  # resharded after backward either way
+
+
+def test_priming_after_a_step_makes_the_buffers_the_first_checkpoint_then_reuses(root, storage):
+    """The staging memory is made once, after the first step, not in the first checkpoint's pause; priming
+    takes no optimizer step of its own (Adam's step count, and so its bias correction, stay the same)."""
+    s = strategy(root)
+    train(s)
+    counts = [state["step"].clone() for state in s.optimizer.state.values()]
+
+    def buffers():
+        return {id(b) for b in s.checkpoints.stager._state_dict_stager._cached_storage_mapping.values()}
+
+    assert not buffers()
+    assert s.prime_checkpoints() >= 0
+    primed = buffers()
+    assert primed
+    s.save(1, {"attempt": 0}, {"step": 1})
+    assert buffers() == primed  # the first checkpoint copied into the primed memory
+    assert all(torch.equal(a, state["step"]) for a, state in zip(counts, s.optimizer.state.values(), strict=True))
+    s.close()
+    assert [name for name, _ in storage["reports"]] == ["checkpoint_step_0000001"]
