@@ -133,20 +133,17 @@ def evaluate(model, data: DeviceSplit, cfg: DDPConfig, rt: Runtime, rank: int, w
 def train_loop(loop_config: dict) -> None:
     """Runs on every Ray Train worker. Never branches on the platform: the Runtime carries the device.
 
-    A torch.compile failure is the same on every try: it is recorded in the run directory, and the next
-    attempt (a Ray Train retry, or the same run name again) trains without compile instead of repeating it."""
+    A failure of torch.compile or of the step's CUDA graph capture is the same on every try: it is recorded
+    in the run directory, and the next attempt (a Ray Train retry, or the same run name again) trains without
+    that feature instead of repeating it (compile_guard.py)."""
     cfg: DDPConfig = loop_config["config"]
     run_dir = RunDir(cfg.storage, loop_config["run_name"], cfg.s3_endpoint_url)
     rank = ray.train.get_context().get_world_rank()
-    if cfg.compile and (failed := compile_guard.earlier(run_dir)):
-        cfg = cfg.model_copy(update={"compile": False})
-        if rank == 0:
-            print(f"torch.compile failed in an earlier attempt ({failed}); this attempt runs without it", flush=True)
+    cfg = compile_guard.without_failed(cfg, run_dir, rank)
     try:
         _train(loop_config, cfg, run_dir)
     except Exception as exc:
-        if cfg.compile and compile_guard.is_compile_error(exc):
-            compile_guard.record(run_dir, exc, rank)
+        compile_guard.record_failure(cfg, run_dir, exc, rank)
         raise
 
 

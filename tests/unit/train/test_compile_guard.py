@@ -83,3 +83,42 @@ def test_other_failures_leave_compile_on(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         ddp.train_loop(_loop_config(tmp_path, "compile=true"))
     assert RunDir(str(tmp_path / "runs"), "r1").read(compile_guard.RECORD) is None
+
+
+def _capture_error():
+    """What a failed capture raises: CUDA's error, noticed at capture_end in torch/cuda/graphs.py."""
+    return _raise_from(
+        "/usr/lib/python3/site-packages/torch/cuda/graphs.py",
+        RuntimeError("CUDA error: operation failed due to a previous error during capture"),
+    )
+
+
+def test_a_failed_step_capture_is_recorded_and_the_next_attempt_runs_eagerly(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(ddp.ray.train, "get_context", lambda: SimpleNamespace(get_world_rank=lambda: 0))
+    attempts = []
+
+    def train(loop_config, cfg, run_dir):
+        attempts.append((cfg.compile, cfg.cuda_graph))
+        if cfg.cuda_graph is not False:
+            raise _capture_error()
+
+    monkeypatch.setattr(ddp, "_train", train)
+    loop_config = _loop_config(tmp_path)
+    with pytest.raises(RuntimeError):
+        ddp.train_loop(loop_config)
+    runs = RunDir(str(tmp_path / "runs"), "r1")
+    assert "during capture" in runs.read(compile_guard.CUDA_GRAPH.record)
+    assert runs.read(compile_guard.RECORD) is None  # not compile's: compile was off
+    ddp.train_loop(loop_config)
+    assert attempts == [(False, "auto"), (False, False)]
+    assert "the whole-step CUDA graph failed in an earlier attempt" in capsys.readouterr().out
+
+
+def test_a_capture_error_under_reduce_overhead_is_compiles(tmp_path, monkeypatch):
+    """With compile_mode=reduce-overhead the graphs are compile's own: turning the step graph off would not help."""
+    monkeypatch.setattr(ddp.ray.train, "get_context", lambda: SimpleNamespace(get_world_rank=lambda: 0))
+    monkeypatch.setattr(ddp, "_train", lambda *a: (_ for _ in ()).throw(_capture_error()))
+    with pytest.raises(RuntimeError):
+        ddp.train_loop(_loop_config(tmp_path, "compile=true", "compile_mode=reduce-overhead"))
+    runs = RunDir(str(tmp_path / "runs"), "r1")
+    assert runs.read(compile_guard.RECORD) and runs.read(compile_guard.CUDA_GRAPH.record) is None
