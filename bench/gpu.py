@@ -29,8 +29,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from bench import gpu_cluster, gpu_run, gpu_setup
 from bench import gpu_report as report
-from bench import gpu_run, gpu_setup
 from bench.gpu_plan import PROFILES, SIZES, TIMEOUTS, Pair, Settings, plan, setup_steps
 
 
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         logs.mkdir(parents=True, exist_ok=True)
         info = gpu_run.probe(clock, logs, dict(args.timeouts).get("probe", TIMEOUTS["probe"][0]))
-    running = None if args.dry_run else gpu_run.running_cluster()
+    running = None if args.dry_run else gpu_cluster.running_cluster()
     if running is not None:  # the jobs ask for what its worker has
         args.cpus = running.spec["cpus_per_worker"]
     s = settings_from(args, args.device or ("cuda" if info.get("cuda") else "cpu"), f"{now:%Y%m%d-%H%M%S}")
@@ -129,10 +129,10 @@ def main(argv: list[str] | None = None) -> int:
         _setup(s, runner, doc, notes)
         try:
             t0 = clock.elapsed()
-            state, started_cluster = gpu_run.start_cluster(
+            state, started_cluster = gpu_cluster.start_cluster(
                 s.cpus, info.get("gpus", 0) if s.device == "cuda" else 0, clock
             )
-            runner.job_env = gpu_run.job_env(state)
+            runner.job_env = gpu_cluster.job_env(state)
             how = {"": "reused", "local": "started", "bare": "started (one bare head)"}[started_cluster]
             notes.append(f"Ray cluster {how} in {clock.elapsed() - t0:.0f} s")
         except Exception as exc:  # ClusterError, or whatever `ray start` threw: the benches still run
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
         if started_cluster:
-            gpu_run.stop_cluster(clock, started_cluster)
+            gpu_cluster.stop_cluster(clock, started_cluster)
     doc.finish([f"Set-up: {'; '.join(notes) or '-'}. Total {clock.elapsed():.0f} s. Logs: {logs}/"])
     clock.say(f"table written to {out}")
     return code

@@ -43,7 +43,6 @@ CUDA_GRAPH = Feature(
     ("cudaErrorStreamCapture", "during capture", "stream is capturing"),
 )
 FEATURES = (COMPILE, CUDA_GRAPH)
-RECORD = COMPILE.record
 
 
 def caused_by(feature: Feature, exc: BaseException) -> bool:
@@ -64,11 +63,7 @@ def caused_by(feature: Feature, exc: BaseException) -> bool:
     return False
 
 
-def is_compile_error(exc: BaseException) -> bool:
-    return caused_by(COMPILE, exc)
-
-
-def record(run_dir: RunDir, exc: BaseException, rank: int, feature: Feature = COMPILE) -> None:
+def record(run_dir: RunDir, exc: BaseException, rank: int, feature: Feature) -> None:
     line = (str(exc).strip().splitlines() or [""])[0][:300]
     try:
         run_dir.write(feature.record, f"{type(exc).__name__} on rank {rank}: {line}\n")
@@ -76,7 +71,7 @@ def record(run_dir: RunDir, exc: BaseException, rank: int, feature: Feature = CO
         print(f"could not record the {feature.what} failure in {run_dir.url}: {write_error}", flush=True)
 
 
-def earlier(run_dir: RunDir, feature: Feature = COMPILE) -> str | None:
+def earlier(run_dir: RunDir, feature: Feature) -> str | None:
     """The recorded failure of an earlier attempt of this run, if any."""
     text = run_dir.read(feature.record)
     return text.strip() if text else None

@@ -30,13 +30,15 @@ def test_errors_from_the_compiler_and_its_generated_code_are_compile_errors():
 
     with pytest.raises(Exception) as info:
         torch.compile(lambda x: x * 2, backend=failing_backend)(torch.ones(2))
-    assert compile_guard.is_compile_error(info.value)  # Dynamo's BackendCompilerFailed (torch._dynamo.exc)
+    assert compile_guard.caused_by(
+        compile_guard.COMPILE, info.value
+    )  # Dynamo's BackendCompilerFailed (torch._dynamo.exc)
 
     generated = _raise_from("/tmp/torchinductor_root/ab/cabc123.py", AssertionError("expected size 512==512"))
-    assert compile_guard.is_compile_error(generated)
+    assert compile_guard.caused_by(compile_guard.COMPILE, generated)
     wrapped = RuntimeError("step failed")
     wrapped.__cause__ = generated
-    assert compile_guard.is_compile_error(wrapped)
+    assert compile_guard.caused_by(compile_guard.COMPILE, wrapped)
 
 
 def test_errors_of_the_model_or_data_are_not_compile_errors():
@@ -45,8 +47,12 @@ def test_errors_of_the_model_or_data_are_not_compile_errors():
 
     with pytest.raises(ValueError) as info:
         torch.compile(model_bug, backend="eager")(torch.ones(2))
-    assert not compile_guard.is_compile_error(info.value)  # raised by user code, though run through Dynamo
-    assert not compile_guard.is_compile_error(_raise_from("/work/job.py", RuntimeError("CUDA out of memory")))
+    assert not compile_guard.caused_by(
+        compile_guard.COMPILE, info.value
+    )  # raised by user code, though run through Dynamo
+    assert not compile_guard.caused_by(
+        compile_guard.COMPILE, _raise_from("/work/job.py", RuntimeError("CUDA out of memory"))
+    )
 
 
 def _loop_config(tmp_path, *overrides):
@@ -70,7 +76,7 @@ def test_a_compile_failure_is_recorded_and_the_next_attempt_runs_without_compile
     loop_config = _loop_config(tmp_path, "compile=true")
     with pytest.raises(AssertionError):
         ddp.train_loop(loop_config)  # attempt 1: fails, recorded
-    record = RunDir(str(tmp_path / "runs"), "r1").read(compile_guard.RECORD)
+    record = RunDir(str(tmp_path / "runs"), "r1").read(compile_guard.COMPILE.record)
     assert "AssertionError on rank 0: expected size 512==512" in record
     ddp.train_loop(loop_config)  # attempt 2 (a Ray Train retry): the same config, compile now off
     assert attempts == [True, False]
@@ -82,7 +88,7 @@ def test_other_failures_leave_compile_on(tmp_path, monkeypatch):
     monkeypatch.setattr(ddp, "_train", lambda *a: (_ for _ in ()).throw(RuntimeError("NCCL timeout")))
     with pytest.raises(RuntimeError):
         ddp.train_loop(_loop_config(tmp_path, "compile=true"))
-    assert RunDir(str(tmp_path / "runs"), "r1").read(compile_guard.RECORD) is None
+    assert RunDir(str(tmp_path / "runs"), "r1").read(compile_guard.COMPILE.record) is None
 
 
 def _capture_error():
@@ -108,7 +114,7 @@ def test_a_failed_step_capture_is_recorded_and_the_next_attempt_runs_eagerly(tmp
         ddp.train_loop(loop_config)
     runs = RunDir(str(tmp_path / "runs"), "r1")
     assert "during capture" in runs.read(compile_guard.CUDA_GRAPH.record)
-    assert runs.read(compile_guard.RECORD) is None  # not compile's: compile was off
+    assert runs.read(compile_guard.COMPILE.record) is None  # not compile's: compile was off
     ddp.train_loop(loop_config)
     assert attempts == [(False, "auto"), (False, False)]
     assert "the whole-step CUDA graph failed in an earlier attempt" in capsys.readouterr().out
@@ -121,4 +127,4 @@ def test_a_capture_error_under_reduce_overhead_is_compiles(tmp_path, monkeypatch
     with pytest.raises(RuntimeError):
         ddp.train_loop(_loop_config(tmp_path, "compile=true", "compile_mode=reduce-overhead"))
     runs = RunDir(str(tmp_path / "runs"), "r1")
-    assert runs.read(compile_guard.RECORD) and runs.read(compile_guard.CUDA_GRAPH.record) is None
+    assert runs.read(compile_guard.COMPILE.record) and runs.read(compile_guard.CUDA_GRAPH.record) is None
