@@ -17,6 +17,13 @@ When any node's launcher exits non-zero (or its node is lost), the others are st
 with that node's exit code after the tail of its output; with --max-restarts N it is launched again, up to
 N times, in fresh bundles (the script resumes from its own checkpoint in RAYFLEET_RUN_DIR). SIGTERM and
 SIGINT (`ray job stop`, Ctrl-C on `make run`) stop every node's processes first.
+
+When one of the run's nodes is drained for preemption (a Spot notice or a stopped ECS task:
+rayfleet/node/drain.py), every rank is told with the deadline (the RAYFLEET_PREEMPT_FILE file, SIGUSR1
+where caught: rayfleet/node/preempt_notice.py). That attempt is then over whatever its exit codes: once every
+launcher has exited (or at the deadline) the run is launched again on the nodes that are left, waiting up to
+RAYFLEET_REPLACE_TIMEOUT_S for a replacement node, and the script resumes from the checkpoint it saved on the
+notice. Such a relaunch is not counted against --max-restarts.
 """
 
 from __future__ import annotations
@@ -30,10 +37,16 @@ import time
 from dataclasses import dataclass, field
 
 from rayfleet.core import ray_auth
+from rayfleet.node import preempt_notice
+from rayfleet.node.launch_line import LAUNCHERS, Shape, launcher_argv, launcher_env
 from rayfleet.node.launcher_output import excerpt, script_traceback
 
-LAUNCHERS = ("torchrun", "accelerate")
 PLACE_TIMEOUT_S = float(os.environ.get("RAYFLEET_PLACE_TIMEOUT_S", "300"))
+# After a preemption the Auto Scaling group replaces the instance: a new Spot instance, its ECS task and its
+# raylet take minutes.
+REPLACE_TIMEOUT_S = float(os.environ.get("RAYFLEET_REPLACE_TIMEOUT_S", "900"))
+DRAIN_POLL_S = 1.0  # how often the driver asks the GCS whether a node of the run is being drained
+NOTICE_GRACE_S = 30.0  # after the notice, once one node has exited, how long the others have to follow
 POLL_S = 0.5
 LOST = -9  # the exit code reported for a node whose actor died (its node was lost)
 
@@ -44,64 +57,6 @@ class Stopped(Exception):
         self.signum = signum
 
 
-@dataclass(frozen=True)
-class Shape:
-    nodes: int
-    cpus: float
-    gpus: int
-
-    @property
-    def procs_per_node(self) -> int:
-        return self.gpus or 1
-
-    @classmethod
-    def from_env(cls, env: dict) -> Shape:
-        return cls(
-            nodes=int(env.get("RAYFLEET_NUM_WORKERS") or 1),
-            cpus=float(env.get("RAYFLEET_CPUS_PER_WORKER") or 1),
-            gpus=int(env.get("RAYFLEET_GPUS_PER_WORKER") or 0),
-        )
-
-
-def launcher_argv(
-    launcher: str, shape: Shape, rank: int, master: str, port: int, options: list[str], target: list[str]
-) -> list[str]:
-    """The interpreter's arguments (after `python`) that start `launcher` for node `rank` of `shape`."""
-    if launcher == "torchrun":
-        return [
-            "-m",
-            "torch.distributed.run",
-            f"--nnodes={shape.nodes}",
-            f"--node-rank={rank}",
-            f"--nproc-per-node={shape.procs_per_node}",
-            f"--master-addr={master}",
-            f"--master-port={port}",
-            *options,
-            *target,
-        ]
-    if launcher == "accelerate":  # its multi-process path is torchrun's; on CPU nodes gloo (launcher_env)
-        return [
-            "-m",
-            "accelerate.commands.launch",
-            "--multi_gpu",
-            f"--num_machines={shape.nodes}",
-            f"--machine_rank={rank}",
-            f"--num_processes={shape.nodes * shape.procs_per_node}",
-            f"--main_process_ip={master}",
-            f"--main_process_port={port}",
-            *options,
-            *target,
-        ]
-    raise ValueError(f"unknown launcher {launcher!r}; one of {', '.join(LAUNCHERS)}")
-
-
-def launcher_env(launcher: str, shape: Shape, rank: int, attempt: int, node_id: str) -> dict[str, str]:
-    env = {"RAYFLEET_NODE_RANK": str(rank), "RAYFLEET_ATTEMPT": str(attempt), "RAYFLEET_RAY_NODE_ID": node_id}
-    if launcher == "accelerate" and not shape.gpus:
-        env["ACCELERATE_USE_CPU"] = "true"  # accelerate picks gloo across processes only when told it is on CPU
-    return env
-
-
 @dataclass
 class Attempt:
     """The launchers of one attempt: their actors, placement group and what each has printed."""
@@ -109,37 +64,42 @@ class Attempt:
     actors: list = field(default_factory=list)
     group: object = None
     running: dict = field(default_factory=dict)  # wait ref -> rank
+    node_ids: list = field(default_factory=list)  # Ray node id per node rank
+    noticed_at: float | None = None  # when a preemption notice was passed on (the attempt ends at it)
+    notice_deadline: float = 0.0  # the drained node's deadline (Unix time)
 
 
 def say(message: str) -> None:
     print(f"[rayfleet] {message}", flush=True)
 
 
-def place(shape: Shape):
+def place(shape: Shape, timeout_s: float = PLACE_TIMEOUT_S):
     import ray
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
     bundle = {"CPU": shape.cpus, **({"GPU": shape.gpus} if shape.gpus else {})}
     group = placement_group([dict(bundle) for _ in range(shape.nodes)], strategy="STRICT_SPREAD")
     say(f"placing {shape.nodes} node(s) of {bundle} (one per worker node)...")
-    ready, _ = ray.wait([group.ready()], timeout=PLACE_TIMEOUT_S)
+    ready, _ = ray.wait([group.ready()], timeout=timeout_s)
     if not ready:
         state = placement_group_table(group).get("state")
         remove_placement_group(group)
         raise SystemExit(
             f"[rayfleet] error: could not place {shape.nodes} worker node(s) of {bundle} within "
-            f"{PLACE_TIMEOUT_S:.0f} s (placement group {state}): the cluster has fewer worker nodes of that size"
+            f"{timeout_s:.0f} s (placement group {state}): the cluster has fewer worker nodes of that size"
         )
     return group
 
 
-def start_attempt(launcher: str, shape: Shape, attempt: int, options: list[str], target: list[str]) -> Attempt:
+def start_attempt(
+    launcher: str, shape: Shape, attempt: int, options: list[str], target: list[str], place_s: float = PLACE_TIMEOUT_S
+) -> Attempt:
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     from rayfleet.node.node_launcher import NodeLauncher
 
-    run = Attempt(group=place(shape))
+    run = Attempt(group=place(shape, place_s))
     remote = ray.remote(NodeLauncher)
     for index in range(shape.nodes):
         strategy = PlacementGroupSchedulingStrategy(run.group, placement_group_bundle_index=index)
@@ -149,6 +109,7 @@ def start_attempt(launcher: str, shape: Shape, attempt: int, options: list[str],
             ).remote()
         )
     nodes = ray.get([a.where.remote() for a in run.actors])
+    run.node_ids = [node["node_id"] for node in nodes]
     master, port = nodes[0]["ip"], ray.get(run.actors[0].free_port.remote())
     for rank, (actor, node) in enumerate(zip(run.actors, nodes, strict=True)):
         argv = launcher_argv(launcher, shape, rank, master, port, options, target)
@@ -184,20 +145,56 @@ GRACE_S = 3.0  # after one node fails, how long to collect the others' exits bef
 
 def follow(run: Attempt) -> Failure | None:
     """Until every launcher has exited 0 (None), or one has not: the node that failed first. When one
-    rank raises, the others fail too (their peer is gone); the first to fail is the cause."""
+    rank raises, the others fail too (their peer is gone); the first to fail is the cause. Meanwhile it
+    watches for a drain of the run's nodes; once the notice is passed on, every exit is expected and it waits
+    for the rest (NOTICE_GRACE_S after the first, the deadline at the latest), then returns None."""
     import ray
 
     failures: list[Failure] = []
-    deadline = None
-    while run.running and (deadline is None or time.monotonic() < deadline):
+    end = None  # time.monotonic() at which to stop waiting for the launchers still running
+    next_check = 0.0
+    while run.running and (end is None or time.monotonic() < end):
+        if run.noticed_at is None and time.monotonic() >= next_check:
+            next_check = time.monotonic() + DRAIN_POLL_S
+            if pass_on_notice(run):
+                end = time.monotonic() + max(0.0, run.notice_deadline - time.time()) + GRACE_S
         done, _ = ray.wait(list(run.running), num_returns=1, timeout=POLL_S)
         pump(run)
         for ref in done:
-            failure = exited(run, run.running.pop(ref), ref)
+            rank = run.running.pop(ref)
+            if run.noticed_at is not None:
+                with contextlib.suppress(ray.exceptions.RayActorError):
+                    ray.get(ref)
+                end = min(end, time.monotonic() + NOTICE_GRACE_S)
+                continue
+            failure = exited(run, rank, ref)
             if failure:
                 failures.append(failure)
-                deadline = deadline or time.monotonic() + GRACE_S
-    return min(failures, key=lambda f: f.failed_at) if failures else None
+                end = end or time.monotonic() + GRACE_S
+    if run.noticed_at is not None or not failures:
+        return None
+    return min(failures, key=lambda f: f.failed_at)
+
+
+def pass_on_notice(run: Attempt) -> bool:
+    """If a node of the run is being drained, tell every node's ranks (with the deadline); whether it was."""
+    import ray
+
+    found = preempt_notice.first_drained(run.node_ids, preempt_notice.draining_nodes(), time.time())
+    if found is None:
+        return False
+    rank, node_id, deadline = found
+    told = []
+    for ref in [actor.notice.remote(deadline, rank, node_id) for actor in run.actors]:
+        with contextlib.suppress(ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            told.append(ray.get(ref, timeout=10))
+    run.noticed_at, run.notice_deadline = time.time(), deadline
+    signalled = sum(t["signalled"] for t in told)
+    say(
+        f"preemption notice: node {rank} (Ray node {node_id[:12]}) goes in {max(0, round(deadline - time.time()))} s;"
+        f" told {len(told)} node(s): {preempt_notice.FILE_VAR} written, SIGUSR1 to {signalled} rank(s) that catch it"
+    )
+    return True
 
 
 def exited(run: Attempt, rank: int, ref) -> Failure | None:
@@ -259,11 +256,12 @@ def run(launcher: str, max_restarts: int, options: list[str], target: list[str],
     ray.init(log_to_driver=False)  # the launchers' output comes back through `read`, once per line
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, raise_stopped)
-    failure = None
-    for attempt in range(1, max_restarts + 2):
+    attempt, restarts, place_s = 0, 0, PLACE_TIMEOUT_S
+    while True:
+        attempt += 1
         current = None
         try:
-            current = start_attempt(launcher, shape, attempt, options, target)
+            current = start_attempt(launcher, shape, attempt, options, target, place_s)
             failure = follow(current)
         except Stopped as stop:
             say(f"{stop}: stopping every node's processes")
@@ -271,14 +269,20 @@ def run(launcher: str, max_restarts: int, options: list[str], target: list[str],
         finally:
             if current is not None:
                 finish(current)
+        if current.noticed_at is not None:
+            say(f"attempt {attempt} ended at the preemption notice; launching again on the nodes that are left")
+            place_s = REPLACE_TIMEOUT_S
+            continue
+        place_s = PLACE_TIMEOUT_S
         if failure is None:
             say(f"all {shape.nodes} node(s) finished")
             return 0
         report(failure)
-        if attempt <= max_restarts:
-            say(f"attempt {attempt} failed; launching again ({attempt}/{max_restarts} restarts)")
-            time.sleep(1)
-    return 1 if failure.code == LOST else failure.code
+        if restarts >= max_restarts:
+            return 1 if failure.code == LOST else failure.code
+        restarts += 1
+        say(f"attempt {attempt} failed; launching again ({restarts}/{max_restarts} restarts)")
+        time.sleep(1)
 
 
 def parse(argv: list[str]) -> argparse.Namespace:

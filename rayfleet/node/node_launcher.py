@@ -6,8 +6,10 @@ directory is the unpacked code and its environment has the job's RAYFLEET_* vari
 launcher in a session of its own, keeps its output for the driver to collect (`read`), and stops the whole
 session on `stop`. The launcher gets SIGTERM when the actor's process dies (prctl PDEATHSIG), so a driver
 or actor killed outright leaves no training processes behind: torchrun stops its own workers on SIGTERM.
+When a node of the run is about to be preempted, `notice` tells this node's ranks (rayfleet/node/preempt_notice.py):
+the file named by RAYFLEET_PREEMPT_FILE, private to this launcher, and SIGUSR1 to the ranks that catch it.
 
-Only the standard library and Ray: this runs in the worker image (rayfleet/node/ and, for secrets,
+Only the standard library, psutil and Ray: this runs in the worker image (rayfleet/node/ and, for secrets,
 rayfleet/recipes/).
 """
 
@@ -18,12 +20,16 @@ import contextlib
 import ctypes
 import os
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+
+from rayfleet.node import preempt_notice
 
 PR_SET_PDEATHSIG = 1
 TAIL_LINES = 200
@@ -48,6 +54,9 @@ class NodeLauncher:
         self.lock = threading.Lock()
         self.reader: threading.Thread | None = None
         self.traceback_at: float | None = None
+        # Where a preemption notice will appear for this launcher's ranks: absent until there is one.
+        self.notice_dir = tempfile.mkdtemp(prefix="rayfleet-notice-")
+        self.notice_file = os.path.join(self.notice_dir, "preempt.json")
 
     def where(self) -> dict:
         import ray
@@ -75,7 +84,7 @@ class NodeLauncher:
             command = [sys.executable, "-m", "rayfleet.recipes.job_entry", shlex.join(command)]
         self.proc = subprocess.Popen(
             command,
-            env={**os.environ, **env},
+            env={**os.environ, **env, preempt_notice.FILE_VAR: self.notice_file},
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
@@ -117,6 +126,13 @@ class NodeLauncher:
         with self.lock:
             return list(self.tail)
 
+    def notice(self, deadline: float, node_rank: int, ray_node_id: str) -> dict:
+        """Tell this node's ranks that node `node_rank` goes at `deadline` (Unix time): the notice file, then
+        the signal to the ranks that catch it. What was written, with the number of ranks signalled."""
+        written = preempt_notice.write(self.notice_file, deadline, node_rank, ray_node_id)
+        signalled = preempt_notice.signal_ranks(self.proc.pid) if self.proc and self.proc.poll() is None else []
+        return {**written, "signalled": len(signalled)}
+
     def stop(self, grace_s: float = 15.0) -> int | None:
         """SIGTERM to the launcher's whole session (torchrun passes it to its workers), SIGKILL after
         `grace_s`. Returns the exit code, None if nothing was started."""
@@ -130,6 +146,7 @@ class NodeLauncher:
                 self._signal(signal.SIGKILL)
                 self.proc.wait()
         self._signal(signal.SIGKILL)  # anything of the session still left, such as a worker torchrun orphaned
+        shutil.rmtree(self.notice_dir, ignore_errors=True)
         return self.proc.returncode
 
     def _signal(self, sig: int) -> None:

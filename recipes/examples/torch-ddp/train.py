@@ -7,12 +7,18 @@ An all-reduce checks the process group, then a small regression model trains wit
 checkpoint every --checkpoint-every steps and a restarted run resumes from it; every rank writes what it
 saw to ranks/rank-<R>.json. --fail-rank R --fail-at-step S raises on that rank (on the first attempt only
 with --fail-once) to show how a failure ends, or restarts, a run.
+
+Preemption: when a node of the run is about to go, rayfleet writes the file named by RAYFLEET_PREEMPT_FILE
+(with the seconds left) and sends SIGUSR1 to every rank that catches it. Each step the ranks agree, in one
+tiny all-reduce, whether any of them has heard; then rank 0 saves at that step and every rank exits, and the
+run launched again on the nodes that are left resumes from that step: no step is lost.
 """
 
 import argparse
 import io
 import json
 import os
+import signal
 import socket
 
 import torch
@@ -44,6 +50,37 @@ def read(path: str) -> bytes | None:
         return src.read()
 
 
+class PreemptNotice:
+    """Whether this node has heard that a node of the run is about to go: SIGUSR1, or the notice file."""
+
+    def __init__(self) -> None:
+        self.path = os.environ.get("RAYFLEET_PREEMPT_FILE")
+        self.signalled = False
+        signal.signal(signal.SIGUSR1, self.on_signal)
+        signal.siginterrupt(signal.SIGUSR1, False)  # restart what it interrupts: gloo aborts on EINTR
+
+    def on_signal(self, signum, frame) -> None:
+        self.signalled = True
+
+    def read(self) -> dict | None:
+        if not self.path or not os.path.exists(self.path):
+            return None
+        with open(self.path) as f:
+            return json.load(f)
+
+    def heard_anywhere(self, device) -> bool:
+        """The same answer on every rank (one all-reduce), so that every rank stops at the same step."""
+        heard = torch.tensor([float(self.signalled or self.read() is not None)], device=device)
+        dist.all_reduce(heard, op=dist.ReduceOp.MAX)
+        return bool(heard.item())
+
+
+def save(checkpoint: str, model, optimizer, step: int) -> None:
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, buffer)
+    write(checkpoint, buffer.getvalue())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=30)
@@ -53,6 +90,7 @@ def main() -> None:
     parser.add_argument("--fail-once", action="store_true")
     args = parser.parse_args()
 
+    notice = PreemptNotice()
     cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -93,10 +131,20 @@ def main() -> None:
             raise RuntimeError(f"injected failure on rank {rank} at step {step}")
         if rank == 0 and (step + 1) % 10 == 0:
             print(f"step {step + 1}/{args.steps} loss {loss.item():.4f}", flush=True)
+        if notice.heard_anywhere(device):
+            heard = notice.read() or {}
+            how = "signal and file" if notice.signalled and heard else "signal" if notice.signalled else "file"
+            print(f"preemption notice ({how}): node {heard.get('node_rank')} goes in {heard.get('deadline_s')} s; "
+                  f"saving at step {step + 1}", flush=True)  # fmt: skip
+            if rank == 0:
+                save(checkpoint, model, optimizer, step + 1)
+            heard.update(rank=rank, step=step + 1, signalled=notice.signalled)
+            write(f"{run_dir}/notices/rank-{rank}-attempt-{attempt}.json", json.dumps(heard).encode())
+            dist.barrier()  # the checkpoint is written before any rank exits
+            dist.destroy_process_group()
+            return
         if rank == 0 and (step + 1) % args.checkpoint_every == 0:
-            buffer = io.BytesIO()
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step + 1}, buffer)
-            write(checkpoint, buffer.getvalue())
+            save(checkpoint, model, optimizer, step + 1)
         dist.barrier()  # no rank runs ahead of a checkpoint it could be asked to resume from
     seen = {
         "rank": rank,

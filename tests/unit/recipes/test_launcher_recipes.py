@@ -7,7 +7,8 @@ import shlex
 import pytest
 
 from rayfleet.core.config import ConfigError
-from rayfleet.node.multinode import Shape, launcher_argv, launcher_env, parse
+from rayfleet.node.launch_line import Shape, launcher_argv, launcher_env
+from rayfleet.node.multinode import parse
 from rayfleet.recipes.command import command, job_env
 from rayfleet.recipes.fit import Capacity, check_fits
 from rayfleet.recipes.schema import load
