@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -33,6 +34,7 @@ from tests.integration.helpers import DASHBOARD_PORT, FSDP_TINY, RAY_PORT, REPO,
 pytestmark = pytest.mark.integration
 DEADLINE_S = 25
 CHECK_EVERY = 2
+SIGTERM_REASON = "the task was stopped (SIGTERM)"
 
 
 def entry_point_node(cluster_env: dict, scratch: Path, log: Path) -> subprocess.Popen:
@@ -188,3 +190,68 @@ def test_an_fsdp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_
     assert [r["step"] for r in rows] == sorted({r["step"] for r in rows}) and rows[-1]["step"] == steps
     after = [r for r in rows if r["step"] > step]
     assert after and all(r["preemptions"] == 1 and r["steps_redone"] <= CHECK_EVERY for r in after), after
+
+
+ARGS = ["--steps", "300", "--checkpoint-every", "20", "--pace", "0.05"]  # still running when the notice comes
+
+
+def submit_launcher_job(env: dict, tmp_path: Path) -> subprocess.Popen:
+    """recipes/examples/torch-ddp as a launcher recipe's job on one worker node of 2 CPUs: only an entry point's
+    node fits it, never the session's 1-CPU workers. Submitted with Ray's own CLI and the job variables `make
+    run` sets (rayfleet/recipes/command.py): `make run` checks the recipe against the cluster's configured
+    1-CPU workers and would refuse it."""
+    code = tmp_path / "code"
+    shutil.copytree(REPO / "recipes" / "examples" / "torch-ddp", code)
+    variables = {"RAYFLEET_RUN_NAME": "spot-torchrun", "RAYFLEET_RUN_DIR": str(tmp_path / "run")}
+    variables |= {"RAYFLEET_NUM_WORKERS": "1", "RAYFLEET_CPUS_PER_WORKER": "2", "RAYFLEET_GPUS_PER_WORKER": "0"}
+    submit = [str(Path(sys.executable).parent / "ray"), "job", "submit", f"--address=http://127.0.0.1:{DASHBOARD_PORT}"]
+    submit += [f"--working-dir={code}", f"--runtime-env-json={json.dumps({'env_vars': variables})}", "--"]
+    driver = [sys.executable, "-m", "rayfleet.node.multinode", "--launcher", "torchrun", "--", "train.py", *ARGS]
+    return subprocess.Popen(
+        submit + driver, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+
+
+def test_a_torchrun_recipe_saves_on_the_notice_and_resumes_on_a_replacement_node(cluster_env, tmp_path):
+    """Proves what the unit tests (tests/unit/node/test_preempt_notice.py) cannot: the run's driver hears of
+    Ray's drain of its node through the GCS, the rank on it gets the notice file with the deadline and the
+    signal, the attempt ends there and is launched again on the node that replaces it (the drained one takes
+    nothing new), and the script resumes from the checkpoint it saved on the notice: no step lost."""
+    run_dir = tmp_path / "run"
+    (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
+    node = entry_point_node(cluster_env, tmp_path / "a", tmp_path / "a" / "node.log")
+    replacement = job = None
+    try:
+        wait_for(lambda: "ray start" in (tmp_path / "a" / "node.log").read_text(), 60, "node start", node)
+        time.sleep(5)  # the node has registered with the GCS
+        job = submit_launcher_job(cluster_env, tmp_path)
+        wait_for((run_dir / "checkpoint" / "state.pt").exists, 240, "the first checkpoint", job)
+        node.send_signal(signal.SIGTERM)  # Spot takes the instance: ECS stops the task
+        replacement = entry_point_node(cluster_env, tmp_path / "b", tmp_path / "b" / "node.log")  # the ASG's
+        node.wait(timeout=DEADLINE_S + 90)
+        out, _ = job.communicate(timeout=600)
+    finally:
+        for process in (node, replacement):
+            if process is not None and process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+        if job is not None and job.poll() is None:
+            job.kill()
+    assert job.returncode == 0, out[-5000:]
+    check_the_node((tmp_path / "a" / "node.log").read_text(), node.returncode, cluster_env, SIGTERM_REASON)
+    told = re.search(r"preemption notice: node 0 \(Ray node (\w+)\) goes in (\d+) s; told 1 node\(s\): "
+                     r"RAYFLEET_PREEMPT_FILE written, SIGUSR1 to 1 rank\(s\) that catch it", out)  # fmt: skip
+    assert told and 0 < int(told.group(2)) <= DEADLINE_S, out[-5000:]
+    heard = json.loads((run_dir / "notices" / "rank-0-attempt-1.json").read_text())
+    assert heard["ray_node_id"].startswith(told.group(1)) and heard["node_rank"] == 0
+    assert 0 < heard["deadline_s"] <= DEADLINE_S
+    step = heard["step"]
+    # the signal rings a moment after the file is written: which the rank heard first is a race it need not care about
+    said = f": node 0 goes in {heard['deadline_s']} s; saving at step {step}"
+    assert re.search(r"\[node 0\] preemption notice \((signal and file|file|signal)\)" + re.escape(said), out), out
+    assert "attempt 1 ended at the preemption notice; launching again on the nodes that are left" in out
+    placed = re.findall(r"node 0: \S+ \([\d.]+, Ray node (\w+)\) runs torchrun", out)
+    assert len(placed) == 2 and placed[0] == told.group(1) != placed[1], out[-5000:]  # elsewhere the second time
+    assert f"[node 0] resuming from the checkpoint of step {step}" in out
+    seen = json.loads((run_dir / "ranks" / "rank-0.json").read_text())
+    assert seen["RAYFLEET_ATTEMPT"] == "2" and seen["start_step"] == step  # not one step lost
+    assert len(seen["losses"]) == 300 - step and "all 1 node(s) finished" in out

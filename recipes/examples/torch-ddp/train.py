@@ -20,6 +20,7 @@ import json
 import os
 import signal
 import socket
+import time
 
 import torch
 import torch.distributed as dist
@@ -88,6 +89,7 @@ def main() -> None:
     parser.add_argument("--fail-rank", type=int, default=-1)
     parser.add_argument("--fail-at-step", type=int, default=-1)
     parser.add_argument("--fail-once", action="store_true")
+    parser.add_argument("--pace", type=float, default=0.0, help="seconds to sleep after each step: a run to watch")
     args = parser.parse_args()
 
     notice = PreemptNotice()
@@ -146,6 +148,7 @@ def main() -> None:
         if rank == 0 and (step + 1) % args.checkpoint_every == 0:
             save(checkpoint, model, optimizer, step + 1)
         dist.barrier()  # no rank runs ahead of a checkpoint it could be asked to resume from
+        time.sleep(args.pace)
     seen = {
         "rank": rank,
         "world_size": world,
