@@ -8,17 +8,24 @@ GPT-NeoX of `python -m rayfleet.train.tiny_lm`) on a text file cut into fixed-le
 The Trainer sets up the process group itself from torchrun's variables (gloo on CPU). Every process writes
 what it saw, with the logged losses, to ranks/rank-<R>.json. --fail-rank R --fail-at-step S raises on that
 rank to show how a failure ends a run.
+
+Preemption (SaveOnPreemptNotice): when a node of the run is about to go, rayfleet writes the file named by
+RAYFLEET_PREEMPT_FILE and sends SIGUSR1 to every rank that catches it. The callback has the Trainer save a
+checkpoint at that step and stop; the run launched again on the nodes that are left resumes from it
+(`resume_from_checkpoint`), copied from and to the run directory when that is s3://.
 """
 
 import argparse
 import json
 import os
+import signal
 import socket
 import tempfile
 
 import torch
 from pyarrow import fs
 from transformers import AutoModelForCausalLM, AutoTokenizer, Trainer, TrainerCallback, TrainingArguments
+from transformers.trainer_utils import get_last_checkpoint
 
 
 def storage(path: str):
@@ -59,6 +66,45 @@ class FailAt(TrainerCallback):
             raise RuntimeError(f"injected failure on rank {self.rank} at step {self.step}")
 
 
+class SaveOnPreemptNotice(TrainerCallback):
+    """A node of the run is about to go: save a checkpoint at this step and stop training. Every rank decides
+    at the same step (one all-reduce per step), since saving is collective."""
+
+    def __init__(self) -> None:
+        self.path = os.environ.get("RAYFLEET_PREEMPT_FILE")
+        self.signalled = False
+        self.heard_at: int | None = None
+        signal.signal(signal.SIGUSR1, self.on_signal)
+        signal.siginterrupt(signal.SIGUSR1, False)  # restart what it interrupts: gloo aborts on EINTR
+
+    def on_signal(self, signum, frame) -> None:
+        self.signalled = True
+
+    def heard(self, args) -> bool:
+        local = self.signalled or bool(self.path and os.path.exists(self.path))
+        if args.world_size > 1 and torch.distributed.is_initialized():
+            flag = torch.tensor([float(local)], device=args.device)
+            torch.distributed.all_reduce(flag, op=torch.distributed.ReduceOp.MAX)
+            return bool(flag.item())
+        return local
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self.heard_at is None and self.heard(args):
+            self.heard_at = state.global_step
+            control.should_save = True
+            control.should_training_stop = True
+            if state.is_world_process_zero:
+                print(f"preemption notice: saving at step {state.global_step} and stopping", flush=True)
+        return control
+
+
+def copy_tree(source: str, destination: str) -> None:
+    """A checkpoint directory between the local disk and the run directory (local or s3://)."""
+    (source_fs, source_path), (destination_fs, destination_path) = storage(source), storage(destination)
+    if source_fs.get_file_info(source_path).type == fs.FileType.Directory:
+        fs.copy_files(source_path, destination_path, source_fs, destination_fs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True, help="a directory with save_pretrained weights and tokenizer")
@@ -95,9 +141,18 @@ def main() -> None:
     model = AutoModelForCausalLM.from_pretrained(args.model)
     with open(args.text) as f:
         dataset = Blocks(tokenizer, f.read(), args.block_size)
-    callbacks = [FailAt(args.fail_rank, args.fail_at_step)] if args.fail_rank >= 0 else []
+    notice = SaveOnPreemptNotice()
+    callbacks = [notice] + ([FailAt(args.fail_rank, args.fail_at_step)] if args.fail_rank >= 0 else [])
     trainer = Trainer(model=model, args=training, train_dataset=dataset, callbacks=callbacks)
-    trainer.train()
+    if not local:  # the Trainer's checkpoints live on this node's disk: bring the run's back from s3://
+        copy_tree(f"{run_dir}/trainer", output_dir)
+    last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+    if last and trainer.is_world_process_zero():
+        print(f"resuming from {os.path.basename(last)}", flush=True)
+    trainer.train(resume_from_checkpoint=last)
+    if notice.heard_at is not None and not local and trainer.is_world_process_zero():
+        step = f"checkpoint-{notice.heard_at}"
+        copy_tree(os.path.join(output_dir, step), f"{run_dir}/trainer/{step}")
 
     rank, world = training.process_index, training.world_size
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
