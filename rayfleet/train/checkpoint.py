@@ -44,14 +44,17 @@ def report(metrics: dict, name: str, write: Callable[[Path], None] | None) -> No
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp), checkpoint_dir_name=name)
 
 
-def report_written(metrics: dict, name: str, directory: Path) -> None:
-    """Report this rank's files of checkpoint `name`, already written to `directory` (an asynchronous save's).
+def report_written(metrics: dict, name: str, directory: Path | None) -> None:
+    """Report this rank's files of checkpoint `name`, already written to `directory` (an asynchronous save's;
+    None: a rank with no files of it).
 
-    Ray Train copies them to the run's storage from a thread of its own and then deletes `directory`: the
-    loop does not wait for the copy of a large checkpoint. Ray Train waits for it before the run ends."""
+    Ray Train copies them to the run's storage from a thread of its own (one at a time, in report order),
+    registers the checkpoint once the copy is whole, and then deletes `directory`: the loop does not wait
+    for the copy of a large checkpoint, and a run killed during it resumes from the one before. Ray Train
+    waits for it before the run ends."""
     ray.train.report(
         metrics,
-        checkpoint=ray.train.Checkpoint.from_directory(directory),
+        checkpoint=None if directory is None else ray.train.Checkpoint.from_directory(directory),
         checkpoint_dir_name=name,
         checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC,
         delete_local_checkpoint_after_upload=True,

@@ -186,6 +186,7 @@ def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
     preemption = Preemption(cfg.preemption_check_steps)
     control = RunControl(run_dir, rank, rt.device, preemption, last=cfg.epochs, stop_after_save=True)
 
+    pause_s = None  # how long the last epoch's checkpoint held the loop: into the next epoch's row
     for epoch in range(found.start_epoch, cfg.epochs + 1):
         torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + rank)  # augmentation: reproducible on resume
         position = found.position if epoch == found.start_epoch else None
@@ -206,6 +207,8 @@ def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
         test_loss, correct, tested = evaluate(ddp_model.module, test_data, cfg, rt, rank, world)
         *sums, train_s_sum = all_sum(train_loss, seen, test_loss, correct, tested, train_s, device=rt.device)
         row = epoch_row(epoch, sums, position, train_s, time.perf_counter() - t0, world, rt, found, carried)
+        if pause_s is not None:
+            row["checkpoint_pause_s"] = pause_s
         # The preemption ask about once a second from now on: the same figures, so the same steps, on every rank.
         steps_done = sums[1] / (world * cfg.batch_size)
         preemption.every_steps = steps_between_checks(cfg.preemption_check_steps, steps_done, train_s_sum / world)
@@ -215,8 +218,10 @@ def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
             tracking.scalars.log(epoch * steps, epoch_scalars(row, cfg, rt))
             tracking.scalars.flush()
         save = partial(save_epoch, model, optimizer, cfg, found, carried, row, rank)
+        started = time.perf_counter()
         if control.at_boundary(epoch, save, f"after epoch {epoch}").stop_reason:
             break
+        pause_s = time.perf_counter() - started
     if tracking is not None:
         tracking.scalars.close()
 

@@ -38,6 +38,11 @@ class DDPConfig(JobConfig):
         "auto",
         description="capture the whole step (forward, backward, all-reduce, Adam) as one CUDA graph; auto: on GPU",
     )
+    async_checkpoint: bool = Field(
+        True,
+        description="the loop waits only while rank 0 writes an epoch's checkpoint to local disk; Ray Train "
+        "uploads it from a thread and registers it once it is whole",
+    )
     # Data
     data_dir: str = Field(
         "data", description="dataset root (FashionMNIST/raw/*-ubyte below it), or a staged s3:// copy of one"

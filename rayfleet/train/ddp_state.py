@@ -3,7 +3,9 @@ what each epoch saves, and the mid-epoch save at a preemption notice (through ra
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train import checkpoint
@@ -65,10 +67,21 @@ def redone_steps(run_dir: RunDir, found: Resume, n: int, per_step: int) -> int:
 
 
 def save_epoch(model, optimizer, cfg: DDPConfig, found: Resume, carried: dict, row: dict, rank: int) -> None:
-    """An epoch's checkpoint with its metrics row; every rank calls it, rank 0 uploads the whole model."""
+    """An epoch's checkpoint with its metrics row; every rank calls it, rank 0 saves the whole model. With
+    async_checkpoint, rank 0 writes it to a local directory and Ray Train uploads that from its own thread
+    (one upload at a time, in order), registering the checkpoint only once it is whole and deleting the local
+    copy: the loop goes on meanwhile. Without, the upload happens here, before the loop goes on."""
     state = train_state(model, optimizer, cfg, found, carried, row["epoch"])
-    write = (lambda directory: checkpoint.write_state(directory, state)) if rank == 0 else None
-    checkpoint.report(row, checkpoint.checkpoint_name(row["epoch"]), write)
+    name = checkpoint.checkpoint_name(row["epoch"])
+    if not cfg.async_checkpoint:
+        write = (lambda directory: checkpoint.write_state(directory, state)) if rank == 0 else None
+        checkpoint.report(row, name, write)
+        return
+    directory = None
+    if rank == 0:
+        directory = Path(tempfile.mkdtemp(prefix=f"{name}-"))
+        checkpoint.write_state(directory, state)
+    checkpoint.report_written(row, name, directory)
 
 
 def train_state(model, optimizer, cfg: DDPConfig, found: Resume, carried: dict, epoch: int) -> dict:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 
@@ -60,3 +63,35 @@ def test_checkpoint_names_are_zero_padded_epochs():
         "checkpoint_000010",
         "checkpoint_000100",
     ]
+
+
+def test_an_epoch_checkpoint_is_uploaded_in_the_background_or_in_the_loop_as_configured(small_dataset, monkeypatch):
+    """async_checkpoint: rank 0 writes the whole state to a local directory and hands it to Ray Train's upload
+    thread (which registers it once whole and deletes the copy); the other ranks report the row alone, in the
+    same mode (Ray Train pairs every rank's report). Off: the upload happens in the report call itself."""
+    import ray.train
+
+    from rayfleet.train.ddp_state import Resume, save_epoch
+
+    calls = []
+
+    def report(metrics, checkpoint=None, **kwargs):
+        files = sorted(p.name for p in Path(checkpoint.path).iterdir()) if checkpoint else None
+        calls.append((metrics, files, kwargs))
+        if checkpoint and kwargs.get("delete_local_checkpoint_after_upload"):
+            shutil.rmtree(checkpoint.path)  # as Ray Train's upload thread does
+
+    monkeypatch.setattr(ray.train, "report", report)
+    model, optimizer = _job_model(small_dataset)
+    carried = {"preemptions": 0, "steps_redone": 0}
+    for async_checkpoint in (True, False):
+        cfg = load_config(DDPConfig, None, [f"data_dir={small_dataset}", f"async_checkpoint={async_checkpoint}"])
+        for rank in (0, 1):
+            save_epoch(model, optimizer, cfg, Resume(), carried, {"epoch": 3}, rank)
+    (row0, files0, async0), (row1, files1, async1), (_, sync_files, sync0), (_, _, sync1) = calls
+    upload = ray.train.CheckpointUploadMode.ASYNC
+    assert files0 == ["state.pt"] and async0["checkpoint_upload_mode"] == upload
+    assert async0["delete_local_checkpoint_after_upload"] and async0["checkpoint_dir_name"] == "checkpoint_000003"
+    assert files1 is None and async1["checkpoint_upload_mode"] == upload and row1 == row0 == {"epoch": 3}
+    assert sync_files == ["state.pt"] and "checkpoint_upload_mode" not in sync0  # Ray Train's default: in the call
+    assert "checkpoint_upload_mode" not in sync1
