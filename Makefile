@@ -51,7 +51,7 @@ ALL_RUNS = $(ONE_RUN) $(foreach r,$(RUNS),--run $(r)) $(BUCKET_FLAG)
         stop start clean rotate-ray-token rehearse rehearse-down serve serve-status serve-down test test-quick \
         test-unit test-integration lint lint-infra format clean-local dashboard gpu-metrics-once bench-ddp \
         bench-vs-blueprint bench-speed-levers bench-data bench-fsdp bench-recipe bench-launcher bench-tracking \
-        bench-serve bench-run-start bench-sidecar bench-gpu
+        bench-serve bench-run-start bench-sidecar bench-gpu bench-checkpoint
 
 help: ## List every target, grouped, with what it does
 	@if [ -t 1 ]; then b='\033[1m'; n='\033[0m'; else b=''; n=''; fi; \
@@ -278,6 +278,9 @@ bench-run-start: setup data ## Seconds from submitting a DDP run to its first st
 
 bench-sidecar: setup ## Measure the GPU-metrics sidecar's CPU and memory at its default intervals
 	$(PY) -m bench.sidecar_cost $(BENCH_ARGS)
+
+bench-checkpoint: setup data text-data ## Seconds of training held up per checkpoint, synchronous vs asynchronous saves, the FSDP and DDP jobs (prints a table)
+	$(PY) -m bench.checkpoint_pause $(BENCH_ARGS)
 
 bench-gpu: setup ## On one NVIDIA GPU: the DDP and FSDP jobs through Ray Train beside their step benches, one table in runs/bench-gpu.md (BENCH_ARGS="--device cpu": a tiny try)
 	$(PY) -m bench.gpu $(BENCH_ARGS)

@@ -16,7 +16,9 @@ the object store by the size of /dev/shm.
 The head and the workers run `ray start --block` as a child and pass ECS's SIGTERM on to it; a node stopped
 that way exits 0 (Ray's own handler exits 1). A worker first drains its node for preemption, on SIGTERM or
 a Spot interruption notice, so the jobs on it checkpoint and move (rayfleet/node/drain.py;
-RAYFLEET_DRAIN_DEADLINE_S, default 100 of the 120 s stopTimeout; RAYFLEET_SPOT_NOTICE_FILE).
+RAYFLEET_DRAIN_DEADLINE_S, default 100 of the 120 s stopTimeout; RAYFLEET_SPOT_NOTICE_FILE), and so does a
+node the gpu-metrics sidecar marked suspect (a bad GPU: rayfleet/node/suspect.py; RAYFLEET_HEALTH_DIR), whose
+instance is then taken out (ECS container instance DRAINING, Auto Scaling health Unhealthy).
 "The head answers" means Ray's health check passes against its GCS with this task's token, not only that
 the port is open. A worker never pins the head's IP: it joins by
 the Cloud Map name, and when its raylet exits because the GCS is gone (Ray gives up after
@@ -35,7 +37,7 @@ import sys
 import time
 from pathlib import Path
 
-from rayfleet.node import drain
+from rayfleet.node import drain, suspect
 from rayfleet.node.head_wait import Stopped, head_moved, wait_for_head
 from rayfleet.node.node_spec import head_command, join_command, ports, trainer_resource
 from rayfleet.node.say import say
@@ -163,12 +165,19 @@ def run_worker(env: dict, host: str, port: int, wait_s: float, watch_s: float = 
     node = Node(before_stop=drain_first(env, gcs))
     node.install()
     notices = Path(env.get("RAYFLEET_SPOT_NOTICE_FILE") or drain.SPOT_NOTICE_FILE)
+    suspected: list[dict] = []
 
     def watch(joined: str) -> str | None:
         notice = drain.spot_notice(notices)
         if notice is not None:
             say(notice[0])
             node.stop_for(*notice)
+            return None
+        found = suspect.read(env.get("RAYFLEET_HEALTH_DIR"))
+        if found is not None:
+            suspected.append(found)
+            say(f"{suspect.reason(found)}: draining this node, then taking its instance out")
+            node.stop_for(suspect.reason(found))
             return None
         return head_moved(host, port, joined)
 
@@ -204,8 +213,28 @@ def run_worker(env: dict, host: str, port: int, wait_s: float, watch_s: float = 
         pause_until = time.monotonic() + (min(2**quick, 30) if quick else 0)
         while time.monotonic() < pause_until and not node.stopping:
             time.sleep(0.2)
+    if suspected:
+        take_out_instance(env)
     say(f"stopped after {joins} join(s)")
     return 0
+
+
+def take_out_instance(env: dict) -> None:
+    """After a suspect node's drain: no new task on its instance, and a replacement for it (suspect.take_out)."""
+    instance = suspect.instance_id(env.get("RAYFLEET_IDENTITY_FILE") or "/etc/rayfleet/identity.json")
+    cluster = env.get("RAYFLEET_CLUSTER_NAME")
+    if not instance or not cluster:
+        say("no instance id or ECS cluster name here: the node is drained, its instance is left as it is")
+        return
+    from rayfleet.core.aws import Aws  # boto3: only a node that is being taken out needs it
+
+    try:
+        aws = Aws(env.get("AWS_REGION"))
+    except Exception as exc:  # no region: say so and leave; the drain is done
+        say(f"cannot take {instance} out: {exc}")
+        return
+    for line in suspect.take_out(instance, cluster, aws):
+        say(line)
 
 
 def job_command(job: str, args: list[str]) -> list[str]:

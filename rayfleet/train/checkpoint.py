@@ -1,5 +1,5 @@
-"""The one checkpoint helper over Ray Train, used by DDP, FSDP2 and DeepSpeed: `report` (FSDP2's
-asynchronous saves: `report_written`) and `latest`.
+"""The one checkpoint helper over Ray Train, used by DDP, FSDP2 and DeepSpeed: `report` (asynchronous saves:
+FSDP2's `report_written`, DDP's `report_in_background`) and `latest`.
 
 Ray Train owns where checkpoints go (the run's storage, local or S3), keeps the last k
 (CheckpointConfig.num_to_keep) and hands the latest one back after a failure or to a re-run of the same
@@ -44,9 +44,8 @@ def report(metrics: dict, name: str, write: Callable[[Path], None] | None) -> No
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp), checkpoint_dir_name=name)
 
 
-def report_written(metrics: dict, name: str, directory: Path | None) -> None:
-    """Report this rank's files of checkpoint `name`, already written to `directory` (an asynchronous save's;
-    None: a rank with no files of it).
+def report_written(metrics: dict, name: str, directory: Path) -> None:
+    """Report this rank's files of checkpoint `name`, already written to `directory` (an asynchronous save's).
 
     Ray Train copies them to the run's storage from a thread of its own (one at a time, in report order),
     registers the checkpoint once the copy is whole, and then deletes `directory`: the loop does not wait
@@ -54,11 +53,50 @@ def report_written(metrics: dict, name: str, directory: Path | None) -> None:
     waits for it before the run ends."""
     ray.train.report(
         metrics,
-        checkpoint=None if directory is None else ray.train.Checkpoint.from_directory(directory),
+        checkpoint=ray.train.Checkpoint.from_directory(directory),
         checkpoint_dir_name=name,
         checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC,
         delete_local_checkpoint_after_upload=True,
     )
+
+
+def report_in_background(metrics: dict, name: str, write: Callable[[Path], None] | None) -> None:
+    """`report`, with `write` run in Ray Train's upload thread just before the upload: the loop waits for
+    neither. So `write` must read only what the loop no longer changes (a copy in CPU memory: `staged`).
+    Ray Train uploads one checkpoint at a time, in report order, registers it only once it is whole (a run
+    killed during the write or the upload resumes from the one before) and then deletes the local copy; a
+    failed write or upload fails the run at its next report rather than lose the checkpoint silently."""
+    mode = ray.train.CheckpointUploadMode.ASYNC
+    if write is None:
+        ray.train.report(metrics, checkpoint_upload_mode=mode)
+        return
+    # A DeveloperAPI (the run's storage context): Ray Train's own upload, after the write, in its thread.
+    storage = ray.train.get_context().get_storage()
+
+    def write_and_upload(local: ray.train.Checkpoint, dir_name: str) -> ray.train.Checkpoint:
+        write(Path(local.path))
+        return storage.persist_current_checkpoint(local, dir_name)
+
+    ray.train.report(
+        metrics,
+        checkpoint=ray.train.Checkpoint.from_directory(tempfile.mkdtemp(prefix=f"{name}-")),
+        checkpoint_dir_name=name,
+        checkpoint_upload_mode=mode,
+        delete_local_checkpoint_after_upload=True,
+        checkpoint_upload_fn=write_and_upload,
+    )
+
+
+def staged(state):
+    """A copy of `state` (nested dicts and lists of tensors and plain values) in CPU memory, detached from
+    everything the loop goes on changing: what a background write may read."""
+    if isinstance(state, torch.Tensor):
+        return state.detach().to("cpu", copy=True)
+    if isinstance(state, dict):
+        return {key: staged(value) for key, value in state.items()}
+    if isinstance(state, list | tuple):
+        return type(state)(staged(value) for value in state)
+    return state
 
 
 @contextmanager

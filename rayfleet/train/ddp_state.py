@@ -3,9 +3,7 @@ what each epoch saves, and the mid-epoch save at a preemption notice (through ra
 
 from __future__ import annotations
 
-import tempfile
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train import checkpoint
@@ -68,20 +66,14 @@ def redone_steps(run_dir: RunDir, found: Resume, n: int, per_step: int) -> int:
 
 def save_epoch(model, optimizer, cfg: DDPConfig, found: Resume, carried: dict, row: dict, rank: int) -> None:
     """An epoch's checkpoint with its metrics row; every rank calls it, rank 0 saves the whole model. With
-    async_checkpoint, rank 0 writes it to a local directory and Ray Train uploads that from its own thread
-    (one upload at a time, in order), registering the checkpoint only once it is whole and deleting the local
-    copy: the loop goes on meanwhile. Without, the upload happens here, before the loop goes on."""
-    state = train_state(model, optimizer, cfg, found, carried, row["epoch"])
+    async_checkpoint the loop waits only while rank 0 copies the state into CPU memory; Ray Train's upload
+    thread writes and uploads it (checkpoint.report_in_background). Without, both happen here."""
+    state = train_state(model, optimizer, cfg, found, carried, row["epoch"]) if rank == 0 else None
     name = checkpoint.checkpoint_name(row["epoch"])
-    if not cfg.async_checkpoint:
-        write = (lambda directory: checkpoint.write_state(directory, state)) if rank == 0 else None
-        checkpoint.report(row, name, write)
-        return
-    directory = None
-    if rank == 0:
-        directory = Path(tempfile.mkdtemp(prefix=f"{name}-"))
-        checkpoint.write_state(directory, state)
-    checkpoint.report_written(row, name, directory)
+    if cfg.async_checkpoint:
+        state = checkpoint.staged(state)
+    write = (lambda directory: checkpoint.write_state(directory, state)) if rank == 0 else None
+    (checkpoint.report_in_background if cfg.async_checkpoint else checkpoint.report)(row, name, write)
 
 
 def train_state(model, optimizer, cfg: DDPConfig, found: Resume, carried: dict, epoch: int) -> dict:

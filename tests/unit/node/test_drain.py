@@ -22,7 +22,7 @@ import pytest
 import ray
 from ray._private import ray_constants
 
-from rayfleet.node import drain, ray_node
+from rayfleet.node import drain, ray_node, suspect
 
 NODE_ID = "5f1c0a9e" * 7  # 28 bytes in hex, as Ray's node ids (its CLI refuses anything else)
 GCS = "10.0.0.5:6379"
@@ -563,3 +563,47 @@ def test_the_agents_skipped_are_rays_own_list():
     from ray._private import ray_constants
 
     assert tuple(ray_constants.AGENT_PROCESS_LIST) == drain.RAY_AGENTS
+
+
+def test_a_suspect_node_drains_with_its_reasons_and_then_its_instance_is_taken_out(
+    gcs, waits, worker, capsys, monkeypatch, tmp_path
+):
+    """The sidecar's suspect file (a bad GPU) appearing while Ray runs drains the node with "node suspect:
+    <reasons>" and the default deadline, like a preemption, so its work checkpoints and moves; only after the
+    wait, with Ray stopped, is the instance taken out. The ECS and Auto Scaling calls themselves run on moto:
+    tests/integration/test_suspect_node_on_moto.py."""
+    health, identity = tmp_path / "health", tmp_path / "identity.json"
+    health.mkdir()
+    identity.write_text(json.dumps({"instance_id": "i-0abc", "instance_type": "g5.xlarge"}))
+    reasons = ["GPU 0 (NVIDIA A10G): 1 uncorrectable ECC error(s)"]
+    worker.poll = lambda: (health / "suspect.json").write_text(json.dumps({"reasons": reasons, "since": "now"}))
+    taken = []
+
+    def take_out(instance, cluster, aws):
+        taken.append((instance, cluster, aws.region))
+        return ["i-0abc marked Unhealthy: its Auto Scaling group replaces it"]
+
+    monkeypatch.setattr(suspect, "take_out", take_out)
+    seen = {}
+
+    def during(pid, deadline_s):
+        seen.update(running=ray_still_runs(pid), taken=list(taken))
+
+    waits.during = during
+    env = {"RAYFLEET_HEALTH_DIR": str(health), "RAYFLEET_IDENTITY_FILE": str(identity)}
+    env |= {"RAYFLEET_CLUSTER_NAME": "rf", "AWS_REGION": "us-east-1", "RAYFLEET_DRAIN_DEADLINE_S": "30"}
+    assert worker.run(**env) == 0
+    [sent] = gcs.drains
+    assert (sent.node_id, sent.reason, sent.message) == (NODE_ID, preemption(), f"node suspect: {reasons[0]}")
+    assert seen == {"running": True, "taken": []}  # drained while Ray ran; the instance goes only after
+    assert taken == [("i-0abc", "rf", "us-east-1")]
+    out = capsys.readouterr().out
+    assert DRAINING.search(out).groups() == (NODE_ID, f"node suspect: {reasons[0]}", "30")
+    assert "i-0abc marked Unhealthy: its Auto Scaling group replaces it" in out
+
+
+@pytest.mark.parametrize("content", ["", "{", "[]", '{"reasons": []}', '{"since": "now"}'])
+def test_an_empty_or_half_written_suspect_file_is_no_verdict(tmp_path, content):
+    (tmp_path / suspect.FILE).write_text(content)
+    assert suspect.read(tmp_path) is None
+    assert suspect.read(None) is None and suspect.read(tmp_path / "absent") is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import torch
 import torch.nn.functional as F
@@ -65,33 +66,44 @@ def test_checkpoint_names_are_zero_padded_epochs():
     ]
 
 
-def test_an_epoch_checkpoint_is_uploaded_in_the_background_or_in_the_loop_as_configured(small_dataset, monkeypatch):
-    """async_checkpoint: rank 0 writes the whole state to a local directory and hands it to Ray Train's upload
-    thread (which registers it once whole and deletes the copy); the other ranks report the row alone, in the
-    same mode (Ray Train pairs every rank's report). Off: the upload happens in the report call itself."""
+def test_an_epoch_checkpoint_is_written_and_uploaded_in_the_background_from_a_copy(small_dataset, monkeypatch):
+    """async_checkpoint: in the loop, rank 0 only copies the state into CPU memory; the file is written by the
+    upload function Ray Train runs in its upload thread (then its own upload), so a step taken meanwhile does
+    not leak into the checkpoint. The other ranks report the row alone, in the same mode (Ray Train pairs every
+    rank's report). Off: written and uploaded in the report call itself."""
     import ray.train
 
     from rayfleet.train.ddp_state import Resume, save_epoch
 
     calls = []
-
-    def report(metrics, checkpoint=None, **kwargs):
-        files = sorted(p.name for p in Path(checkpoint.path).iterdir()) if checkpoint else None
-        calls.append((metrics, files, kwargs))
-        if checkpoint and kwargs.get("delete_local_checkpoint_after_upload"):
-            shutil.rmtree(checkpoint.path)  # as Ray Train's upload thread does
-
+    uploaded = SimpleNamespace(persist_current_checkpoint=lambda local, name: ("persisted", local.path, name))
+    monkeypatch.setattr(ray.train, "get_context", lambda: SimpleNamespace(get_storage=lambda: uploaded))
+    report = lambda metrics, checkpoint=None, **kw: calls.append((metrics, checkpoint, kw))  # noqa: E731
     monkeypatch.setattr(ray.train, "report", report)
     model, optimizer = _job_model(small_dataset)
+    _step(model, optimizer, seed=1)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
     carried = {"preemptions": 0, "steps_redone": 0}
-    for async_checkpoint in (True, False):
-        cfg = load_config(DDPConfig, None, [f"data_dir={small_dataset}", f"async_checkpoint={async_checkpoint}"])
-        for rank in (0, 1):
-            save_epoch(model, optimizer, cfg, Resume(), carried, {"epoch": 3}, rank)
-    (row0, files0, async0), (row1, files1, async1), (_, sync_files, sync0), (_, _, sync1) = calls
+    cfg = load_config(DDPConfig, None, [f"data_dir={small_dataset}"])
+    assert cfg.async_checkpoint  # the default
+    for rank in (0, 1):
+        save_epoch(model, optimizer, cfg, Resume(), carried, {"epoch": 3}, rank)
+    (row0, local, kwargs0), (row1, none, kwargs1) = calls
     upload = ray.train.CheckpointUploadMode.ASYNC
-    assert files0 == ["state.pt"] and async0["checkpoint_upload_mode"] == upload
-    assert async0["delete_local_checkpoint_after_upload"] and async0["checkpoint_dir_name"] == "checkpoint_000003"
-    assert files1 is None and async1["checkpoint_upload_mode"] == upload and row1 == row0 == {"epoch": 3}
-    assert sync_files == ["state.pt"] and "checkpoint_upload_mode" not in sync0  # Ray Train's default: in the call
-    assert "checkpoint_upload_mode" not in sync1
+    assert kwargs0["checkpoint_upload_mode"] == kwargs1["checkpoint_upload_mode"] == upload
+    assert none is None and row1 == row0 == {"epoch": 3} and kwargs0["delete_local_checkpoint_after_upload"]
+    assert list(Path(local.path).iterdir()) == []  # nothing written in the loop
+    _step(model, optimizer, seed=2)  # the loop goes on while the upload thread has not run yet
+    persisted = kwargs0["checkpoint_upload_fn"](local, kwargs0["checkpoint_dir_name"])  # Ray Train's thread
+    assert persisted == ("persisted", local.path, "checkpoint_000003")
+    saved = checkpoint.read_state(local.path)
+    assert all(torch.equal(saved["model"][k], v) for k, v in before.items())  # the state at the save, not after
+    assert saved["epoch"] == 3
+    shutil.rmtree(local.path)
+    calls.clear()
+    cfg = load_config(DDPConfig, None, [f"data_dir={small_dataset}", "async_checkpoint=false"])
+    monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None, **kw: calls.append(
+        (sorted(p.name for p in Path(checkpoint.path).iterdir()) if checkpoint else None, kw)))  # fmt: skip
+    for rank in (0, 1):
+        save_epoch(model, optimizer, cfg, Resume(), carried, {"epoch": 3}, rank)
+    assert calls == [(["state.pt"], {"checkpoint_dir_name": "checkpoint_000003"}), (None, {})]  # Ray's SYNC default

@@ -1,0 +1,82 @@
+"""A worker whose GPU went bad leaves, and its instance is replaced, before the next run is placed on it.
+
+The gpu-metrics sidecar (monitoring/node_health.py) writes `suspect.json` into the worker task's node-health
+volume (RAYFLEET_HEALTH_DIR) when a GPU reports an uncorrectable ECC error or falls off the bus. The file's
+format is the contract, with no import between the two (as for the current-run files):
+
+    {"reasons": ["GPU 3 (NVIDIA H100 80GB HBM3): 2 uncorrectable ECC error(s)"], "since": "<ISO time>"}
+
+The worker's entry point (rayfleet/node/ray_node.py) looks every 5 s, as for a Spot notice. On a suspect
+file it drains its Ray node (the PREEMPTION reason, so Ray schedules nothing new there, Ray Train jobs
+checkpoint and move, launcher recipes get their notice), stops Ray once the node's work is gone or the
+deadline passes, and then takes the instance out (`take_out`): its ECS container instance goes DRAINING
+(ECS places no task there) and its Auto Scaling group is told it is Unhealthy (the group terminates and
+replaces it). Locally there is no instance: the drain alone keeps new work off the node.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+FILE = "suspect.json"
+
+
+def read(health_dir: str | Path | None) -> dict | None:
+    """The suspect file's content, or None (no file, no directory, or a half-written file: asked again later)."""
+    if not health_dir:
+        return None
+    try:
+        found = json.loads((Path(health_dir) / FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) and found.get("reasons") else None
+
+
+def reason(found: dict) -> str:
+    return "node suspect: " + "; ".join(str(r) for r in found["reasons"])
+
+
+def instance_id(identity_file: str | Path) -> str | None:
+    """This instance's id from the file the host writes at boot (no container may reach IMDS)."""
+    try:
+        return json.loads(Path(identity_file).read_text()).get("instance_id") or None
+    except (OSError, ValueError):
+        return None
+
+
+def container_instances_of(ecs, cluster: str, instance: str) -> list[str]:
+    """The ECS container instance(s) on EC2 instance `instance`: read from every container instance's
+    description, not ECS's query filter (which stand-ins such as moto ignore, matching every instance)."""
+    arns = []
+    for page in ecs.get_paginator("list_container_instances").paginate(cluster=cluster):
+        for start in range(0, len(page["containerInstanceArns"]), 100):  # describe takes 100 at a time
+            chunk = page["containerInstanceArns"][start : start + 100]
+            described = ecs.describe_container_instances(cluster=cluster, containerInstances=chunk)
+            found = described["containerInstances"]
+            arns += [c["containerInstanceArn"] for c in found if c["ec2InstanceId"] == instance]
+    return arns
+
+
+def take_out(instance: str, cluster: str, aws) -> list[str]:
+    """Drain the instance's ECS container instance and mark the instance Unhealthy in its Auto Scaling group;
+    a line per action, saying what was done or why not (each is tried whatever the other did)."""
+    done = []
+    ecs = aws.client("ecs")
+    try:
+        arns = container_instances_of(ecs, cluster, instance)
+        if arns:
+            ecs.update_container_instances_state(cluster=cluster, containerInstances=arns, status="DRAINING")
+            done.append(f"ECS container instance of {instance} set DRAINING")
+        else:
+            done.append(f"no ECS container instance of {instance} in cluster {cluster}")
+    except Exception as exc:  # one line in the log; the Auto Scaling step still runs
+        done.append(f"could not drain {instance} in ECS: {type(exc).__name__}: {exc}")
+    try:
+        aws.client("autoscaling").set_instance_health(
+            InstanceId=instance, HealthStatus="Unhealthy", ShouldRespectGracePeriod=False
+        )
+        done.append(f"{instance} marked Unhealthy: its Auto Scaling group replaces it")
+    except Exception as exc:
+        done.append(f"could not mark {instance} Unhealthy: {type(exc).__name__}: {exc}")
+    return done
