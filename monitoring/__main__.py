@@ -44,6 +44,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=directory_from(os.environ),
         help="the current-run files of the training workers (default: $RAYFLEET_CURRENT_RUN_DIR)",
     )
+    parser.add_argument(
+        "--health-dir",
+        default=os.environ.get("RAYFLEET_HEALTH_DIR") or None,
+        help="where a bad GPU marks this node suspect for the Ray worker (default: $RAYFLEET_HEALTH_DIR; none: off)",
+    )
     args = parser.parse_args(argv)
     if args.interval <= 0 or args.publish_interval < args.interval:
         parser.error("need 0 < --interval <= --publish-interval")
@@ -115,7 +120,15 @@ def main(argv: list[str] | None = None, nvml=None) -> int:
     publisher = Publisher(client, spec.namespace, max_buffered=args.max_buffered)
     runs = (lambda: current_runs(args.run_dir)) if args.run_dir else None  # else RAYFLEET_RUN_NAME, fixed
     sidecar = Sidecar(
-        sampler, publisher, identity, spec, args.interval, args.publish_interval, args.high_resolution, runs=runs
+        sampler,
+        publisher,
+        identity,
+        spec,
+        args.interval,
+        args.publish_interval,
+        args.high_resolution,
+        runs=runs,
+        health_dir=args.health_dir,
     )
     try:
         sidecar.run(stop)

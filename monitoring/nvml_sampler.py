@@ -19,6 +19,11 @@ class GpuSample:
     name: str
     values: dict[str, float] = field(default_factory=dict)  # metric name -> value
     throttle_reasons: int = 0
+    lost: bool = False  # NVML says the GPU is lost (fell off the bus): no values
+
+
+class GpuLost(Exception):
+    pass
 
 
 class NvmlSampler:
@@ -42,48 +47,56 @@ class NvmlSampler:
     def _optional(self, fn, *args):
         try:
             return fn(*args)
-        except self.nvml.NVMLError:  # NotSupported and friends: this GPU has no such value
+        except self.nvml.NVMLError as exc:  # NotSupported and friends: this GPU has no such value
+            if getattr(exc, "value", None) == self.nvml.NVML_ERROR_GPU_IS_LOST:
+                raise GpuLost from None
             return None
 
     def sample(self) -> list[GpuSample]:
-        n = self.nvml
         samples = []
         for index, handle in enumerate(self.handles):
-            name = self._optional(n.nvmlDeviceGetName, handle) or "unknown"
-            out = GpuSample(index=index, name=name.decode() if isinstance(name, bytes) else name)
-            values = out.values
-            util = self._optional(n.nvmlDeviceGetUtilizationRates, handle)
-            if util is not None:
-                values["GPUUtilization"] = float(util.gpu)
-                values["GPUMemoryUtilization"] = float(util.memory)
-            memory = self._optional(n.nvmlDeviceGetMemoryInfo, handle)
-            if memory is not None:
-                values["GPUMemoryUsed"] = memory.used / 2**20
-                values["GPUMemoryTotal"] = memory.total / 2**20
-            for metric, fn, args, scale in (
-                ("GPUPowerDraw", n.nvmlDeviceGetPowerUsage, (), 1e-3),  # milliwatts
-                ("GPUPowerLimit", n.nvmlDeviceGetEnforcedPowerLimit, (), 1e-3),
-                ("GPUTemperature", n.nvmlDeviceGetTemperature, (n.NVML_TEMPERATURE_GPU,), 1),
-                ("GPUSMClock", n.nvmlDeviceGetClockInfo, (n.NVML_CLOCK_SM,), 1),
-                (
-                    "GPUECCErrorsCorrected",
-                    n.nvmlDeviceGetTotalEccErrors,
-                    (n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC),
-                    1,
-                ),
-                (
-                    "GPUECCErrorsUncorrected",
-                    n.nvmlDeviceGetTotalEccErrors,
-                    (n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC),
-                    1,
-                ),
-            ):
-                value = self._optional(fn, handle, *args)
-                if value is not None:
-                    values[metric] = float(value) * scale
-            reasons = self._optional(n.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
-            if reasons is not None:
-                out.throttle_reasons = int(reasons)
-                values["GPUThrottled"] = 1.0 if reasons & ~self._benign else 0.0
-            samples.append(out)
+            try:
+                samples.append(self._sample_one(index, handle))
+            except GpuLost:  # every call on it fails the same way: no values, and the node is suspect
+                samples.append(GpuSample(index=index, name="lost", lost=True))
         return samples
+
+    def _sample_one(self, index: int, handle) -> GpuSample:
+        n = self.nvml
+        name = self._optional(n.nvmlDeviceGetName, handle) or "unknown"
+        out = GpuSample(index=index, name=name.decode() if isinstance(name, bytes) else name)
+        values = out.values
+        util = self._optional(n.nvmlDeviceGetUtilizationRates, handle)
+        if util is not None:
+            values["GPUUtilization"] = float(util.gpu)
+            values["GPUMemoryUtilization"] = float(util.memory)
+        memory = self._optional(n.nvmlDeviceGetMemoryInfo, handle)
+        if memory is not None:
+            values["GPUMemoryUsed"] = memory.used / 2**20
+            values["GPUMemoryTotal"] = memory.total / 2**20
+        for metric, fn, args, scale in (
+            ("GPUPowerDraw", n.nvmlDeviceGetPowerUsage, (), 1e-3),  # milliwatts
+            ("GPUPowerLimit", n.nvmlDeviceGetEnforcedPowerLimit, (), 1e-3),
+            ("GPUTemperature", n.nvmlDeviceGetTemperature, (n.NVML_TEMPERATURE_GPU,), 1),
+            ("GPUSMClock", n.nvmlDeviceGetClockInfo, (n.NVML_CLOCK_SM,), 1),
+            (
+                "GPUECCErrorsCorrected",
+                n.nvmlDeviceGetTotalEccErrors,
+                (n.NVML_MEMORY_ERROR_TYPE_CORRECTED, n.NVML_VOLATILE_ECC),
+                1,
+            ),
+            (
+                "GPUECCErrorsUncorrected",
+                n.nvmlDeviceGetTotalEccErrors,
+                (n.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, n.NVML_VOLATILE_ECC),
+                1,
+            ),
+        ):
+            value = self._optional(fn, handle, *args)
+            if value is not None:
+                values[metric] = float(value) * scale
+        reasons = self._optional(n.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+        if reasons is not None:
+            out.throttle_reasons = int(reasons)
+            values["GPUThrottled"] = 1.0 if reasons & ~self._benign else 0.0
+        return out

@@ -5,7 +5,8 @@ Every `sample_interval` seconds every GPU is read and folded into statistic sets
 idle alarm watches these) and per run (ClusterName, RunName) for each run whose training workers are on
 this node at that sample: `runs` is asked every sample (monitoring/current_run.py reads the current-run
 files the workers write), so a long-lived sidecar follows the runs as they start and end; without it, the
-fixed RAYFLEET_RUN_NAME of the identity, if any. Every
+fixed RAYFLEET_RUN_NAME of the identity, if any. A GPU that reports an uncorrectable ECC error or falls off
+the bus marks the node suspect, once, in `health_dir` (monitoring/node_health.py). Every
 `publish_interval` seconds the sets become datums in the publisher's bounded buffer and go out. A stop
 (SIGTERM from ECS) closes the interval and flushes what is buffered before exiting.
 """
@@ -17,6 +18,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 
+from monitoring import node_health
 from monitoring.aggregate import Aggregator
 from monitoring.identity import Identity
 from monitoring.log import log
@@ -36,6 +38,7 @@ class Sidecar:
         publish_interval: float = 60.0,
         high_resolution: bool = False,
         runs: Callable[[], list[str]] | None = None,
+        health_dir: str | None = None,
     ):
         self.sampler, self.publisher, self.identity, self.spec = sampler, publisher, identity, spec
         self.sample_interval, self.publish_interval = sample_interval, publish_interval
@@ -46,6 +49,7 @@ class Sidecar:
         self._dropped_logged = 0
         self.runs = runs or (lambda: [identity.run_name] if identity.run_name else [])
         self.current: list[str] = []
+        self.health_dir, self.suspect = health_dir, False
         publisher.drop_datum = self._drop_datum
 
     def _dimensions(
@@ -72,9 +76,24 @@ class Sidecar:
             self.current = runs
         return runs
 
+    def check_health(self, samples) -> None:
+        """Mark the node suspect the first time a sample shows a bad GPU (no health directory: log only)."""
+        found = node_health.reasons(samples)
+        if not found or self.suspect:
+            return
+        self.suspect = True
+        try:
+            written = node_health.mark_suspect(self.health_dir, found) if self.health_dir else None
+        except OSError as exc:
+            log("suspect_unwritable", level="error", reasons=found, reason=str(exc))
+            return
+        log("node_suspect", level="error", reasons=found, file=str(written) if written else None)
+
     def sample(self) -> None:
         runs = self.follow_runs()
-        for gpu in self.sampler.sample():
+        samples = self.sampler.sample()
+        self.check_health(samples)
+        for gpu in samples:
             per_gpu = self._dimensions(self.spec.gpu_dimensions, gpu.index)
             for metric, value in gpu.values.items():
                 self.aggregator.add(metric, per_gpu, value)

@@ -20,7 +20,16 @@ locals {
     { name = "RAYFLEET_NUM_CPUS", value = tostring(local.worker_cpus) },
     { name = "RAYFLEET_NUM_GPUS", value = tostring(local.worker_gpus) },
     { name = "RAYFLEET_CURRENT_RUN_DIR", value = local.current_run_dir },
+    # A bad GPU (the sidecar's suspect file) drains the node, then takes its instance out (rayfleet/node/suspect.py).
+    { name = "RAYFLEET_HEALTH_DIR", value = local.health_dir },
+    { name = "RAYFLEET_IDENTITY_FILE", value = "/etc/rayfleet/identity.json" },
+    { name = "RAYFLEET_CLUSTER_NAME", value = var.name },
+    { name = "AWS_REGION", value = var.region },
   ]
+  # Where the gpu-metrics sidecar marks the node suspect (monitoring/node_health.py) for the worker's entry point:
+  # read-write in gpu-metrics, read-only in ray-worker; both images own the directory as the sidecar's user.
+  health_dir   = "/run/rayfleet-health"
+  health_mount = { sourceVolume = "node-health", containerPath = local.health_dir }
   # The run using a worker's GPUs, for the gpu-metrics sidecar's per-run rollup: each Ray Train worker writes
   # its run's name into this task volume (rayfleet/train/current_run.py), the sidecar reads it at every sample
   # (monitoring/current_run.py). Read-write in ray-worker, read-only in gpu-metrics; the worker image owns the
@@ -144,6 +153,7 @@ locals {
     # drains the Ray node when it appears: rayfleet/node/drain.py).
     mountPoints = concat(local.scratch_mounts, [
       merge(local.current_run_mount, { readOnly = false }),
+      merge(local.health_mount, { readOnly = true }),
       { sourceVolume = "instance-identity", containerPath = "/etc/rayfleet", readOnly = true },
     ])
     logConfiguration = local.logging["ray-worker"]
@@ -164,11 +174,13 @@ locals {
       { name = "RAYFLEET_INSTANCE_TYPE", value = var.worker_node.instance_type },
       { name = "RAYFLEET_IDENTITY_FILE", value = "/etc/rayfleet/identity.json" },
       { name = "RAYFLEET_CURRENT_RUN_DIR", value = local.current_run_dir },
+      { name = "RAYFLEET_HEALTH_DIR", value = local.health_dir },
     ]
     # The instance id, from the file the host writes at boot: no container may reach IMDS (issue 15 item 1).
     mountPoints = [
       { sourceVolume = "instance-identity", containerPath = "/etc/rayfleet", readOnly = true },
       merge(local.current_run_mount, { readOnly = true }),
+      merge(local.health_mount, { readOnly = false }),
     ]
     logConfiguration = local.logging["gpu-metrics"]
   })
@@ -273,6 +285,11 @@ resource "aws_ecs_task_definition" "worker" {
   # Task-scoped and empty at start (no host path): the current-run files of this task's training workers.
   volume {
     name = "current-run"
+  }
+
+  # Task-scoped and empty at start: the sidecar's verdict on this node's GPUs (suspect.json), for the worker.
+  volume {
+    name = "node-health"
   }
 
   lifecycle {

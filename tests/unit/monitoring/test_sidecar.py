@@ -140,3 +140,40 @@ def test_run_rollup_carries_the_gpus_samples(monkeypatch):
         == [{"Name": "ClusterName", "Value": "train-cluster"}, {"Name": "RunName", "Value": "ddp-1"}]
     ]
     assert len(run) == 1 and run[0]["StatisticValues"]["SampleCount"] == 2.0  # both GPUs of the node
+
+
+def watching(nvml: FakeNvml, health_dir) -> Sidecar:
+    publisher = Publisher(RecordingClient(), "rayfleet")
+    return Sidecar(NvmlSampler(nvml), publisher, IDENTITY, SPEC, health_dir=str(health_dir))
+
+
+def test_an_uncorrectable_ecc_error_or_a_lost_gpu_marks_the_node_suspect_once(tmp_path, capsys):
+    """The stand-in sampler reports GPU 1 with 2 uncorrectable ECC errors and GPU 2 lost (every NVML call fails
+    with "GPU is lost"): the sidecar writes the suspect file the worker's entry point reads
+    (rayfleet/node/suspect.py, the same format), once, keeps sampling the healthy GPU, and says so in its log."""
+    import json
+
+    from rayfleet.node import suspect
+
+    nvml = FakeNvml(gpus=3, uncorrectable={1: 2}, lost=(2,))
+    sidecar = watching(nvml, tmp_path)
+    sidecar.sample()
+    expected = ["GPU 1 (Fake H100): 2 uncorrectable ECC error(s)", "GPU 2 fell off the bus (NVML: GPU is lost)"]
+    found = suspect.read(tmp_path)
+    assert found["reasons"] == expected and suspect.reason(found).startswith("node suspect: GPU 1 (Fake H100)")
+    written = (tmp_path / "suspect.json").stat().st_mtime_ns
+    sidecar.sample()
+    assert (tmp_path / "suspect.json").stat().st_mtime_ns == written  # once
+    logged = [json.loads(line) for line in capsys.readouterr().out.splitlines() if line.startswith("{")]
+    assert [e["reasons"] for e in logged if e.get("event") == "node_suspect"] == [expected]
+    assert [p.name for p in tmp_path.iterdir()] == ["suspect.json"]  # no partial file left
+    sidecar.close_interval()
+    per_gpu = [d for d in sidecar.publisher.buffer if len(d["Dimensions"]) == 4]
+    metrics = {(d["MetricName"], d["Dimensions"][1]["Value"]) for d in per_gpu}
+    assert ("GPUUtilization", "0") in metrics and not [m for m in metrics if m[1] == "2"]  # the lost GPU: no values
+
+
+def test_healthy_gpus_write_nothing(tmp_path):
+    sidecar = watching(FakeNvml(gpus=2), tmp_path)
+    sidecar.sample()
+    assert list(tmp_path.iterdir()) == [] and not sidecar.suspect
