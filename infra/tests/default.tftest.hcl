@@ -288,6 +288,8 @@ run "ray" {
       RAYFLEET_NUM_CPUS         = "4"
       RAYFLEET_NUM_GPUS         = "1"
       RAYFLEET_CURRENT_RUN_DIR  = "/run/rayfleet"
+      RAYFLEET_HEALTH_DIR       = "/run/rayfleet-health"
+      RAYFLEET_IDENTITY_FILE    = "/etc/rayfleet/identity.json"
     }
     error_message = "Worker environment: ${jsonencode(jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].environment)}"
   }
@@ -317,10 +319,12 @@ run "ray" {
         { name = "RAYFLEET_INSTANCE_TYPE", value = "g5.xlarge" },
         { name = "RAYFLEET_IDENTITY_FILE", value = "/etc/rayfleet/identity.json" },
         { name = "RAYFLEET_CURRENT_RUN_DIR", value = "/run/rayfleet" },
+        { name = "RAYFLEET_HEALTH_DIR", value = "/run/rayfleet-health" },
       ]
       mountPoints = [
         { sourceVolume = "instance-identity", containerPath = "/etc/rayfleet", readOnly = true },
         { sourceVolume = "current-run", containerPath = "/run/rayfleet", readOnly = true },
+        { sourceVolume = "node-health", containerPath = "/run/rayfleet-health", readOnly = false },
       ]
       logConfiguration = {
         logDriver = "awslogs"
@@ -344,12 +348,13 @@ run "ray" {
   # poller writes beside it. Both mount it read-only; no other task has it.
   assert {
     condition = (
-      toset([for v in aws_ecs_task_definition.worker.volume : v.name]) == toset(["current-run", "home", "instance-identity", "tmp"]) &&
+      toset([for v in aws_ecs_task_definition.worker.volume : v.name]) == toset(["current-run", "home", "instance-identity", "node-health", "tmp"]) &&
       [for v in aws_ecs_task_definition.worker.volume : v.host_path if v.name == "instance-identity"] == ["/etc/rayfleet"] &&
       jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].mountPoints == [
         { sourceVolume = "tmp", containerPath = "/tmp", readOnly = false },
         { sourceVolume = "home", containerPath = "/work", readOnly = false },
         { sourceVolume = "current-run", containerPath = "/run/rayfleet", readOnly = false },
+        { sourceVolume = "node-health", containerPath = "/run/rayfleet-health", readOnly = true },
         { sourceVolume = "instance-identity", containerPath = "/etc/rayfleet", readOnly = true },
       ] &&
       toset([for v in aws_ecs_task_definition.head.volume : v.name]) == toset(["home", "tmp"]) && toset([for v in aws_ecs_task_definition.trainer.volume : v.name]) == toset(["home", "tmp"])
@@ -362,7 +367,7 @@ run "ray" {
   # read-write in ray-worker, read-only in gpu-metrics, the same directory named to both.
   assert {
     condition = (
-      [for v in aws_ecs_task_definition.worker.volume : v.name if v.host_path == null && length(v.docker_volume_configuration) == 0] == ["current-run"] &&
+      [for v in aws_ecs_task_definition.worker.volume : v.name if v.host_path == null && length(v.docker_volume_configuration) == 0] == ["current-run", "node-health"] &&
       jsondecode(aws_ecs_task_definition.worker.container_definitions)[0].mountPoints[2] == { sourceVolume = "current-run", containerPath = "/run/rayfleet", readOnly = false }
     )
     error_message = "The current-run volume: no host path, read-write for the worker: ${jsonencode(aws_ecs_task_definition.worker.volume)}"

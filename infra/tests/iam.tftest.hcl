@@ -157,9 +157,12 @@ run "iam" {
           "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-worker",
           "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-control",
         ], { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
-        SeeOwnTrainerTasks = ["ecs:ListTasks", "*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
-        WriteTheSnapshot   = [["s3:GetObject", "s3:PutObject"], "arn:aws:s3:::rayfleet-results-20250601/cluster/*", null]
-        BucketKey          = [["kms:Decrypt", "kms:GenerateDataKey"], aws_kms_key.this.arn, { StringEquals = { "kms:ViaService" = "s3.us-east-1.amazonaws.com" } }]
+        FindOwnContainerInstance  = ["ecs:ListContainerInstances", "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet", null]
+        DrainOwnContainerInstance = [["ecs:DescribeContainerInstances", "ecs:UpdateContainerInstancesState"], "arn:aws:ecs:us-east-1:123456789012:container-instance/rayfleet/*", null]
+        ReplaceBadInstance        = ["autoscaling:SetInstanceHealth", "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/rayfleet-*", null]
+        SeeOwnTrainerTasks        = ["ecs:ListTasks", "*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
+        WriteTheSnapshot          = [["s3:GetObject", "s3:PutObject"], "arn:aws:s3:::rayfleet-results-20250601/cluster/*", null]
+        BucketKey                 = [["kms:Decrypt", "kms:GenerateDataKey"], aws_kms_key.this.arn, { StringEquals = { "kms:ViaService" = "s3.us-east-1.amazonaws.com" } }]
       }) &&
       aws_iam_role_policy.control.role == aws_iam_role.control.id && aws_iam_role.control.assume_role_policy == aws_iam_role.task.assume_role_policy
     )

@@ -11,6 +11,10 @@ and never joins the cluster as a driver (it would show up as a job). `make statu
 `s3://B/cluster/ray-status.json`, so it shows Ray's view from a laptop that cannot reach the head (the
 dashboard and GCS never leave the cluster's security group).
 
+Each round it also takes out the instance of a worker that left as suspect (a bad GPU: its drain message
+names the instance, rayfleet/node/suspect.py): ECS container instance DRAINING, Auto Scaling health
+Unhealthy, once per instance, with this task's role (RAYFLEET_CLUSTER_NAME names the ECS cluster).
+
 A failed round (the head restarting, S3 away) is logged as one line and retried at the next interval.
 """
 
@@ -25,7 +29,7 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rayfleet.node import autostop
+from rayfleet.node import autostop, suspect
 from rayfleet.serve.summary import summarize
 
 KEY = "cluster/ray-status.json"
@@ -78,6 +82,7 @@ def snapshot(dashboard: str, auth: str) -> dict:
             "head": bool(n.get("is_head_node")),
             "address": n.get("node_ip"),
             "resources": _plain(n.get("resources_total") or {}),
+            **({} if n["state"] == "ALIVE" else {"message": n.get("state_message") or ""}),
         }
         for n in listed
     ]
@@ -120,6 +125,21 @@ def decide(stopper: autostop.Autostop | None, taken: dict) -> dict | None:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def replace_suspects(taken: dict, cluster: str | None, aws, done: set[str]) -> list[str]:
+    """Take out the instances that dead nodes' messages name as suspect, each once (`done` remembers);
+    what was done, one line per action, also said in the log."""
+    lines = []
+    for node in taken["nodes"]:
+        instance = suspect.named_instance(node.get("message"))
+        if instance is None or instance in done or not cluster:
+            continue
+        done.add(instance)
+        for line in suspect.take_out(instance, cluster, aws):
+            say(f"suspect node {node['node_id']}: {line}")
+            lines.append(line)
+    return lines
+
+
 def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     env = dict(os.environ if env is None else env)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -132,7 +152,9 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
 
     from rayfleet.core.aws import Aws
 
-    s3 = Aws().client("s3")
+    aws = Aws()
+    s3 = aws.client("s3")
+    replaced: set[str] = set()
     auth = token(env)
     say(f"every {args.interval:g}s: {dashboard} -> s3://{args.bucket}/{KEY}")
     settings = autostop.Settings.from_env(env)
@@ -147,6 +169,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
         try:
             taken = snapshot(dashboard, auth)
             taken["autostop"] = decide(stopper, taken)
+            taken["replaced"] = replace_suspects(taken, env.get("RAYFLEET_CLUSTER_NAME"), aws, replaced)
             body = json.dumps(taken, indent=2).encode()
             s3.put_object(Bucket=args.bucket, Key=KEY, Body=body, ContentType="application/json")
             if written == 0:

@@ -17,8 +17,8 @@ The head and the workers run `ray start --block` as a child and pass ECS's SIGTE
 that way exits 0 (Ray's own handler exits 1). A worker first drains its node for preemption, on SIGTERM or
 a Spot interruption notice, so the jobs on it checkpoint and move (rayfleet/node/drain.py;
 RAYFLEET_DRAIN_DEADLINE_S, default 100 of the 120 s stopTimeout; RAYFLEET_SPOT_NOTICE_FILE), and so does a
-node the gpu-metrics sidecar marked suspect (a bad GPU: rayfleet/node/suspect.py; RAYFLEET_HEALTH_DIR), whose
-instance is then taken out (ECS container instance DRAINING, Auto Scaling health Unhealthy).
+node the gpu-metrics sidecar marked suspect (a bad GPU: rayfleet/node/suspect.py; RAYFLEET_HEALTH_DIR), naming
+its instance (RAYFLEET_IDENTITY_FILE) so that the control task has it replaced.
 "The head answers" means Ray's health check passes against its GCS with this task's token, not only that
 the port is open. A worker never pins the head's IP: it joins by
 the Cloud Map name, and when its raylet exits because the GCS is gone (Ray gives up after
@@ -152,6 +152,7 @@ def run_head(env: dict) -> int:
     return code or 0
 
 
+IDENTITY_FILE = "/etc/rayfleet/identity.json"  # written by the instance at boot (infra/modules/cluster)
 QUICK_EXIT_S = 30  # a node that leaves this soon after joining counts towards MAX_QUICK_EXITS
 MAX_QUICK_EXITS = 5
 
@@ -165,7 +166,6 @@ def run_worker(env: dict, host: str, port: int, wait_s: float, watch_s: float = 
     node = Node(before_stop=drain_first(env, gcs))
     node.install()
     notices = Path(env.get("RAYFLEET_SPOT_NOTICE_FILE") or drain.SPOT_NOTICE_FILE)
-    suspected: list[dict] = []
 
     def watch(joined: str) -> str | None:
         notice = drain.spot_notice(notices)
@@ -175,9 +175,9 @@ def run_worker(env: dict, host: str, port: int, wait_s: float, watch_s: float = 
             return None
         found = suspect.read(env.get("RAYFLEET_HEALTH_DIR"))
         if found is not None:
-            suspected.append(found)
-            say(f"{suspect.reason(found)}: draining this node, then taking its instance out")
-            node.stop_for(suspect.reason(found))
+            why = suspect.reason(found, suspect.instance_id(env.get("RAYFLEET_IDENTITY_FILE") or IDENTITY_FILE))
+            say(f"{why}: draining this node")
+            node.stop_for(why)
             return None
         return head_moved(host, port, joined)
 
@@ -213,28 +213,8 @@ def run_worker(env: dict, host: str, port: int, wait_s: float, watch_s: float = 
         pause_until = time.monotonic() + (min(2**quick, 30) if quick else 0)
         while time.monotonic() < pause_until and not node.stopping:
             time.sleep(0.2)
-    if suspected:
-        take_out_instance(env)
     say(f"stopped after {joins} join(s)")
     return 0
-
-
-def take_out_instance(env: dict) -> None:
-    """After a suspect node's drain: no new task on its instance, and a replacement for it (suspect.take_out)."""
-    instance = suspect.instance_id(env.get("RAYFLEET_IDENTITY_FILE") or "/etc/rayfleet/identity.json")
-    cluster = env.get("RAYFLEET_CLUSTER_NAME")
-    if not instance or not cluster:
-        say("no instance id or ECS cluster name here: the node is drained, its instance is left as it is")
-        return
-    from rayfleet.core.aws import Aws  # boto3: only a node that is being taken out needs it
-
-    try:
-        aws = Aws(env.get("AWS_REGION"))
-    except Exception as exc:  # no region: say so and leave; the drain is done
-        say(f"cannot take {instance} out: {exc}")
-        return
-    for line in suspect.take_out(instance, cluster, aws):
-        say(line)
 
 
 def job_command(job: str, args: list[str]) -> list[str]:

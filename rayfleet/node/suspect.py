@@ -7,19 +7,24 @@ format is the contract, with no import between the two (as for the current-run f
     {"reasons": ["GPU 3 (NVIDIA H100 80GB HBM3): 2 uncorrectable ECC error(s)"], "since": "<ISO time>"}
 
 The worker's entry point (rayfleet/node/ray_node.py) looks every 5 s, as for a Spot notice. On a suspect
-file it drains its Ray node (the PREEMPTION reason, so Ray schedules nothing new there, Ray Train jobs
-checkpoint and move, launcher recipes get their notice), stops Ray once the node's work is gone or the
-deadline passes, and then takes the instance out (`take_out`): its ECS container instance goes DRAINING
-(ECS places no task there) and its Auto Scaling group is told it is Unhealthy (the group terminates and
-replaces it). Locally there is no instance: the drain alone keeps new work off the node.
+file it drains its Ray node with the PREEMPTION reason (Ray schedules nothing new there, Ray Train jobs
+checkpoint and move, launcher recipes get their notice) and a message naming its instance (`reason`), and
+stops Ray once the node's work is gone or the deadline passes. The control task beside the head
+(rayfleet/node/head_snapshot.py), whose role alone may touch the deployment (no job can use it), finds the
+node dead with that message and takes the instance out (`take_out`): its ECS container instance goes
+DRAINING (ECS places no task there) and its Auto Scaling group is told it is Unhealthy (the group terminates
+and replaces it). Locally there is no instance: the drain alone keeps new work off the node.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 FILE = "suspect.json"
+# In the drain's message, and so in the dead node's state message Ray keeps: which instance to take out.
+NAMED = re.compile(r"node suspect on (i-[0-9a-f]+): ")
 
 
 def read(health_dir: str | Path | None) -> dict | None:
@@ -33,8 +38,16 @@ def read(health_dir: str | Path | None) -> dict | None:
     return found if isinstance(found, dict) and found.get("reasons") else None
 
 
-def reason(found: dict) -> str:
-    return "node suspect: " + "; ".join(str(r) for r in found["reasons"])
+def reason(found: dict, instance: str | None = None) -> str:
+    """The drain's message: the reasons, and the instance when known (on ECS), for the control task."""
+    where = f" on {instance}" if instance else ""
+    return f"node suspect{where}: " + "; ".join(str(r) for r in found["reasons"])
+
+
+def named_instance(message: str | None) -> str | None:
+    """The instance a dead node's state message names as suspect, or None."""
+    found = NAMED.search(message or "")
+    return found.group(1) if found else None
 
 
 def instance_id(identity_file: str | Path) -> str | None:

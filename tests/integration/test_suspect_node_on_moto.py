@@ -1,5 +1,7 @@
-"""A suspect worker's instance is taken out (rayfleet/node/suspect.py) against a real moto_server: its ECS
-container instance goes DRAINING and its Auto Scaling group sees it Unhealthy, and nothing else is touched.
+"""A suspect worker's instance is taken out by the control task (rayfleet/node/head_snapshot.replace_suspects,
+rayfleet/node/suspect.py) against a real moto_server: from the snapshot's dead node whose drain message names
+it, its ECS container instance goes DRAINING and its Auto Scaling group sees it Unhealthy, once, and nothing
+else is touched.
 What moto cannot show: the group actually terminating and replacing the instance, and IAM allowing exactly
 these calls to the task role (infra/modules/iam, checked by the Terraform tests)."""
 
@@ -9,6 +11,7 @@ import pytest
 
 from rayfleet.core.aws import Aws
 from rayfleet.node import suspect
+from rayfleet.node.head_snapshot import replace_suspects
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +38,14 @@ def test_the_suspect_instance_is_drained_in_ecs_and_marked_unhealthy_in_its_grou
         ecs.register_container_instance(cluster="rf", instanceIdentityDocument=document)
     bad, good = instances
 
-    done = suspect.take_out(bad, "rf", Aws("us-east-1"))
+    taken = {"nodes": [
+        {"node_id": "a1", "alive": False, "message": f"Terminated due to preemption: node suspect on {bad}: GPU 0 lost"},  # noqa: E501
+        {"node_id": "b2", "alive": False, "message": "Terminated due to preemption: the task was stopped (SIGTERM)"},
+        {"node_id": "c3", "alive": True},
+    ]}  # fmt: skip
+    handled: set[str] = set()
+    done = replace_suspects(taken, "rf", Aws("us-east-1"), handled)
+    assert replace_suspects(taken, "rf", Aws("us-east-1"), handled) == []  # once per instance
 
     assert done == [
         f"ECS container instance of {bad} set DRAINING",

@@ -130,27 +130,6 @@ resource "aws_iam_role_policy" "task" {
       },
       { Sid = "EcsExecLogKey", Effect = "Allow", Action = ["kms:Decrypt", "kms:GenerateDataKey"], Resource = aws_kms_key.this.arn },
       {
-        # A worker whose GPU went bad takes its own instance out after draining it (rayfleet/node/suspect.py):
-        # ECS places no task there and the Auto Scaling group replaces it. All a job could do with these is have
-        # an instance of this deployment replaced by a new one: no read, no change of size or configuration.
-        Sid      = "FindOwnContainerInstance"
-        Effect   = "Allow"
-        Action   = "ecs:ListContainerInstances"
-        Resource = local.cluster_arn
-      },
-      {
-        Sid      = "DrainOwnContainerInstance"
-        Effect   = "Allow"
-        Action   = ["ecs:DescribeContainerInstances", "ecs:UpdateContainerInstancesState"]
-        Resource = "arn:${local.partition}:ecs:${local.region}:${local.account}:container-instance/${var.name}/*"
-      },
-      {
-        Sid      = "ReplaceBadInstance"
-        Effect   = "Allow"
-        Action   = "autoscaling:SetInstanceHealth"
-        Resource = "arn:${local.partition}:autoscaling:${local.region}:${local.account}:autoScalingGroup:*:autoScalingGroupName/${var.name}-*"
-      },
-      {
         # make run: a recipe's `secretsmanager:` and `ssm:` env references, read by the trainer at submit time.
         # Only under <name>/recipes/, which the Ray token (<name>/ray-auth-token-*) is not.
         Sid      = "RecipeSecrets"
@@ -192,6 +171,27 @@ resource "aws_iam_role_policy" "control" {
         Action    = "ecs:UpdateService"
         Resource  = [for s in var.scaled_services : "arn:${local.partition}:ecs:${local.region}:${local.account}:service/${var.name}/${s}"]
         Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
+      },
+      {
+        # A worker whose GPU went bad drains its Ray node, naming its instance (rayfleet/node/suspect.py); this
+        # task then takes that instance out: ECS places no task there and the Auto Scaling group replaces it.
+        # Only instances of this deployment; no change of size or configuration.
+        Sid      = "FindOwnContainerInstance"
+        Effect   = "Allow"
+        Action   = "ecs:ListContainerInstances"
+        Resource = local.cluster_arn
+      },
+      {
+        Sid      = "DrainOwnContainerInstance"
+        Effect   = "Allow"
+        Action   = ["ecs:DescribeContainerInstances", "ecs:UpdateContainerInstancesState"]
+        Resource = "arn:${local.partition}:ecs:${local.region}:${local.account}:container-instance/${var.name}/*"
+      },
+      {
+        Sid      = "ReplaceBadInstance"
+        Effect   = "Allow"
+        Action   = "autoscaling:SetInstanceHealth"
+        Resource = "arn:${local.partition}:autoscaling:${local.region}:${local.account}:autoScalingGroup:*:autoScalingGroupName/${var.name}-*"
       },
       {
         # Read-only: a trainer task still pulling its image is activity too. ListTasks names no task; the

@@ -20,11 +20,10 @@ locals {
     { name = "RAYFLEET_NUM_CPUS", value = tostring(local.worker_cpus) },
     { name = "RAYFLEET_NUM_GPUS", value = tostring(local.worker_gpus) },
     { name = "RAYFLEET_CURRENT_RUN_DIR", value = local.current_run_dir },
-    # A bad GPU (the sidecar's suspect file) drains the node, then takes its instance out (rayfleet/node/suspect.py).
+    # A bad GPU (the sidecar's suspect file) drains the node, naming its instance for the control task, which
+    # has it replaced (rayfleet/node/suspect.py).
     { name = "RAYFLEET_HEALTH_DIR", value = local.health_dir },
     { name = "RAYFLEET_IDENTITY_FILE", value = "/etc/rayfleet/identity.json" },
-    { name = "RAYFLEET_CLUSTER_NAME", value = var.name },
-    { name = "AWS_REGION", value = var.region },
   ]
   # Where the gpu-metrics sidecar marks the node suspect (monitoring/node_health.py) for the worker's entry point:
   # read-write in gpu-metrics, read-only in ray-worker; both images own the directory as the sidecar's user.

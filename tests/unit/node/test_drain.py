@@ -565,41 +565,27 @@ def test_the_agents_skipped_are_rays_own_list():
     assert tuple(ray_constants.AGENT_PROCESS_LIST) == drain.RAY_AGENTS
 
 
-def test_a_suspect_node_drains_with_its_reasons_and_then_its_instance_is_taken_out(
-    gcs, waits, worker, capsys, monkeypatch, tmp_path
-):
-    """The sidecar's suspect file (a bad GPU) appearing while Ray runs drains the node with "node suspect:
-    <reasons>" and the default deadline, like a preemption, so its work checkpoints and moves; only after the
-    wait, with Ray stopped, is the instance taken out. The ECS and Auto Scaling calls themselves run on moto:
-    tests/integration/test_suspect_node_on_moto.py."""
+def test_a_suspect_node_drains_naming_its_instance_for_the_control_task(gcs, waits, worker, capsys, tmp_path):
+    """The sidecar's suspect file (a bad GPU) appearing while Ray runs drains the node like a preemption, so its
+    work checkpoints and moves, with the message "node suspect on <instance>: <reasons>" that the dead node
+    keeps in Ray: the control task reads it there and has the instance replaced (head_snapshot.replace_suspects;
+    on moto: tests/integration/test_suspect_node_on_moto.py). The worker itself makes no AWS call."""
     health, identity = tmp_path / "health", tmp_path / "identity.json"
     health.mkdir()
     identity.write_text(json.dumps({"instance_id": "i-0abc", "instance_type": "g5.xlarge"}))
     reasons = ["GPU 0 (NVIDIA A10G): 1 uncorrectable ECC error(s)"]
     worker.poll = lambda: (health / "suspect.json").write_text(json.dumps({"reasons": reasons, "since": "now"}))
-    taken = []
-
-    def take_out(instance, cluster, aws):
-        taken.append((instance, cluster, aws.region))
-        return ["i-0abc marked Unhealthy: its Auto Scaling group replaces it"]
-
-    monkeypatch.setattr(suspect, "take_out", take_out)
     seen = {}
-
-    def during(pid, deadline_s):
-        seen.update(running=ray_still_runs(pid), taken=list(taken))
-
-    waits.during = during
+    waits.during = lambda pid, deadline_s: seen.update(running=ray_still_runs(pid))
     env = {"RAYFLEET_HEALTH_DIR": str(health), "RAYFLEET_IDENTITY_FILE": str(identity)}
-    env |= {"RAYFLEET_CLUSTER_NAME": "rf", "AWS_REGION": "us-east-1", "RAYFLEET_DRAIN_DEADLINE_S": "30"}
-    assert worker.run(**env) == 0
+    assert worker.run(**env, RAYFLEET_DRAIN_DEADLINE_S="30") == 0
     [sent] = gcs.drains
-    assert (sent.node_id, sent.reason, sent.message) == (NODE_ID, preemption(), f"node suspect: {reasons[0]}")
-    assert seen == {"running": True, "taken": []}  # drained while Ray ran; the instance goes only after
-    assert taken == [("i-0abc", "rf", "us-east-1")]
-    out = capsys.readouterr().out
-    assert DRAINING.search(out).groups() == (NODE_ID, f"node suspect: {reasons[0]}", "30")
-    assert "i-0abc marked Unhealthy: its Auto Scaling group replaces it" in out
+    message = f"node suspect on i-0abc: {reasons[0]}"
+    assert (sent.node_id, sent.reason, sent.message) == (NODE_ID, preemption(), message)
+    assert seen == {"running": True}  # drained while Ray ran, stopped after
+    assert DRAINING.search(capsys.readouterr().out).groups() == (NODE_ID, message, "30")
+    assert suspect.named_instance(f"Terminated due to preemption: {message}") == "i-0abc"
+    assert suspect.named_instance("Terminated due to preemption: node suspect: no instance here") is None
 
 
 @pytest.mark.parametrize("content", ["", "{", "[]", '{"reasons": []}', '{"since": "now"}'])
