@@ -14,14 +14,12 @@ Ray when the node's work is gone or the deadline has passed, whichever comes fir
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 from datetime import datetime
 from pathlib import Path
 
 import psutil
 
-REASON = "DRAIN_NODE_REASON_PREEMPTION"
 STOP_TIMEOUT_S = 120  # the task definitions' stopTimeout: SIGKILL comes this long after SIGTERM
 DEFAULT_DEADLINE_S = 100  # of those, what Ray may use; the rest is for Ray itself to stop
 SPOT_MARGIN_S = 15  # a Spot notice's deadline: this long before the instance is taken
@@ -63,27 +61,6 @@ def busy_workers(ray_start_pid: int) -> int:
         if title.startswith("ray::") and not title.startswith(("ray::IDLE", *RAY_AGENTS)):
             busy += 1
     return busy
-
-
-def request(gcs: str, node_id: str, message: str, deadline_s: int) -> str | None:
-    """Ask the GCS to drain the node; None when accepted, else why not (one line)."""
-    command = [
-        "ray",
-        "drain-node",
-        f"--address={gcs}",
-        f"--node-id={node_id}",
-        f"--reason={REASON}",
-        f"--reason-message={message}",
-        f"--deadline-remaining-seconds={max(deadline_s, 1)}",
-    ]
-    try:
-        result = subprocess.run(command, capture_output=True, text=True, timeout=60)
-    except subprocess.TimeoutExpired:
-        return "ray drain-node did not answer within 60 s"
-    if result.returncode == 0:
-        return None
-    lines = [line.strip() for line in (result.stderr + result.stdout).splitlines() if line.strip()]
-    return (lines or [f"ray drain-node exited {result.returncode}"])[-1][:300]
 
 
 def spot_notice(path: Path, now: float | None = None) -> tuple[str, float] | None:

@@ -37,6 +37,7 @@ import sys
 import time
 from pathlib import Path
 
+from rayfleet.core import ray_drain
 from rayfleet.node import drain, suspect
 from rayfleet.node.head_wait import Stopped, head_moved, wait_for_head
 from rayfleet.node.node_spec import head_command, join_command, ports, trainer_resource
@@ -114,7 +115,7 @@ def drain_first(env: dict, gcs: dict):
             say("no Ray node to drain")
             return
         deadline = drain.deadline_for(left_s, default_s)
-        problem = drain.request(gcs["address"], node_id, reason, deadline)
+        problem = ray_drain.request(gcs["address"], node_id, reason, deadline)
         if problem:
             say(f"could not drain node {node_id}: {problem}; stopping it now")
             return

@@ -22,6 +22,7 @@ import pytest
 import ray
 from ray._private import ray_constants
 
+from rayfleet.core import ray_drain
 from rayfleet.node import drain, ray_node, suspect
 
 NODE_ID = "5f1c0a9e" * 7  # 28 bytes in hex, as Ray's node ids (its CLI refuses anything else)
@@ -181,7 +182,7 @@ class Gcs:
 
 @pytest.fixture
 def gcs(monkeypatch):
-    """drain.request's `ray drain-node` runs Ray's real CLI command in this process, against a stand-in GcsClient."""
+    """ray_drain.request's `ray drain-node` runs Ray's real CLI command in this process, against a stand-in GcsClient."""
     from click.testing import CliRunner
     from ray.scripts import scripts
 
@@ -195,7 +196,7 @@ def gcs(monkeypatch):
         return subprocess.CompletedProcess(command, result.exit_code, result.stdout, result.stderr)
 
     monkeypatch.setattr(ray._raylet, "GcsClient", fake.client)
-    monkeypatch.setattr(drain, "subprocess", SimpleNamespace(run=run, TimeoutExpired=subprocess.TimeoutExpired))
+    monkeypatch.setattr(ray_drain, "subprocess", SimpleNamespace(run=run, TimeoutExpired=subprocess.TimeoutExpired))
     return fake
 
 
@@ -209,7 +210,7 @@ def test_the_drain_request_reaches_the_gcs_with_the_node_the_reason_and_the_dead
     """Ray's CLI accepts the request's flags and asks the joined head's GCS to drain this node, for PREEMPTION,
     with the message Ray records on the node's end ("Terminated due to preemption: <message>") and the deadline."""
     before = now_ms()
-    assert drain.request(GCS, NODE_ID, SIGTERM_REASON, 25) is None
+    assert ray_drain.request(GCS, NODE_ID, SIGTERM_REASON, 25) is None
     after = now_ms()
     assert gcs.addresses == [GCS]
     [sent] = gcs.drains
@@ -222,7 +223,7 @@ def test_a_drain_always_has_a_deadline(gcs, deadline_s):
     """A deadline of 0 s or less is sent as 1 s: Ray reads 0 as "no deadline" (Ray Train would wait its own 120 s)
     and refuses a negative one."""
     before = now_ms()
-    assert drain.request(GCS, NODE_ID, SIGTERM_REASON, deadline_s) is None
+    assert ray_drain.request(GCS, NODE_ID, SIGTERM_REASON, deadline_s) is None
     [sent] = gcs.drains
     assert before + 1000 <= sent.deadline_ms <= now_ms() + 1000
 
@@ -230,7 +231,7 @@ def test_a_drain_always_has_a_deadline(gcs, deadline_s):
 def test_a_refused_drain_comes_back_as_rays_one_line_reason(gcs):
     """When the GCS refuses, request() returns Ray's last line of output, which says why."""
     gcs.refusal = "The node is already being drained."
-    problem = drain.request(GCS, NODE_ID, SIGTERM_REASON, 25)
+    problem = ray_drain.request(GCS, NODE_ID, SIGTERM_REASON, 25)
     assert problem == "Error: The drain request is not accepted: The node is already being drained."
     assert len(gcs.drains) == 1
 
@@ -243,8 +244,8 @@ def test_a_ray_that_does_not_answer_is_a_problem_not_a_hang(monkeypatch):
         seen["timeout"] = timeout
         raise subprocess.TimeoutExpired(command, timeout)
 
-    monkeypatch.setattr(drain, "subprocess", SimpleNamespace(run=run, TimeoutExpired=subprocess.TimeoutExpired))
-    assert drain.request(GCS, NODE_ID, SIGTERM_REASON, 25) == "ray drain-node did not answer within 60 s"
+    monkeypatch.setattr(ray_drain, "subprocess", SimpleNamespace(run=run, TimeoutExpired=subprocess.TimeoutExpired))
+    assert ray_drain.request(GCS, NODE_ID, SIGTERM_REASON, 25) == "ray drain-node did not answer within 60 s"
     assert seen["timeout"] == 60
 
 
