@@ -23,7 +23,8 @@ import pytest
 from tools import rendered
 from tools.terraform_standin.render import rendered_state
 
-WRITABLE = {"/tmp", "/work", "/run/rayfleet", "/run/rayfleet-health"}  # plus /dev/shm (sharedMemorySize), which is a tmpfs
+# plus /dev/shm (sharedMemorySize), which is a tmpfs
+WRITABLE = {"/tmp", "/work", "/run/rayfleet", "/run/rayfleet-health"}
 HOST_PATHS = {"/etc/rayfleet"}  # the instance's identity and Spot notice, read-only
 TLS = "arn:aws:secretsmanager:us-east-1:123456789012:secret:acme/tls-AbCdEf"
 SERVE = f'{{enabled = true, allowed_cidrs = ["10.0.0.0/8"], tls_secret_arn = "{TLS}"}}'

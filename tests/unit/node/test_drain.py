@@ -182,7 +182,7 @@ class Gcs:
 
 @pytest.fixture
 def gcs(monkeypatch):
-    """ray_drain.request's `ray drain-node` runs Ray's real CLI command in this process, against a stand-in GcsClient."""
+    """ray_drain.request's `ray drain-node` runs Ray's real CLI in this process, against a stand-in GcsClient."""
     from click.testing import CliRunner
     from ray.scripts import scripts
 
