@@ -17,8 +17,9 @@ The head and the workers run `ray start --block` as a child and pass ECS's SIGTE
 that way exits 0 (Ray's own handler exits 1). A worker first drains its node for preemption, on SIGTERM or
 a Spot interruption notice, so the jobs on it checkpoint and move (rayfleet/node/drain.py;
 RAYFLEET_DRAIN_DEADLINE_S, default 100 of the 120 s stopTimeout; RAYFLEET_SPOT_NOTICE_FILE), and so does a
-node the gpu-metrics sidecar marked suspect (a bad GPU: rayfleet/node/suspect.py; RAYFLEET_HEALTH_DIR), naming
-its instance (RAYFLEET_IDENTITY_FILE) so that the control task has it replaced.
+node marked suspect (rayfleet/node/suspect.py: a bad GPU, by the gpu-metrics sidecar in RAYFLEET_HEALTH_DIR; a
+hung rank, by the hang watchdog in RAYFLEET_CURRENT_RUN_DIR), naming its instance (RAYFLEET_IDENTITY_FILE) so
+that the control task has it replaced.
 "The head answers" means Ray's health check passes against its GCS with this task's token, not only that
 the port is open. A worker never pins the head's IP: it joins by
 the Cloud Map name, and when its raylet exits because the GCS is gone (Ray gives up after
@@ -174,7 +175,8 @@ def run_worker(env: dict, host: str, port: int, wait_s: float, watch_s: float = 
             say(notice[0])
             node.stop_for(*notice)
             return None
-        found = suspect.read(env.get("RAYFLEET_HEALTH_DIR"))
+        # The sidecar's verdict on the GPUs, or the hang watchdog's on a rank here (rayfleet/train/hang_watch.py)
+        found = suspect.read(env.get("RAYFLEET_HEALTH_DIR")) or suspect.read(env.get("RAYFLEET_CURRENT_RUN_DIR"))
         if found is not None:
             why = suspect.reason(found, suspect.instance_id(env.get("RAYFLEET_IDENTITY_FILE") or IDENTITY_FILE))
             say(f"{why}: draining this node")

@@ -1,8 +1,10 @@
 """A worker whose GPU went bad leaves, and its instance is replaced, before the next run is placed on it.
 
 The gpu-metrics sidecar (monitoring/node_health.py) writes `suspect.json` into the worker task's node-health
-volume (RAYFLEET_HEALTH_DIR) when a GPU reports an uncorrectable ECC error or falls off the bus. The file's
-format is the contract, with no import between the two (as for the current-run files):
+volume (RAYFLEET_HEALTH_DIR) when a GPU reports an uncorrectable ECC error or falls off the bus; the hang
+watchdog (rayfleet/train/hang_watch.py) writes one into the current-run directory (RAYFLEET_CURRENT_RUN_DIR)
+for a rank that did not arrive. The file's format is the contract, with no import between the writers and
+this reader (as for the current-run files):
 
     {"reasons": ["GPU 3 (NVIDIA H100 80GB HBM3): 2 uncorrectable ECC error(s)"], "since": "<ISO time>"}
 

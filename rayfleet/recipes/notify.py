@@ -23,7 +23,7 @@ SUBJECT_LIMIT = 100  # SNS's
 @dataclass(frozen=True)
 class Event:
     run: str
-    kind: str  # started | succeeded | failed | resumed | stalled
+    kind: str  # started | succeeded | failed | resumed | stalled | hung
     detail: str = ""
 
     @property

@@ -2,6 +2,7 @@
 
 Its output passes through unchanged (Ray's job log records it as before), and the watcher
   * says the run started, and at the end succeeded, or failed with the last lines of output;
+  * says it hung, with the evidence, when the job's hang watchdog prints its `hang:` line;
   * says it resumed when the job prints a resume line (the jobs print `... (attempt N)` when they continue
     from a checkpoint after a worker-group restart or a resubmission);
   * says it stalled when nothing was printed for `stall_after_s` while it runs (the jobs print a progress
@@ -23,6 +24,7 @@ import time
 from rayfleet.recipes.notify import Event, Notifier
 
 RESUMED = re.compile(r"\bresuming\b.*\(attempt (\d+)\)")
+HUNG = re.compile(r"^hang: (.*)")  # the hang watchdog's line with its evidence (rayfleet/train/hang_watch.py)
 TAIL_LINES = 30
 
 
@@ -44,6 +46,9 @@ class Watch:
         match = RESUMED.search(text)
         if match:
             self.notifier.send(Event(self.run, "resumed", f"attempt {match.group(1)}: {text.strip()[:300]}"))
+        hung = HUNG.search(text.strip())
+        if hung:
+            self.notifier.send(Event(self.run, "hung", hung.group(1)[:600]))
 
     def check_stall(self) -> None:
         with self.lock:

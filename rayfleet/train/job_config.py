@@ -45,6 +45,14 @@ class JobConfig(StrictModel):
         "every multiple of N that comes about once a second); 0: never",
     )
     keep_checkpoints: int = Field(2, ge=1)
+    hang_floor_s: float = Field(
+        300.0,
+        ge=0,
+        description="hung: a rank inside a step and no rank finished one for max(hang_factor x the median step, "
+        "this many seconds); the node that did not arrive is marked suspect and the group restarts; 0: no watchdog",
+    )
+    hang_factor: float = Field(20.0, gt=0, description="see hang_floor_s")
+    max_heals: int = Field(2, ge=0, description="hangs healed by a restart; the next one fails the run")
     # Tracking (rank 0)
     progress_every_s: float = Field(20.0, ge=0, description="a progress line at most this often; 0: none")
     tensorboard: bool = Field(True, description="TensorBoard event files in the run directory")

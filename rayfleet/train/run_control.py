@@ -4,6 +4,7 @@ that a notice or a stop asks for.
 
 Every rank calls it at the same points (the checks are collectives):
 
+    control.steps.enter() ... control.steps.leave()    around every step: the hang watchdog's view (hang_watch.py)
     preempted = control.noticed(step)                  after every step: asks Ray every N steps (preemption.py)
     decision = control.at_boundary(done, save, where)  where the loop may checkpoint (an epoch's end, a logged
     if decision.stop_reason:                           step): saves when the cadence or a stop request asks
@@ -25,6 +26,7 @@ import torch
 
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train import stop
+from rayfleet.train.hang_watch import Steps
 from rayfleet.train.preemption import Preemption, record_reached
 
 
@@ -54,8 +56,10 @@ class RunControl:
         checkpoint_every: int = 1,
         last: int | None = None,
         stop_after_save: bool = False,
+        steps: Steps | None = None,
     ):
         self.run_dir, self.rank, self.device, self.preemption = run_dir, rank, device, preemption
+        self.steps = steps or Steps(rank)  # reported to the run's hang watchdog when started with it
         self.checkpoint_every, self.last, self.stop_after_save = checkpoint_every, last, stop_after_save
         self.notice_pending = False  # a notice seen and its checkpoint not yet saved
 

@@ -6,7 +6,9 @@ Shared by the jobs: a job hands over its `train_loop` and a validated config wit
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import os
 import sys
 import tempfile
 import time
@@ -19,7 +21,7 @@ from ray.train.torch import TorchTrainer
 
 from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError, RayfleetError
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train import current_run, stop
+from rayfleet.train import current_run, hang_watch, stop
 from rayfleet.train.job_config import JobConfig
 from rayfleet.train.metrics import METRICS_FILE, read_rows
 from rayfleet.train.ray_connect import cluster_gpus, placeable_workers, ray_session
@@ -87,6 +89,28 @@ def build_trainer(
     )
 
 
+@contextlib.contextmanager
+def watched(cfg: JobConfig, run_name: str, run_dir: RunDir, use_gpu: bool):
+    """The hang watchdog around fit() (hang_watch.py; hang_floor_s=0: none), and on GPUs Ray Train's NCCL hang
+    detector too, failing the attempt (Ray reads its switches from the driver's environment when the trainer
+    is built, so they are set for the block only)."""
+    if cfg.hang_floor_s <= 0:
+        yield
+        return
+    switches = {"RAY_TRAIN_ENABLE_NCCL_HANG_DETECTOR": "1", "RAY_TRAIN_NCCL_RAS_ACTION": "fail"} if use_gpu else {}
+    before = {key: os.environ.get(key) for key in switches}
+    os.environ.update(switches)
+    try:
+        with hang_watch.watching(run_name, run_dir, cfg.hang_factor, cfg.hang_floor_s, cfg.max_heals):
+            yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
 def fit_and_summarize(
     train_loop: Callable,
     cfg: JobConfig,
@@ -109,7 +133,8 @@ def fit_and_summarize(
             )
             loop_config = {"tracking": target, **(extra_loop_config or {})}
             try:
-                result = build_trainer(train_loop, cfg, run_name, use_gpu, loop_config).fit()
+                with watched(cfg, run_name, run_dir, use_gpu):
+                    result = build_trainer(train_loop, cfg, run_name, use_gpu, loop_config).fit()
             except BaseException:
                 close_tracking(run_dir, target, None)
                 raise

@@ -66,6 +66,18 @@ def test_a_resume_line_of_the_jobs_is_a_resumed_notification(receiver):
     )
 
 
+def test_the_hang_watchdogs_line_is_a_hung_notification_with_its_evidence(receiver):
+    evidence = (
+        "no step finished for 9 s (window 8 s); at step 6: rank 1 on 10.0.0.7 (finished 5); heal (1 heal(s) so far)"
+    )
+    watched(receiver, f"echo 'hang: {evidence}'; echo 'hang is not at the start of this line'")
+    assert receiver.texts() == [
+        "rayfleet: run r1 started",
+        f"rayfleet: run r1 hung\n{evidence}",
+        "rayfleet: run r1 succeeded",
+    ]
+
+
 def test_sigterm_reaches_the_command_and_the_run_is_reported_failed(receiver, tmp_path):
     import signal
     import subprocess
