@@ -77,7 +77,7 @@ def judge(beats: dict[int, dict], now: float, factor: float, floor_s: float) -> 
         rank: {
             "node": b["node_ip"],
             "node_id": b["node_id"][:12],
-            "entered": b["entered"],
+            "entered": b["entered"],  # steps of this attempt (its processes), not the run's step numbers
             "finished": b["done"],
             "since_last_step_s": round(now - b["done_at"], 1),
         }
@@ -91,7 +91,10 @@ def describe(hang: dict) -> str:
     ranks = hang["ranks"]
     who = ", ".join(f"rank {r} on {ranks[r]['node']} (finished {ranks[r]['finished']})" for r in hang["laggards"])
     most = max(r["entered"] for r in ranks.values())
-    return f"no step finished for {hang['silent_s']:.0f} s (window {hang['window_s']:.0f} s); at step {most}: {who}"
+    return (
+        f"no step finished for {hang['silent_s']:.0f} s (window {hang['window_s']:.0f} s); at step {most} of this "
+        f"attempt: {who}"
+    )
 
 
 class Coordinator:

@@ -29,37 +29,12 @@ from rayfleet.core.run_dir import RunDir
 from rayfleet.node.drain import SPOT_MARGIN_S
 from rayfleet.train.checkpoint import read_state
 from rayfleet.train.metrics import read_rows
-from tests.integration.helpers import DASHBOARD_PORT, FSDP_TINY, RAY_PORT, REPO, listed_nodes
+from tests.integration.helpers import DASHBOARD_PORT, FSDP_TINY, REPO
+from tests.integration.node_helpers import DEADLINE_S, check_the_node, entry_point_node, wait_for
 
 pytestmark = pytest.mark.integration
-DEADLINE_S = 25
 CHECK_EVERY = 2
 SIGTERM_REASON = "the task was stopped (SIGTERM)"
-
-
-def entry_point_node(cluster_env: dict, scratch: Path, log: Path) -> subprocess.Popen:
-    ports = {"gcs": {"from": RAY_PORT, "to": RAY_PORT}, "dashboard": {"from": DASHBOARD_PORT, "to": DASHBOARD_PORT}}
-    env = {
-        **cluster_env,
-        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",  # `ray` of this environment
-        "PYTHONPATH": str(REPO),  # the run's workers import rayfleet/train/ (the image has it installed)
-        "RAYFLEET_HEAD_HOST": "127.0.0.1",
-        "RAYFLEET_RAY_PORTS": json.dumps(ports),
-        "RAYFLEET_NUM_CPUS": "2",
-        "RAYFLEET_NUM_GPUS": "0",
-        "RAYFLEET_OBJECT_STORE_MIB": "200",
-        "RAYFLEET_DRAIN_DEADLINE_S": str(DEADLINE_S),
-        "RAYFLEET_SPOT_NOTICE_FILE": str(scratch / "spot-action.json"),
-    }
-    with open(log, "w") as out:
-        return subprocess.Popen(
-            [sys.executable, "-m", "rayfleet.node.ray_node", "worker"],
-            env=env,
-            cwd=REPO,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
 
 
 def train_workers_under(pid: int) -> int:
@@ -71,14 +46,6 @@ def train_workers_under(pid: int) -> int:
             continue
         found += bool(command) and command[0].startswith("ray::RayTrainWorker")
     return found
-
-
-def wait_for(predicate, timeout: float, what: str, job: subprocess.Popen) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert job.poll() is None, f"the run ended before {what}: {job.communicate()[0][-3000:]}"
-        assert time.monotonic() < deadline, f"no {what} within {timeout:.0f} s"
-        time.sleep(0.5)
 
 
 def sigterm(node: subprocess.Popen, scratch: Path) -> None:
@@ -118,21 +85,6 @@ def preempted_run(
             os.killpg(node.pid, signal.SIGKILL)
         if job is not None and job.poll() is None:
             job.kill()
-
-
-def dead_messages(cluster_env: dict) -> list[str]:
-    return [n.get("state_message") or "" for n in listed_nodes(cluster_env) if n["state"] == "DEAD"]
-
-
-def check_the_node(node_out: str, node_rc: int, cluster_env: dict, reason: str, late_s: int = 2) -> None:
-    """The entry point drained its node for preemption, with the reason and the deadline (DEADLINE_S, less at
-    most `late_s`), then left (exit 0); Ray records the node's end as a preemption, with that reason."""
-    assert node_rc == 0, node_out[-3000:]
-    drained = re.search(r"draining node \w+ for preemption \((.*)\): deadline in (\d+) s", node_out)
-    assert drained and drained.group(1).startswith(reason), node_out[-3000:]
-    assert DEADLINE_S - late_s <= int(drained.group(2)) <= DEADLINE_S, node_out[-3000:]
-    assert "stopping the Ray node: " in node_out
-    assert any(m.startswith(f"Terminated due to preemption: {reason}") for m in dead_messages(cluster_env))
 
 
 def check_the_notice(out: str) -> int:

@@ -26,7 +26,9 @@ def test_a_rank_that_never_joins_the_next_step_is_named_once_the_window_passes()
     assert hang["laggards"] == [1] and hang["window_s"] == 8 and hang["silent_s"] == 8.3
     assert hang["ranks"][1] == {"node": "10.0.0.6", "node_id": "node1node1no", "entered": 5, "finished": 5,
                                 "since_last_step_s": 8.3}  # fmt: skip
-    assert describe(hang) == "no step finished for 8 s (window 8 s); at step 6: rank 1 on 10.0.0.6 (finished 5)"
+    assert describe(hang) == (
+        "no step finished for 8 s (window 8 s); at step 6 of this attempt: rank 1 on 10.0.0.6 (finished 5)"
+    )
 
 
 def test_the_window_follows_the_median_step_time_above_the_floor():
