@@ -3,7 +3,8 @@
 The control task, `ray-control` (rayfleet/node/head_snapshot.py), asks the head every 30 s what runs;
 with each snapshot it asks `Autostop.tick` too. The cluster is busy while Ray has a job that is not finished
 (a recipe's submission or a job's driver), a Serve application is up, or a trainer task of this cluster runs
-(it may still be pulling its image, not yet a Ray job). Once the cluster has been idle for
+(it may still be pulling its image, not yet a Ray job); a run the hang watchdog holds hung does not count.
+Once the cluster has been idle for
 RAYFLEET_AUTOSTOP_IDLE_MIN minutes (default 30; 0 turns autostop off) the worker service goes to zero, and
 the head service too when RAYFLEET_AUTOSTOP_HEAD is true; the capacity providers then remove the instances.
 The head task's role may update exactly those two services (infra/modules/iam). `make start`, or `make run`
@@ -26,15 +27,17 @@ SERVING = ("DEPLOYING", "RUNNING", "UNHEALTHY", "DEPLOY_FAILED")
 
 
 def busy_because(snapshot: dict, trainer_tasks: int) -> str | None:
-    """Why the cluster is not idle (a short phrase), or None when it is."""
+    """Why the cluster is not idle (a short phrase), or None when it is. A run the hang watchdog holds hung
+    (`hung_runs` of the snapshot) is no work: its Ray job, and on ECS its trainer task, are not counted."""
+    hung = len(snapshot.get("hung_runs") or [])
     jobs = [j for j in snapshot.get("jobs") or [] if j.get("status") in UNFINISHED_JOBS]
-    if jobs:
-        return f"{len(jobs)} Ray job(s) running"
+    if len(jobs) > hung:
+        return f"{len(jobs) - hung} Ray job(s) running" + (f" ({hung} more hung)" if hung else "")
     serving = [a["name"] for a in snapshot.get("serve") or [] if a.get("status") in SERVING]
     if serving:
         return f"serving {', '.join(serving)}"
-    if trainer_tasks:
-        return f"{trainer_tasks} trainer task(s) running"
+    if trainer_tasks > hung:
+        return f"{trainer_tasks - hung} trainer task(s) running"
     return None
 
 

@@ -29,6 +29,7 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rayfleet.core import hung_runs
 from rayfleet.node import autostop, suspect
 from rayfleet.serve.summary import summarize
 
@@ -99,6 +100,8 @@ def snapshot(dashboard: str, auth: str) -> dict:
         if used is not None:
             available[name] = max(0.0, value - used[0])
     jobs = [{k: job.get(k) for k in JOB_FIELDS} for job in _get(dashboard, "/api/jobs/", auth)]
+    alive = "/api/v0/actors?limit=10000&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE"
+    hung = hung_runs.runs([a.get("name") for a in _get(dashboard, alive, auth)["data"]["result"]["result"]])
     jobs.sort(key=lambda j: j.get("start_time") or 0, reverse=True)
     try:  # Serve's applications (make serve); the dashboard answers with none when Serve never started
         serve = summarize(_get(dashboard, "/api/serve/applications/", auth))
@@ -110,6 +113,7 @@ def snapshot(dashboard: str, auth: str) -> dict:
         "total": total,
         "available": available,
         "jobs": jobs,
+        "hung_runs": hung,
         "serve": serve,
     }
 

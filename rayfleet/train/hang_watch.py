@@ -17,7 +17,9 @@ A rank stuck in a collective keeps a run RUNNING while its GPUs burn money. Here
     drains the node like a preemption and has the control task replace its instance (rayfleet/node/suspect.py);
     elsewhere (a local cluster's node) it asks Ray to drain the node itself (rayfleet/core/ray_drain.py).
     At the drain's deadline Ray Train restarts the group on the other nodes, from the last checkpoint;
-  * a hang after `max_heals` heals ends the run: the driver aborts it and the run fails with the evidence.
+  * a hang after `max_heals` heals ends the run: the driver aborts it and the run fails with the evidence;
+  * while a hang verdict holds, a marker actor tells the control task, whose autostop then does not count
+    the run as work (rayfleet/core/hung_runs.py).
 
 Not judged: each rank's first step of an attempt (compile, data loading) and the time between steps
 (evaluation, checkpoints). A process frozen whole (its Python threads included) sends no more beats: its
@@ -41,7 +43,7 @@ from pathlib import Path
 
 import ray
 
-from rayfleet.core import ray_drain
+from rayfleet.core import hung_runs, ray_drain
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.run_dir import RunDir
 
@@ -205,6 +207,18 @@ def mark_suspect(evidence: str, env: dict | None = None) -> str:
     return problem or f"drained node {context.get_node_id()[:12]}: the group restarts elsewhere in {DRAIN_DEADLINE_S} s"
 
 
+class _Hung:
+    """Alive while the run is hung: what the control task sees (rayfleet/core/hung_runs.py)."""
+
+
+def show_hung(run_name: str, shown: dict, hung: bool) -> None:
+    """Start or stop the run's hung marker actor to match the verdict."""
+    if hung and "actor" not in shown:
+        shown["actor"] = ray.remote(_Hung).options(name=hung_runs.marker(run_name), num_cpus=0).remote()
+    elif not hung and "actor" in shown:
+        ray.kill(shown.pop("actor"))
+
+
 @contextmanager
 def watching(run_name: str, run_dir: RunDir, factor: float, floor_s: float, max_heals: int) -> Iterator[None]:
     """In the driver, around the trainer's fit(): starts the run's coordinator and a thread that reports its
@@ -215,7 +229,7 @@ def watching(run_name: str, run_dir: RunDir, factor: float, floor_s: float, max_
         .options(name=coordinator_name(run_name), num_cpus=0, max_concurrency=8)
         .remote(factor, floor_s, max_heals)
     )
-    stop, seen = threading.Event(), {}
+    stop, seen, shown = threading.Event(), {}, {}
 
     def follow() -> None:
         while not stop.wait(2 * BEAT_S):
@@ -223,6 +237,7 @@ def watching(run_name: str, run_dir: RunDir, factor: float, floor_s: float, max_
                 hang = ray.get(coordinator.verdict.remote(), timeout=30)
             except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
                 continue
+            show_hung(run_name, shown, bool(hang))
             if not hang or hang["at"] in seen:
                 continue
             seen[hang["at"]] = hang
@@ -246,6 +261,7 @@ def watching(run_name: str, run_dir: RunDir, factor: float, floor_s: float, max_
         stop.set()
         thread.join(timeout=10)
         ray.kill(coordinator)
+        show_hung(run_name, shown, False)
     failed = [h for h in seen.values() if h["action"] == "fail"]
     if failed:
         raise HangGaveUp(f"the run hung again after {max_heals} heal(s): {describe(failed[-1])}") from error

@@ -6,7 +6,8 @@ all-reduce five steps into every attempt. It proves what no cheaper test does: t
 within its window from real beats, names rank 1 and its node, marks that node suspect through the entry
 point (which drains it like a preemption: Ray records why), Ray Train restarts the group on the session's
 healthy workers from the last checkpoint, the second hang fails the run with its evidence (both hangs in
-hangs.jsonl, a "hang:" line each for the recipe watcher's notification), and nothing is left running.
+hangs.jsonl, a "hang:" line each for the recipe watcher's notification); while a hang holds, the control
+task's snapshot, read through the dashboard as on ECS, lists the run as hung (so autostop does not count it).
 A run that hangs once and then finishes differs only in not hanging again (the heal is the same).
 """
 
@@ -21,7 +22,8 @@ import sys
 
 import pytest
 
-from tests.integration.helpers import REPO
+from rayfleet.node.head_snapshot import snapshot, token
+from tests.integration.helpers import DASHBOARD_PORT, REPO
 from tests.integration.node_helpers import dead_messages, entry_point_node, wait_for
 
 pytestmark = pytest.mark.integration
@@ -42,11 +44,19 @@ def test_a_rank_blocked_in_an_all_reduce_is_named_its_node_drained_and_the_secon
         wait_for(lambda: "ray start" in log.read_text(), 60, "node start", node)
         command = [sys.executable, str(REPO / "tests/integration/jobs/hang_job.py"), f"storage={tmp_path}"]
         command += ["run_name=hung", f"hang_floor_s={FLOOR_S}", "max_heals=1", "max_failures=0"]
-        job = subprocess.run(command, env=cluster_env, cwd=REPO, capture_output=True, text=True, timeout=420)
+        with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:  # files: no pipe to fill
+            job = subprocess.Popen(command, env=cluster_env, cwd=REPO, stdout=out, stderr=err)
+        # While the first hang's verdict holds, the control task's snapshot (the dashboard, as on ECS) lists
+        # the run as hung, and autostop does not count it as work.
+        dashboard = f"http://127.0.0.1:{DASHBOARD_PORT}"
+        wait_for(lambda: "hung" in snapshot(dashboard, token(cluster_env))["hung_runs"], 240, "the hung marker", job)
+        job.wait(timeout=300)
     finally:
         if node.poll() is None:
             os.killpg(node.pid, signal.SIGKILL)
-    out, err = job.stdout, job.stderr
+        if job is not None and job.poll() is None:
+            job.kill()
+    out, err = (tmp_path / "out").read_text(), (tmp_path / "err").read_text()
     assert job.returncode == 1, out[-4000:] + err[-4000:]
     hangs = [json.loads(line) for line in (tmp_path / "hung" / "hangs.jsonl").read_text().splitlines()]
     assert [h["action"] for h in hangs] == ["heal", "fail"] and all(h["laggards"] == [1] for h in hangs)

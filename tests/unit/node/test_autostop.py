@@ -41,6 +41,10 @@ SETTINGS = Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=30 * 60)
         (IDLE, 1, "1 trainer task(s) running"),
         (IDLE, 0, None),
         ({"jobs": [], "serve": [{"name": "old", "status": "DELETING"}]}, 0, None),
+        # a run the hang watchdog holds hung is no work: its job, and its trainer task on ECS
+        ({"jobs": [{"status": "RUNNING"}], "hung_runs": ["r1"]}, 1, None),
+        ({"jobs": [{"status": "RUNNING"}] * 2, "hung_runs": ["r1"]}, 0, "1 Ray job(s) running (1 more hung)"),
+        ({**IDLE, "hung_runs": ["r1"]}, 2, "1 trainer task(s) running"),
     ],
 )
 def test_what_counts_as_busy(snapshot, trainers, why):

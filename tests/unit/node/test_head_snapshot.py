@@ -76,6 +76,14 @@ SERVE = {
 }
 
 
+# Alive actors (the snapshot asks for those only): a run the hang watchdog holds hung has its marker among them.
+ACTORS = [
+    {"name": "rayfleet-hung-ddp-2", "state": "ALIVE"},
+    {"name": "", "state": "ALIVE"},
+    {"name": "rayfleet-hang-watch-ddp-2"},
+]
+
+
 class Dashboard(BaseHTTPRequestHandler):
     seen: ClassVar[list] = []
 
@@ -90,6 +98,7 @@ class Dashboard(BaseHTTPRequestHandler):
             "/api/v0/nodes": {"data": {"result": {"result": NODES}}},
             "/api/cluster_status": {"data": {"clusterStatus": {"loadMetricsReport": {"usage": USAGE}}}},
             "/api/jobs/": JOBS,
+            "/api/v0/actors": {"data": {"result": {"result": ACTORS}}},
             "/api/serve/applications/": SERVE,
         }[path]
         data = json.dumps(body).encode()
@@ -125,6 +134,9 @@ def test_snapshot_reads_nodes_resources_and_jobs_over_http_with_the_token(dashbo
     assert snap["available"] == {"memory": 2e10, "CPU": 6.0, "GPU": 0.0, "object_store_memory": 1.5e9}
     assert [j["submission_id"] for j in snap["jobs"]] == ["ddp-2", "ddp-1"]  # newest first
     assert all("entrypoint" not in j and "runtime_env" not in j for j in snap["jobs"])  # no command lines, no env
+    assert snap["hung_runs"] == ["ddp-2"]
+    actors = next(path for path, _ in Dashboard.seen if path.startswith("/api/v0/actors"))
+    assert "filter_keys=state&filter_predicates=%3D&filter_values=ALIVE" in actors
     assert snap["serve"] == [
         {
             "name": "rayfleet",
