@@ -1,5 +1,5 @@
 """The one checkpoint helper over Ray Train, used by DDP, FSDP2 and DeepSpeed: `report` (asynchronous saves:
-FSDP2's `report_written`, DDP's `report_in_background`) and `latest`.
+FSDP2's `report_written`, DDP's `Uploads`) and `latest`.
 
 Ray Train owns where checkpoints go (the run's storage, local or S3), keeps the last k
 (CheckpointConfig.num_to_keep) and hands the latest one back after a failure or to a re-run of the same
@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -60,31 +61,46 @@ def report_written(metrics: dict, name: str, directory: Path) -> None:
     )
 
 
-def report_in_background(metrics: dict, name: str, write: Callable[[Path], None] | None) -> None:
-    """`report`, with `write` run in Ray Train's upload thread just before the upload: the loop waits for
-    neither. So `write` must read only what the loop no longer changes (a copy in CPU memory: `staged`).
-    Ray Train uploads one checkpoint at a time, in report order, registers it only once it is whole (a run
-    killed during the write or the upload resumes from the one before) and then deletes the local copy; a
-    failed write or upload fails the run at its next report rather than lose the checkpoint silently."""
-    mode = ray.train.CheckpointUploadMode.ASYNC
-    if write is None:
-        ray.train.report(metrics, checkpoint_upload_mode=mode)
-        return
-    # A DeveloperAPI (the run's storage context): Ray Train's own upload, after the write, in its thread.
-    storage = ray.train.get_context().get_storage()
+class Uploads:
+    """This rank's background checkpoints: `report` is `report` with `write` run in Ray Train's upload thread
+    just before the upload, so the loop waits for neither, and `write` must read only what the loop no longer
+    changes (a copy in CPU memory: `staged`). One in flight at a time: call `wait` before making the next
+    copy; it returns at once unless the previous checkpoint is still being written or uploaded. Ray Train
+    uploads in report order, registers a checkpoint only once it is whole (a run killed during the write or the
+    upload resumes from the one before) and then deletes the local copy; a failed write or upload fails the
+    run at its next report rather than lose the checkpoint silently."""
 
-    def write_and_upload(local: ray.train.Checkpoint, dir_name: str) -> ray.train.Checkpoint:
-        write(Path(local.path))
-        return storage.persist_current_checkpoint(local, dir_name)
+    def __init__(self) -> None:
+        self.idle = threading.Event()
+        self.idle.set()
 
-    ray.train.report(
-        metrics,
-        checkpoint=ray.train.Checkpoint.from_directory(tempfile.mkdtemp(prefix=f"{name}-")),
-        checkpoint_dir_name=name,
-        checkpoint_upload_mode=mode,
-        delete_local_checkpoint_after_upload=True,
-        checkpoint_upload_fn=write_and_upload,
-    )
+    def wait(self) -> None:
+        self.idle.wait()
+
+    def report(self, metrics: dict, name: str, write: Callable[[Path], None] | None) -> None:
+        mode = ray.train.CheckpointUploadMode.ASYNC
+        if write is None:
+            ray.train.report(metrics, checkpoint_upload_mode=mode)
+            return
+        # A DeveloperAPI (the run's storage context): Ray Train's own upload, after the write, in its thread.
+        storage = ray.train.get_context().get_storage()
+
+        def write_and_upload(local: ray.train.Checkpoint, dir_name: str) -> ray.train.Checkpoint:
+            try:
+                write(Path(local.path))
+                return storage.persist_current_checkpoint(local, dir_name)
+            finally:
+                self.idle.set()
+
+        self.idle.clear()
+        ray.train.report(
+            metrics,
+            checkpoint=ray.train.Checkpoint.from_directory(tempfile.mkdtemp(prefix=f"{name}-")),
+            checkpoint_dir_name=name,
+            checkpoint_upload_mode=mode,
+            delete_local_checkpoint_after_upload=True,
+            checkpoint_upload_fn=write_and_upload,
+        )
 
 
 def staged(state):

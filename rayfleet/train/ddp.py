@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from rayfleet.core.config import ConfigError, load_config
 from rayfleet.core.errors import EXIT_BAD_INPUT
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train import compile_guard, hang_watch
+from rayfleet.train import checkpoint, compile_guard, hang_watch
 from rayfleet.train.data import fashion_mnist, staged
 from rayfleet.train.data.device_batches import DeviceSplit, steps_per_epoch
 from rayfleet.train.ddp_config import DDPConfig, Runtime
@@ -193,6 +193,7 @@ def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
     control = RunControl(run_dir, rank, rt.device, preemption, last=cfg.epochs, stop_after_save=True, steps=steps)
 
     pause_s = None  # how long the last epoch's checkpoint held the loop: into the next epoch's row
+    uploads = checkpoint.Uploads()
     for epoch in range(found.start_epoch, cfg.epochs + 1):
         torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + rank)  # augmentation: reproducible on resume
         position = found.position if epoch == found.start_epoch else None
@@ -223,7 +224,7 @@ def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
             print(format_epoch(row, cfg.epochs), flush=True)
             tracking.scalars.log(epoch * steps, epoch_scalars(row, cfg, rt))
             tracking.scalars.flush()
-        save = partial(save_epoch, model, optimizer, cfg, found, carried, row, rank)
+        save = partial(save_epoch, model, optimizer, cfg, found, carried, row, rank, uploads)
         started = time.perf_counter()
         if control.at_boundary(epoch, save, f"after epoch {epoch}").stop_reason:
             break

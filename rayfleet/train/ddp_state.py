@@ -64,16 +64,21 @@ def redone_steps(run_dir: RunDir, found: Resume, n: int, per_step: int) -> int:
     return -(-redone_since(run_dir, resumed) // per_step)
 
 
-def save_epoch(model, optimizer, cfg: DDPConfig, found: Resume, carried: dict, row: dict, rank: int) -> None:
+def save_epoch(
+    model, optimizer, cfg: DDPConfig, found: Resume, carried: dict, row: dict, rank: int, uploads: checkpoint.Uploads
+) -> None:
     """An epoch's checkpoint with its metrics row; every rank calls it, rank 0 saves the whole model. With
-    async_checkpoint the loop waits only while rank 0 copies the state into CPU memory; Ray Train's upload
-    thread writes and uploads it (checkpoint.report_in_background). Without, both happen here."""
+    async_checkpoint the loop waits only while rank 0 copies the state into CPU memory (and, first, for the
+    previous checkpoint if it is still being uploaded: one in flight); Ray Train's upload thread writes and
+    uploads it (checkpoint.Uploads). Without, both happen here."""
+    if cfg.async_checkpoint:
+        uploads.wait()
     state = train_state(model, optimizer, cfg, found, carried, row["epoch"]) if rank == 0 else None
     name = checkpoint.checkpoint_name(row["epoch"])
     if cfg.async_checkpoint:
         state = checkpoint.staged(state)
     write = (lambda directory: checkpoint.write_state(directory, state)) if rank == 0 else None
-    (checkpoint.report_in_background if cfg.async_checkpoint else checkpoint.report)(row, name, write)
+    (uploads.report if cfg.async_checkpoint else checkpoint.report)(row, name, write)
 
 
 def train_state(model, optimizer, cfg: DDPConfig, found: Resume, carried: dict, epoch: int) -> dict:

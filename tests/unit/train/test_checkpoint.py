@@ -69,8 +69,9 @@ def test_checkpoint_names_are_zero_padded_epochs():
 def test_an_epoch_checkpoint_is_written_and_uploaded_in_the_background_from_a_copy(small_dataset, monkeypatch):
     """async_checkpoint: in the loop, rank 0 only copies the state into CPU memory; the file is written by the
     upload function Ray Train runs in its upload thread (then its own upload), so a step taken meanwhile does
-    not leak into the checkpoint. The other ranks report the row alone, in the same mode (Ray Train pairs every
-    rank's report). Off: written and uploaded in the report call itself."""
+    not leak into the checkpoint, and the next save would wait until it is done (one in flight). The other
+    ranks report the row alone, in the same mode (Ray Train pairs every rank's report). Off: written and
+    uploaded in the report call itself."""
     import ray.train
 
     from rayfleet.train.ddp_state import Resume, save_epoch
@@ -86,16 +87,18 @@ def test_an_epoch_checkpoint_is_written_and_uploaded_in_the_background_from_a_co
     carried = {"preemptions": 0, "steps_redone": 0}
     cfg = load_config(DDPConfig, None, [f"data_dir={small_dataset}"])
     assert cfg.async_checkpoint  # the default
+    uploads = [checkpoint.Uploads(), checkpoint.Uploads()]  # one per rank's process
     for rank in (0, 1):
-        save_epoch(model, optimizer, cfg, Resume(), carried, {"epoch": 3}, rank)
+        save_epoch(model, optimizer, cfg, Resume(), carried, {"epoch": 3}, rank, uploads[rank])
     (row0, local, kwargs0), (row1, none, kwargs1) = calls
     upload = ray.train.CheckpointUploadMode.ASYNC
     assert kwargs0["checkpoint_upload_mode"] == kwargs1["checkpoint_upload_mode"] == upload
     assert none is None and row1 == row0 == {"epoch": 3} and kwargs0["delete_local_checkpoint_after_upload"]
     assert list(Path(local.path).iterdir()) == []  # nothing written in the loop
     _step(model, optimizer, seed=2)  # the loop goes on while the upload thread has not run yet
+    assert not uploads[0].idle.is_set() and uploads[1].idle.is_set()  # rank 0's is in flight: the next save waits
     persisted = kwargs0["checkpoint_upload_fn"](local, kwargs0["checkpoint_dir_name"])  # Ray Train's thread
-    assert persisted == ("persisted", local.path, "checkpoint_000003")
+    assert persisted == ("persisted", local.path, "checkpoint_000003") and uploads[0].idle.is_set()
     saved = checkpoint.read_state(local.path)
     assert all(torch.equal(saved["model"][k], v) for k, v in before.items())  # the state at the save, not after
     assert saved["epoch"] == 3
@@ -105,5 +108,5 @@ def test_an_epoch_checkpoint_is_written_and_uploaded_in_the_background_from_a_co
     monkeypatch.setattr(ray.train, "report", lambda metrics, checkpoint=None, **kw: calls.append(
         (sorted(p.name for p in Path(checkpoint.path).iterdir()) if checkpoint else None, kw)))  # fmt: skip
     for rank in (0, 1):
-        save_epoch(model, optimizer, cfg, Resume(), carried, {"epoch": 3}, rank)
+        save_epoch(model, optimizer, cfg, Resume(), carried, {"epoch": 3}, rank, uploads[rank])
     assert calls == [(["state.pt"], {"checkpoint_dir_name": "checkpoint_000003"}), (None, {})]  # Ray's SYNC default
