@@ -45,7 +45,8 @@ def test_a_rank_blocked_in_an_all_reduce_is_named_its_node_drained_and_the_secon
         command = [sys.executable, str(REPO / "tests/integration/jobs/hang_job.py"), f"storage={tmp_path}"]
         command += ["run_name=hung", f"hang_floor_s={FLOOR_S}", "max_heals=1", "max_failures=0"]
         with open(tmp_path / "out", "w") as out, open(tmp_path / "err", "w") as err:  # files: no pipe to fill
-            job = subprocess.Popen(command, env=cluster_env, cwd=REPO, stdout=out, stderr=err)
+            env = {**cluster_env, "RAY_DEDUP_LOGS": "0"}  # Ray folds lines that differ only in numbers
+            job = subprocess.Popen(command, env=env, cwd=REPO, stdout=out, stderr=err)
         # While the first hang's verdict holds, the control task's snapshot (the dashboard, as on ECS) lists
         # the run as hung, and autostop does not count it as work.
         dashboard = f"http://127.0.0.1:{DASHBOARD_PORT}"

@@ -1,0 +1,58 @@
+"""Background checkpoints on the real local cluster (tests/integration/jobs/upload_kill_job.py: the DDP job's
+`checkpoint.Uploads` path in a loop of its own, so the test can hold an upload open).
+
+Proves what the unit tests cannot: with a checkpoint's write and upload in flight in Ray Train's upload
+thread, the loop goes on stepping; rank 0 killed before that upload ends, Ray Train restarts the group from
+the last checkpoint it registered (its checkpoint_manager_snapshot.json names it), the one in flight never
+registered, and the run finishes. (A checkpoint whose report the controller had not yet collected when the
+worker died is not registered either: the restart then goes back one more.)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.integration.helpers import REPO
+
+pytestmark = pytest.mark.integration
+
+
+def test_a_kill_during_an_upload_resumes_from_the_checkpoint_before_it(cluster_env, tmp_path):
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    command = [sys.executable, str(REPO / "tests/integration/jobs/upload_kill_job.py"), str(marks)]
+    command += [f"storage={tmp_path}", "run_name=torn", "max_failures=1", "keep_checkpoints=10"]
+    with open(tmp_path / "out", "w") as out:
+        env = {**cluster_env, "RAY_DEDUP_LOGS": "0"}  # Ray folds lines that differ only in numbers
+        job = subprocess.Popen(command, env=env, cwd=REPO, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 240
+        while not (marks / "uploading").exists():
+            assert job.poll() is None and time.monotonic() < deadline, (tmp_path / "out").read_text()[-3000:]
+            time.sleep(0.2)
+        at_upload = int((marks / "step").read_text())
+        while int((marks / "step").read_text()) < 12:  # the loop goes on while step 8's upload is in flight
+            assert job.poll() is None and time.monotonic() < deadline, (tmp_path / "out").read_text()[-3000:]
+            time.sleep(0.2)
+        stepped = int((marks / "step").read_text())
+        registered = tmp_path / "torn" / "checkpoint_manager_snapshot.json"  # Ray Train's own record
+        while "checkpoint_step_0000004" not in (registered.read_text() if registered.exists() else ""):
+            assert job.poll() is None and time.monotonic() < deadline, (tmp_path / "out").read_text()[-3000:]
+            time.sleep(0.2)  # the one before is registered: the controller has collected its reports
+        os.kill(int((marks / "uploading").read_text()), signal.SIGKILL)  # rank 0's worker, mid-upload
+        job.wait(timeout=300)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    out = (tmp_path / "out").read_text()
+    assert job.returncode == 0, out[-5000:]
+    assert at_upload == 8 and stepped >= 12  # steps 9.. ran while the checkpoint of step 8 was uploading
+    assert "rank 0 starts at step 0" in out and "rank 0 starts at step 4" in out  # not 8: it never registered
+    saved = sorted(p.name for p in (tmp_path / "torn").glob("checkpoint_step_*"))
+    assert saved == [f"checkpoint_step_{s:07d}" for s in (4, 8, 12, 16, 20)]  # 8 again, written whole this time
