@@ -212,11 +212,14 @@ class _Hung:
 
 
 def show_hung(run_name: str, shown: dict, hung: bool) -> None:
-    """Start or stop the run's hung marker actor to match the verdict."""
-    if hung and "actor" not in shown:
-        shown["actor"] = ray.remote(_Hung).options(name=hung_runs.marker(run_name), num_cpus=0).remote()
-    elif not hung and "actor" in shown:
-        ray.kill(shown.pop("actor"))
+    """Start or stop the run's hung marker actor to match the verdict (a failure only costs autostop's view)."""
+    try:
+        if hung and "actor" not in shown:
+            shown["actor"] = ray.remote(_Hung).options(name=hung_runs.marker(run_name), num_cpus=0).remote()
+        elif not hung and "actor" in shown:
+            ray.kill(shown.pop("actor"))
+    except (ValueError, ray.exceptions.RayError) as exc:
+        print(f"hang watch: the hung marker: {type(exc).__name__}: {exc}", flush=True)
 
 
 @contextmanager

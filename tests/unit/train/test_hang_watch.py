@@ -82,3 +82,25 @@ def test_steps_count_and_time_without_a_coordinator():
         steps.enter()
         steps.leave()
     assert (steps.entered, steps.done, steps.done_at) == (3, 3, 2.5) and list(steps.times) == [0.5, 1.0]
+
+
+def test_a_node_without_the_entry_point_is_drained_through_rays_gcs(monkeypatch, tmp_path):
+    """No current-run directory (a local cluster's node): the rank asks Ray to drain its own node, with the
+    evidence as the reason and a short deadline, through the one drain request (rayfleet/core/ray_drain.py)."""
+    from types import SimpleNamespace
+
+    import ray
+
+    from rayfleet.core import ray_drain
+    from rayfleet.train import hang_watch
+
+    asked = []
+    context = SimpleNamespace(gcs_address="127.0.0.1:6490", get_node_id=lambda: "ab" * 28)
+    monkeypatch.setattr(ray, "get_runtime_context", lambda: context)
+    monkeypatch.setattr(ray_drain, "request", lambda *args: asked.append(args))
+    done = mark_suspect("at step 6 of this attempt: rank 1", {"RAYFLEET_CURRENT_RUN_DIR": str(tmp_path / "none")})
+    deadline = hang_watch.DRAIN_DEADLINE_S
+    assert asked == [("127.0.0.1:6490", "ab" * 28, "node suspect: hang: at step 6 of this attempt: rank 1", deadline)]
+    assert done == f"drained node {'ab' * 6}: the group restarts elsewhere in {deadline} s"
+    monkeypatch.setattr(ray_drain, "request", lambda *args: "Node not found")
+    assert mark_suspect("x", {}) == "Node not found"  # Ray's one-line refusal, said as it is
