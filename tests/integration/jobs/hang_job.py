@@ -1,8 +1,9 @@
-"""A Ray Train run whose rank 1 blocks forever in a gloo all-reduce five steps into every attempt, for
-tests/integration/test_hang_on_local_cluster.py: the hang watchdog's API as a user's own Ray Train loop uses
-it (`hang_watch.Steps` in the loop; `fit_and_summarize`, which starts the watchdog, in the driver).
+"""A Ray Train run whose rank 1 blocks forever in a gloo all-reduce five steps into its first attempt (`once`)
+or every attempt (`always`), for tests/integration/test_hang_on_local_cluster.py: the hang watchdog's API as
+a user's own Ray Train loop uses it (`hang_watch.Steps` in the loop; `fit_and_summarize`, which starts the
+watchdog, in the driver).
 
-    python tests/integration/jobs/hang_job.py storage=DIR run_name=NAME [hang_floor_s=8 max_heals=1 ...]
+    python tests/integration/jobs/hang_job.py once|always storage=DIR run_name=NAME [hang_floor_s=8 ...]
 
 Each step is an all-reduce over the default group; every 2 steps the run reports a checkpoint holding the
 step. After the checkpoint 5 steps into an attempt, rank 1 calls an all-reduce on a second group that rank 0
@@ -49,15 +50,17 @@ def loop(config: dict) -> None:
                 (directory / "step.json").write_text(json.dumps({"step": done}))
 
             checkpoint.report({"step": done}, checkpoint.step_checkpoint_name(done), write if rank == 0 else None)
-        if rank == 1 and step + 1 == start + HANG_AFTER + 1:
+        if rank == 1 and step + 1 == start + HANG_AFTER + 1 and (config["hang"] == "always" or start == 0):
             print(f"rank 1 blocks after step {step + 1}", flush=True)
             dist.all_reduce(torch.ones(1), group=side)  # rank 0 never joins: blocks until the group is stopped
     steps.close()
+    print(f"rank {rank} finished step {STEPS}", flush=True)
 
 
 def main() -> int:
-    cfg = load_config(JobConfig, None, ["num_workers=2", "cpus_per_worker=1", "device=cpu", *sys.argv[1:]])
-    return fit_and_summarize(loop, cfg, cfg.run_name, summary_lines=lambda row: [])
+    hang, overrides = sys.argv[1], sys.argv[2:]
+    cfg = load_config(JobConfig, None, ["num_workers=2", "cpus_per_worker=1", "device=cpu", *overrides])
+    return fit_and_summarize(loop, cfg, cfg.run_name, {"hang": hang}, summary_lines=lambda row: [])
 
 
 if __name__ == "__main__":
