@@ -1,9 +1,9 @@
-"""A suspect worker's instance is taken out by the control task (rayfleet/node/head_snapshot.replace_suspects,
-rayfleet/node/suspect.py) against a real moto_server: from the snapshot's dead node whose drain message names
-it, its ECS container instance goes DRAINING and its Auto Scaling group sees it Unhealthy, once, and nothing
-else is touched.
-What moto cannot show: the group actually terminating and replacing the instance, and IAM allowing exactly
-these calls to the task role (infra/modules/iam, checked by the Terraform tests)."""
+"""A suspect worker's instance is taken out by the control task (`replace_suspects` of
+rayfleet/node/head_snapshot.py, rayfleet/node/suspect.py) against a real moto_server: from the snapshot's
+dead node whose drain message names it, its ECS container instance goes DRAINING and its Auto Scaling group
+sees it Unhealthy, once, and nothing else is touched. What moto cannot show: the group actually terminating
+and replacing the instance, and IAM allowing exactly these calls to the control role only (infra/modules/iam,
+checked by the Terraform tests)."""
 
 from __future__ import annotations
 
