@@ -105,13 +105,13 @@ def train_epoch(
     skip = position.samples if position else 0
     first = skip // (cfg.batch_size * world)  # steps of this world that the skipped samples make
     indices = data.shard_indices(epoch, rank, world, cfg.seed, shuffle=True, skip=skip)
-    steps = control.steps if control is not None else None
+    watch = control.steps if control is not None else None
     for step, (x, y) in enumerate(data.batches(indices, cfg.batch_size, augment=cfg.augment), start=first + 1):
-        if steps is not None:
-            steps.enter()
+        if watch is not None:
+            watch.enter()
         loss = step_fn(x, y)
-        if steps is not None:
-            steps.leave()
+        if watch is not None:
+            watch.leave()
         loss_sum += loss * y.numel()  # stays on the device: no sync per step
         seen += y.numel()
         if on_step is not None:
@@ -189,8 +189,8 @@ def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
         announce(cfg, rt, world, n, len(test_data), steps)
     # Every epoch checkpointed; a stop request asked for after the epoch's checkpoint, on every rank.
     preemption = Preemption(cfg.preemption_check_steps)
-    steps = hang_watch.Steps.start(run_name, rank)
-    control = RunControl(run_dir, rank, rt.device, preemption, last=cfg.epochs, stop_after_save=True, steps=steps)
+    watch = hang_watch.Steps.start(run_name, rank)
+    control = RunControl(run_dir, rank, rt.device, preemption, last=cfg.epochs, stop_after_save=True, steps=watch)
 
     pause_s = None  # how long the last epoch's checkpoint held the loop: into the next epoch's row
     uploads = checkpoint.Uploads()
@@ -229,7 +229,7 @@ def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
         if control.at_boundary(epoch, save, f"after epoch {epoch}").stop_reason:
             break
         pause_s = time.perf_counter() - started
-    steps.close()
+    watch.close()
     if tracking is not None:
         tracking.scalars.close()
 

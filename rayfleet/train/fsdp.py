@@ -97,13 +97,13 @@ def train_loop(loop_config: dict) -> None:
     scalars = Scalars(run_dir, loop_config["tracking"], purge_step=start + 1) if rank == 0 else None
     progress = Progress(cfg.max_steps, start, cfg.progress_every_s)
     # A stop request asked for at each logged step, before its checkpoint: a stop saves the step, due or not.
-    steps = hang_watch.Steps.start(run_name, rank)
+    watch = hang_watch.Steps.start(run_name, rank)
     preemption = Preemption(cfg.preemption_check_steps)
-    control = RunControl(run_dir, rank, device, preemption, cfg.checkpoint_every, last, steps=steps)
+    control = RunControl(run_dir, rank, device, preemption, cfg.checkpoint_every, last, steps=watch)
     for step in range(start, last):
-        steps.enter()
+        watch.enter()
         loss_sum, tokens, grad_norm = _train_step(strategy, data, cfg, step, rank, world, device, loss_sum, tokens)
-        steps.leave()
+        watch.leave()
         if step == start:  # the optimizer has its state now: the checkpoints' staging memory is made once, here
             _prime_checkpoints(strategy, rank)
         info["steps"] += 1
@@ -133,7 +133,7 @@ def train_loop(loop_config: dict) -> None:
             noticed = {**train_state, **carried, "preemptions": carried["preemptions"] + 1}
             save = partial(strategy.save, done, noticed, {"step": done, "preempted": True}, blocking=True)
             control.save_at_notice(save, f"step {done}", done)
-    steps.close()
+    watch.close()
     strategy.close()  # nothing left in flight; the staging memory goes before the export needs memory
     if scalars is not None:
         scalars.close()
