@@ -2,7 +2,7 @@
 `checkpoint.Uploads` path in a loop of its own, so the test can hold an upload open).
 
 Proves what the unit tests cannot: with a checkpoint's write and upload in flight in Ray Train's upload
-thread, the loop goes on stepping; rank 0 killed before that upload ends, Ray Train restarts the group from
+thread, the loop goes on stepping, up to the next checkpoint, which waits for it (one in flight); rank 0 killed before that upload ends, Ray Train restarts the group from
 the last checkpoint it registered (its checkpoint_manager_snapshot.json names it), the one in flight never
 registered, and the run finishes. (A checkpoint whose report the controller had not yet collected when the
 worker died is not registered either: the restart then goes back one more.)
@@ -40,6 +40,7 @@ def test_a_kill_during_an_upload_resumes_from_the_checkpoint_before_it(cluster_e
         while int((marks / "step").read_text()) < 12:  # the loop goes on while step 8's upload is in flight
             assert job.poll() is None and time.monotonic() < deadline, (tmp_path / "out").read_text()[-3000:]
             time.sleep(0.2)
+        time.sleep(1.5)  # step 12's checkpoint waits for step 8's upload: one in flight, the loop stops there
         stepped = int((marks / "step").read_text())
         registered = tmp_path / "torn" / "checkpoint_manager_snapshot.json"  # Ray Train's own record
         while "checkpoint_step_0000004" not in (registered.read_text() if registered.exists() else ""):
@@ -52,7 +53,7 @@ def test_a_kill_during_an_upload_resumes_from_the_checkpoint_before_it(cluster_e
             job.kill()
     out = (tmp_path / "out").read_text()
     assert job.returncode == 0, out[-5000:]
-    assert at_upload == 8 and stepped >= 12  # steps 9.. ran while the checkpoint of step 8 was uploading
+    assert 8 <= at_upload < 12 and stepped == 12  # steps 9-12 ran while step 8's checkpoint was uploading
     assert "rank 0 starts at step 0" in out and "rank 0 starts at step 4" in out  # not 8: it never registered
     saved = sorted(p.name for p in (tmp_path / "torn").glob("checkpoint_step_*"))
     assert saved == [f"checkpoint_step_{s:07d}" for s in (4, 8, 12, 16, 20)]  # 8 again, written whole this time
