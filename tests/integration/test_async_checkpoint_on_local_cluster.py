@@ -2,10 +2,11 @@
 `checkpoint.Uploads` path in a loop of its own, so the test can hold an upload open).
 
 Proves what the unit tests cannot: with a checkpoint's write and upload in flight in Ray Train's upload
-thread, the loop goes on stepping, up to the next checkpoint, which waits for it (one in flight); rank 0 killed before that upload ends, Ray Train restarts the group from
-the last checkpoint it registered (its checkpoint_manager_snapshot.json names it), the one in flight never
-registered, and the run finishes. (A checkpoint whose report the controller had not yet collected when the
-worker died is not registered either: the restart then goes back one more.)
+thread, the loop goes on stepping, up to the next checkpoint, which waits for it (one in flight); rank 0
+killed before that upload ends, Ray Train restarts the group from the last checkpoint it registered (its
+checkpoint_manager_snapshot.json names it), the one in flight never registered, and the run finishes. (A
+checkpoint whose report the controller had not yet collected when the worker died is not registered either:
+the restart then goes back one more.)
 """
 
 from __future__ import annotations
