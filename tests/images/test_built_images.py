@@ -157,6 +157,15 @@ def test_the_trainer_holds_the_models_its_manifest_lists(running):
     assert found == "/models/tiny-gpt-neox"
 
 
+def test_the_node_health_directory_is_the_sidecars_in_both_images(running):
+    """The task volume node-health starts as a copy of the directory of whichever container mounts it first:
+    both images give it to the sidecar's uid, which writes its verdict on the GPUs there
+    (monitoring/node_health.py) for the worker's entry point to read (rayfleet/node/suspect.py)."""
+    for image in ("ray-worker", "gpu-metrics"):
+        directory = running[image].file("/run/rayfleet-health")
+        assert directory.is_directory and (directory.uid, directory.mode) == (10001, 0o755), image
+
+
 def test_the_sidecar_reports_no_gpu_cleanly(built_images):
     # as ECS runs it: read-only, no capability, no volume but the current-run one (read-only)
     with task_volumes("/run/rayfleet") as volumes:
