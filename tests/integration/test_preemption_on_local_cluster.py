@@ -190,8 +190,10 @@ def test_a_torchrun_recipe_saves_on_the_notice_and_resumes_on_a_replacement_node
             job.kill()
     assert job.returncode == 0, out[-5000:]
     check_the_node((tmp_path / "a" / "node.log").read_text(), node.returncode, cluster_env, SIGTERM_REASON)
+    # The file is written first and the signal sent after: a rank that read the file, saved and exited in
+    # between is not there to signal (0). Delivery to every rank: tests/unit/node/test_preempt_notice.py.
     told = re.search(r"preemption notice: node 0 \(Ray node (\w+)\) goes in (\d+) s; told 1 node\(s\): "
-                     r"RAYFLEET_PREEMPT_FILE written, SIGUSR1 to 1 rank\(s\) that catch it", out)  # fmt: skip
+                     r"RAYFLEET_PREEMPT_FILE written, SIGUSR1 to [01] rank\(s\) that catch it", out)  # fmt: skip
     assert told and 0 < int(told.group(2)) <= DEADLINE_S, out[-5000:]
     heard = json.loads((run_dir / "notices" / "rank-0-attempt-1.json").read_text())
     assert heard["ray_node_id"].startswith(told.group(1)) and heard["node_rank"] == 0
