@@ -79,6 +79,7 @@ def judge(beats: dict[int, dict], now: float, factor: float, floor_s: float) -> 
         rank: {
             "node": b["node_ip"],
             "node_id": b["node_id"][:12],
+            "worker": b["worker"],  # the process: a verdict is acted on only by the process it names
             "entered": b["entered"],  # steps of this attempt (its processes), not the run's step numbers
             "finished": b["done"],
             "since_last_step_s": round(now - b["done_at"], 1),
@@ -150,11 +151,15 @@ class Steps:
             self.times.append(now - self.done_at)
         self.done, self.done_at = self.done + 1, now
 
+    @property
+    def worker(self) -> str:
+        return f"{ray.get_runtime_context().get_node_id()}:{os.getpid()}"
+
     def snapshot(self) -> dict:
         context = ray.get_runtime_context()
         return {
             "rank": self.rank,
-            "worker": f"{context.get_node_id()}:{os.getpid()}",
+            "worker": self.worker,
             "node_id": context.get_node_id(),
             "node_ip": ray.util.get_node_ip_address(),
             "entered": self.entered,
@@ -184,7 +189,9 @@ class Steps:
                 hang = ray.get(coordinator.verdict.remote(), timeout=30)
             except (ray.exceptions.RayError, ray.exceptions.GetTimeoutError):
                 continue  # the driver is gone or busy: the next beat tries again
-            if hang and hang["action"] == "heal" and self.rank in hang["laggards"] and not self.acted:
+            if self.acted or not hang or hang["action"] != "heal" or self.rank not in hang["laggards"]:
+                continue
+            if hang["ranks"][self.rank]["worker"] == self.worker:  # not a verdict on an earlier attempt's process
                 self.acted = True
                 print(f"[hang watch] rank {self.rank}: {mark_suspect(describe(hang))}", flush=True)
 
@@ -229,7 +236,7 @@ def watching(run_name: str, run_dir: RunDir, factor: float, floor_s: float, max_
     and raises HangGaveUp with the evidence when the block ends."""
     coordinator = (
         ray.remote(Coordinator)
-        .options(name=coordinator_name(run_name), num_cpus=0, max_concurrency=8)
+        .options(name=coordinator_name(run_name), num_cpus=0)  # one call at a time, each caller's in order
         .remote(factor, floor_s, max_heals)
     )
     stop, seen, shown = threading.Event(), {}, {}

@@ -76,6 +76,9 @@ def test_a_rank_blocked_in_an_all_reduce_is_named_its_node_drained_and_the_run_r
     assert "at step 7 of this attempt: rank 1 on " in line and line.endswith("heal (1 heal(s) so far)")
     assert "rank 0 starts at step 0" in out and "rank 0 starts at step 6" in out  # from the last checkpoint
     assert "rank 0 finished step 40" in out and "rank 1 finished step 40" in out
+    # Only the hung process acted: the restarted rank 1, on a healthy session worker, did not take the first
+    # attempt's verdict for its own (a stale verdict once drained a session worker here).
+    assert "[hang watch] rank 1: marked node" in out and "[hang watch] rank 1: drained node" not in out
     # The suspect node: marked by rank 1's watchdog, drained by its entry point, ended as a preemption with why.
     node_out = log.read_text()
     assert "node suspect: hang: no step finished for" in node_out and ": draining this node" in node_out

@@ -24,8 +24,8 @@ def test_a_rank_that_never_joins_the_next_step_is_named_once_the_window_passes()
     assert judge(beats, now=108.0, factor=20, floor_s=8) is None  # 7.8 s: not yet
     hang = judge(beats, now=108.5, factor=20, floor_s=8)
     assert hang["laggards"] == [1] and hang["window_s"] == 8 and hang["silent_s"] == 8.3
-    assert hang["ranks"][1] == {"node": "10.0.0.6", "node_id": "node1node1no", "entered": 5, "finished": 5,
-                                "since_last_step_s": 8.3}  # fmt: skip
+    assert hang["ranks"][1] == {"node": "10.0.0.6", "node_id": "node1node1no", "worker": "a1", "entered": 5,
+                                "finished": 5, "since_last_step_s": 8.3}  # fmt: skip
     assert describe(hang) == (
         "no step finished for 8 s (window 8 s); at step 6 of this attempt: rank 1 on 10.0.0.6 (finished 5)"
     )
