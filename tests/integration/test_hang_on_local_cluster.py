@@ -1,5 +1,5 @@
 """A hung collective on the real local cluster, found and acted on by the hang watchdog
-(rayfleet/train/hang_watch.py). The run (tests/integration/jobs/hang_job.py, hang_floor_s=6) has rank 1
+(rayfleet/train/hang_watch.py). The run (tests/integration/jobs/hang_job.py, hang_floor_s=8) has rank 1
 block in a gloo all-reduce five steps into an attempt.
 
 Healed: the fault once, on a node that joins as the ECS worker's entry point does. Proves what no cheaper test
@@ -28,7 +28,7 @@ from tests.integration.helpers import DASHBOARD_PORT, REPO
 from tests.integration.node_helpers import dead_messages, entry_point_node, wait_for
 
 pytestmark = pytest.mark.integration
-FLOOR_S = 6
+FLOOR_S = 8
 
 
 def hang_job(env: dict, tmp_path, hang: str, *overrides: str) -> subprocess.Popen:

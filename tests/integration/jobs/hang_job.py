@@ -3,7 +3,7 @@ or every attempt (`always`), for tests/integration/test_hang_on_local_cluster.py
 a user's own Ray Train loop uses it (`hang_watch.Steps` in the loop; `fit_and_summarize`, which starts the
 watchdog, in the driver).
 
-    python tests/integration/jobs/hang_job.py once|always storage=DIR run_name=NAME [hang_floor_s=6 ...]
+    python tests/integration/jobs/hang_job.py once|always storage=DIR run_name=NAME [hang_floor_s=8 ...]
 
 Each step is an all-reduce over the default group; every 2 steps the run reports a checkpoint holding the
 step. After the checkpoint 5 steps into an attempt, rank 1 calls an all-reduce on a second group that rank 0
