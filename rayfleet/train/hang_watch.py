@@ -151,17 +151,18 @@ class Steps:
             self.times.append(now - self.done_at)
         self.done, self.done_at = self.done + 1, now
 
-    @property
-    def worker(self) -> str:
-        return f"{ray.get_runtime_context().get_node_id()}:{os.getpid()}"
+    def where(self) -> dict:
+        """This process's node and id, asked of Ray once: they do not change while it lives."""
+        if not hasattr(self, "_where"):
+            node_id = ray.get_runtime_context().get_node_id()
+            self._where = {"worker": f"{node_id}:{os.getpid()}", "node_id": node_id,
+                           "node_ip": ray.util.get_node_ip_address()}  # fmt: skip
+        return self._where
 
     def snapshot(self) -> dict:
-        context = ray.get_runtime_context()
         return {
             "rank": self.rank,
-            "worker": self.worker,
-            "node_id": context.get_node_id(),
-            "node_ip": ray.util.get_node_ip_address(),
+            **self.where(),
             "entered": self.entered,
             "done": self.done,
             "done_at": self.done_at,
@@ -191,7 +192,8 @@ class Steps:
                 continue  # the driver is gone or busy: the next beat tries again
             if self.acted or not hang or hang["action"] != "heal" or self.rank not in hang["laggards"]:
                 continue
-            if hang["ranks"][self.rank]["worker"] == self.worker:  # not a verdict on an earlier attempt's process
+            # Only a verdict on this very process: never one on an earlier attempt's rank of the same number.
+            if hang["ranks"][self.rank]["worker"] == self.where()["worker"]:
                 self.acted = True
                 print(f"[hang watch] rank {self.rank}: {mark_suspect(describe(hang))}", flush=True)
 
