@@ -237,7 +237,9 @@ class RunDir:
 
         if not self.is_s3:
             return self.storage, pafs.LocalFileSystem()
-        options = {}
+        # The SDK's 1 s connect timeout fails a checkpoint on a busy network (seen: a loaded node's bridge to S3);
+        # a slow connect is not a dead one. Timeouts survive the pickling to the workers, a retry strategy not.
+        options = {"connect_timeout": 10.0, "request_timeout": 60.0}
         region = self.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if region:
             options["region"] = region

@@ -55,6 +55,7 @@ def test_ray_storage_for_s3_maps_the_endpoint_and_carries_no_credentials():
     options = fs.__reduce__()[1][0]
     assert (options["endpoint_override"], options["scheme"]) == ("127.0.0.1:5000", "http")
     assert options["access_key"] is None and options["secret_key"] is None
+    assert options["connect_timeout"] >= 10  # not the SDK's 1 s: a loaded node's connect is slow, not gone
 
 
 def test_ray_storage_for_a_local_directory(tmp_path):
