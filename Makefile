@@ -46,7 +46,7 @@ ONE_RUN = $(if $(RUN),--run $(RUN))
 ALL_RUNS = $(ONE_RUN) $(foreach r,$(RUNS),--run $(r)) $(BUCKET_FLAG)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup data text-data demo run runs logs cancel plot tensorboard train-ddp train-ddp-local train-fsdp \
+.PHONY: help setup data text-data demo run runs logs queue cancel plot tensorboard train-ddp train-ddp-local train-fsdp \
         train-fsdp-local launch cluster-up cluster-down cluster-status plan check deploy build push status exec ray-status \
         stop start clean rotate-ray-token rehearse rehearse-down serve serve-status serve-down test test-quick \
         test-unit test-integration lint lint-infra format clean-local dashboard gpu-metrics-once bench-ddp \
@@ -127,7 +127,10 @@ runs: setup ## List recent runs, local and in S3: state, duration, cost, where t
 logs: setup ## Print a run's driver log (RUN=name; SINCE=10m; FOLLOW=1 to follow until it ends)
 	$(RF) logs $(ONE_RUN) $(if $(SINCE),--since $(SINCE)) $(if $(FOLLOW),--follow)
 
-cancel: setup ## Stop a running run cleanly: it checkpoints, then ends (RUN=name)
+queue: setup ## The run queue: running and waiting runs in order, priority, resources, what each waits for
+	$(RF) queue
+
+cancel: setup ## Cancel a run: a queued one never starts, a running one checkpoints, then ends (RUN=name)
 	$(RF) cancel $(ONE_RUN)
 
 plot: setup ## Draw runs' curves into plots/<run>.png: loss, accuracy/perplexity, throughput (RUN=; RUNS="more runs")

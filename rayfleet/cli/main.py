@@ -75,7 +75,12 @@ def _runs(sub) -> None:
     _outputs(p)
     p.set_defaults(handler=verbs.logs)
 
-    p = sub.add_parser("cancel", help="stop a running run cleanly: it checkpoints, then ends")
+    p = sub.add_parser("queue", help="the run queue: running and waiting runs, in order, and what each waits for")
+    p.add_argument("--json", action="store_true")
+    _outputs(p)
+    p.set_defaults(handler=verbs.queue)
+
+    p = sub.add_parser("cancel", help="cancel a run: a queued one never starts; a running one checkpoints, then ends")
     p.add_argument("--run", required=True, help="the run (rayfleet runs lists them)")
     _outputs(p)
     p.set_defaults(handler=verbs.cancel)

@@ -54,19 +54,27 @@ def logs(opts: argparse.Namespace) -> int:
     return ops_logs.main([*argv, *_flag("--outputs", opts.outputs)])
 
 
+def queue(opts: argparse.Namespace) -> int:
+    from rayfleet.ops import queue as ops_queue
+
+    return ops_queue.main([*_flag("--json", opts.json), *_flag("--outputs", opts.outputs)])
+
+
 def cancel(opts: argparse.Namespace) -> int:
     """The checkpoint-first stop a budget uses (rayfleet/train/stop.py): the job sees the request at its next
-    agreed point, saves a checkpoint and ends; `rayfleet logs --run` shows it."""
+    agreed point, saves a checkpoint and ends; a queued run sees it while it waits and never starts. Either
+    way the run ends CANCELLED; `rayfleet logs --run` shows it."""
     from rayfleet.ops.runs import locate
     from rayfleet.train import stop
 
     run_dir = locate(opts.run, opts.outputs)
     state = run_dir.record().get("state")
-    if state in ("SUCCEEDED", "FAILED", "STOPPED", "LOST"):
+    if state in ("SUCCEEDED", "FAILED", "STOPPED", "LOST", "CANCELLED"):
         print(f"error: run {opts.run} has already ended ({state}): nothing to cancel", file=sys.stderr)
         return EXIT_BAD_INPUT
-    stop.request(run_dir, "cancelled (rayfleet cancel)")
-    print(f"asked {opts.run} to stop: it checkpoints, then ends (rayfleet logs --run {opts.run} -f to watch)")
+    stop.request(run_dir, stop.CANCELLED)
+    what = "it leaves the queue" if state == "QUEUED" else "it checkpoints, then ends"
+    print(f"asked {opts.run} to stop: {what} (rayfleet logs --run {opts.run} -f to watch)")
     return 0
 
 

@@ -185,7 +185,7 @@ class RunDir:
         if seen:
             record[FOLDED] = max(record.get(FOLDED, ""), seen[-1])
         self.write(RECORD, json.dumps(record, indent=2))
-        self._remove([f"{EVENTS}/{name}" for name in seen])
+        self.remove([f"{EVENTS}/{name}" for name in seen])
         return {k: v for k, v in record.items() if k != FOLDED}
 
     def send(self, kind: str, **fields) -> dict:
@@ -219,7 +219,8 @@ class RunDir:
                     events.append((name, json.loads(body)))
         return record, events
 
-    def _remove(self, names: list[str]) -> None:
+    def remove(self, names: list[str]) -> None:
+        """Delete these files of the directory (missing ones are fine)."""
         if not names:
             return
         if not self.is_s3:

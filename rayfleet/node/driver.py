@@ -21,6 +21,7 @@ import os
 import sys
 import tempfile
 from pathlib import Path
+from urllib.parse import urlparse
 
 from pydantic import ValidationError
 
@@ -57,6 +58,11 @@ def verified_code(run_dir: RunDir, uri: str, sha256: str, scratch: Path) -> Path
     return local
 
 
+def queue_root(storage: str) -> str | None:
+    """The deployment's queue is in its results bucket (s3://<bucket>/queue/: the task role's prefixes)."""
+    return f"s3://{urlparse(storage).netloc}" if storage.startswith("s3://") else None
+
+
 def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     ray_auth.use_token_auth()  # first: Ray reads its auth mode once, when it is imported
     env = dict(os.environ if env is None else env)
@@ -85,6 +91,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
             secret_refs=secret_refs,
             entrypoint_resources={resource: 1} if resource else None,
             data=env.get("RAYFLEET_DATA"),  # the recipe's data, staged by `make run` (rayfleet/recipes/stage.py)
+            queue_root=queue_root(env["RAYFLEET_STORAGE"]),
         )
 
 

@@ -25,7 +25,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rayfleet.core.run_dir import RunDir
-from rayfleet.recipes import budget, cost, jobs_api
+from rayfleet.recipes import admission, budget, cost, jobs_api
 from rayfleet.recipes.command import command, job_env, plain_env
 from rayfleet.recipes.log_spool import LogSpool
 from rayfleet.recipes.notify import NOTIFY_VAR, TOPIC_VAR
@@ -146,12 +146,15 @@ def _submit_and_follow(
     spool: LogSpool,
     entrypoint_resources: dict | None = None,
     data: str | None = None,
+    queue_root: str | None = None,
 ) -> tuple[int, str | None]:
-    entry, runtime_env = _job_spec(recipe, run_dir, working_dir, extra_args, launch_dir, secret_refs, data)
+    entry, runtime_env = _job_spec(recipe, run_dir, working_dir, extra_args, launch_dir, secret_refs, data, queue_root)
     stop.clear(run_dir)  # not the job's driver: it may start after the budget has already asked
     job_id = f"rayfleet-{run_dir.run_name}-{uuid.uuid4().hex[:6]}"  # a resumed run gets a new job
     client = jobs_api.client_for(address)
     started = time.monotonic()
+    if queue_root:  # before the job starts: its admission (an event) must come after this
+        run_dir.update(state="QUEUED", job_id=job_id)
     jobs_api.submit(
         client,
         job_id=job_id,
@@ -162,7 +165,7 @@ def _submit_and_follow(
     )
     run_dir.update(
         job_id=job_id,
-        state="RUNNING",
+        **({} if queue_root else {"state": "RUNNING"}),  # a queued job says when it is admitted (admission.py)
         entrypoint=entry,
         extra_args=extra_args,
         submitted_at=now(),
@@ -178,12 +181,16 @@ def _submit_and_follow(
     try:
         outcome = jobs_api.follow(client, job_id, spool=spool, on_tick=watch.tick)
     finally:
+        asked = stop.requested(run_dir)
         stop.clear(run_dir)  # consumed: a later resume of this run must not stop at once
     log_url = spool.close()
     exit_code, message = outcome.exit_code, outcome.message
     status = outcome.status
     if watch.reason and status == "SUCCEEDED":  # it checkpointed and ended as asked
         status, message = "STOPPED", watch.reason
+    if asked == stop.CANCELLED and outcome.interrupted_by is None:  # checkpointed and ended, or never admitted
+        status, message = "CANCELLED", asked
+        exit_code = exit_code or admission.EXIT_CANCELLED
     if outcome.interrupted_by == "SIGTERM":
         exit_code = 128 + signal.SIGTERM
         message = f"the submitter got SIGTERM and stopped the job ({outcome.status}). {message}".strip()
@@ -208,8 +215,10 @@ def _job_spec(
     launch_dir: str,
     secret_refs: dict,
     data: str | None = None,
+    queue_root: str | None = None,
 ) -> tuple[str, dict]:
-    """The Jobs API entrypoint and runtime_env of a recipe's job (secret references only, never values)."""
+    """The Jobs API entrypoint and runtime_env of a recipe's job (secret references only, never values); with
+    a queue, the job waits its turn first (rayfleet/recipes/admission.py)."""
     variables = job_env(recipe, run_dir.run_name, run_dir.storage, launch_dir, data)
     entry = command(recipe, sys.executable, variables, extra_args)
     # Ray Train moves its workers into a per-run directory unless told not to: recipe runs keep them in the
@@ -219,7 +228,9 @@ def _job_spec(
     if secret_refs:  # references only: Ray logs, stores and serves runtime_env and the entrypoint
         env_vars[REFS_VAR] = json.dumps(secret_refs, sort_keys=True)
     env_vars.update(notify_env(recipe, run_dir.run_name))
-    if secret_refs or NOTIFY_VAR in env_vars:
+    if queue_root:
+        env_vars[admission.QUEUE_VAR] = admission.spec(queue_root, admission.entry_for(recipe, run_dir.run_name))
+    if secret_refs or NOTIFY_VAR in env_vars or queue_root:
         entry = f"{shlex.quote(sys.executable)} -m rayfleet.recipes.job_entry {shlex.quote(entry)}"
     runtime_env: dict = {"working_dir": working_dir, "env_vars": env_vars}
     if recipe.pip:

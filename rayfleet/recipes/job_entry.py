@@ -27,6 +27,8 @@ import sys
 
 from rayfleet.core.aws import run_cli
 from rayfleet.core.errors import RayfleetError
+from rayfleet.core.run_dir import RunDir
+from rayfleet.recipes import admission
 from rayfleet.recipes.notify import NOTIFY_VAR, TOPIC_VAR, WEBHOOK_VAR, Notifier
 from rayfleet.recipes.secrets import REFS_VAR, resolve
 from rayfleet.recipes.watch import Watch, run_watched
@@ -56,11 +58,26 @@ def main(argv: list[str] | None = None) -> int:
         raise RayfleetError("usage: python -m rayfleet.recipes.job_entry '<command>'")
     env = {**os.environ, **resolve(refs_from_env())}
     notify = json.loads(os.environ.get(NOTIFY_VAR) or "null")
+    queued = admission.from_env(os.environ)
+    if queued is not None:
+        queue, entry = queued
+        cancelled = admission.admit(queue, entry, RunDir(env["RAYFLEET_STORAGE"], env["RAYFLEET_RUN_NAME"]))
+        if cancelled:
+            return admission.cancelled_exit(entry.run, cancelled)
+        env.pop(admission.QUEUE_VAR, None)  # the command's own job_entry (a nested recipe) must not queue again
+        with admission.holding(queue, entry):
+            return _run(argv[0], env, notify, child=True)
+    return _run(argv[0], env, notify, child=False)
+
+
+def _run(command: str, env: dict, notify: dict | None, child: bool) -> int:
     if notify:
         notifier = Notifier(env.get(TOPIC_VAR) or None, env.get(WEBHOOK_VAR) or None)
-        return run_watched(argv[0], env, Watch(notifier, notify["run"], float(notify["stall_after_s"])))
+        return run_watched(command, env, Watch(notifier, notify["run"], float(notify["stall_after_s"])))
+    if child:
+        return admission.run_child(command, env)
     sys.stdout.flush()
-    os.execve("/bin/sh", ["/bin/sh", "-c", argv[0]], env)
+    os.execve("/bin/sh", ["/bin/sh", "-c", command], env)
     return 1  # not reached
 
 

@@ -145,6 +145,9 @@ class Recipe(_Strict):
     max_cost_usd: float | None = Field(
         None, gt=0, description="stop cleanly once the run's estimated cost reaches this"
     )
+    priority: int = Field(
+        0, ge=0, le=9, description="the cluster's queue: higher first (0-9), then the earlier submission"
+    )
 
     @field_validator("retries", mode="before")
     @classmethod

@@ -12,9 +12,10 @@ from functools import partial
 from pathlib import Path
 from typing import Protocol
 
+from rayfleet.core.config import ConfigError
 from rayfleet.core.run_dir import RunDir
 from rayfleet.recipes.fit import Capacity
-from rayfleet.recipes.job import now, submitter
+from rayfleet.recipes.job import now, submitter, submitter_gone
 from rayfleet.recipes.package import package
 from rayfleet.recipes.schema import LoadedRecipe
 from rayfleet.train.job_config import RUN_NAME_PATTERN
@@ -37,6 +38,7 @@ def package_into(
     loaded: LoadedRecipe, run_dir: RunDir, tmp: Path, target: str, extra_args: list[str], held: dict
 ) -> dict:
     """Zip the code, store zip + resolved recipe in the run directory, start run.json; return the zip's facts."""
+    refuse_active(run_dir)
     recipe = loaded.recipe
     pkg = package(loaded.code_dir, tmp / "code.zip", recipe.exclude)
     print(
@@ -68,6 +70,21 @@ def package_into(
         attempts=[],  # this invocation's; a relaunched trainer task on ECS continues the list
     )
     return {"path": pkg.path, "url": code_url, "sha256": pkg.sha256}
+
+
+ACTIVE = ("PENDING", "QUEUED", "RUNNING")
+
+
+def refuse_active(run_dir: RunDir) -> None:
+    """One submission per run name at a time: a second one while the first is queued or running is refused
+    (an ended run's name may be reused: the run resumes from its checkpoint)."""
+    record = run_dir.record()
+    state = record.get("state")
+    if state in ACTIVE and not submitter_gone(record):
+        raise ConfigError(
+            f"run {run_dir.run_name} is already {state} (since {record.get('created_at', '?')}): choose another "
+            f"--run-name, or cancel it first (rayfleet cancel --run {run_dir.run_name})"
+        )
 
 
 def run_name_arg(value: str) -> str:

@@ -74,6 +74,8 @@ def run_local(loaded: LoadedRecipe, extra_args: list[str], run_name: str, launch
                 launch_dir=str(launch_dir),
                 secret_refs=secret_refs,
                 data=str(loaded.data_path) if loaded.data_path else None,  # the workers share this machine
+                # a shared cluster queues its runs (rayfleet/core/run_queue.py); one started for this run not
+                queue_root=None if started else str(local_cluster.state_dir()),
             )
         finally:
             if started:

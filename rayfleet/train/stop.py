@@ -8,13 +8,15 @@ ranks reach together (the end of a DDP epoch, a logged FSDP step), so they stop 
 from __future__ import annotations
 
 import json
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from rayfleet.core.run_dir import RunDir
 
+if TYPE_CHECKING:
+    import torch
+
 STOP_FILE = "stop.json"
+CANCELLED = "cancelled (rayfleet cancel)"  # the reason `rayfleet cancel` gives: the run ends CANCELLED
 
 
 def request(run_dir: RunDir, reason: str) -> None:
@@ -34,6 +36,9 @@ def requested(run_dir: RunDir) -> str | None:
 
 def agreed(run_dir: RunDir, rank: int, device: torch.device) -> str | None:
     """A collective: every rank calls it at the same point. The reason on every rank when rank 0 saw one."""
+    import torch  # here: the queue's wait (rayfleet/recipes/admission.py) reads requests without torch
+    import torch.distributed as dist
+
     reason = requested(run_dir) if rank == 0 else None
     flag = torch.tensor([1.0 if reason else 0.0], device=device)
     dist.all_reduce(flag)

@@ -9,8 +9,8 @@ output "bucket_arn" {
 }
 
 output "prefixes" {
-  description = "Prefixes the Ray tasks (and so every job) may use: runs/ (one per run), data/ (datasets)."
-  value       = ["runs/", "data/"]
+  description = "Prefixes the Ray tasks (and so every job) may use: runs/ (one per run), data/ (datasets), queue/ (the run queue)."
+  value       = ["runs/", "data/", "queue/"]
 }
 
 output "control_prefix" {

@@ -1,0 +1,75 @@
+"""The run queue of the local cluster and of the deployment: running and waiting runs, in order, and why.
+
+    python -m rayfleet.ops.queue [--json] [--outputs FILE]        # make queue, rayfleet queue
+
+Each waiting run's job keeps its own entry (rayfleet/core/run_queue.py, rayfleet/recipes/admission.py), so this
+only reads: `<local cluster state>/queue/` and, once deployed, s3://<results bucket>/queue/.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import asdict
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from rayfleet.core.aws import run_cli
+from rayfleet.core.errors import RayfleetError
+from rayfleet.core.run_queue import WAITING, Entry, Queue
+from rayfleet.ecs.outputs import MissingOutputs, Outputs
+from rayfleet.local.cluster import state_dir
+
+
+def rows(entries: list[Entry], where: str, now: float) -> list[dict]:
+    """One row per entry, in queue order; `position` counts the waiting runs only (None for the others)."""
+    out, position = [], 0
+    for entry in entries:
+        position += entry.state == WAITING
+        out.append(
+            {
+                **asdict(entry),
+                "where": where,
+                "position": position if entry.state == WAITING else None,
+                "since_s": round(now - (entry.admitted_at or entry.submitted_at)),
+            }
+        )
+    return out
+
+
+def table(found: list[dict]) -> str:
+    if not found:
+        return "the queue is empty: nothing waits and no queued run is running"
+    lines = [f"{'POS':<5}{'RUN':<34}{'WHERE':<7}{'STATE':<10}{'PRIO':<6}{'RESOURCES':<22}{'SINCE':<8}{'WHO':<24}WHY"]
+    for r in found:
+        resources = Entry(**{k: r[k] for k in Entry.__dataclass_fields__}).resources()
+        lines.append(
+            f"{r['position'] or '-'!s:<5}{r['run']:<34}{r['where']:<7}{r['state']:<10}{r['priority']:<6}"
+            f"{resources:<22}{r['since_s']:<8}{r['who'][:23]:<24}{r['reason']}"
+        )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.queue", description=__doc__.split("\n")[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
+    opts = parser.parse_args(argv)
+    now = time.time()
+    found = rows(Queue(str(state_dir())).entries(now), "local", now)
+    try:
+        out = Outputs.load(opts.outputs)
+        if out.results_bucket:
+            found += rows(Queue(f"s3://{out.results_bucket}").entries(now), "ecs", now)
+    except MissingOutputs:
+        pass  # nothing deployed: the local queue only
+    except (RayfleetError, BotoCoreError, ClientError) as exc:
+        print(f"warning: the deployment's queue not listed: {exc}", file=sys.stderr)
+    print(json.dumps(found, indent=2) if opts.json else table(found))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(run_cli(main))

@@ -1,0 +1,207 @@
+"""A queued run's wait for the cluster, in the run's own job (rayfleet/recipes/job_entry.py), before its command.
+
+The submitter (rayfleet/recipes/job.py) gives the job RAYFLEET_QUEUE: the queue's root and the run's entry
+(priority, submission time, workers and their size). The job then:
+1. writes its entry and refreshes it every HEARTBEAT_S (rayfleet/core/run_queue.py: the order and the rules);
+2. while another run is ahead, says why once per change ("[rayfleet] queued: position 2 of 3: behind ...");
+3. when it is first, asks Ray for its whole placement group (every worker at once: gang admission) and gives it
+   back at once; if Ray cannot place all of it, it waits with that reason, holding nothing;
+4. admitted, it starts the command and keeps its entry until Ray has placed the run's workers (a placement
+   group created by this submission's drivers), so the next run never races it for the same workers;
+5. removes its entry when the command ends, is stopped, or is cancelled while it waits (`rayfleet cancel`:
+   exit 130, the run recorded CANCELLED).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import asdict
+
+from rayfleet.core.run_dir import RunDir
+from rayfleet.core.run_queue import ADMITTED, HEARTBEAT_S, PLACE_TIMEOUT_S, RUNNING, Entry, Queue, verdict
+from rayfleet.train import stop
+
+QUEUE_VAR = "RAYFLEET_QUEUE"
+EXIT_CANCELLED = 130
+PROBE_S = 2.0  # how long one try waits for Ray to place the whole group
+
+
+def say(message: str) -> None:
+    print(f"[rayfleet] {message}", flush=True)
+
+
+def spec(root: str, entry: Entry) -> str:
+    """RAYFLEET_QUEUE's value: where the queue is and the run's entry."""
+    return json.dumps({"root": root, "entry": asdict(entry)})
+
+
+def from_env(env: dict) -> tuple[Queue, Entry] | None:
+    text = env.get(QUEUE_VAR)
+    if not text:
+        return None
+    value = json.loads(text)
+    entry = Entry(**value["entry"])
+    entry.submission_id = env.get("RAY_JOB_SUBMISSION_ID") or entry.submission_id
+    return Queue(value["root"]), entry
+
+
+def probe(entry: Entry, timeout_s: float = PROBE_S) -> bool:
+    """Can Ray place every worker of the run now? Asks for the whole placement group (PACK, or one per node
+    for launcher runs, as the jobs themselves do) and removes it again, placed or not."""
+    import ray
+    from ray.util.placement_group import placement_group, remove_placement_group
+
+    bundle = {"CPU": entry.cpus_per_worker, **({"GPU": entry.gpus_per_worker} if entry.gpus_per_worker else {})}
+    strategy = "STRICT_SPREAD" if entry.one_per_node else "PACK"
+    group = placement_group([dict(bundle) for _ in range(entry.workers)], strategy=strategy)
+    try:
+        ready, _ = ray.wait([group.ready()], timeout=timeout_s)
+        return bool(ready)
+    finally:
+        remove_placement_group(group)
+
+
+def placed(submission_id: str) -> bool:
+    """Has a driver of this submission a placement group Ray has created (Ray Train's workers, the launchers)?"""
+    from ray.util.state import list_jobs, list_placement_groups
+
+    drivers = {j.job_id for j in list_jobs(filters=[("submission_id", "=", submission_id)]) if j.job_id}
+    groups = list_placement_groups(filters=[("state", "=", "CREATED")], limit=10000)
+    return any(g.creator_job_id in drivers for g in groups)
+
+
+def wait_turn(
+    queue: Queue,
+    entry: Entry,
+    run_dir: RunDir,
+    try_place: Callable[[Entry], bool] = probe,
+    clock: Callable[[], float] = time.time,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str | None:
+    """Wait until the run is admitted (returns None) or cancelled (returns the reason); the entry stays."""
+    said = None
+    while True:
+        cancelled = stop.requested(run_dir)
+        if cancelled:
+            return cancelled
+        now = clock()
+        first, reason = verdict(entry.run, [*_others(queue, entry, now), entry], now)
+        if first and try_place(entry):
+            entry.state, entry.admitted_at, entry.reason = ADMITTED, clock(), "placing its workers"
+            entry.heartbeat_at = clock()
+            queue.put(entry)
+            return None
+        if first:
+            reason = f"{reason}; waiting for {entry.resources()} to be free at once"
+        if reason != said:
+            say(f"queued: {reason}")
+            said = reason
+        entry.reason, entry.heartbeat_at = reason, now
+        queue.put(entry)
+        sleep(1.0)
+
+
+def _others(queue: Queue, entry: Entry, now: float) -> list[Entry]:
+    return [e for e in queue.entries(now) if e.run != entry.run]
+
+
+@contextmanager
+def holding(queue: Queue, entry: Entry, is_placed: Callable[[str], bool] = placed, clock=time.time):
+    """While the admitted run runs: its entry refreshed, marked placed once Ray has its workers; removed after."""
+    done = threading.Event()
+
+    def beat() -> None:
+        while not done.wait(HEARTBEAT_S):
+            if not entry.placed and entry.submission_id:
+                try:
+                    entry.placed = is_placed(entry.submission_id)
+                except Exception as exc:  # the state API away a moment: ask again at the next beat
+                    say(f"queue: could not ask Ray for placement groups ({type(exc).__name__})")
+            if not entry.placed and clock() - (entry.admitted_at or 0) > PLACE_TIMEOUT_S:
+                entry.placed = True  # it blocks the queue no longer (rayfleet/core/run_queue.py)
+            if entry.placed:
+                entry.state, entry.reason = RUNNING, "running"
+            entry.heartbeat_at = clock()
+            queue.put(entry)
+
+    thread = threading.Thread(target=beat, name="rayfleet-queue-heartbeat", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join(timeout=HEARTBEAT_S * 2)
+        queue.remove(entry.run)
+
+
+def run_child(command: str, env: dict) -> int:
+    """The command in a child shell (the queue's heartbeat outlives an exec), signals passed on."""
+    from rayfleet.recipes.watch import forward
+
+    child = subprocess.Popen(["/bin/sh", "-c", command], env=env)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda s, _frame: forward(child.pid, s))
+    return child.wait()
+
+
+def _raise_on_sigterm(signum, frame) -> None:
+    raise KeyboardInterrupt("SIGTERM")
+
+
+def admit(queue: Queue, entry: Entry, run_dir: RunDir) -> str | None:
+    """Connect to the cluster, wait for the run's turn and placement; None when admitted, else why not.
+    A stop while waiting (the Jobs API's SIGTERM, Ctrl-C) removes the entry."""
+    import ray
+
+    signal.signal(signal.SIGTERM, _raise_on_sigterm)
+    entry.heartbeat_at = time.time()
+    queue.put(entry)
+    try:
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False, logging_level="WARNING")
+        waited = time.monotonic()
+        cancelled = wait_turn(queue, entry, run_dir)
+        if cancelled:
+            queue.remove(entry.run)
+            return cancelled
+        say(f"admitted after {time.monotonic() - waited:.1f} s in the queue: all {entry.resources()} can be placed")
+        run_dir.send("admitted", state="RUNNING")
+        return None
+    except BaseException:
+        queue.remove(entry.run)
+        raise
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if ray.is_initialized():
+            ray.shutdown()  # the command's own drivers connect next; this one must not linger as a job
+
+
+def cancelled_exit(run: str, reason: str) -> int:
+    print(f"[rayfleet] run {run}: {reason} while queued; it never started", file=sys.stderr, flush=True)
+    return EXIT_CANCELLED
+
+
+def entry_for(recipe, run: str, clock: Callable[[], float] = time.time) -> Entry:
+    """The queue entry a recipe's run starts with (`recipe`: rayfleet.recipes.schema.Recipe)."""
+    import getpass
+    import socket
+
+    res = recipe.resources
+    return Entry(
+        run=run,
+        priority=recipe.priority,
+        submitted_at=clock(),
+        workers=res.workers,
+        cpus_per_worker=res.cpus_per_worker,
+        gpus_per_worker=res.gpus_per_worker,
+        one_per_node=recipe.launcher is not None,
+        who=f"{getpass.getuser()}@{socket.gethostname()}",
+        recipe=recipe.name,
+    )
