@@ -7,7 +7,7 @@ The submitter (rayfleet/recipes/job.py) gives the job RAYFLEET_QUEUE: the queue'
 3. when it is first, asks Ray for its whole placement group (every worker at once: gang admission) and gives it
    back at once; if Ray cannot place all of it, it waits with that reason, holding nothing;
 4. admitted, it starts the command and keeps its entry until Ray has placed the run's workers (a placement
-   group created by this submission's drivers), so the next run never races it for the same workers;
+   group created since the admission), so the next run never races it for the same workers;
 5. removes its entry when the command ends, is stopped, or is cancelled while it waits (`rayfleet cancel`:
    exit 130, the run recorded CANCELLED).
 """
@@ -69,13 +69,22 @@ def probe(entry: Entry, timeout_s: float = PROBE_S) -> bool:
         remove_placement_group(group)
 
 
-def placed(submission_id: str) -> bool:
-    """Has a driver of this submission a placement group Ray has created (Ray Train's workers, the launchers)?"""
-    from ray.util.state import list_jobs, list_placement_groups
+def groups() -> dict[str, str]:
+    """Every placement group Ray knows and its state."""
+    from ray.util.state import list_placement_groups
 
-    drivers = {j.job_id for j in list_jobs(filters=[("submission_id", "=", submission_id)]) if j.job_id}
-    groups = list_placement_groups(filters=[("state", "=", "CREATED")], limit=10000)
-    return any(g.creator_job_id in drivers for g in groups)
+    return {g.placement_group_id: g.state for g in list_placement_groups(limit=10000)}
+
+
+def placed_after(known: set[str]) -> Callable[[], bool]:
+    """Has Ray created a placement group that did not exist at admission (`known`)? The queue admits one run at
+    a time, so a new one is the admitted run's (Ray Train's workers, the launchers). Ray gives the group of a
+    driver that the job started no link to the job that the queue knows, hence this test."""
+
+    def test() -> bool:
+        return any(state == "CREATED" and gid not in known for gid, state in groups().items())
+
+    return test
 
 
 def wait_turn(
@@ -114,15 +123,15 @@ def _others(queue: Queue, entry: Entry, now: float) -> list[Entry]:
 
 
 @contextmanager
-def holding(queue: Queue, entry: Entry, is_placed: Callable[[str], bool] = placed, clock=time.time):
+def holding(queue: Queue, entry: Entry, is_placed: Callable[[], bool], clock=time.time):
     """While the admitted run runs: its entry refreshed, marked placed once Ray has its workers; removed after."""
     done = threading.Event()
 
     def beat() -> None:
         while not done.wait(HEARTBEAT_S):
-            if not entry.placed and entry.submission_id:
+            if not entry.placed:
                 try:
-                    entry.placed = is_placed(entry.submission_id)
+                    entry.placed = is_placed()
                 except Exception as exc:  # the state API away a moment: ask again at the next beat
                     say(f"queue: could not ask Ray for placement groups ({type(exc).__name__})")
             if not entry.placed and clock() - (entry.admitted_at or 0) > PLACE_TIMEOUT_S:
@@ -140,6 +149,16 @@ def holding(queue: Queue, entry: Entry, is_placed: Callable[[str], bool] = place
         done.set()
         thread.join(timeout=HEARTBEAT_S * 2)
         queue.remove(entry.run)
+        _disconnect()
+
+
+def _disconnect() -> None:
+    """Only once the command has ended: this driver holds the job's working_dir, which Ray deletes when the
+    last driver of the job that uses it disconnects (the command's own process would lose its directory)."""
+    import ray
+
+    if ray.is_initialized():
+        ray.shutdown()
 
 
 def run_child(command: str, env: dict) -> int:
@@ -156,31 +175,37 @@ def _raise_on_sigterm(signum, frame) -> None:
     raise KeyboardInterrupt("SIGTERM")
 
 
-def admit(queue: Queue, entry: Entry, run_dir: RunDir) -> str | None:
-    """Connect to the cluster, wait for the run's turn and placement; None when admitted, else why not.
-    A stop while waiting (the Jobs API's SIGTERM, Ctrl-C) removes the entry."""
+def admit(queue: Queue, entry: Entry, run_dir: RunDir) -> Callable[[], bool] | str:
+    """Connect to the cluster, wait for the run's turn and placement. Admitted: the test of whether Ray has
+    placed the run's workers (for `holding`; still connected: `holding` disconnects); else why not. A stop
+    while waiting (the Jobs API's SIGTERM, Ctrl-C) removes the entry."""
     import ray
 
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     entry.heartbeat_at = time.time()
     queue.put(entry)
+    here = os.getcwd()  # the job's unpacked code
     try:
         ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False, logging_level="WARNING")
         waited = time.monotonic()
         cancelled = wait_turn(queue, entry, run_dir)
         if cancelled:
             queue.remove(entry.run)
+            ray.shutdown()
             return cancelled
         say(f"admitted after {time.monotonic() - waited:.1f} s in the queue: all {entry.resources()} can be placed")
+        is_placed = placed_after(set(groups()))  # the probe's own group is removed: it is among these
         run_dir.send("admitted", state="RUNNING")
-        return None
+        # Connecting installs the job's runtime_env on every node; where nodes share a disk (the local
+        # cluster) one of them unpacks the code again in place, and this process's directory is a stale one.
+        os.chdir(here)
+        return is_placed
     except BaseException:
         queue.remove(entry.run)
+        ray.shutdown()
         raise
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        if ray.is_initialized():
-            ray.shutdown()  # the command's own drivers connect next; this one must not linger as a job
 
 
 def cancelled_exit(run: str, reason: str) -> int:

@@ -61,11 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     queued = admission.from_env(os.environ)
     if queued is not None:
         queue, entry = queued
-        cancelled = admission.admit(queue, entry, RunDir(env["RAYFLEET_STORAGE"], env["RAYFLEET_RUN_NAME"]))
-        if cancelled:
-            return admission.cancelled_exit(entry.run, cancelled)
+        admitted = admission.admit(queue, entry, RunDir(env["RAYFLEET_STORAGE"], env["RAYFLEET_RUN_NAME"]))
+        if isinstance(admitted, str):
+            return admission.cancelled_exit(entry.run, admitted)
         env.pop(admission.QUEUE_VAR, None)  # the command's own job_entry (a nested recipe) must not queue again
-        with admission.holding(queue, entry):
+        with admission.holding(queue, entry, admitted):
             return _run(argv[0], env, notify, child=True)
     return _run(argv[0], env, notify, child=False)
 

@@ -44,6 +44,7 @@ def test_every_verb_has_help(capsys):
         "runs",
         "logs",
         "cancel",
+        "queue",
         "status",
         "exec",
         "deploy",
@@ -141,3 +142,9 @@ def test_cancel_asks_a_running_run_to_checkpoint_and_stop_and_refuses_an_ended_o
     assert cli.main(["cancel", "--run", "r2"]) == 2 and "already ended" in capsys.readouterr().err
     assert ended.read("stop.json") is None
     assert run_cli(cli.main, ["cancel", "--run", "nope"]) == 2
+    queued = RunDir(str(tmp_path / "runs"), "r3")
+    queued.write("run.json", json.dumps({"state": "QUEUED"}))
+    assert cli.main(["cancel", "--run", "r3"]) == 0 and "it leaves the queue" in capsys.readouterr().out
+    cancelled = RunDir(str(tmp_path / "runs"), "r4")
+    cancelled.write("run.json", json.dumps({"state": "CANCELLED"}))
+    assert cli.main(["cancel", "--run", "r4"]) == 2 and "already ended (CANCELLED)" in capsys.readouterr().err

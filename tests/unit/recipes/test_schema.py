@@ -30,6 +30,8 @@ from tests.unit.recipes.helpers import GOOD, REPO, write
         ({"storage": "s3://"}, "s3:// needs a bucket"),
         ({"retries": -1}, "retries.count: Input should be greater than or equal to 0"),
         ({"retries": {"count": 1, "on": [1]}}, "retries.on: unknown key"),
+        ({"priority": 10}, "priority: Input should be less than or equal to 9"),
+        ({"priority": -1}, "priority: Input should be greater than or equal to 0"),
     ],
 )
 def test_bad_recipes_fail_with_one_clear_error(tmp_path, change, expected):

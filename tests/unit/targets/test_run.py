@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from tests.unit.recipes.helpers import GOOD, REPO, write
 
 
@@ -68,3 +70,22 @@ def test_a_run_name_that_is_not_a_plain_name_is_refused_in_one_line(tmp_path):
         last = result.stderr.strip().splitlines()[-1]  # after argparse's usage
         assert result.returncode == 2 and "argument --run-name" in last and "a run name is up to 100" in last, last
         assert not (tmp_path / "runs").exists() and not (tmp_path / "state").exists()
+
+
+def test_a_second_submission_of_a_queued_or_running_run_name_is_refused(tmp_path):
+    from rayfleet.core.config import ConfigError
+    from rayfleet.core.run_dir import RunDir
+    from rayfleet.recipes.job import submitter
+    from rayfleet.targets.base import refuse_active
+
+    run_dir = RunDir(str(tmp_path), "r1")
+    refuse_active(run_dir)  # a new name
+    for state in ("QUEUED", "RUNNING"):
+        run_dir.update(state=state, created_at="2026-11-26T10:00:00+00:00", submitter=submitter())
+        with pytest.raises(ConfigError, match=f"run r1 is already {state} .*rayfleet cancel --run r1"):
+            refuse_active(run_dir)
+    gone = {**submitter(), "pid_start": "0"}  # the same pid, another process: its follower is gone
+    run_dir.update(state="RUNNING", submitter=gone)
+    refuse_active(run_dir)
+    run_dir.update(state="CANCELLED", submitter=submitter())
+    refuse_active(run_dir)  # an ended run's name may be reused: it resumes

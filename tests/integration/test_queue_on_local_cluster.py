@@ -1,0 +1,162 @@
+"""The run queue on the real local test cluster (head + 2 workers x 1 CPU): runs that each need the whole
+cluster go one after another, in priority-then-submission order, each placed whole; a cancelled queued run
+never starts; `rayfleet queue` shows positions and reasons while they wait."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from rayfleet.core.run_queue import Queue
+from tests.integration.helpers import REPO
+
+pytestmark = pytest.mark.integration
+
+# A Ray Train program that takes both workers and says when it started, first stepped and ended.
+SCRIPT = textwrap.dedent("""
+    import json, os, time
+    import ray.train
+    from ray.train import RunConfig, ScalingConfig
+    from ray.train.torch import TorchTrainer
+
+    started = time.time()
+    run_dir = os.environ["RAYFLEET_RUN_DIR"]
+
+    def loop(config):
+        ctx = ray.train.get_context()
+        if ctx.get_world_rank() == 0:
+            with open(os.path.join(run_dir, "first_step.json"), "w") as f:
+                json.dump({"first_step": time.time(), "world": ctx.get_world_size()}, f)
+        time.sleep(2)
+
+    scaling = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1.0})
+    TorchTrainer(loop, scaling_config=scaling, run_config=RunConfig(name="train", storage_path=run_dir)).fit()
+    with open(os.path.join(run_dir, "first_step.json")) as f:
+        out = {**json.load(f), "started": started, "ended": time.time()}
+    with open(os.path.join(run_dir, "times.json"), "w") as f:
+        json.dump(out, f)
+""")
+
+
+def submit(env: dict, recipe: Path, run: str, priority: int) -> subprocess.Popen:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rayfleet.targets.run",
+            str(recipe),
+            "--target",
+            "local",
+            "--run-name",
+            run,
+            "--set",
+            f"priority={priority}",
+        ],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def wait_for(what, deadline_s: float, why: str):
+    deadline = time.monotonic() + deadline_s
+    while time.monotonic() < deadline:
+        found = what()
+        if found:
+            return found
+        time.sleep(0.3)
+    raise AssertionError(why)
+
+
+def test_runs_that_each_need_the_cluster_queue_in_priority_order_and_a_queued_one_can_be_cancelled(
+    cluster_env, tmp_path
+):
+    """Four submissions on the one session cluster prove what no unit test can: Ray's placement of the whole
+    group as the admission test, the handoff from one run's end to the next run's start, and the queue kept
+    by the jobs themselves on the cluster (the unit tests replace Ray's placement with a function)."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text(SCRIPT)
+    storage = tmp_path / "runs"
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        json.dumps(
+            {
+                "name": "queued",
+                "code": "code",
+                "entrypoint": "train.py",
+                "resources": {"workers": 2, "cpus_per_worker": 1},
+                "storage": str(storage),
+            }
+        )
+    )
+    env = {**cluster_env, "RAYFLEET_OUTPUTS": str(tmp_path / "none.json")}
+    queue = Queue(str(Path(cluster_env["RAYFLEET_STATE_DIR"]) / "cluster"))
+
+    def states() -> dict[str, str]:
+        return {e.run: e.state for e in queue.entries(time.time())}
+
+    procs = {"first": submit(env, recipe, "first", 0)}
+    try:
+        wait_for(lambda: states().get("first") == "running", 120, "the first run was never admitted and placed")
+        procs["low"] = submit(env, recipe, "low", 0)
+        wait_for(lambda: "low" in states(), 60, "the second run never queued")
+        procs["gone"] = submit(env, recipe, "gone", 0)
+        procs["high"] = submit(env, recipe, "high", 3)  # submitted last, it goes first among the waiting
+        wait_for(lambda: {"gone", "high"} <= set(states()), 60, "the later runs never queued")
+        shown = json.loads(
+            subprocess.run(
+                [sys.executable, "-m", "rayfleet.cli.main", "queue", "--json"],
+                env=env,
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=60,
+                check=True,
+            ).stdout
+        )
+        waiting = {r["run"]: r for r in shown if r["state"] == "waiting"}
+        assert shown[0]["run"] == "first" and shown[0]["position"] is None
+        assert {run: r["position"] for run, r in waiting.items()} == {"high": 1, "low": 2, "gone": 3}
+        assert wait_for(
+            lambda: "behind high (priority 3)" in (queue.get("gone") or queue.get("low")).reason,
+            30,
+            "no reason while waiting",
+        )
+
+        cancelled = subprocess.run(
+            [sys.executable, "-m", "rayfleet.cli.main", "cancel", "--run", "gone"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert cancelled.returncode == 0 and "leaves the queue" in cancelled.stdout, cancelled.stderr
+        outputs = {run: proc.communicate(timeout=300)[0] for run, proc in procs.items()}
+    finally:
+        for proc in procs.values():
+            if proc.poll() is None:
+                proc.kill()
+    codes = {run: proc.returncode for run, proc in procs.items()}
+    assert codes == {"first": 0, "low": 0, "gone": 130, "high": 0}, outputs
+    record = json.loads((storage / "gone" / "run.json").read_text())
+    assert record["state"] == "CANCELLED" and not (storage / "gone" / "times.json").exists()
+    assert "queued: position" in outputs["low"] and "admitted after" in outputs["low"]
+    times = {run: json.loads((storage / run / "times.json").read_text()) for run in ("first", "high", "low")}
+    assert all(t["world"] == 2 for t in times.values())
+    # one after another, the higher priority before the earlier submission, none overlapping another
+    assert times["first"]["ended"] <= times["high"]["started"] and times["high"]["ended"] <= times["low"]["started"]
+    for run in ("first", "high", "low"):
+        assert json.loads((storage / run / "run.json").read_text())["state"] == "SUCCEEDED"
+    to_step = {run: round(t["first_step"] - t["started"], 1) for run, t in times.items()}
+    print(f"admission to first step (s): {to_step}")
+    assert states() == {}  # every entry removed when its run ended

@@ -1,0 +1,47 @@
+"""`rayfleet queue`: the local cluster's queue read from its state directory, in order, with positions and why."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from rayfleet.cli import main as cli
+from rayfleet.core.run_queue import RUNNING, Entry, Queue
+
+
+def test_the_queue_lists_running_then_waiting_runs_with_positions_and_reasons(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RAYFLEET_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("RAYFLEET_OUTPUTS", str(tmp_path / "none.json"))
+    now = time.time()
+    queue = Queue(str(tmp_path / "cluster"))
+    for run, priority, at, state in (("low", 0, 1, "waiting"), ("high", 5, 2, "waiting"), ("busy", 0, 0, RUNNING)):
+        queue.put(
+            Entry(
+                run=run,
+                priority=priority,
+                submitted_at=now - 10 + at,
+                workers=2,
+                cpus_per_worker=1.0,
+                state=state,
+                heartbeat_at=now,
+                reason=f"why {run}",
+                who="me@laptop",
+            )
+        )
+    assert cli.main(["queue"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:4] == ["POS", "RUN", "WHERE", "STATE"]
+    assert [line.split()[:5] for line in lines[1:]] == [
+        ["-", "busy", "local", "running", "0"],
+        ["1", "high", "local", "waiting", "5"],
+        ["2", "low", "local", "waiting", "0"],
+    ]
+    assert lines[2].endswith("why high") and "2 x 1 CPU" in lines[2]
+    assert cli.main(["queue", "--json"]) == 0
+    assert [r["position"] for r in json.loads(capsys.readouterr().out)] == [None, 1, 2]
+
+
+def test_an_empty_queue_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("RAYFLEET_STATE_DIR", str(tmp_path))
+    monkeypatch.setenv("RAYFLEET_OUTPUTS", str(tmp_path / "none.json"))
+    assert cli.main(["queue"]) == 0 and "the queue is empty" in capsys.readouterr().out

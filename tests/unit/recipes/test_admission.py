@@ -1,0 +1,118 @@
+"""A queued run's wait (rayfleet/recipes/admission.py), with Ray's placement replaced by a function: what it says,
+when it is admitted, a cancel while it waits, and the entry it keeps while it runs."""
+
+from __future__ import annotations
+
+import json
+
+from rayfleet.core.run_dir import RunDir
+from rayfleet.core.run_queue import ADMITTED, RUNNING, WAITING, Entry, Queue
+from rayfleet.recipes import admission
+from rayfleet.recipes.schema import load
+from rayfleet.train import stop
+from tests.unit.recipes.helpers import GOOD, write
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def entry(run: str, at: float = 0.0) -> Entry:
+    return Entry(run=run, priority=0, submitted_at=1_000_000.0 + at, workers=2, cpus_per_worker=1.0)
+
+
+def test_the_first_run_waits_until_its_whole_group_fits_saying_why_once(tmp_path, capsys):
+    queue, clock, tries = Queue(str(tmp_path)), Clock(), []
+    me = entry("me")
+
+    def try_place(e: Entry) -> bool:
+        tries.append(clock())
+        return len(tries) >= 3  # the workers free up at the third try
+
+    run_dir = RunDir(str(tmp_path / "runs"), "me")
+    assert admission.wait_turn(queue, me, run_dir, try_place, clock, clock.sleep) is None
+    out = capsys.readouterr().out
+    assert out.count("queued: first of 1 in the queue; waiting for 2 x 1 CPU to be free at once") == 1
+    stored = queue.get("me")
+    assert stored.state == ADMITTED and stored.admitted_at == clock() and len(tries) == 3
+
+
+def test_a_run_behind_another_never_asks_ray_and_is_cancelled_while_it_waits(tmp_path, capsys):
+    queue, clock = Queue(str(tmp_path)), Clock()
+    ahead = entry("ahead")
+    ahead.heartbeat_at = clock()
+    queue.put(ahead)
+    run_dir = RunDir(str(tmp_path / "runs"), "me")
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        ahead.heartbeat_at = clock()
+        queue.put(ahead)  # the run ahead is alive and keeps its place
+        if clock() > 1_000_003:
+            stop.request(run_dir, stop.CANCELLED)
+
+    never = []
+    reason = admission.wait_turn(queue, entry("me", at=1), run_dir, never.append, clock, sleep)
+    assert reason == stop.CANCELLED and never == []
+    assert "queued: position 2 of 2: behind ahead (priority 0)" in capsys.readouterr().out
+    assert queue.get("me").state == WAITING  # admit() removes it; wait_turn leaves that to its caller
+
+
+def test_a_run_ahead_whose_job_is_gone_is_passed(tmp_path):
+    queue, clock = Queue(str(tmp_path)), Clock()
+    dead = entry("dead")
+    dead.heartbeat_at = clock() - 60
+    queue.put(dead)
+    run_dir = RunDir(str(tmp_path / "runs"), "me")
+    assert admission.wait_turn(queue, entry("me", at=1), run_dir, lambda e: True, clock, clock.sleep) is None
+
+
+def test_while_it_runs_the_entry_is_refreshed_marked_placed_and_removed_at_the_end(tmp_path, monkeypatch):
+    monkeypatch.setattr(admission, "HEARTBEAT_S", 0.01)
+    queue = Queue(str(tmp_path))
+    me = entry("me")
+    import time
+
+    me.state, me.admitted_at = ADMITTED, time.time()
+    asked, seen = [], []
+
+    def is_placed() -> bool:
+        asked.append(1)
+        return len(asked) >= 2
+
+    with admission.holding(queue, me, is_placed):
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and (queue.get("me") is None or queue.get("me").state != RUNNING):
+            time.sleep(0.01)
+        seen.append(queue.get("me"))
+    assert seen[0].state == RUNNING and seen[0].placed and len(asked) == 2  # not asked again once placed
+    assert queue.get("me") is None
+
+
+def test_the_entry_comes_from_the_recipe_and_travels_in_the_job_environment(tmp_path):
+    loaded = load(write(tmp_path, {**GOOD, "priority": 4, "resources": {"workers": 3, "gpus_per_worker": 1}}))
+    made = admission.entry_for(loaded.recipe, "job-1", clock=lambda: 42.0)
+    assert (made.run, made.priority, made.submitted_at, made.workers, made.gpus_per_worker) == ("job-1", 4, 42.0, 3, 1)
+    assert not made.one_per_node and made.resources() == "3 x 1 CPU + 1 GPU"
+    value = admission.spec("s3://bucket", made)
+    queue, back = admission.from_env({admission.QUEUE_VAR: value, "RAY_JOB_SUBMISSION_ID": "rayfleet-job-1-x"})
+    assert queue.url == "s3://bucket/queue" and back.submission_id == "rayfleet-job-1-x"
+    assert json.loads(value)["entry"]["run"] == "job-1" and admission.from_env({}) is None
+
+
+def test_placed_means_a_group_created_since_the_admission(monkeypatch):
+    now = {"old": "CREATED", "probe": "REMOVED"}
+    monkeypatch.setattr(admission, "groups", lambda: dict(now))
+    is_placed = admission.placed_after(set(now))
+    assert not is_placed()  # what existed before the admission is someone else's
+    now["new"] = "PENDING"
+    assert not is_placed()  # asked for, not yet placed
+    now["new"] = "CREATED"
+    assert is_placed()
