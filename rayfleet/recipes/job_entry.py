@@ -1,5 +1,7 @@
-"""The first thing a recipe job runs, in the job's own process: resolve its secrets, then exec its command,
-or, when the run notifies (RAYFLEET_NOTIFY: the run's name and stall time), run it watched (watch.py).
+"""The first thing a recipe job runs, in the job's own process: resolve its secrets, wait its turn in the
+cluster's queue when it has one (RAYFLEET_QUEUE: rayfleet/recipes/admission.py), then exec its command, or
+run it as a child: watched when the run notifies (RAYFLEET_NOTIFY: the run's name and stall time, watch.py),
+and while a queued run keeps its entry.
 
     python -m rayfleet.recipes.job_entry '<the recipe command, for /bin/sh>'   # as rayfleet.recipes.job submits it
 
