@@ -1,7 +1,7 @@
 """A queued run's wait for the cluster, in the run's own job (rayfleet/recipes/job_entry.py), before its command.
 
-The submitter (rayfleet/recipes/job.py) gives the job RAYFLEET_QUEUE: the queue's root and the run's entry
-(priority, submission time, workers and their size). The job then:
+The submitter (rayfleet/recipes/job.py) starts the job as `job_entry --queue '<spec>'`: the queue's root and
+the run's entry (priority, submission time, workers and their size). The job then:
 1. writes its entry and refreshes it every HEARTBEAT_S (rayfleet/core/run_queue.py: the order and the rules);
 2. while another run is ahead, says why once per change ("[rayfleet] queued: position 2 of 3: behind ...");
 3. when it is first, asks Ray for its whole placement group (every worker at once: gang admission) and gives it
@@ -29,8 +29,8 @@ from rayfleet.core.run_dir import RunDir
 from rayfleet.core.run_queue import ADMITTED, HEARTBEAT_S, PLACE_TIMEOUT_S, RUNNING, Entry, Queue, verdict
 from rayfleet.train import stop
 
-QUEUE_VAR = "RAYFLEET_QUEUE"
 EXIT_CANCELLED = 130
+JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # what Ray's job supervisor gives a job's drivers (its runtime_env)
 PROBE_S = 2.0  # how long one try waits for Ray to place the whole group
 
 
@@ -39,14 +39,12 @@ def say(message: str) -> None:
 
 
 def spec(root: str, entry: Entry) -> str:
-    """RAYFLEET_QUEUE's value: where the queue is and the run's entry."""
+    """job_entry's --queue value: where the queue is and the run's entry."""
     return json.dumps({"root": root, "entry": asdict(entry)})
 
 
-def from_env(env: dict) -> tuple[Queue, Entry] | None:
-    text = env.get(QUEUE_VAR)
-    if not text:
-        return None
+def parse(text: str, env: dict) -> tuple[Queue, Entry]:
+    """job_entry's --queue value (see `spec`), with the Jobs API's id of this job from `env`."""
     value = json.loads(text)
     entry = Entry(**value["entry"])
     entry.submission_id = env.get("RAY_JOB_SUBMISSION_ID") or entry.submission_id
@@ -149,16 +147,6 @@ def holding(queue: Queue, entry: Entry, is_placed: Callable[[], bool], clock=tim
         done.set()
         thread.join(timeout=HEARTBEAT_S * 2)
         queue.remove(entry.run)
-        _disconnect()
-
-
-def _disconnect() -> None:
-    """Only once the command has ended: this driver holds the job's working_dir, which Ray deletes when the
-    last driver of the job that uses it disconnects (the command's own process would lose its directory)."""
-    import ray
-
-    if ray.is_initialized():
-        ray.shutdown()
 
 
 def run_child(command: str, env: dict) -> int:
@@ -176,36 +164,44 @@ def _raise_on_sigterm(signum, frame) -> None:
 
 
 def admit(queue: Queue, entry: Entry, run_dir: RunDir) -> Callable[[], bool] | str:
-    """Connect to the cluster, wait for the run's turn and placement. Admitted: the test of whether Ray has
-    placed the run's workers (for `holding`; still connected: `holding` disconnects); else why not. A stop
-    while waiting (the Jobs API's SIGTERM, Ctrl-C) removes the entry."""
-    import ray
-
+    """Wait for the run's turn and placement. Admitted: the test of whether Ray has placed the run's workers
+    (for `holding`); else why not. A stop while waiting (the Jobs API's SIGTERM, Ctrl-C) removes the entry."""
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     entry.heartbeat_at = time.time()
     queue.put(entry)
-    here = os.getcwd()  # the job's unpacked code
     try:
-        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False, logging_level="WARNING")
-        waited = time.monotonic()
-        cancelled = wait_turn(queue, entry, run_dir)
-        if cancelled:
-            queue.remove(entry.run)
-            ray.shutdown()
-            return cancelled
+        with bare_driver():
+            waited = time.monotonic()
+            cancelled = wait_turn(queue, entry, run_dir)
+            if cancelled:
+                queue.remove(entry.run)
+                return cancelled
         say(f"admitted after {time.monotonic() - waited:.1f} s in the queue: all {entry.resources()} can be placed")
         is_placed = placed_after(set(groups()))  # the probe's own group is removed: it is among these
         run_dir.send("admitted", state="RUNNING")
-        # Connecting installs the job's runtime_env on every node; where nodes share a disk (the local
-        # cluster) one of them unpacks the code again in place, and this process's directory is a stale one.
-        os.chdir(here)
         return is_placed
     except BaseException:
         queue.remove(entry.run)
-        ray.shutdown()
         raise
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextmanager
+def bare_driver():
+    """A Ray driver of its own for the probes, without the job's runtime_env. A driver with it would install
+    that again on every node; where nodes share a disk (the local cluster), one of them unpacks the code and
+    rebuilds the pip environment in place, under the command about to start in them."""
+    import ray
+
+    job_config = os.environ.pop(JOB_CONFIG_VAR, None)
+    try:
+        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False, logging_level="WARNING")
+        yield
+    finally:
+        ray.shutdown()
+        if job_config is not None:
+            os.environ[JOB_CONFIG_VAR] = job_config
 
 
 def cancelled_exit(run: str, reason: str) -> int:

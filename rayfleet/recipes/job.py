@@ -228,10 +228,12 @@ def _job_spec(
     if secret_refs:  # references only: Ray logs, stores and serves runtime_env and the entrypoint
         env_vars[REFS_VAR] = json.dumps(secret_refs, sort_keys=True)
     env_vars.update(notify_env(recipe, run_dir.run_name))
-    if queue_root:
-        env_vars[admission.QUEUE_VAR] = admission.spec(queue_root, admission.entry_for(recipe, run_dir.run_name))
     if secret_refs or NOTIFY_VAR in env_vars or queue_root:
-        entry = f"{shlex.quote(sys.executable)} -m rayfleet.recipes.job_entry {shlex.quote(entry)}"
+        # The queue's entry goes on the job's own command line: every Ray worker of the job gets env_vars, and
+        # a launcher's node (rayfleet/node/node_launcher.py) starts through job_entry too; it must not queue.
+        queued = ["--queue", admission.spec(queue_root, admission.entry_for(recipe, run_dir.run_name))]
+        words = [sys.executable, "-m", "rayfleet.recipes.job_entry", *(queued if queue_root else []), entry]
+        entry = shlex.join(words)
     runtime_env: dict = {"working_dir": working_dir, "env_vars": env_vars}
     if recipe.pip:
         runtime_env["pip"] = {"packages": list(recipe.pip), "pip_check": False}

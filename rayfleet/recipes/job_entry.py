@@ -1,5 +1,5 @@
 """The first thing a recipe job runs, in the job's own process: resolve its secrets, wait its turn in the
-cluster's queue when it has one (RAYFLEET_QUEUE: rayfleet/recipes/admission.py), then exec its command, or
+cluster's queue when it has one (--queue: rayfleet/recipes/admission.py), then exec its command, or
 run it as a child: watched when the run notifies (RAYFLEET_NOTIFY: the run's name and stall time, watch.py),
 and while a queued run keeps its entry.
 
@@ -56,17 +56,18 @@ def load_secrets() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    queued = None
+    if len(argv) == 3 and argv[0] == "--queue":
+        queued, argv = admission.parse(argv[1], os.environ), argv[2:]
     if len(argv) != 1:
-        raise RayfleetError("usage: python -m rayfleet.recipes.job_entry '<command>'")
+        raise RayfleetError("usage: python -m rayfleet.recipes.job_entry [--queue '<spec>'] '<command>'")
     env = {**os.environ, **resolve(refs_from_env())}
     notify = json.loads(os.environ.get(NOTIFY_VAR) or "null")
-    queued = admission.from_env(os.environ)
     if queued is not None:
         queue, entry = queued
         admitted = admission.admit(queue, entry, RunDir(env["RAYFLEET_STORAGE"], env["RAYFLEET_RUN_NAME"]))
         if isinstance(admitted, str):
             return admission.cancelled_exit(entry.run, admitted)
-        env.pop(admission.QUEUE_VAR, None)  # the command's own job_entry (a nested recipe) must not queue again
         with admission.holding(queue, entry, admitted):
             return _run(argv[0], env, notify, child=True)
     return _run(argv[0], env, notify, child=False)

@@ -20,19 +20,23 @@ pytestmark = pytest.mark.integration
 
 # A Ray Train program that takes both workers and says when it started, first stepped and ended.
 SCRIPT = textwrap.dedent("""
-    import json, os, time
+    import json, os, sys, time
     import ray.train
     from ray.train import RunConfig, ScalingConfig
     from ray.train.torch import TorchTrainer
 
     started = time.time()
     run_dir = os.environ["RAYFLEET_RUN_DIR"]
+    gate = sys.argv[1] if len(sys.argv) > 1 else None
 
     def loop(config):
         ctx = ray.train.get_context()
         if ctx.get_world_rank() == 0:
             with open(os.path.join(run_dir, "first_step.json"), "w") as f:
                 json.dump({"first_step": time.time(), "world": ctx.get_world_size()}, f)
+        deadline = time.time() + 180
+        while gate and not os.path.exists(gate) and time.time() < deadline:  # held until the test has looked
+            time.sleep(0.2)
         time.sleep(2)
 
     scaling = ScalingConfig(num_workers=2, resources_per_worker={"CPU": 1.0})
@@ -44,7 +48,7 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def submit(env: dict, recipe: Path, run: str, priority: int) -> subprocess.Popen:
+def submit(env: dict, recipe: Path, run: str, priority: int, *args: str) -> subprocess.Popen:
     return subprocess.Popen(
         [
             sys.executable,
@@ -57,6 +61,8 @@ def submit(env: dict, recipe: Path, run: str, priority: int) -> subprocess.Popen
             run,
             "--set",
             f"priority={priority}",
+            "--",
+            *args,
         ],
         env=env,
         cwd=REPO,
@@ -104,7 +110,8 @@ def test_runs_that_each_need_the_cluster_queue_in_priority_order_and_a_queued_on
     def states() -> dict[str, str]:
         return {e.run: e.state for e in queue.entries(time.time())}
 
-    procs = {"first": submit(env, recipe, "first", 0)}
+    gate = tmp_path / "gate"
+    procs = {"first": submit(env, recipe, "first", 0, str(gate))}
     try:
         wait_for(lambda: states().get("first") == "running", 120, "the first run was never admitted and placed")
         procs["low"] = submit(env, recipe, "low", 0)
@@ -135,12 +142,13 @@ def test_runs_that_each_need_the_cluster_queue_in_priority_order_and_a_queued_on
         cancelled = subprocess.run(
             [sys.executable, "-m", "rayfleet.cli.main", "cancel", "--run", "gone"],
             env=env,
-            cwd=REPO,
+            cwd=tmp_path,  # its ./runs is where the recipe keeps its runs
             capture_output=True,
             text=True,
             timeout=60,
         )
         assert cancelled.returncode == 0 and "leaves the queue" in cancelled.stdout, cancelled.stderr
+        gate.touch()  # the first run may end now
         outputs = {run: proc.communicate(timeout=300)[0] for run, proc in procs.items()}
     finally:
         for proc in procs.values():

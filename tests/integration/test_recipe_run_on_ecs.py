@@ -88,6 +88,11 @@ def _object(launched, key) -> bytes:
     return launched["s3"].get_object(Bucket=launched["bucket"], Key=key)["Body"].read()
 
 
+def _keys(launched, prefix: str) -> list[str]:
+    listed = launched["s3"].list_objects_v2(Bucket=launched["bucket"], Prefix=prefix)
+    return [o["Key"] for o in listed.get("Contents", [])]
+
+
 def _record(launched, run: str) -> dict:
     """The run record as the verbs read it: the trainer's run.json and the submitter's events."""
     return run_record(launched["env"], launched["bucket"], run)
@@ -138,9 +143,11 @@ def test_trainer_submits_the_s3_code_to_the_cluster_and_records_the_result(launc
     overrides = {e["name"]: e["value"] for e in task["overrides"]["containerOverrides"][0]["environment"]}
     recipe = json.loads(overrides["RAYFLEET_RECIPE"])
     recipe.pop("pip")  # a per-job pip environment needs an index on the nodes; the rest is what the task gets
+    recipe["resources"] = {"workers": 1, "cpus_per_worker": 1.0}  # what the local test cluster has (no GPU)
     # The job resolves its secret in its own process (rayfleet/recipes/job_entry.py): on ECS that process is in
     # the trainer container, with its task role; here it is on a node of the local cluster, told where moto is.
     recipe["env"]["AWS_ENDPOINT_URL_SECRETS_MANAGER"] = aws_stack["env"]["AWS_ENDPOINT_URL"]
+    recipe["env"]["AWS_ENDPOINT_URL_S3"] = aws_stack["env"]["AWS_ENDPOINT_URL"]  # the queue: s3://<bucket>/queue
     overrides["RAYFLEET_RECIPE"] = json.dumps(recipe)
     env = {
         **aws_stack["env"],
@@ -161,6 +168,8 @@ def test_trainer_submits_the_s3_code_to_the_cluster_and_records_the_result(launc
     log = _object(launched, "runs/ecs-1/driver.log").decode()
     assert f"s3://{launched['bucket']}/runs/ecs-1" in log and "helper says shipped" in log
     assert SECRET_VALUE not in log + result.stdout + result.stderr
+    assert "admitted after" in log  # the deployment's queue, in its bucket, let it through
+    assert _keys(launched, "queue/") == []  # and the run's entry left with it
 
 
 def test_a_code_zip_replaced_in_s3_is_refused_before_ray_sees_it(launched, aws_stack):

@@ -96,15 +96,15 @@ def test_while_it_runs_the_entry_is_refreshed_marked_placed_and_removed_at_the_e
     assert queue.get("me") is None
 
 
-def test_the_entry_comes_from_the_recipe_and_travels_in_the_job_environment(tmp_path):
+def test_the_entry_comes_from_the_recipe_and_travels_on_the_jobs_command_line(tmp_path):
     loaded = load(write(tmp_path, {**GOOD, "priority": 4, "resources": {"workers": 3, "gpus_per_worker": 1}}))
     made = admission.entry_for(loaded.recipe, "job-1", clock=lambda: 42.0)
     assert (made.run, made.priority, made.submitted_at, made.workers, made.gpus_per_worker) == ("job-1", 4, 42.0, 3, 1)
     assert not made.one_per_node and made.resources() == "3 x 1 CPU + 1 GPU"
     value = admission.spec("s3://bucket", made)
-    queue, back = admission.from_env({admission.QUEUE_VAR: value, "RAY_JOB_SUBMISSION_ID": "rayfleet-job-1-x"})
+    queue, back = admission.parse(value, {"RAY_JOB_SUBMISSION_ID": "rayfleet-job-1-x"})
     assert queue.url == "s3://bucket/queue" and back.submission_id == "rayfleet-job-1-x"
-    assert json.loads(value)["entry"]["run"] == "job-1" and admission.from_env({}) is None
+    assert json.loads(value)["entry"]["run"] == "job-1"
 
 
 def test_placed_means_a_group_created_since_the_admission(monkeypatch):
