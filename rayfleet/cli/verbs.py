@@ -55,7 +55,7 @@ def logs(opts: argparse.Namespace) -> int:
 
 
 def queue(opts: argparse.Namespace) -> int:
-    from rayfleet.ops import queue as ops_queue
+    from rayfleet.ops import queued as ops_queue
 
     return ops_queue.main([*_flag("--json", opts.json), *_flag("--outputs", opts.outputs)])
 

@@ -1,6 +1,6 @@
 """The run queue of the local cluster and of the deployment: running and waiting runs, in order, and why.
 
-    python -m rayfleet.ops.queue [--json] [--outputs FILE]        # make queue, rayfleet queue
+    python -m rayfleet.ops.queued [--json] [--outputs FILE]        # make queue, rayfleet queue
 
 Each waiting run's job keeps its own entry (rayfleet/core/run_queue.py, rayfleet/recipes/admission.py), so this
 only reads: `<local cluster state>/queue/` and, once deployed, s3://<results bucket>/queue/.
@@ -53,7 +53,7 @@ def table(found: list[dict]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.queue", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.queued", description=__doc__.split("\n")[0])
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
     opts = parser.parse_args(argv)
