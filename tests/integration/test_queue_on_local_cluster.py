@@ -49,27 +49,10 @@ SCRIPT = textwrap.dedent("""
 
 
 def submit(env: dict, recipe: Path, run: str, priority: int, *args: str) -> subprocess.Popen:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "rayfleet.targets.run",
-            str(recipe),
-            "--target",
-            "local",
-            "--run-name",
-            run,
-            "--set",
-            f"priority={priority}",
-            "--",
-            *args,
-        ],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    """`rayfleet run` of the recipe on the session cluster, with its priority and the script's arguments."""
+    how = ["--target", "local", "--run-name", run, "--set", f"priority={priority}"]
+    argv = [sys.executable, "-m", "rayfleet.targets.run", str(recipe), *how, "--", *args]
+    return subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 def wait_for(what, deadline_s: float, why: str):
