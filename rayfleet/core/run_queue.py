@@ -20,7 +20,7 @@ The policy (`verdict`), the same for every run, so no dispatcher is needed to ap
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from rayfleet.core.run_dir import RunDir
 
@@ -28,7 +28,6 @@ FOLDER = "queue"
 STALE_S = 30.0  # an entry's job refreshes it every HEARTBEAT_S; this long without: the job is gone
 HEARTBEAT_S = 5.0
 PLACE_TIMEOUT_S = 180.0  # an admitted run that has placed no workers by then blocks nobody
-PRIORITIES = range(0, 10)
 
 WAITING, ADMITTED, RUNNING = "waiting", "admitted", "running"
 
@@ -50,7 +49,6 @@ class Entry:
     submission_id: str = ""
     who: str = ""
     recipe: str = ""
-    extra: dict = field(default_factory=dict)
 
     def resources(self) -> str:
         gpus = f" + {self.gpus_per_worker} GPU" if self.gpus_per_worker else ""

@@ -34,6 +34,7 @@ def rows(entries: list[Entry], where: str, now: float) -> list[dict]:
                 "where": where,
                 "position": position if entry.state == WAITING else None,
                 "since_s": round(now - (entry.admitted_at or entry.submitted_at)),
+                "resources": entry.resources(),
             }
         )
     return out
@@ -44,10 +45,9 @@ def table(found: list[dict]) -> str:
         return "the queue is empty: nothing waits and no queued run is running"
     lines = [f"{'POS':<5}{'RUN':<34}{'WHERE':<7}{'STATE':<10}{'PRIO':<6}{'RESOURCES':<22}{'SINCE':<8}{'WHO':<24}WHY"]
     for r in found:
-        resources = Entry(**{k: r[k] for k in Entry.__dataclass_fields__}).resources()
         lines.append(
             f"{r['position'] or '-'!s:<5}{r['run']:<34}{r['where']:<7}{r['state']:<10}{r['priority']:<6}"
-            f"{resources:<22}{r['since_s']:<8}{r['who'][:23]:<24}{r['reason']}"
+            f"{r['resources']:<22}{r['since_s']:<8}{r['who'][:23]:<24}{r['reason']}"
         )
     return "\n".join(lines)
 

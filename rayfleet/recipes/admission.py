@@ -111,8 +111,9 @@ def wait_turn(
         if reason != said:
             say(f"queued: {reason}")
             said = reason
-        entry.reason, entry.heartbeat_at = reason, now
-        queue.put(entry)
+        if reason != entry.reason or now - entry.heartbeat_at >= HEARTBEAT_S:  # one write per change or beat
+            entry.reason, entry.heartbeat_at = reason, now
+            queue.put(entry)
         sleep(1.0)
 
 
