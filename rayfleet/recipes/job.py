@@ -71,18 +71,34 @@ def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
     lists every submission (and, on ECS, every trainer task that was lost: rayfleet/targets/run.py) with how it
     ended; they share the one count. A stop (Ctrl-C, SIGTERM, a budget) is never retried."""
     attempts = list(run_dir.record().get("attempts") or [])
+    setup_retried = False
     while True:
         exit_code, interrupted = _run_once(recipe, run_dir, **how)
         attempts.append(attempt_of(run_dir.record(), len(attempts) + 1))
         run_dir.update(attempts=attempts)
-        if interrupted or not recipe.retries.allows(exit_code) or len(attempts) > recipe.retries.count:
+        if not interrupted and not setup_retried and _setup_failed_on_ray(recipe, run_dir.record()):
+            setup_retried = True  # once, and outside `retries`: nothing of the user's ran
+            print(
+                f"[rayfleet] run {run_dir.run_name}: Ray could not set up the job's code on the cluster (its "
+                "traceback is above); submitting it once more",
+                flush=True,
+            )
+            continue
+        if interrupted or not recipe.retries.allows(exit_code) or len(attempts) - setup_retried > recipe.retries.count:
             return exit_code
         print(
             f"[rayfleet] run {run_dir.run_name}: attempt {len(attempts)} ended with exit {exit_code}; retrying "
-            f"(attempt {len(attempts) + 1} of {recipe.retries.count + 1}) under the same run name, from its "
-            "last checkpoint",
+            f"(attempt {len(attempts) + 1} of {recipe.retries.count + 1 + setup_retried}) under the same run name, "
+            "from its last checkpoint",
             flush=True,
         )
+
+
+def _setup_failed_on_ray(recipe: Recipe, record: dict) -> bool:
+    """The job's environment failed while it held only what rayfleet ships (the code zip, variables): a fault
+    of the cluster's (seen once on a loaded 2-core CI host), never of the recipe, so worth one more try. With
+    `pip` the recipe's own packages may be what failed, and that fails the same way again."""
+    return not recipe.pip and str(record.get("message", "")).startswith(jobs_api.SETUP_FAILED)
 
 
 def attempt_of(record: dict, number: int) -> dict:

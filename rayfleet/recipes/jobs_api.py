@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 TAIL_LINES = 30
 TAIL_BYTES = 256 * 1024  # of the job's output kept in memory, for the traceback tail
+SETUP_FAILED = "runtime_env setup failed"  # how Ray's job message starts when the job's environment failed
 
 
 class Terminated(KeyboardInterrupt):
@@ -38,8 +39,9 @@ class JobOutcome:
     interrupted_by: str | None = None  # "SIGINT" or "SIGTERM" when the follower stopped the job
 
     def traceback_tail(self) -> str:
-        """The last Python traceback in the log (or the last lines when there is none)."""
-        lines = "".join(self.log).splitlines()
+        """The last Python traceback in the log (or the last lines when there is none). A job that printed
+        nothing (its environment failed) has Ray's own traceback in its message, after the first line."""
+        lines = "".join(self.log).splitlines() or self.message.splitlines()[1:]
         starts = [i for i, line in enumerate(lines) if line.lstrip().startswith("Traceback (most recent call last)")]
         tail = lines[starts[-1] :] if starts else lines
         return "\n".join(tail[-TAIL_LINES:])

@@ -1,0 +1,53 @@
+"""run_job's resubmissions: the recipe's `retries`, and the one try more when Ray failed to set up only what
+rayfleet ships (the code zip). The jobs are stand-ins for `_run_once`: each writes the record a real one would."""
+
+from __future__ import annotations
+
+from rayfleet.core.run_dir import RunDir
+from rayfleet.recipes import job
+from rayfleet.recipes.jobs_api import JobOutcome
+from rayfleet.recipes.schema import Recipe
+
+SETUP = (
+    "runtime_env setup failed: Failed to set up runtime environment.\nTraceback (most recent call last):\nOSError: x"
+)
+
+
+def attempts_of(monkeypatch, tmp_path, recipe: Recipe, ends: list[tuple[int, str]]) -> tuple[int, list[dict]]:
+    run_dir = RunDir(str(tmp_path), "r")
+    left = list(ends)
+
+    def once(recipe, run_dir, **how):
+        code, message = left.pop(0)
+        run_dir.update(state="FAILED" if code else "SUCCEEDED", exit_code=code, message=message)
+        return code, None
+
+    monkeypatch.setattr(job, "_run_once", once)
+    code = job.run_job(recipe, run_dir)
+    assert not left, "run_job stopped before the stand-in jobs ran out"
+    return code, run_dir.record()["attempts"]
+
+
+def test_a_setup_failure_of_the_code_alone_is_submitted_once_more_outside_the_retries(monkeypatch, tmp_path, capsys):
+    code, attempts = attempts_of(monkeypatch, tmp_path, Recipe(name="r", entrypoint="t.py"), [(1, SETUP), (0, "")])
+    assert code == 0 and [a["state"] for a in attempts] == ["FAILED", "SUCCEEDED"]
+    assert "Ray could not set up the job's code on the cluster" in capsys.readouterr().out
+
+
+def test_a_second_setup_failure_fails_the_run_and_the_retries_still_count_in_full(monkeypatch, tmp_path):
+    code, attempts = attempts_of(monkeypatch, tmp_path, Recipe(name="r", entrypoint="t.py"), [(1, SETUP), (1, SETUP)])
+    assert code == 1 and len(attempts) == 2
+    recipe = Recipe(name="r", entrypoint="t.py", retries=1)  # one setup retry, then the one retry it names
+    code, attempts = attempts_of(monkeypatch, tmp_path / "b", recipe, [(1, SETUP), (1, "boom"), (0, "")])
+    assert code == 0 and len(attempts) == 3
+
+
+def test_a_setup_failure_with_the_recipes_own_packages_is_not_retried(monkeypatch, tmp_path):
+    recipe = Recipe(name="r", entrypoint="t.py", pip=["tabulate==0.9.0"])
+    code, attempts = attempts_of(monkeypatch, tmp_path, recipe, [(1, SETUP)])
+    assert code == 1 and len(attempts) == 1
+
+
+def test_a_job_that_printed_nothing_shows_rays_traceback_from_its_message():
+    tail = JobOutcome("j", "FAILED", 1, message=SETUP).traceback_tail()
+    assert tail == "Traceback (most recent call last):\nOSError: x"
