@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import re
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
@@ -15,7 +10,6 @@ from rayfleet.core.run_dir import RunDir
 from rayfleet.train.checkpoint import read_state
 from rayfleet.train.metrics import read_rows
 from rayfleet.train.tracking.events import read_scalars
-from tests.integration.helpers import REPO, train_worker_pids
 from tests.integration.helpers import run_ddp as run
 
 pytestmark = pytest.mark.integration
@@ -63,58 +57,6 @@ def test_two_workers_learn_and_checkpoint(cluster_env, small_dataset, ddp_basic)
     rows = read_rows(RunDir(str(tmp_path), "basic"))
     assert [(r["epoch"], r["attempt"]) for r in rows] == [(1, 0), (2, 0), (3, 0), (4, 1)]
     assert [step for step, _ in read_scalars(run_dir / "tensorboard")["test/accuracy"]] == [10, 20, 30, 40]
-
-
-def test_killed_worker_resumes_from_last_checkpoint(cluster_env, small_dataset, tmp_path, monkeypatch):
-    """Also with MLflow (its own file store): the restarted workers log into the same MLflow run."""
-    mlflow_uri = (tmp_path / "mlruns").as_uri()
-    env = {**cluster_env, "MLFLOW_TRACKING_URI": mlflow_uri, "MLFLOW_ALLOW_FILE_STORE": "true"}
-    job = subprocess.Popen(
-        [sys.executable, "-m", "rayfleet.train.ddp", *small(small_dataset, tmp_path, "epochs=3", "run_name=fault")],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        # Registered, not merely written: Ray resumes only from checkpoints its controller has recorded.
-        snapshot = tmp_path / "fault" / "checkpoint_manager_snapshot.json"
-        deadline = time.monotonic() + 300
-        while not (snapshot.exists() and "checkpoint_000001" in snapshot.read_text()):
-            assert job.poll() is None, job.communicate()[1][-3000:]
-            assert time.monotonic() < deadline, "no checkpoint within 300 s"
-            time.sleep(0.2)
-        victims = train_worker_pids(cluster_env)
-        assert len(victims) == 2
-        signal_sent_during_epoch = len(read_rows(RunDir(str(tmp_path), "fault")))
-        os.kill(victims[0], signal.SIGKILL)
-        out, err = job.communicate(timeout=600)
-    finally:
-        job.kill()
-    assert job.returncode == 0, err[-3000:]
-    assert signal_sent_during_epoch < 3  # the kill landed mid-run
-    rows = read_rows(RunDir(str(tmp_path), "fault"))
-    assert [r["epoch"] for r in rows] == [1, 2, 3]  # each epoch exactly once
-    resumed = [r for r in rows if r["attempt"] >= 1]
-    assert resumed, "the job never restarted"
-    assert resumed[0]["epoch"] >= 2 and rows[0]["attempt"] == 0  # continued, did not start over
-    assert "resuming fault from the checkpoint of epoch" in out
-    # One MLflow run for the rayfleet run, across the restart: every epoch's accuracy (an epoch that ran
-    # twice was logged twice: MLflow keeps history), the last value of each the one in metrics.jsonl;
-    # FINISHED, with the last checkpoint as its artifact.
-    from mlflow import MlflowClient
-
-    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # this process reads the store too
-    client = MlflowClient(tracking_uri=mlflow_uri)
-    (run,) = client.search_runs([client.get_experiment_by_name("rayfleet").experiment_id])
-    assert run.info.run_id == RunDir(str(tmp_path), "fault").record()["mlflow_run_id"]
-    assert run.info.run_name == "fault" and run.data.params["epochs"] == "3"
-    assert run.info.status == "FINISHED", err[-3000:]  # the driver's close says why it could not, on stderr
-    logged = sorted(client.get_metric_history(run.info.run_id, "test/accuracy"), key=lambda m: m.timestamp)
-    history = {m.step: m.value for m in logged}  # the last value logged for each step
-    assert history == {10 * r["epoch"]: pytest.approx(r["test_accuracy"]) for r in rows}
-    assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["checkpoint_000003"]
 
 
 def test_rejects_more_workers_than_the_cluster_can_place(cluster_env, small_dataset, tmp_path):

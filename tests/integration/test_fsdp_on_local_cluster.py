@@ -116,6 +116,7 @@ def uninterrupted(cluster_env, tiny, moto_endpoint, tmp_path, strategy) -> tuple
         "runs/straight/metrics.jsonl",
         "runs/straight/export/model.safetensors",
     } <= keys
+    assert not any(key.startswith("runs/straight/checkpoint_step_0000010/") for key in keys)  # keep_checkpoints=2
     body = s3.get_object(Bucket="fsdp-test", Key="runs/straight/metrics.jsonl")["Body"].read().decode()
     rows = [json.loads(line) for line in body.splitlines() if line.strip()]
     export = s3.get_object(Bucket="fsdp-test", Key="runs/straight/export/model.safetensors")["Body"].read()
@@ -128,7 +129,9 @@ def test_interrupted_and_resumed_equals_uninterrupted(
 ):
     """The session's run, stopped after step 10 and resumed, equals an uninterrupted twin: the same losses and
     the same exported weights. The FSDP twin also proves s3:// text and s3:// sharded checkpoints (per-rank
-    files, train state, metrics, export); the DeepSpeed twin, the fsdp-tiny recipe through `make train-fsdp`."""
+    files, train state, metrics, export, the ones past keep_checkpoints deleted from the bucket: the DDP job's
+    own checkpoints in S3 are the rehearsal's, tests/integration/test_rehearsal.py); the DeepSpeed twin, the
+    fsdp-tiny recipe through `make train-fsdp`."""
     from safetensors.torch import load_file
 
     learned = fsdp_learned(strategy)

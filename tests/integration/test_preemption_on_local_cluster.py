@@ -2,8 +2,7 @@
 
 A third worker node joins the test cluster the way an ECS worker task does (`rayfleet-node worker`, here
 `python -m rayfleet.node.ray_node worker`, with 2 CPUs so Ray packs the run's two workers onto it). A
-DDP (or FSDP) run with max_failures=0 starts there; SIGTERM to the entry point (what ECS sends when Spot
-takes the instance; the DDP test) or the Spot notice the instance's poller writes (the FSDP test) makes it
+DDP run with max_failures=0 starts there; the Spot notice the instance's poller writes makes the entry point
 drain its own node with Ray's PREEMPTION reason and a deadline. The run sees
 the notice at its next check, saves a checkpoint, waits; at the deadline Ray Train restarts it on the
 cluster's two other workers, where it finishes. No failure is spent: with max_failures=0 one would end it.
@@ -29,7 +28,7 @@ from rayfleet.core.run_dir import RunDir
 from rayfleet.node.drain import SPOT_MARGIN_S
 from rayfleet.train.checkpoint import read_state
 from rayfleet.train.metrics import read_rows
-from tests.integration.helpers import DASHBOARD_PORT, FSDP_TINY, REPO
+from tests.integration.helpers import DASHBOARD_PORT, REPO
 from tests.integration.node_helpers import DEADLINE_S, check_the_node, entry_point_node, wait_for
 
 pytestmark = pytest.mark.integration
@@ -48,10 +47,6 @@ def train_workers_under(pid: int) -> int:
     return found
 
 
-def sigterm(node: subprocess.Popen, scratch: Path) -> None:
-    node.send_signal(signal.SIGTERM)  # what ECS sends (also once Spot interrupts the instance)
-
-
 def spot_notice(node: subprocess.Popen, scratch: Path) -> None:
     """What the instance's poller writes when IMDS has a Spot notice (infra/modules/cluster/user_data.sh.tftpl):
     the instance goes in DEADLINE_S plus the entry point's margin, so the drain's deadline is DEADLINE_S less
@@ -61,7 +56,7 @@ def spot_notice(node: subprocess.Popen, scratch: Path) -> None:
 
 
 def preempted_run(
-    cluster_env: dict, scratch: Path, job_command: list[str], started, preempt=sigterm
+    cluster_env: dict, scratch: Path, job_command: list[str], started, preempt
 ) -> tuple[str, str, int, int]:
     """Start the node and the run; once `started()` holds, preempt the node. (run's output, node's output,
     node's exit code, run's exit code)."""
@@ -94,14 +89,27 @@ def check_the_notice(out: str) -> int:
     return int(notice.group(1))
 
 
-def test_a_ddp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_env, small_dataset, tmp_path):
+def test_a_ddp_run_on_a_preempted_node_checkpoints_moves_and_finishes(
+    cluster_env, small_dataset, tmp_path, monkeypatch
+):
+    """The Spot notice the instance's poller writes, through the entry point's drain, to a DDP run that saves
+    mid-epoch and resumes there on the session's workers. The FSDP loop takes the same notice through the same
+    RunControl (tests/unit/train/test_run_control.py runs the FSDP loop's shape; its sharded resume from a step
+    checkpoint: tests/integration/test_fsdp_on_local_cluster.py); SIGTERM to the entry point: the torchrun test
+    below. Also with MLflow (its own file store): the restarted workers log into the same MLflow run (a
+    worker killed outright restarts the same way: tests/integration/test_async_checkpoint_on_local_cluster.py,
+    and the rehearsal's stopped worker container)."""
     run_dir = RunDir(str(tmp_path), "spot")
+    mlflow_uri = (tmp_path / "mlruns").as_uri()
+    env = {**cluster_env, "MLFLOW_TRACKING_URI": mlflow_uri, "MLFLOW_ALLOW_FILE_STORE": "true"}
     command = [sys.executable, "-m", "rayfleet.train.ddp", f"data_dir={small_dataset}", f"storage={tmp_path}"]
     command += ["eval_batch_size=600", "epochs=4", "run_name=spot", "max_failures=0", "keep_checkpoints=10"]
     command += [f"preemption_check_steps={CHECK_EVERY}", "progress_every_s=1"]
-    out, node_out, node_rc, rc = preempted_run(cluster_env, tmp_path, command, lambda: len(read_rows(run_dir)) >= 1)
+    out, node_out, node_rc, rc = preempted_run(
+        env, tmp_path, command, lambda: len(read_rows(run_dir)) >= 1, spot_notice
+    )
     assert rc == 0, out[-4000:]
-    check_the_node(node_out, node_rc, cluster_env, "the task was stopped (SIGTERM)")
+    check_the_node(node_out, node_rc, cluster_env, "Spot interruption notice: terminate at", late_s=15)
     check_the_notice(out)
     saved = re.search(r"checkpoint saved at epoch (\d) step (\d+); waiting for Ray Train to restart", out)
     assert saved, out[-4000:]
@@ -117,31 +125,21 @@ def test_a_ddp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_en
     assert all(r["preemptions"] == 1 and r["attempt"] == 1 for r in after), after
     assert all(r["steps_redone"] <= CHECK_EVERY for r in after), after  # caught at a check: 0 in practice
     assert rows[-1]["test_accuracy"] > 0.5
+    # One MLflow run for the rayfleet run, across the restart: every epoch's accuracy (an epoch that ran
+    # twice was logged twice: MLflow keeps history), the last value of each the one in metrics.jsonl;
+    # FINISHED, with the last checkpoint as its artifact.
+    from mlflow import MlflowClient
 
-
-def test_an_fsdp_run_on_a_preempted_node_checkpoints_moves_and_finishes(cluster_env, tiny, tmp_path):
-    run_dir = RunDir(str(tmp_path), "spot-fsdp")
-    command = [sys.executable, "-m", "rayfleet.train.fsdp", "--config", FSDP_TINY, f"model={tiny['model']}"]
-    command += [f"data={tiny['data']}", f"storage={tmp_path}"]
-    # A tiny step takes about 0.4 s here: the 50 steps after the trigger leave the notice (the entry point looks
-    # every 5 s, runs `ray drain-node`, Ray Train sees it at a check) about 20 s, more under load.
-    steps = 60
-    command += [f"max_steps={steps}", "checkpoint_every=10", "log_every=5", "run_name=spot-fsdp", "max_failures=0"]
-    command += [f"preemption_check_steps={CHECK_EVERY}", "export=false"]
-    out, node_out, node_rc, rc = preempted_run(
-        cluster_env, tmp_path, command, lambda: any(r["step"] >= 10 for r in read_rows(run_dir)), spot_notice
-    )
-    assert rc == 0, out[-4000:]
-    check_the_node(node_out, node_rc, cluster_env, "Spot interruption notice: terminate at", late_s=15)
-    check_the_notice(out)
-    saved = re.search(r"checkpoint saved at step (\d+); waiting for Ray Train to restart", out)
-    assert saved and int(saved.group(1)) % CHECK_EVERY == 0, out[-4000:]
-    step = int(saved.group(1))
-    assert f"resuming at step {step + 1} (attempt 1)" in out
-    rows = read_rows(run_dir)
-    assert [r["step"] for r in rows] == sorted({r["step"] for r in rows}) and rows[-1]["step"] == steps
-    after = [r for r in rows if r["step"] > step]
-    assert after and all(r["preemptions"] == 1 and r["steps_redone"] <= CHECK_EVERY for r in after), after
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # this process reads the store too
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    (run,) = client.search_runs([client.get_experiment_by_name("rayfleet").experiment_id])
+    assert run.info.run_id == run_dir.record()["mlflow_run_id"]
+    assert run.info.run_name == "spot" and run.data.params["epochs"] == "4"
+    assert run.info.status == "FINISHED", out[-3000:]  # the driver's close says why it could not
+    logged = sorted(client.get_metric_history(run.info.run_id, "test/accuracy"), key=lambda m: m.timestamp)
+    history = {m.step: m.value for m in logged}  # the last value logged for each step
+    assert history == {10 * r["epoch"]: pytest.approx(r["test_accuracy"]) for r in rows}
+    assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["checkpoint_000004"]
 
 
 ARGS = ["--steps", "300", "--checkpoint-every", "20", "--pace", "0.05"]  # still running when the notice comes

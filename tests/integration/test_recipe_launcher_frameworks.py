@@ -1,5 +1,7 @@
 """`make run` with `launcher:` recipes of unmodified Hugging Face scripts (recipes/examples/accelerate and
-hf-trainer) on the real local test cluster: one launcher per worker node, ranks on both worker nodes."""
+hf-trainer) on the real local test cluster: one launcher per worker node, ranks on both worker nodes. A failing
+rank fails the run the same way whatever the launcher (the node's exit code, its output): the torchrun run of
+tests/integration/test_recipe_launchers.py shows it."""
 
 from __future__ import annotations
 
@@ -11,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import REPO, left_running, worker_node_ids
+from tests.integration.helpers import REPO, worker_node_ids
 
 pytestmark = pytest.mark.integration
 
@@ -74,18 +76,3 @@ def test_hf_trainer_runs_on_both_worker_nodes(cluster_env, tiny_lm, tmp_path):
     check_ranks_on_both_workers(cluster_env, result, storage / "hf-trainer-ok")
     rank = json.loads((storage / "hf-trainer-ok" / "ranks" / "rank-0.json").read_text())
     assert len(rank["losses"]) == 10  # logging_steps=1, --max-steps 10
-
-
-def test_accelerate_failing_rank_fails_the_run_with_its_traceback(cluster_env, tmp_path):
-    """The failure path of a `launcher: accelerate` recipe (the torchrun one, which the HF Trainer recipe also
-    uses, is test_recipe_launchers' failing-rank run: the HF Trainer's own failing run was merged into it)."""
-    storage = tmp_path / "runs"
-    run = f"accelerate-fails-{uuid.uuid4().hex[:6]}"
-    args = "--fail-rank 1 --fail-at-step 3"
-    result = make_run(cluster_env, EXAMPLES / "accelerate" / "recipe.yaml", storage, run, args)
-    assert result.returncode != 0, result.stdout[-3000:]
-    record = json.loads((storage / run / "run.json").read_text())
-    assert record["state"] == "FAILED" and record["exit_code"] != 0
-    assert "[rayfleet] error: node 1 exited" in result.stdout
-    assert "RuntimeError: injected failure on rank 1 at step 3" in result.stderr, result.stderr[-5000:]
-    assert not (storage / run / "ranks" / "rank-1.json").exists() and left_running(run) == []
