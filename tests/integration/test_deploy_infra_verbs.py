@@ -437,12 +437,14 @@ def test_a_fresh_account_gets_the_autoscaling_role_before_terraform_runs(deploya
     assert iam.get_role(RoleName=AUTOSCALING_ROLE)["Role"]["RoleId"] == role["RoleId"]  # the same one, kept
 
 
-def _push(ecr, repositories: list[str], tag: str) -> None:
-    """What `make push` leaves in ECR: one image per repository, tagged with the 12-character commit."""
+def _push(ecr, repositories: list[str], tag: str, also: str = "") -> None:
+    """What `make push` leaves in ECR: one image per repository, tagged with the 12-character commit; `also`
+    puts that same image (the same manifest) under another tag, as deploy's mark does."""
     for name in repositories:
         layer = {"mediaType": "application/vnd.docker.image.rootfs.diff.tar.gzip", "size": 1}
         layer["digest"] = "sha256:" + hashlib.sha256(f"{name}:{tag}".encode()).hexdigest()
-        ecr.put_image(repositoryName=name, imageManifest=json.dumps({**MANIFEST, "layers": [layer]}), imageTag=tag)
+        manifest = json.dumps({**MANIFEST, "layers": [layer]})
+        ecr.put_image(repositoryName=name, imageManifest=manifest, imageTag=also or tag)
 
 
 def _marked(ecr, name: str) -> dict[str, list[str]]:
@@ -464,7 +466,10 @@ def test_deploy_marks_the_running_image_so_the_lifecycle_never_expires_it(deploy
     tags = [f"{n:012x}" for n in range(1, 14)]  # 13 commits, pushed in order
     for tag in tags:
         _push(ecr, repositories, tag)
-    for tag in tags[:12]:  # each deployed in turn
+    for tag in tags[:10]:  # ten earlier deploys, marked as deploy marks them (one verb run each took 30 s)
+        _push(ecr, repositories, tag, also=f"deployed-{tag}")
+    assert all(len(_marked(ecr, name)) == 10 for name in repositories)
+    for tag in tags[10:12]:  # two more, through the verb: each mark past the tenth unmarks the oldest
         result = run_verb(env, "infra", "deploy", "--yes", "--image-tag", tag)
         assert result.returncode == 0, result.stderr
         for name in repositories:

@@ -72,27 +72,11 @@ def test_two_workers_learn_hold_their_shard_checkpoint_and_export(fsdp_learned, 
     assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def uninterrupted(cluster_env, tiny, moto_endpoint, tmp_path, strategy) -> tuple[list[dict], dict, Path]:
-    """The session run's twin, never interrupted: (its metrics rows, its export's tensors, its run directory).
-    FSDP's reads its text from an s3:// object and writes its run to s3:// on a real moto server; DeepSpeed's
-    runs as `make train-fsdp` (the built-in fsdp-tiny recipe through the Jobs API)."""
-    from safetensors.torch import load, load_file
-
-    if strategy == "deepspeed":
-        settings = f"SET=storage={tmp_path}"
-        args = " ".join([f"model={tiny['model']}", f"data={tiny['data']}", *FSDP_LEARN, "strategy=deepspeed"])
-        command = ["make", "--no-print-directory", "train-fsdp", "ON=local", "NAME=straight", settings]
-        result = subprocess.run(
-            [*command, f"ARGS={args}"], env=cluster_env, cwd=REPO, capture_output=True, text=True, timeout=900
-        )
-        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-        record = json.loads((tmp_path / "straight" / "run.json").read_text())
-        assert record["recipe"] == "fsdp-tiny" and record["state"] == "SUCCEEDED"
-        assert record["recipe_file"].endswith("recipes/fsdp-tiny.yaml")
-        assert (tmp_path / "straight" / "recipe.yaml").is_file()
-        rows = read_rows(RunDir(str(tmp_path), "straight"))
-        return rows, load_file(tmp_path / "straight" / "export" / "model.safetensors"), tmp_path / "straight"
+def uninterrupted(cluster_env, tiny, moto_endpoint, tmp_path) -> tuple[list[dict], dict, Path]:
+    """The session's FSDP run's twin, never interrupted: (its metrics rows, its export's tensors, its run
+    directory). It reads its text from an s3:// object and writes its run to s3:// on a real moto server."""
     import boto3
+    from safetensors.torch import load
 
     s3 = boto3.client(
         "s3",
@@ -123,24 +107,22 @@ def uninterrupted(cluster_env, tiny, moto_endpoint, tmp_path, strategy) -> tuple
     return rows, load(export), Path("s3://fsdp-test/runs/straight")
 
 
-@pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
-def test_interrupted_and_resumed_equals_uninterrupted(
-    cluster_env, fsdp_learned, tiny, moto_endpoint, tmp_path, strategy
-):
-    """The session's run, stopped after step 10 and resumed, equals an uninterrupted twin: the same losses and
-    the same exported weights. The FSDP twin also proves s3:// text and s3:// sharded checkpoints (per-rank
+def test_interrupted_and_resumed_equals_uninterrupted(cluster_env, fsdp_learned, tiny, moto_endpoint, tmp_path):
+    """The session's FSDP run, stopped after step 10 and resumed, equals an uninterrupted twin: the same losses
+    and the same exported weights. The twin also proves s3:// text and s3:// sharded checkpoints (per-rank
     files, train state, metrics, export, the ones past keep_checkpoints deleted from the bucket: the DDP job's
-    own checkpoints in S3 are the rehearsal's, tests/integration/test_rehearsal.py); the DeepSpeed twin, the
-    fsdp-tiny recipe through `make train-fsdp`."""
+    own checkpoints in S3 are the rehearsal's, tests/integration/test_rehearsal.py). DeepSpeed's run resumes
+    at step 11 as well (test_two_workers_learn_hold_their_shard_checkpoint_and_export); that its checkpoint
+    gives back equal weights, optimizer state and step is tests/unit/train/test_deepspeed_checkpoint.py."""
     from safetensors.torch import load_file
 
-    learned = fsdp_learned(strategy)
+    learned = fsdp_learned("fsdp")
     assert not learned["exported_early"]  # stopped early: nothing exported yet
     assert learned["first"].returncode == 0 and "step 10/30" in learned["first"].stdout
     assert "resuming at step 11 (attempt 1)" in learned["result"].stdout
     b = read_rows(RunDir(str(learned["storage"]), "learn"))
     assert [r["step"] for r in b] == [10, 20, 30] and [r["attempt"] for r in b] == [0, 1, 1]
-    a, pa, _ = uninterrupted(cluster_env, tiny, moto_endpoint, tmp_path, strategy)
+    a, pa, _ = uninterrupted(cluster_env, tiny, moto_endpoint, tmp_path)
     assert [r["attempt"] for r in a] == [0, 0, 0]
     for x, y in zip(a, b, strict=True):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-5, abs=1e-6)
@@ -162,25 +144,29 @@ def test_bad_input_fails_before_any_worker_starts(cluster_env, tiny, tmp_path):
 # for the bf16 backward of a GPT-NeoX block called without a KV cache ("conflicting declaration
 # at_BFloat16_tmp_acc0_vec"; it compiles with torch._inductor.config.cpp.simdlen = 1). On CUDA the same
 # combination runs and is the fastest (bench/RESULTS.md, FSDP2 on one H100).
-@pytest.mark.parametrize(
-    ("settings", "name"),
-    [(["precision=bf16", "compile=false"], "bf16"), (["precision=fp32", "compile=true"], "compiled")],
-)
-def test_bf16_mixed_precision_and_per_block_compile(cluster_env, tiny, tmp_path, settings, name):
-    """bf16 params with fp32 reduction, and compiled blocks: each trains, exports, and the export check holds
-    (to the bf16 tolerance for bf16)."""
-    result = run_fsdp(
-        cluster_env,
-        tiny,
-        tmp_path,
-        *settings,
-        "max_steps=10",
-        "checkpoint_every=10",
-        "log_every=5",
-        "warmup_steps=2",
-        f"run_name={name}",
+def test_bf16_mixed_precision_through_make_train_fsdp(cluster_env, tiny, tmp_path):
+    """bf16 params with fp32 reduction trains and exports, and the export check holds to bf16's tolerance. Run
+    as `make train-fsdp` (the built-in fsdp-tiny recipe through the Jobs API), as a user types it."""
+    args = " ".join([f"model={tiny['model']}", f"data={tiny['data']}", "precision=bf16", "compile=false"])
+    args += " max_steps=10 checkpoint_every=10 log_every=5 warmup_steps=2"
+    command = ["make", "--no-print-directory", "train-fsdp", "ON=local", "NAME=bf16", f"SET=storage={tmp_path}"]
+    result = subprocess.run(
+        [*command, f"ARGS={args}"], env=cluster_env, cwd=REPO, capture_output=True, text=True, timeout=900
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = read_rows(RunDir(str(tmp_path), name))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    record = json.loads((tmp_path / "bf16" / "run.json").read_text())
+    assert record["recipe"] == "fsdp-tiny" and record["state"] == "SUCCEEDED"
+    assert record["recipe_file"].endswith("recipes/fsdp-tiny.yaml") and (tmp_path / "bf16" / "recipe.yaml").is_file()
+    rows = read_rows(RunDir(str(tmp_path), "bf16"))
     assert rows[-1]["loss"] < rows[0]["loss"]
-    assert (tmp_path / name / "export" / "model.safetensors").is_file()
+    assert (tmp_path / "bf16" / "export" / "model.safetensors").is_file()
+
+
+def test_per_block_compile(cluster_env, tiny, tmp_path):
+    """Compiled blocks (fp32: see above) train and export, and the export check holds."""
+    settings = ["precision=fp32", "compile=true", "max_steps=10", "checkpoint_every=10", "log_every=5"]
+    result = run_fsdp(cluster_env, tiny, tmp_path, *settings, "warmup_steps=2", "run_name=compiled")
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = read_rows(RunDir(str(tmp_path), "compiled"))
+    assert rows[-1]["loss"] < rows[0]["loss"]
+    assert (tmp_path / "compiled" / "export" / "model.safetensors").is_file()
