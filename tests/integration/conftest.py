@@ -127,7 +127,7 @@ def tiny(tmp_path_factory) -> dict:
 @pytest.fixture(scope="session")
 def ddp_basic(cluster_env, small_dataset, tmp_path_factory) -> dict:
     """The DDP job's run "basic": 3 epochs of the small dataset, 600 test images in one evaluation batch per rank.
-    Run once per session: test_ddp_on_local_cluster checks it (and resumes it to epoch 4), the serve tests
+    Run once per session: test_ddp_on_local_cluster checks it, the serve tests
     serve it."""
     root = tmp_path_factory.mktemp("ddp-basic")
     args = [f"data_dir={small_dataset}", f"storage={root}", "eval_batch_size=600", "epochs=3", "run_name=basic"]

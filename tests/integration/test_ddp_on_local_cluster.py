@@ -1,4 +1,6 @@
-"""The DDP job on a real local Ray cluster: trains, checkpoints, resumes, refuses what cannot run."""
+"""The DDP job on a real local Ray cluster: trains, checkpoints, refuses what cannot run. Its resumes: a run
+resubmitted under its name (the rehearsal's replaced head, tests/integration/test_rehearsal.py), a node
+preempted mid-epoch (tests/integration/test_preemption_on_local_cluster.py)."""
 
 from __future__ import annotations
 
@@ -49,14 +51,6 @@ def test_two_workers_learn_and_checkpoint(cluster_env, small_dataset, ddp_basic)
     assert [step for step, _ in norms] == list(range(5, 31, 5)) and all(0 < norm < 1e3 for _, norm in norms)
     assert {"train/loss", "test/loss", "throughput/images_per_s", "lr", "memory/peak_gb"} <= set(scalars)
     assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
-
-    # Re-running the same run name resumes from its latest checkpoint instead of starting over.
-    again = run(cluster_env, *small(small_dataset, tmp_path, "epochs=4", "run_name=basic"))
-    assert again.returncode == 0, again.stderr[-3000:]
-    assert "resuming basic from the checkpoint of epoch 3" in again.stdout
-    rows = read_rows(RunDir(str(tmp_path), "basic"))
-    assert [(r["epoch"], r["attempt"]) for r in rows] == [(1, 0), (2, 0), (3, 0), (4, 1)]
-    assert [step for step, _ in read_scalars(run_dir / "tensorboard")["test/accuracy"]] == [10, 20, 30, 40]
 
 
 def test_rejects_more_workers_than_the_cluster_can_place(cluster_env, small_dataset, tmp_path):

@@ -28,6 +28,7 @@ from rayfleet.core.run_dir import RunDir
 from rayfleet.node.drain import SPOT_MARGIN_S
 from rayfleet.train.checkpoint import read_state
 from rayfleet.train.metrics import read_rows
+from rayfleet.train.tracking.events import read_scalars
 from tests.integration.helpers import DASHBOARD_PORT, REPO
 from tests.integration.node_helpers import DEADLINE_S, check_the_node, entry_point_node, wait_for
 
@@ -125,6 +126,8 @@ def test_a_ddp_run_on_a_preempted_node_checkpoints_moves_and_finishes(
     assert all(r["preemptions"] == 1 and r["attempt"] == 1 for r in after), after
     assert all(r["steps_redone"] <= CHECK_EVERY for r in after), after  # caught at a check: 0 in practice
     assert rows[-1]["test_accuracy"] > 0.5
+    # TensorBoard's curves go on across the attempts: each epoch's accuracy once, at its last step (10 an epoch).
+    assert [step for step, _ in read_scalars(tmp_path / "spot" / "tensorboard")["test/accuracy"]] == [10, 20, 30, 40]
     # One MLflow run for the rayfleet run, across the restart: every epoch's accuracy (an epoch that ran
     # twice was logged twice: MLflow keeps history), the last value of each the one in metrics.jsonl;
     # FINISHED, with the last checkpoint as its artifact.
