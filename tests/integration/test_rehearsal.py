@@ -6,8 +6,8 @@ auth through the secret; a DDP recipe run goes through the trainer image to SUCC
 S3 and `status` reads it back, while each worker's gpu-metrics sidecar sees it training on its node through
 the task's current-run volume (and nothing once it ends); the control task's ray-control container puts Ray's view
 (nodes, resources, jobs) where `status` prints it; a worker container stopped mid-run is replaced by the
-service and the job resumes from its last checkpoint; the head container stopped mid-run is replaced with a
-new IP, the same worker containers rejoin it, and the run resubmitted under its name resumes; a worker
+service and the job resumes from its last checkpoint; the head container stopped is replaced with a
+new IP and the same worker containers rejoin it; a worker
 started with another token is kept out, and `make
 rotate-ray-token` brings every node back; `make stop` twice;
 Ctrl-C leaves nothing. Before it, bad input: one line each, nothing left running.
@@ -479,49 +479,33 @@ def ray_status_nodes(head: str) -> list[str]:
     return [line.strip() for line in result.stdout.splitlines() if line.strip().startswith(("1 node_", "node_"))]
 
 
-def test_a_replaced_head_is_rejoined_by_the_same_workers_and_a_resubmitted_run_resumes(rehearsal, aws):
-    """The head container stops mid-run (its instance lost): the service starts a new head with a new IP,
-    the same worker containers (same IDs, never restarted) resolve the head's Cloud Map name again and
-    rejoin it, and the run, resubmitted under its name, resumes from its last checkpoint. Without Ray's GCS
-    fault tolerance (an external Redis) the running job itself does not survive the head."""
-    rid, run, epochs = rehearsal.rid, "rehearsal-head-replaced", 5
+def test_a_replaced_head_is_rejoined_by_the_same_workers(rehearsal, aws):
+    """The head container stops (its instance lost): the service starts a new head with a new IP, and the same
+    worker containers (same IDs, never restarted) resolve the head's Cloud Map name again and rejoin it. No run
+    is on the cluster: without Ray's GCS fault tolerance (an external Redis) a running job does not survive
+    its head, and what rayfleet does then is tested without containers: the trainer whose head went away is
+    relaunched and resumes (tests/integration/test_recipe_run_on_ecs.py), and a run resubmitted under its name
+    resumes from its last checkpoint (tests/integration/test_recipe_run_on_local_cluster.py's retries run)."""
+    rid = rehearsal.rid
     old_head = head_container(rid)
     old_ip = podman("exec", old_head, "hostname", "-I").stdout.split()
     workers = {
         name: podman("inspect", "--format", "{{.Id}}", name).stdout.strip() for name in containers(rid, "-ray-worker")
     }
     assert len(workers) == 2 and ray_nodes_alive(old_head) == 3
-    args = ["recipes/ddp.yaml", "--target", "ecs", "--run-name", run, *data_of(rehearsal), "--", f"epochs={epochs}"]
-    follow = start_verb(aws["env"], "rayfleet.targets.run", *args, *SMALL[1:])
-    try:
-        deadline = time.monotonic() + 300
-        while f"runs/{run}/checkpoint_000001/state.pt" not in keys(aws, f"runs/{run}/"):
-            assert time.monotonic() < deadline and follow.poll() is None, "no first checkpoint"
-            time.sleep(0.5)
-        stopped_at = time.monotonic()
-        # StopTask's SIGTERM, with time for Ray's 30 s drain (the task definition's stopTimeout is 120 s)
-        podman("stop", "-t", "60", old_head, timeout=180)
-        # The new head, and the same workers in it.
-        deadline = time.monotonic() + 600
-        while True:
-            heads = [h for h in containers(rid, "-ray-head") if h != old_head]
-            with contextlib.suppress(AssertionError, ValueError, subprocess.TimeoutExpired):
-                if heads and ray_nodes_alive(heads[0]) == 3:  # fails while its dashboard starts
-                    break
-            assert time.monotonic() < deadline, rehearsal.output[-4000:]
-            time.sleep(2)
-        rejoined_s = time.monotonic() - stopped_at
-        new_head = heads[0]
-        print(f"head stopped -> new head with both workers in Ray: {rejoined_s:.0f}s")
-        try:
-            output, _ = follow.communicate(timeout=300)  # the job lost its cluster: it ends, and not well
-        except subprocess.TimeoutExpired:
-            follow.kill()
-            output, _ = follow.communicate()
-    finally:
-        if follow.poll() is None:
-            follow.kill()
-    assert follow.returncode != 0, output[-4000:]
+    stopped_at = time.monotonic()
+    # StopTask's SIGTERM, with time for Ray's 30 s drain (the task definition's stopTimeout is 120 s)
+    podman("stop", "-t", "60", old_head, timeout=180)
+    deadline = time.monotonic() + 600  # the new head, and the same workers in it
+    while True:
+        heads = [h for h in containers(rid, "-ray-head") if h != old_head]
+        with contextlib.suppress(AssertionError, ValueError, subprocess.TimeoutExpired):
+            if heads and ray_nodes_alive(heads[0]) == 3:  # fails while its dashboard starts
+                break
+        assert time.monotonic() < deadline, rehearsal.output[-4000:]
+        time.sleep(2)
+    print(f"head stopped -> new head with both workers in Ray: {time.monotonic() - stopped_at:.0f}s")
+    new_head = heads[0]
     assert f"task head {old_head.split('-head-')[1][:8]}: container ray-head exited (0)" in rehearsal.output  # stopped
     new_ip = podman("exec", new_head, "hostname", "-I").stdout.split()
     assert new_ip and new_ip != old_ip, (old_ip, new_ip)
@@ -534,14 +518,6 @@ def test_a_replaced_head_is_rejoined_by_the_same_workers_and_a_resubmitted_run_r
     assert len(nodes) == 3, nodes  # `ray status` on the new head: itself and the two workers
     worker_log = wait_for_log(aws, "ray-worker", "again")
     assert "resolving" in worker_log and "again" in worker_log, worker_log[-3000:]
-    # Resubmitted under its name, the run resumes from its last checkpoint on the rejoined workers.
-    resumed = run_verb(aws["env"], "rayfleet.targets.run", *args, timeout=900)
-    assert resumed.returncode == 0, resumed.stdout[-6000:] + resumed.stderr[-3000:]
-    found = re.search(rf"resuming {run} from the checkpoint of epoch (\d+)", resumed.stdout)
-    assert found and int(found.group(1)) >= 1, resumed.stdout[-6000:]
-    assert [r["epoch"] for r in metrics(aws, run)][-1] == epochs
-    assert run_record(aws, run)["state"] == "SUCCEEDED"
-    print(f"resumed from epoch {found.group(1)} after the head was replaced; workers rejoined in {rejoined_s:.0f}s")
 
 
 def test_a_worker_with_another_token_is_kept_out(rehearsal, aws):
