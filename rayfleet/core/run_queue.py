@@ -31,7 +31,7 @@ from datetime import UTC, datetime
 from rayfleet.core.run_dir import RunDir
 
 FOLDER = "queue"
-LEDGER = "queue-spent"  # beside the queue: one file per run that ended, what it held ({run, usd, ended_at})
+LEDGER = "spent"  # inside the queue's folder (the task role may write there): one file per run that ended
 BUDGET_VAR = "RAYFLEET_QUEUE_BUDGET"  # "500/month" or "2000/total": the submitter's (the trainer task's on ECS)
 PERIODS = ("month", "total")
 STALE_S = 30.0  # an entry's job refreshes it every HEARTBEAT_S; this long without: the job is gone
@@ -111,7 +111,7 @@ class Queue:
 
     def __init__(self, root: str, budget: Budget | None = None):
         self.folder = RunDir(root, FOLDER)
-        self.ledger = RunDir(root, LEDGER)
+        self.ledger = RunDir(f"{root.rstrip('/')}/{FOLDER}", LEDGER)  # {run, usd, admitted_at, ended_at} each
         self.budget = budget
 
     @property

@@ -115,5 +115,5 @@ def test_a_run_that_held_money_leaves_its_cost_in_the_ledger(tmp_path):
     clock = iter([MAY_20 + 1000] * 10)
     with admission.holding(queue, me, lambda: True, clock=lambda: next(clock)):
         pass
-    assert queue.get("me") is None and (tmp_path / "queue-spent" / f"me-{int(MAY_20)}.json").is_file()
+    assert queue.get("me") is None and (tmp_path / "queue" / "spent" / f"me-{int(MAY_20)}.json").is_file()
     assert queue.spent(0.0, MAY_20 + 2000, entries=[]) == pytest.approx(1.0)  # 1000 s at $3.60 an hour
