@@ -31,6 +31,7 @@ from rayfleet.core.errors import ConfigError
 from rayfleet.core.run_dir import RunDir
 from rayfleet.core.run_queue import (
     ADMITTED,
+    BUDGET_VAR,
     HEARTBEAT_S,
     HELD,
     PLACE_TIMEOUT_S,
@@ -71,8 +72,6 @@ def parse(text: str, env: dict) -> tuple[Queue, Entry]:
 def budget_from(env: dict, entry: Entry) -> Budget | None:
     """The queue's budget the submitter has (RAYFLEET_QUEUE_BUDGET; on ECS the trainer task's, from Terraform),
     checked against the run before anything is submitted: ConfigError (exit 2), one line."""
-    from rayfleet.core.run_queue import BUDGET_VAR
-
     try:
         budget = Budget.parse(env.get(BUDGET_VAR))
         over_budget(entry, budget, 0.0)  # only for its refusal of a run that no budget can be checked against
