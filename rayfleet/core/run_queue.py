@@ -18,8 +18,8 @@ The policy (`verdict`), the same for every run, so no dispatcher is needed to ap
 - a deployment's budget (`Budget`: so many dollars a calendar month, UTC, or in all) holds the first run
   whose projected cost (its `max_cost_usd`, or `max_hours` at its hourly price) would pass what is left:
   HELD, it steps aside, so the runs behind it may go, and it is judged again as the spending changes (a new
-  month). What the queue has spent: the ledger its runs write when they end (`spent`), plus the runs it is
-  running now, each at its hourly price since admission.
+  month). Against the budget: the ledger its runs write when they end (`spent`), plus each running run's
+  projected cost (reserved while it runs; what it has spent if more).
 """
 
 from __future__ import annotations

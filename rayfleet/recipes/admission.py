@@ -161,7 +161,8 @@ def _others(queue: Queue, entry: Entry, now: float) -> list[Entry]:
 
 
 class _Spending:
-    """Why the queue's budget holds a run, or None; the ledger is read at most every BUDGET_CHECK_S."""
+    """Why the queue's budget holds a run, or None: what the ended runs held (the ledger, read at most every
+    BUDGET_CHECK_S) and what the running ones may still spend, against the budget."""
 
     def __init__(self, queue: Queue, clock: Callable[[], float]):
         self.queue, self.clock = queue, clock
@@ -175,8 +176,9 @@ class _Spending:
         since = budget.since(now)
         if now - self.read_at >= BUDGET_CHECK_S:
             self.read_at, self.ledger = now, self.queue.spent(since, now, entries=[])
-        running = sum(e.spent_usd(now, since) for e in others)
-        return over_budget(entry, budget, self.ledger + running)
+        # a running run counts for its projected cost, not what it has spent yet: the budget is reserved
+        reserved = sum(max(e.spent_usd(now, since), e.max_usd or 0.0) for e in others if e.state in (ADMITTED, RUNNING))
+        return over_budget(entry, budget, self.ledger + reserved)
 
 
 @contextmanager

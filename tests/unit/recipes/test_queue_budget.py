@@ -117,3 +117,11 @@ def test_a_run_that_held_money_leaves_its_cost_in_the_ledger(tmp_path):
         pass
     assert queue.get("me") is None and (tmp_path / "queue" / "spent" / f"me-{int(MAY_20)}.json").is_file()
     assert queue.spent(0.0, MAY_20 + 2000, entries=[]) == pytest.approx(1.0)  # 1000 s at $3.60 an hour
+
+
+def test_a_running_runs_projected_cost_is_reserved_against_the_budget(tmp_path):
+    queue = Queue(str(tmp_path), Budget(10.0))
+    running = entry("running", state=RUNNING, admitted_at=MAY_20 - 60, usd_per_hour=1.0, max_usd=8.0)
+    spending = admission._Spending(queue, lambda: MAY_20)
+    assert "$2.00 left" in spending(entry("next", max_usd=5.0, usd_per_hour=1.0), [running])  # 8 reserved
+    assert spending(entry("next", max_usd=2.0, usd_per_hour=1.0), [running]) is None
