@@ -1,6 +1,7 @@
 # Notifications (mocked providers): one SNS topic per deployment, encrypted with the deployment's key, that
 # the idle-GPU alarm notifies first and whose ARN the trainer (where the jobs' drivers run) gets; e-mail
-# subscriptions from notify_emails; the task role may publish to that topic alone.
+# subscriptions from notify_emails; the task role may publish to that topic alone. The trainer also gets the run
+# queue's budget (queue_budget; one that is not a budget: refusals.tftest.hcl).
 
 mock_provider "aws" {
   source = "./tests"
@@ -131,6 +132,7 @@ run "the_trainer_knows_the_topic" {
     kms_key_arn           = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
     results_bucket        = "rayfleet-results-0123456789"
     notify_topic_arn      = "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications"
+    queue_budget          = "500/month"
   }
 
   assert {
@@ -147,34 +149,6 @@ run "the_trainer_knows_the_topic" {
     ])
     error_message = "Only the trainer notifies."
   }
-}
-
-run "the_trainer_gets_the_queue_budget" {
-  command = apply
-
-  module {
-    source = "./modules/ray"
-  }
-
-  variables {
-    name                  = "rayfleet"
-    region                = "us-east-1"
-    vpc_id                = "vpc-0123456789abcdef0"
-    cluster_arn           = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"
-    capacity_providers    = { head = "rayfleet-head", worker = "rayfleet-worker" }
-    subnet_ids            = ["subnet-0123456789abcdef0"]
-    security_group_id     = "sg-0000000000000ray0"
-    images                = { "ray-head" = "h:1", "ray-worker" = "w:1", "trainer" = "t:1", "gpu-metrics" = "g:1" }
-    head_node             = { vcpus = 4, memory_mib = 16384, gpus = 0 }
-    worker_node           = { instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, count = 2, efa = false, efa_devices = 0, efa_rdma = false }
-    execution_role_arn    = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
-    task_role_arn         = "arn:aws:iam::123456789012:role/rayfleet-task"
-    control_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-control-task"
-    kms_key_arn           = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
-    results_bucket        = "rayfleet-results-0123456789"
-    notify_topic_arn      = "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications"
-    queue_budget          = "500/month"
-  }
 
   assert {
     condition = {
@@ -182,34 +156,4 @@ run "the_trainer_gets_the_queue_budget" {
     }["RAYFLEET_QUEUE_BUDGET"] == "500/month"
     error_message = "The trainer, whose drivers admit the queued runs, gets the queue's budget."
   }
-}
-
-run "a_queue_budget_that_is_not_one" {
-  command = plan
-
-  module {
-    source = "./modules/ray"
-  }
-
-  variables {
-    name                  = "rayfleet"
-    region                = "us-east-1"
-    vpc_id                = "vpc-0123456789abcdef0"
-    cluster_arn           = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"
-    capacity_providers    = { head = "rayfleet-head", worker = "rayfleet-worker" }
-    subnet_ids            = ["subnet-0123456789abcdef0"]
-    security_group_id     = "sg-0000000000000ray0"
-    images                = { "ray-head" = "h:1", "ray-worker" = "w:1", "trainer" = "t:1", "gpu-metrics" = "g:1" }
-    head_node             = { vcpus = 4, memory_mib = 16384, gpus = 0 }
-    worker_node           = { instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, count = 2, efa = false, efa_devices = 0, efa_rdma = false }
-    execution_role_arn    = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
-    task_role_arn         = "arn:aws:iam::123456789012:role/rayfleet-task"
-    control_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-control-task"
-    kms_key_arn           = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
-    results_bucket        = "rayfleet-results-0123456789"
-    notify_topic_arn      = "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications"
-    queue_budget          = "500/week"
-  }
-
-  expect_failures = [var.queue_budget]
 }
