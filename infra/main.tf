@@ -126,6 +126,7 @@ module "ray" {
   serve                 = var.serve.enabled ? { port = var.serve.port, security_group_id = module.network.serve_security_group_id, tls_secret_arn = var.serve.tls_secret_arn } : null
   metric_namespace      = module.observability.metric_namespace
   notify_topic_arn      = module.observability.notifications_topic_arn
+  queue_budget          = var.queue_budget
 }
 
 module "observability" {

@@ -212,3 +212,9 @@ variable "s3_read_buckets" {
     error_message = "s3_read_buckets holds bucket names (not ARNs or s3:// URLs)."
   }
 }
+
+variable "queue_budget" {
+  description = "The run queue's budget: \"500/month\" (a calendar month, UTC) or \"2000/total\", in US dollars; empty: none. A run whose projected cost (its max_cost_usd, or max_hours at its hourly price) would pass what is left waits, held, and a run that costs money must then set one of them."
+  type        = string
+  default     = ""
+}

@@ -1,6 +1,7 @@
 # Notifications (mocked providers): one SNS topic per deployment, encrypted with the deployment's key, that
 # the idle-GPU alarm notifies first and whose ARN the trainer (where the jobs' drivers run) gets; e-mail
-# subscriptions from notify_emails; the task role may publish to that topic alone.
+# subscriptions from notify_emails; the task role may publish to that topic alone. The trainer also gets the run
+# queue's budget (queue_budget; one that is not a budget: refusals.tftest.hcl).
 
 mock_provider "aws" {
   source = "./tests"
@@ -131,6 +132,7 @@ run "the_trainer_knows_the_topic" {
     kms_key_arn           = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
     results_bucket        = "rayfleet-results-0123456789"
     notify_topic_arn      = "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications"
+    queue_budget          = "500/month"
   }
 
   assert {
@@ -146,5 +148,12 @@ run "the_trainer_knows_the_topic" {
       !strcontains(d.container_definitions, "RAYFLEET_NOTIFY_TOPIC_ARN")
     ])
     error_message = "Only the trainer notifies."
+  }
+
+  assert {
+    condition = {
+      for e in jsondecode(aws_ecs_task_definition.trainer.container_definitions)[0].environment : e.name => e.value
+    }["RAYFLEET_QUEUE_BUDGET"] == "500/month"
+    error_message = "The trainer, whose drivers admit the queued runs, gets the queue's budget."
   }
 }

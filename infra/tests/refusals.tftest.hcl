@@ -46,6 +46,19 @@ run "a_head_of_8_gib_leaves_the_trainer_too_little" {
   expect_failures = [aws_ecs_task_definition.trainer]
 }
 
+run "a_queue_budget_that_is_not_one" {
+  command = plan
+  module {
+    source = "./modules/ray"
+  }
+  variables {
+    head_node    = { vcpus = var.catalog["m5.xlarge"].vcpus, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = 0 }
+    worker_node  = var.g5_xlarge_workers
+    queue_budget = "500/week"
+  }
+  expect_failures = [var.queue_budget]
+}
+
 run "a_worker_type_without_a_gpu" {
   command = plan
   module {

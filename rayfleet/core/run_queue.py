@@ -14,22 +14,62 @@ The policy (`verdict`), the same for every run, so no dispatcher is needed to ap
   never starved by small ones behind it (to go first, a run is submitted with a higher priority);
 - a run admitted a moment ago blocks the next one until Ray has placed its workers (PLACE_TIMEOUT_S at most),
   so two runs never race for the same free workers;
-- a running run is never preempted by a higher priority.
+- a running run is never preempted by a higher priority;
+- a deployment's budget (`Budget`: so many dollars a calendar month, UTC, or in all) holds the first run
+  whose projected cost (its `max_cost_usd`, or `max_hours` at its hourly price) would pass what is left:
+  HELD, it steps aside, so the runs behind it may go, and it is judged again as the spending changes (a new
+  month). Against the budget: the ledger its runs write when they end (`spent`), plus each running run's
+  projected cost (reserved while it runs; what it has spent if more).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 
 from rayfleet.core.run_dir import RunDir
 
 FOLDER = "queue"
+LEDGER = "spent"  # inside the queue's folder (the task role may write there): one file per run that ended
+BUDGET_VAR = "RAYFLEET_QUEUE_BUDGET"  # "500/month" or "2000/total": the submitter's (the trainer task's on ECS)
+PERIODS = ("month", "total")
 STALE_S = 30.0  # an entry's job refreshes it every HEARTBEAT_S; this long without: the job is gone
 HEARTBEAT_S = 5.0
 PLACE_TIMEOUT_S = 180.0  # an admitted run that has placed no workers by then blocks nobody
 
-WAITING, ADMITTED, RUNNING = "waiting", "admitted", "running"
+WAITING, HELD, ADMITTED, RUNNING = "waiting", "held", "admitted", "running"
+
+
+@dataclass(frozen=True)
+class Budget:
+    usd: float
+    period: str = "month"
+
+    @classmethod
+    def parse(cls, text: str | None) -> Budget | None:
+        """`500/month`, `2000/total` or `500` (a month); empty or unset: no budget. ValueError: one line."""
+        if not (text or "").strip():
+            return None
+        amount, _, period = text.strip().partition("/")
+        period = period.strip() or "month"
+        try:
+            usd = float(amount.strip().lstrip("$"))
+        except ValueError:
+            usd = -1.0
+        if usd < 0 or period not in PERIODS:
+            raise ValueError(f"{BUDGET_VAR}: {text!r} is not a budget: write 500/month or 2000/total (US dollars)")
+        return cls(usd, period)
+
+    def since(self, now: float) -> float:
+        """When the period being spent began (epoch seconds): the first of this month (UTC), or ever."""
+        if self.period == "total":
+            return 0.0
+        day = datetime.fromtimestamp(now, UTC)
+        return datetime(day.year, day.month, 1, tzinfo=UTC).timestamp()
+
+    def describe(self) -> str:
+        return f"${self.usd:,.2f} {'a month' if self.period == 'month' else 'in all'}"
 
 
 @dataclass
@@ -49,6 +89,9 @@ class Entry:
     submission_id: str = ""
     who: str = ""
     recipe: str = ""
+    usd_per_hour: float = 0.0  # what its workers cost while it runs (run.json's `held`)
+    max_usd: float | None = None  # its projected cost: max_cost_usd, or max_hours at usd_per_hour; None: no bound
+    max_hours: float | None = None  # the recipe's bound on its time, for the projected starts of the runs behind
 
     def resources(self) -> str:
         gpus = f" + {self.gpus_per_worker} GPU" if self.gpus_per_worker else ""
@@ -57,12 +100,20 @@ class Entry:
     def key(self) -> tuple:
         return (-self.priority, self.submitted_at, self.run)
 
+    def spent_usd(self, now: float, since: float = 0.0) -> float:
+        """What it has held since its admission, or since `since` if later (0 while it waits)."""
+        if self.admitted_at is None or self.state not in (ADMITTED, RUNNING):
+            return 0.0
+        return self.usd_per_hour * max(0.0, now - max(self.admitted_at, since)) / 3600
+
 
 class Queue:
     """The entries of one cluster's queue (`root`: a local directory or s3://bucket[/prefix])."""
 
-    def __init__(self, root: str):
+    def __init__(self, root: str, budget: Budget | None = None):
         self.folder = RunDir(root, FOLDER)
+        self.ledger = RunDir(f"{root.rstrip('/')}/{FOLDER}", LEDGER)  # {run, usd, admitted_at, ended_at} each
+        self.budget = budget
 
     @property
     def url(self) -> str:
@@ -81,7 +132,28 @@ class Queue:
         """The live entries (refreshed within STALE_S), in queue order: running and admitted runs first."""
         found = [_parse(self.folder.read(name)) for name in self.folder.entries() if name.endswith(".json")]
         live = [e for e in found if e is not None and now - e.heartbeat_at <= STALE_S]
-        return sorted(live, key=lambda e: (e.state == WAITING, e.key()))
+        return sorted(live, key=lambda e: (e.state in (WAITING, HELD), e.key()))
+
+    def record_spent(self, entry: Entry, now: float) -> None:
+        """At a run's end, what it held, into the ledger (one file per run and admission: one writer each)."""
+        if entry.admitted_at is None:
+            return
+        usd = entry.usd_per_hour * max(0.0, now - entry.admitted_at) / 3600
+        body = {"run": entry.run, "usd": round(usd, 6), "admitted_at": entry.admitted_at, "ended_at": now}
+        self.ledger.write(f"{entry.run}-{int(entry.admitted_at)}.json", json.dumps(body))
+
+    def spent(self, since: float, now: float, entries: list[Entry] | None = None) -> float:
+        """Dollars spent since `since`: the ledger's runs that ended since, and the live runs so far."""
+        total = 0.0
+        for name in self.ledger.entries():
+            try:
+                item = json.loads(self.ledger.read(name) or "{}")
+                if float(item["ended_at"]) >= since:
+                    total += float(item["usd"])
+            except (ValueError, KeyError, TypeError):  # not a ledger item: counts for nothing
+                continue
+        live = self.entries(now) if entries is None else entries
+        return total + sum(e.spent_usd(now, since) for e in live)
 
 
 def _parse(text: str | None) -> Entry | None:
@@ -94,7 +166,29 @@ def _parse(text: str | None) -> Entry | None:
 
 
 def waiting(entries: list[Entry]) -> list[Entry]:
+    """The runs in line, in order; a HELD run has stepped aside and is not among them."""
     return sorted((e for e in entries if e.state == WAITING), key=Entry.key)
+
+
+def over_budget(entry: Entry, budget: Budget | None, spent: float) -> str | None:
+    """Why the budget holds `entry` (one line), or None when it may go. ValueError (one line): a run that costs
+    money with no bound of its own, which no budget can be checked against."""
+    if budget is None:
+        return None
+    left = max(0.0, budget.usd - spent)
+    if entry.max_usd is None:
+        if entry.usd_per_hour <= 0:
+            return None  # it costs nothing (a local cluster)
+        raise ValueError(
+            f"run {entry.run}: the queue has a budget ({budget.describe()}), so a run that costs money needs "
+            "max_hours or max_cost_usd in its recipe: its cost is projected from them"
+        )
+    if entry.max_usd > left:
+        return (
+            f"held: its projected ${entry.max_usd:,.2f} would pass the ${left:,.2f} left of the queue's budget "
+            f"of {budget.describe()}"
+        )
+    return None
 
 
 def verdict(run: str, entries: list[Entry], now: float) -> tuple[bool, str]:

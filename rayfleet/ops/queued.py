@@ -18,14 +18,16 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from rayfleet.core.aws import run_cli
 from rayfleet.core.errors import RayfleetError
-from rayfleet.core.run_queue import WAITING, Entry, Queue
+from rayfleet.core.run_queue import ADMITTED, RUNNING, WAITING, Entry, Queue, waiting
 from rayfleet.ecs.outputs import MissingOutputs, Outputs
 from rayfleet.local.cluster import state_dir
 
 
 def rows(entries: list[Entry], where: str, now: float) -> list[dict]:
-    """One row per entry, in queue order; `position` counts the waiting runs only (None for the others)."""
+    """One row per entry, in queue order; `position` counts the waiting runs only (None for the others);
+    `cost_usd`, what it has held so far; `start_at`, when a waiting run starts at the latest (`projected`)."""
     out, position = [], 0
+    starts = projected(entries, now)
     for entry in entries:
         position += entry.state == WAITING
         out.append(
@@ -35,19 +37,48 @@ def rows(entries: list[Entry], where: str, now: float) -> list[dict]:
                 "position": position if entry.state == WAITING else None,
                 "since_s": round(now - (entry.admitted_at or entry.submitted_at)),
                 "resources": entry.resources(),
+                "cost_usd": round(entry.spent_usd(now), 2),
+                "start_at": starts.get(entry.run),
             }
         )
     return out
 
 
-def table(found: list[dict]) -> str:
+def projected(entries: list[Entry], now: float) -> dict[str, float | None]:
+    """Each waiting run's start at the latest (epoch seconds): when the runs ahead of it have all run to their
+    `max_hours`, one after another (the queue admits one at a time and never backfills). None once a run
+    ahead has no `max_hours`: nothing bounds it."""
+    free_at: float | None = now
+    for entry in entries:
+        if entry.state in (ADMITTED, RUNNING):
+            end = None if entry.max_hours is None else (entry.admitted_at or now) + entry.max_hours * 3600
+            free_at = None if free_at is None or end is None else max(free_at, end)
+    starts: dict[str, float | None] = {}
+    for entry in waiting(entries):
+        starts[entry.run] = free_at
+        free_at = None if free_at is None or entry.max_hours is None else free_at + entry.max_hours * 3600
+    return starts
+
+
+def _start(row: dict, now: float) -> str:
+    if row["state"] != WAITING:
+        return "-"
+    if row["start_at"] is None:
+        return "?"
+    minutes = max(0, round((row["start_at"] - now) / 60))
+    return "now" if minutes == 0 else f"<{minutes}m"
+
+
+def table(found: list[dict], now: float) -> str:
     if not found:
         return "the queue is empty: nothing waits and no queued run is running"
-    lines = [f"{'POS':<5}{'RUN':<34}{'WHERE':<7}{'STATE':<10}{'PRIO':<6}{'RESOURCES':<22}{'SINCE':<8}{'WHO':<24}WHY"]
+    head = f"{'POS':<5}{'RUN':<34}{'WHERE':<7}{'STATE':<10}{'PRIO':<6}{'RESOURCES':<22}{'SINCE':<8}{'START':<8}"
+    lines = [f"{head}{'COST':<10}{'WHO':<24}WHY"]
     for r in found:
         lines.append(
             f"{r['position'] or '-'!s:<5}{r['run']:<34}{r['where']:<7}{r['state']:<10}{r['priority']:<6}"
-            f"{r['resources']:<22}{r['since_s']:<8}{r['who'][:23]:<24}{r['reason']}"
+            f"{r['resources']:<22}{r['since_s']:<8}{_start(r, now):<8}{'$' + format(r['cost_usd'], '.2f'):<10}"
+            f"{r['who'][:23]:<24}{r['reason']}"
         )
     return "\n".join(lines)
 
@@ -67,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         pass  # nothing deployed: the local queue only
     except (RayfleetError, BotoCoreError, ClientError) as exc:
         print(f"warning: the deployment's queue not listed: {exc}", file=sys.stderr)
-    print(json.dumps(found, indent=2) if opts.json else table(found))
+    print(json.dumps(found, indent=2) if opts.json else table(found, now))
     return 0
 
 

@@ -16,10 +16,12 @@ from datetime import UTC, datetime, timedelta
 from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.catalog import PRICES_AS_OF, gpus_of, hourly_cost
 from rayfleet.core.run_dir import RunDir, runs_root
+from rayfleet.core.run_queue import HELD, WAITING, Queue
 from rayfleet.ecs import capacity
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import running_tasks
 from rayfleet.node.head_snapshot import KEY as RAY_STATUS_KEY
+from rayfleet.ops.queued import rows as queue_rows
 from rayfleet.ops.runs import s3_runs
 from rayfleet.recipes.cost import spend_usd
 from rayfleet.serve.summary import lines as serve_lines
@@ -135,12 +137,33 @@ def status(aws: Aws, out: Outputs, runs: int = 5, why=capacity.reasons) -> dict:
         "capacity": [{"reason": r.text, "fatal": r.fatal} for r in reasons],
         "ray": _ray_view(aws, out),
         "runs": _runs(out, runs),
+        "queue": _queue(out),
         "cost_per_hour_usd": round(cost, 3),
         "cost_unknown_types": unknown,
         "spent_usd": spent,
         "running_since": since.isoformat(timespec="seconds") if since else None,
         "prices_as_of": PRICES_AS_OF,
     }
+
+
+def _queue(out: Outputs) -> list[dict]:
+    """The deployment's run queue, as `make queue` lists it (rayfleet/ops/queued.py)."""
+    if not out.results_bucket:
+        return []
+    now = datetime.now(UTC).timestamp()
+    return queue_rows(Queue(f"s3://{out.results_bucket}").entries(now), "ecs", now)
+
+
+def queue_line(queue: list[dict]) -> str:
+    """One line for the queue: how many runs wait (held among them) and run, the first in line and why."""
+    if not queue:
+        return "  empty: nothing waits and no queued run runs"
+    waiting = [r for r in queue if r["state"] == WAITING]
+    held = [r for r in queue if r["state"] == HELD]
+    running = len(queue) - len(waiting) - len(held)
+    line = f"  {running} running, {len(waiting)} waiting" + (f", {len(held)} held by the budget" if held else "")
+    first = (waiting or held or [None])[0]
+    return line + (f"; next: {first['run']} ({first['reason']})" if first else "") + "; `make queue` for all"
 
 
 def _amount(name: str, value: float) -> str:
@@ -213,6 +236,8 @@ def render(s: dict) -> str:
     ray = s["ray"]
     lines += ["", "ray (as the head reports it" + (f", {ray['taken_at']})" if ray else ")")]
     lines += render_ray(ray) if ray else ["  no snapshot yet: the ray-control task writes one every 30 s"]
+    if "queue" in s:
+        lines += ["", "queue", queue_line(s["queue"])]
     lines += ["", "recent runs"]
     lines += [
         f"  {r['run']:<28}{r['state']:<20}{r['last_checkpoint'] or '-':<22}{r['results']}" for r in s["runs"]

@@ -4,12 +4,14 @@ The submitter (rayfleet/recipes/job.py) starts the job as `job_entry --queue '<s
 the run's entry (priority, submission time, workers and their size). The job then:
 1. writes its entry and refreshes it every HEARTBEAT_S (rayfleet/core/run_queue.py: the order and the rules);
 2. while another run is ahead, says why once per change ("[rayfleet] queued: position 2 of 3: behind ...");
-3. when it is first, asks Ray for its whole placement group (every worker at once: gang admission) and gives it
-   back at once; if Ray cannot place all of it, it waits with that reason, holding nothing;
+3. when it is first and the queue's budget (if any) has room for its projected cost (else it is HELD, steps
+   aside, and is judged again as the spending changes), asks Ray for its whole placement group (every worker
+   at once: gang admission) and gives it back at once; if Ray cannot place all of it, it waits with that
+   reason, holding nothing;
 4. admitted, it starts the command and keeps its entry until Ray has placed the run's workers (a placement
    group created since the admission), so the next run never races it for the same workers;
 5. removes its entry when the command ends, is stopped, or is cancelled while it waits (`rayfleet cancel`:
-   exit 130, the run recorded CANCELLED).
+   exit 130, the run recorded CANCELLED); a run that cost money writes what it held into the queue's ledger.
 """
 
 from __future__ import annotations
@@ -25,22 +27,37 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict
 
+from rayfleet.core.errors import ConfigError
 from rayfleet.core.run_dir import RunDir
-from rayfleet.core.run_queue import ADMITTED, HEARTBEAT_S, PLACE_TIMEOUT_S, RUNNING, Entry, Queue, verdict
+from rayfleet.core.run_queue import (
+    ADMITTED,
+    BUDGET_VAR,
+    HEARTBEAT_S,
+    HELD,
+    PLACE_TIMEOUT_S,
+    RUNNING,
+    WAITING,
+    Budget,
+    Entry,
+    Queue,
+    over_budget,
+    verdict,
+)
 from rayfleet.train import stop
 
 EXIT_CANCELLED = 130
 JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # what Ray's job supervisor gives a job's drivers (its runtime_env)
 PROBE_S = 2.0  # how long one try waits for Ray to place the whole group
+BUDGET_CHECK_S = 30.0  # how often the queue's spending is read again (a listing of its ledger)
 
 
 def say(message: str) -> None:
     print(f"[rayfleet] {message}", flush=True)
 
 
-def spec(root: str, entry: Entry) -> str:
-    """job_entry's --queue value: where the queue is and the run's entry."""
-    return json.dumps({"root": root, "entry": asdict(entry)})
+def spec(root: str, entry: Entry, budget: Budget | None = None) -> str:
+    """job_entry's --queue value: where the queue is, its budget, and the run's entry."""
+    return json.dumps({"root": root, "entry": asdict(entry), "budget": asdict(budget) if budget else None})
 
 
 def parse(text: str, env: dict) -> tuple[Queue, Entry]:
@@ -48,7 +65,19 @@ def parse(text: str, env: dict) -> tuple[Queue, Entry]:
     value = json.loads(text)
     entry = Entry(**value["entry"])
     entry.submission_id = env.get("RAY_JOB_SUBMISSION_ID") or entry.submission_id
-    return Queue(value["root"]), entry
+    budget = Budget(**value["budget"]) if value.get("budget") else None
+    return Queue(value["root"], budget), entry
+
+
+def budget_from(env: dict, entry: Entry) -> Budget | None:
+    """The queue's budget the submitter has (RAYFLEET_QUEUE_BUDGET; on ECS the trainer task's, from Terraform),
+    checked against the run before anything is submitted: ConfigError (exit 2), one line."""
+    try:
+        budget = Budget.parse(env.get(BUDGET_VAR))
+        over_budget(entry, budget, 0.0)  # only for its refusal of a run that no budget can be checked against
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    return budget
 
 
 def probe(entry: Entry, timeout_s: float = PROBE_S) -> bool:
@@ -95,19 +124,29 @@ def wait_turn(
 ) -> str | None:
     """Wait until the run is admitted (returns None) or cancelled (returns the reason); the entry stays."""
     said = None
+    held_by = _Spending(queue, clock)
     while True:
         cancelled = stop.requested(run_dir)
         if cancelled:
             return cancelled
         now = clock()
-        first, reason = verdict(entry.run, [*_others(queue, entry, now), entry], now)
-        if first and try_place(entry):
-            entry.state, entry.admitted_at, entry.reason = ADMITTED, clock(), "placing its workers"
-            entry.heartbeat_at = clock()
-            queue.put(entry)
-            return None
-        if first:
-            reason = f"{reason}; waiting for {entry.resources()} to be free at once"
+        others = _others(queue, entry, now)
+        if entry.state == HELD:
+            reason = held_by(entry, others)
+            if reason is None:
+                entry.state = WAITING
+        if entry.state == WAITING:
+            first, reason = verdict(entry.run, [*others, entry], now)
+            held = held_by(entry, others) if first else None
+            if held:
+                entry.state, reason = HELD, held  # it steps aside: the runs behind it may go
+            elif first and try_place(entry):
+                entry.state, entry.admitted_at, entry.reason = ADMITTED, clock(), "placing its workers"
+                entry.heartbeat_at = clock()
+                queue.put(entry)
+                return None
+            elif first:
+                reason = f"{reason}; waiting for {entry.resources()} to be free at once"
         if reason != said:
             say(f"queued: {reason}")
             said = reason
@@ -119,6 +158,27 @@ def wait_turn(
 
 def _others(queue: Queue, entry: Entry, now: float) -> list[Entry]:
     return [e for e in queue.entries(now) if e.run != entry.run]
+
+
+class _Spending:
+    """Why the queue's budget holds a run, or None: what the ended runs held (the ledger, read at most every
+    BUDGET_CHECK_S) and what the running ones may still spend, against the budget."""
+
+    def __init__(self, queue: Queue, clock: Callable[[], float]):
+        self.queue, self.clock = queue, clock
+        self.read_at, self.ledger = -BUDGET_CHECK_S, 0.0
+
+    def __call__(self, entry: Entry, others: list[Entry]) -> str | None:
+        budget = self.queue.budget
+        if budget is None:
+            return None
+        now = self.clock()
+        since = budget.since(now)
+        if now - self.read_at >= BUDGET_CHECK_S:
+            self.read_at, self.ledger = now, self.queue.spent(since, now, entries=[])
+        # a running run counts for its projected cost, not what it has spent yet: the budget is reserved
+        reserved = sum(max(e.spent_usd(now, since), e.max_usd or 0.0) for e in others if e.state in (ADMITTED, RUNNING))
+        return over_budget(entry, budget, self.ledger + reserved)
 
 
 @contextmanager
@@ -147,6 +207,8 @@ def holding(queue: Queue, entry: Entry, is_placed: Callable[[], bool], clock=tim
     finally:
         done.set()
         thread.join(timeout=HEARTBEAT_S * 2)
+        if entry.usd_per_hour > 0:
+            queue.record_spent(entry, clock())
         queue.remove(entry.run)
 
 
@@ -210,8 +272,9 @@ def cancelled_exit(run: str, reason: str) -> int:
     return EXIT_CANCELLED
 
 
-def entry_for(recipe, run: str, clock: Callable[[], float] = time.time) -> Entry:
-    """The queue entry a recipe's run starts with (`recipe`: rayfleet.recipes.schema.Recipe)."""
+def entry_for(recipe, run: str, usd_per_hour: float = 0.0, clock: Callable[[], float] = time.time) -> Entry:
+    """The queue entry a recipe's run starts with (`recipe`: rayfleet.recipes.schema.Recipe), at the hourly
+    price of what it holds; its projected cost is the lower of its own bounds."""
     import getpass
     import socket
 
@@ -226,4 +289,12 @@ def entry_for(recipe, run: str, clock: Callable[[], float] = time.time) -> Entry
         one_per_node=recipe.launcher is not None,
         who=f"{getpass.getuser()}@{socket.gethostname()}",
         recipe=recipe.name,
+        usd_per_hour=usd_per_hour,
+        max_usd=_projected(recipe.max_hours, recipe.max_cost_usd, usd_per_hour),
+        max_hours=recipe.max_hours,
     )
+
+
+def _projected(max_hours: float | None, max_cost_usd: float | None, usd_per_hour: float) -> float | None:
+    bounds = [b for b in (max_cost_usd, max_hours * usd_per_hour if max_hours is not None else None) if b is not None]
+    return min(bounds) if bounds else None

@@ -247,13 +247,20 @@ def _job_spec(
     if secret_refs or NOTIFY_VAR in env_vars or queue_root:
         # The queue's entry goes on the job's own command line: every Ray worker of the job gets env_vars, and
         # a launcher's node (rayfleet/node/node_launcher.py) starts through job_entry too; it must not queue.
-        queued = ["--queue", admission.spec(queue_root, admission.entry_for(recipe, run_dir.run_name))]
-        words = [sys.executable, "-m", "rayfleet.recipes.job_entry", *(queued if queue_root else []), entry]
+        queued = _queued(recipe, run_dir, queue_root) if queue_root else []
+        words = [sys.executable, "-m", "rayfleet.recipes.job_entry", *queued, entry]
         entry = shlex.join(words)
     runtime_env: dict = {"working_dir": working_dir, "env_vars": env_vars}
     if recipe.pip:
         runtime_env["pip"] = {"packages": list(recipe.pip), "pip_check": False}
     return entry, runtime_env
+
+
+def _queued(recipe: Recipe, run_dir: RunDir, queue_root: str) -> list[str]:
+    """job_entry's --queue option: the run's entry at the hourly price run.json holds, the queue's budget."""
+    usd_per_hour = float((run_dir.record().get("held") or {}).get("usd_per_hour") or 0.0)
+    entry = admission.entry_for(recipe, run_dir.run_name, usd_per_hour=usd_per_hour)
+    return ["--queue", admission.spec(queue_root, entry, admission.budget_from(os.environ, entry))]
 
 
 def _say_how_it_ended(run_dir: RunDir, outcome, exit_code: int, status: str, duration_s: float, usd, log_url) -> None:

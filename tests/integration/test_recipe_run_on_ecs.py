@@ -169,7 +169,11 @@ def test_trainer_submits_the_s3_code_to_the_cluster_and_records_the_result(launc
     assert f"s3://{launched['bucket']}/runs/ecs-1" in log and "helper says shipped" in log
     assert SECRET_VALUE not in log + result.stdout + result.stderr
     assert "admitted after" in log  # the deployment's queue, in its bucket, let it through
-    assert _keys(launched, "queue/") == []  # and the run's entry left with it
+    left = _keys(launched, "queue/")
+    assert [k for k in left if not k.startswith("queue/spent/")] == []  # and the run's entry left with it
+    # what it held, priced, in the queue's ledger (its budget's spending): one item, if it cost anything
+    priced = float((done.get("held") or {}).get("usd_per_hour") or 0) > 0
+    assert len([k for k in left if k.startswith("queue/spent/ecs-1-")]) == int(priced), left
 
 
 def test_a_code_zip_replaced_in_s3_is_refused_before_ray_sees_it(launched, aws_stack):

@@ -87,3 +87,24 @@ def test_a_folder_with_a_folder_marker_downloads_whole(moto, monkeypatch, tmp_pa
     s3.put_object(Bucket="results", Key="runs/r/export/sub/config.json", Body=b"{}")
     folder = RunDir("s3://results/runs", "r", endpoint_url=moto.url).local_copy("export", tmp_path)
     assert folder == tmp_path / "export" and (folder / "sub" / "config.json").read_bytes() == b"{}"
+
+
+def test_the_queue_and_its_ledger_in_s3(moto, monkeypatch):
+    """The run queue's entries and its budget's ledger (rayfleet/core/run_queue.py) in a bucket, under queue/
+    alone (the prefix the task role may write): an entry, a run's spending once it ended, the listing that
+    reads both without taking the ledger's folder for an entry."""
+    from rayfleet.core.run_queue import RUNNING, Budget, Entry, Queue
+
+    results_bucket(moto, monkeypatch)
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", moto.url)
+    queue = Queue("s3://results", Budget(10.0, "total"))
+    ended = Entry(run="a", priority=0, submitted_at=0.0, workers=1, cpus_per_worker=1.0, usd_per_hour=3.6)
+    ended.admitted_at = 1000.0
+    queue.record_spent(ended, 2000.0)  # 1000 s at $3.60 an hour
+    running = Entry(run="b", priority=0, submitted_at=0.0, workers=1, cpus_per_worker=1.0, usd_per_hour=7.2)
+    running.state, running.admitted_at, running.heartbeat_at = RUNNING, 1500.0, 2000.0
+    queue.put(running)
+    assert [e.run for e in queue.entries(2000.0)] == ["b"]
+    assert queue.spent(0.0, 2000.0) == pytest.approx(2.0)  # $1 in the ledger, $1 so far for b
+    keys = sorted(o["Key"] for o in moto.client("s3").list_objects_v2(Bucket="results")["Contents"])
+    assert keys == ["queue/b.json", "queue/spent/a-1000.json"]

@@ -8,13 +8,15 @@ locals {
   # Per role: the object store `ray start` gets (it must fit the shared memory above), CPUs and GPUs.
   head_environment = [{ name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.head_object_store_mib) }]
   # The trainer runs the jobs' drivers: where runs publish training metrics (rayfleet/train/tracking/cloudwatch.py) and
-  # notifications (rayfleet/recipes/notify.py).
+  # notifications (rayfleet/recipes/notify.py), and the queue's budget its runs are admitted against (a job cannot
+  # change a task definition's environment).
   trainer_environment = concat([
     { name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.trainer_object_store_mib) },
     { name = "RAYFLEET_CLUSTER_NAME", value = var.name },
     { name = "RAYFLEET_METRICS_NAMESPACE", value = var.metric_namespace },
     { name = "AWS_REGION", value = var.region },
-  ], var.notify_topic_arn == null ? [] : [{ name = "RAYFLEET_NOTIFY_TOPIC_ARN", value = var.notify_topic_arn }])
+    ], var.notify_topic_arn == null ? [] : [{ name = "RAYFLEET_NOTIFY_TOPIC_ARN", value = var.notify_topic_arn }],
+  var.queue_budget == "" ? [] : [{ name = "RAYFLEET_QUEUE_BUDGET", value = var.queue_budget }])
   worker_environment = [
     { name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.worker_object_store_mib) },
     { name = "RAYFLEET_NUM_CPUS", value = tostring(local.worker_cpus) },

@@ -119,6 +119,17 @@ variable "metric_namespace" {
   default     = "rayfleet"
 }
 
+variable "queue_budget" {
+  description = "The run queue's budget, \"500/month\" or \"2000/total\" (US dollars; empty: none): the trainer holds a run whose projected cost would pass what is left (rayfleet/core/run_queue.py)."
+  type        = string
+  default     = ""
+
+  validation {
+    condition     = can(regex("^(\\$?[0-9]+(\\.[0-9]+)?(/(month|total))?)?$", var.queue_budget))
+    error_message = "queue_budget: write 500/month or 2000/total (US dollars), or leave it empty."
+  }
+}
+
 variable "notify_topic_arn" {
   description = "The notifications topic: the trainer's jobs tell it about runs (rayfleet/recipes/notify.py)."
   type        = string

@@ -45,3 +45,26 @@ def test_an_empty_queue_says_so(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("RAYFLEET_STATE_DIR", str(tmp_path))
     monkeypatch.setenv("RAYFLEET_OUTPUTS", str(tmp_path / "none.json"))
     assert cli.main(["queue"]) == 0 and "the queue is empty" in capsys.readouterr().out
+
+
+def test_each_waiting_run_has_its_latest_start_and_each_run_its_cost_so_far():
+    from rayfleet.ops.queued import rows, table
+
+    now = 1_000_000.0
+
+    def entry(run: str, at: float, state: str = "waiting", **extra) -> Entry:
+        return Entry(run=run, priority=0, submitted_at=at, workers=1, cpus_per_worker=1.0, state=state, **extra)
+
+    busy = entry("busy", 0, RUNNING, admitted_at=now - 1800, max_hours=1.0, usd_per_hour=4.0)
+    first, second = entry("first", 1, max_hours=2.0), entry("second", 2)
+    third = entry("third", 3, max_hours=1.0)
+    found = rows([busy, first, second, third], "ecs", now)
+    by_run = {r["run"]: r for r in found}
+    assert by_run["busy"]["cost_usd"] == 2.0 and by_run["busy"]["start_at"] is None  # half an hour at $4
+    assert by_run["first"]["start_at"] == now + 1800  # busy's max_hours end
+    assert by_run["second"]["start_at"] == now + 1800 + 7200  # then first's two hours
+    assert by_run["third"]["start_at"] is None  # second has no max_hours: nothing bounds it
+    lines = table(found, now).splitlines()
+    start, cost = lines[0].index("START"), lines[0].index("COST")
+    assert [line[start:cost].strip() for line in lines[1:]] == ["-", "<30m", "<150m", "?"]
+    assert [line[cost : cost + 10].strip() for line in lines[1:]] == ["$2.00", "$0.00", "$0.00", "$0.00"]

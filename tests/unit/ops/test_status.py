@@ -147,3 +147,18 @@ def test_the_capacity_section_shows_only_when_instances_are_not_coming():
         "  worker service: no container instance can take its task yet\n"
     ) in text
     assert "capacity (" not in render({**base, "capacity": []}) and "capacity (" not in render(base)
+
+
+def test_status_says_in_one_line_what_the_queue_holds():
+    from rayfleet.ops.status import queue_line
+
+    assert queue_line([]) == "  empty: nothing waits and no queued run runs"
+    queue = [
+        {"run": "a", "state": "running", "reason": "running"},
+        {"run": "b", "state": "held", "reason": "held: its projected $5.00 would pass ..."},
+        {"run": "c", "state": "waiting", "reason": "first of 1 in the queue"},
+    ]
+    assert queue_line(queue) == (
+        "  1 running, 1 waiting, 1 held by the budget; next: c (first of 1 in the queue); `make queue` for all"
+    )
+    assert "queue\n  empty" in render({**empty_status(), "queue": []})
