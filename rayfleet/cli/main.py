@@ -46,7 +46,12 @@ def _runs(sub) -> None:
     p.add_argument("--local-recipe", help="the recipe to run instead when the run goes to the local cluster")
     p.add_argument("--name", help="the new run's name (default: <recipe name>-<UTC time>)")
     _sets(p, "recipe")
-    p.add_argument("-d", "--detach", action="store_true", help="ECS: return once the trainer task has started")
+    p.add_argument(
+        "-d",
+        "--detach",
+        action="store_true",
+        help="return once the run is submitted (followed in the background locally)",
+    )
     p.add_argument("args", nargs="*", metavar="-- ARG", help="after --: appended to the recipe's args")
     _bucket(p)
     _outputs(p)

@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from botocore.exceptions import ClientError
+
 from rayfleet.core.aws import Aws
 from rayfleet.core.errors import RayfleetError
 
@@ -82,6 +84,28 @@ class RunDir:
             tmp.write_bytes(body)
             tmp.replace(path)  # readers never see half a file
         return self.display(name)
+
+    def create(self, name: str, data: str) -> bool:
+        """Write `name` only if it does not exist yet, atomically: False when it does (another writer was first,
+        even by a millisecond: S3's conditional write, If-None-Match, or O_EXCL on local disk)."""
+        if self.is_s3:
+            bucket, key = self._key(name)
+            try:
+                self._s3().put_object(Bucket=bucket, Key=key, Body=data.encode(), IfNoneMatch="*")
+            except ClientError as exc:  # 412: it exists; 409: a concurrent conditional write of the same key
+                if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "ConditionalRequestConflict"):
+                    return False
+                raise
+            return True
+        path = Path(self.url) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as f:
+            f.write(data)
+        return True
 
     def upload(self, name: str, local: Path) -> str:
         """A local file, or every file under a local directory, to `name` in the run directory."""

@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from rayfleet.core import ray_auth
 from rayfleet.core.aws import Aws, run_cli
-from rayfleet.core.errors import RayfleetError
+from rayfleet.core.errors import EXIT_INTERRUPTED, RayfleetError
 from rayfleet.core.run_dir import LOCAL_RUNS, RunDir
 from rayfleet.ecs.logs import LogReader, follow_task, parse_since, run_record
 from rayfleet.ecs.outputs import Outputs
 
 
 def local_run_log(run: str, follow: bool, runs_dir: str = LOCAL_RUNS) -> int | None:
-    """A local recipe run's output: saved driver.log, or the Jobs API while it runs; None if not local."""
+    """A local recipe run's output: saved driver.log, or the Jobs API while it is queued or runs; None if not
+    local. Following re-attaches: the output from the start, then as it comes, and the run's own exit code
+    once its follower (`rayfleet run`, attached or detached) has recorded the end. Ctrl-C only stops reading."""
     from rayfleet.local import cluster as local_cluster
     from rayfleet.recipes import jobs_api
 
@@ -30,12 +33,24 @@ def local_run_log(run: str, follow: bool, runs_dir: str = LOCAL_RUNS) -> int | N
     if record.get("target") != "local":
         return None
     cluster = local_cluster.running()
-    if record.get("state") == "RUNNING" and cluster is not None and record.get("job_id"):
+    if record.get("state") in ("QUEUED", "RUNNING") and cluster is not None and record.get("job_id"):
         client = jobs_api.client_for(cluster.dashboard_url)
-        if follow:
-            return jobs_api.follow(client, record["job_id"]).exit_code
-        print(client.get_job_logs(record["job_id"]), end="")
-        return 0
+        if not follow:
+            print(client.get_job_logs(record["job_id"]), end="")
+            return 0
+        try:
+            job_id = record["job_id"]
+            while True:  # a retry of the run is a new job: followed too
+                outcome = jobs_api.follow(client, job_id, stop_on_interrupt=False)
+                record = _recorded_end(run_dir, job_id)
+                if record.get("state") not in ACTIVE:
+                    return int(record.get("exit_code", outcome.exit_code))
+                if record.get("job_id") in (None, job_id):  # its follower is gone: the job's own code
+                    return outcome.exit_code
+                job_id = record["job_id"]
+        except KeyboardInterrupt:
+            print(f"\n[rayfleet] stopped following {run}; it goes on (rayfleet cancel --run {run} stops it)")
+            return EXIT_INTERRUPTED
     text = run_dir.read("driver.log")
     if text is None:
         raise RayfleetError(
@@ -43,6 +58,24 @@ def local_run_log(run: str, follow: bool, runs_dir: str = LOCAL_RUNS) -> int | N
         )
     print(text, end="")
     return 0
+
+
+def _recorded_end(run_dir: RunDir, job_id: str, wait_s: float = 60.0) -> dict:
+    """The record once the run's follower has ended (its record is then final) or has moved on to a retry's
+    job; as it is after `wait_s` (a follower that still stops a cluster it started, or hangs)."""
+    from rayfleet.recipes.job import submitter_gone
+
+    deadline = time.monotonic() + wait_s
+    record = run_dir.record()
+    while time.monotonic() < deadline:
+        if submitter_gone(record) or (record.get("job_id") != job_id and record.get("state") in ACTIVE):
+            break
+        time.sleep(0.5)
+        record = run_dir.record()
+    return record
+
+
+ACTIVE = ("PENDING", "QUEUED", "RUNNING")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -101,11 +101,14 @@ def follow(
     poll_s: float = 1.0,
     spool=None,
     on_tick: Callable[[], None] | None = None,
+    stop_on_interrupt: bool = True,
 ) -> JobOutcome:
     """Stream the job's output until it ends; Ctrl-C or SIGTERM (Terminated) stops the job (and still
-    returns its outcome). Each chunk goes to `echo` and to `spool` (rayfleet.recipes.log_spool.LogSpool: the
-    whole log, on disk and uploaded as it grows), whose `tick()` is also called every second; only the
-    last TAIL_BYTES stay in memory here. `on_tick` is called every second as well (a budget's clock)."""
+    returns its outcome), unless `stop_on_interrupt` is false (a reader that re-attached: the interrupt goes on
+    to the caller and the job runs on). Each chunk goes to `echo` and to `spool`
+    (rayfleet.recipes.log_spool.LogSpool: the whole log, on disk and uploaded as it grows), whose `tick()` is
+    also called every second; only the last TAIL_BYTES stay in memory here. `on_tick` is called every second
+    as well (a budget's clock)."""
     tail = _Tail()
     echo = echo or (lambda text: (sys.stdout.write(text), sys.stdout.flush()))
     ticks = [t for t in (spool.tick if spool is not None else None, on_tick) if t is not None]
@@ -133,6 +136,8 @@ def follow(
             tick()
             info = client.get_job_info(job_id)
     except KeyboardInterrupt as exc:
+        if not stop_on_interrupt:
+            raise
         interrupted_by = exc.signame if isinstance(exc, Terminated) else "SIGINT"
         echo(f"\n[rayfleet] {interrupted_by}: stopping job {job_id}\n")
         client.stop_job(job_id)

@@ -7,7 +7,9 @@ deployment, rayfleet/targets/ecs.py). Runs and serving pick one with `choose_tar
 from __future__ import annotations
 
 import argparse
+import json
 import re
+import time
 from functools import partial
 from pathlib import Path
 from typing import Protocol
@@ -38,7 +40,17 @@ def package_into(
     loaded: LoadedRecipe, run_dir: RunDir, tmp: Path, target: str, extra_args: list[str], held: dict
 ) -> dict:
     """Zip the code, store zip + resolved recipe in the run directory, start run.json; return the zip's facts."""
-    refuse_active(run_dir)
+    claimed = claim(run_dir)
+    try:
+        return _package_into(loaded, run_dir, tmp, target, extra_args, held, claimed)
+    except BaseException:
+        run_dir.remove([f"{CLAIMS}/{claimed}.json"])  # a submission that wrote no record leaves no claim
+        raise
+
+
+def _package_into(
+    loaded: LoadedRecipe, run_dir: RunDir, tmp: Path, target: str, extra_args: list[str], held: dict, claimed: int
+) -> dict:
     recipe = loaded.recipe
     pkg = package(loaded.code_dir, tmp / "code.zip", recipe.exclude)
     print(
@@ -67,6 +79,7 @@ def package_into(
         created_at=now(),
         submitter=submitter(),
         held=held,
+        submission=claimed,
         attempts=[],  # this invocation's; a relaunched trainer task on ECS continues the list
     )
     return {"path": pkg.path, "url": code_url, "sha256": pkg.sha256}
@@ -75,7 +88,31 @@ def package_into(
 ACTIVE = ("PENDING", "QUEUED", "RUNNING")
 
 
-def refuse_active(run_dir: RunDir) -> None:
+CLAIMS = "submissions"  # in the run directory: <n>.json, one per submission of the run's name
+CLAIM_STALE_S = 900.0  # a claim whose submission wrote no record by then was killed before it could
+
+
+def claim(run_dir: RunDir) -> int:
+    """One submission per run name, even two in the same second: each claims the next number after the record's
+    last `submission`, creating `submissions/<n>.json` only if nobody has (RunDir.create: a conditional write);
+    the one that finds it taken is refused (exit 2). A claim whose submitter was killed before writing the record
+    is passed over once it is stale (its process gone on this host, or CLAIM_STALE_S old)."""
+    record = refuse_active(run_dir)
+    number = int(record.get("submission") or 0) + 1
+    while not run_dir.create(f"{CLAIMS}/{number}.json", json.dumps({"submitter": submitter(), "at": time.time()})):
+        taken = json.loads(run_dir.read(f"{CLAIMS}/{number}.json") or "{}")
+        if submitter_gone(taken) or time.time() - float(taken.get("at", time.time())) > CLAIM_STALE_S:
+            number += 1
+            continue
+        who = taken.get("submitter") or {}
+        raise ConfigError(
+            f"run {run_dir.run_name} is being submitted right now (by pid {who.get('pid', '?')} on "
+            f"{who.get('host', '?')}): choose another --run-name"
+        )
+    return number
+
+
+def refuse_active(run_dir: RunDir) -> dict:
     """One submission per run name at a time: a second one while the first is queued or running is refused
     (an ended run's name may be reused: the run resumes from its checkpoint)."""
     record = run_dir.record()
@@ -85,6 +122,7 @@ def refuse_active(run_dir: RunDir) -> None:
             f"run {run_dir.run_name} is already {state} (since {record.get('created_at', '?')}): choose another "
             f"--run-name, or cancel it first (rayfleet cancel --run {run_dir.run_name})"
         )
+    return record
 
 
 def run_name_arg(value: str) -> str:

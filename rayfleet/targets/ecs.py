@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -25,6 +26,7 @@ from rayfleet.recipes.job import STOPPED_BY_A_SIGNAL, SUBMITTER_STOPPED
 from rayfleet.recipes.schema import LoadedRecipe, load
 from rayfleet.recipes.stage import stage
 from rayfleet.targets.base import package_into
+from rayfleet.train import stop
 
 
 def ecs_capacity(out: Outputs) -> Capacity | None:
@@ -155,7 +157,7 @@ def follow_relaunching(aws: Aws, out: Outputs, run_dir: RunDir, recipe, record: 
     same overrides, as long as the recipe's `retries` leave one. The new trainer waits for the head and the
     run resumes from its checkpoint; run.json's `attempts` says what happened."""
     while True:
-        code = follow_task(aws, out, record["task_arn"], record["log_stream"])
+        code = follow_or_cancel(aws, out, run_dir, record)
         current = run_dir.record()
         if ended_with_the_run(current):  # the trainer finished the record: its exit code is the run's
             return int(current.get("exit_code", code))
@@ -198,6 +200,32 @@ def follow_relaunching(aws: Aws, out: Outputs, run_dir: RunDir, recipe, record: 
             flush=True,
         )
         record = start_trainer()
+
+
+def follow_or_cancel(aws: Aws, out: Outputs, run_dir: RunDir, record: dict) -> int:
+    """Follow the trainer task to its end. The first Ctrl-C cancels the run (the checkpoint-first stop of
+    `rayfleet cancel`: a queued run leaves the queue, a running one saves a checkpoint and ends CANCELLED)
+    and goes on following it to that end; a second Ctrl-C only stops following (the run is cancelled anyway)."""
+    try:
+        return follow_task(aws, out, record["task_arn"], record["log_stream"])
+    except KeyboardInterrupt:
+        pass
+    name = run_dir.run_name
+    since_ms = int(time.time() * 1000)  # what was printed is not printed again
+    stop.request(run_dir, stop.CANCELLED)
+    print(
+        f"\n[rayfleet] Ctrl-C: cancelling run {name}: it saves a checkpoint, then ends (Ctrl-C again only stops "
+        "following it)",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        return follow_task(aws, out, record["task_arn"], record["log_stream"], since_ms=since_ms)
+    except KeyboardInterrupt:
+        print(
+            f"[rayfleet] stopped following {name}, which is cancelled (rayfleet logs --run {name} -f)", file=sys.stderr
+        )
+        raise
 
 
 class EcsTarget:

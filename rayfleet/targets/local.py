@@ -14,6 +14,7 @@ from rayfleet.recipes import secrets as recipe_secrets
 from rayfleet.recipes.fit import Capacity, check_fits
 from rayfleet.recipes.job import run_job
 from rayfleet.recipes.schema import LoadedRecipe
+from rayfleet.targets import detach as detached
 from rayfleet.targets.base import package_into
 
 
@@ -36,7 +37,9 @@ def local_capacity(loaded: LoadedRecipe, state: local_cluster.ClusterState | Non
     return Capacity("this machine", res.cpus_per_worker, machine_gpus(), memory_gib, None)
 
 
-def run_local(loaded: LoadedRecipe, extra_args: list[str], run_name: str, launch_dir: Path) -> int:
+def run_local(
+    loaded: LoadedRecipe, extra_args: list[str], run_name: str, launch_dir: Path, detach: bool = False
+) -> int:
     recipe = loaded.recipe
     state = local_cluster.running()
     check_fits(recipe, local_capacity(loaded, state))
@@ -64,6 +67,8 @@ def run_local(loaded: LoadedRecipe, extra_args: list[str], run_name: str, launch
             )
             state = local_cluster.up(spec)
             started = True
+        if detach:  # from here on a background process follows the run; this one exits once it is submitted
+            detached.background(run_dir, detached.log_path(run_dir, launch_dir))
         try:
             return run_job(
                 recipe,
@@ -92,4 +97,4 @@ class LocalTarget:
         return local_capacity(loaded, local_cluster.running())
 
     def submit(self, loaded: LoadedRecipe, extra_args: list[str], run_name: str, detach: bool) -> int:
-        return run_local(loaded, extra_args, run_name, self.launch_dir)
+        return run_local(loaded, extra_args, run_name, self.launch_dir, detach)

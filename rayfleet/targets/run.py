@@ -71,7 +71,11 @@ def main(argv: list[str] | None = None) -> int:
         help="override a recipe field, as in resources.workers=4 (repeatable)",
     )
     parser.add_argument("--run-name", type=run_name_arg, help="default: <recipe name>-<UTC time>")
-    parser.add_argument("--detach", action="store_true", help="ECS: return once the trainer task has started")
+    parser.add_argument(
+        "--detach",
+        action="store_true",
+        help="return once the run is submitted (followed in the background locally)",
+    )
     parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
     argv = sys.argv[1:] if argv is None else argv
     split = argv.index("--") if "--" in argv else len(argv)

@@ -1,6 +1,7 @@
 """The run queue on the real local test cluster (head + 2 workers x 1 CPU): runs that each need the whole
 cluster go one after another, in priority-then-submission order, each placed whole; a cancelled queued run
-never starts; `rayfleet queue` shows positions and reasons while they wait."""
+never starts; `rayfleet queue` shows positions and reasons while they wait; a detached run is followed in the
+background and re-attached with `rayfleet logs -f`."""
 
 from __future__ import annotations
 
@@ -51,9 +52,9 @@ SCRIPT = textwrap.dedent("""
 """)
 
 
-def submit(env: dict, recipe: Path, run: str, priority: int, *args: str) -> subprocess.Popen:
+def submit(env: dict, recipe: Path, run: str, priority: int, *args: str, detach: bool = False) -> subprocess.Popen:
     """`rayfleet run` of the recipe on the session cluster, with its priority and the script's arguments."""
-    how = ["--target", "local", "--run-name", run, "--set", f"priority={priority}"]
+    how = ["--target", "local", "--run-name", run, "--set", f"priority={priority}", *(["--detach"] if detach else [])]
     argv = [sys.executable, "-m", "rayfleet.targets.run", str(recipe), *how, "--", *args]
     return subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -73,7 +74,9 @@ def test_runs_that_each_need_the_cluster_queue_in_priority_order_and_a_queued_on
 ):
     """Four submissions on the one session cluster prove what no unit test can: Ray's placement of the whole
     group as the admission test, the handoff from one run's end to the next run's start, and the queue kept
-    by the jobs themselves on the cluster (the unit tests replace Ray's placement with a function)."""
+    by the jobs themselves on the cluster (the unit tests replace Ray's placement with a function). One of
+    them is detached: its forked follower must submit, queue and record a real job after its parent has
+    exited (tests/unit/targets/test_detach.py plays the follower's part)."""
     code = tmp_path / "code"
     code.mkdir()
     (code / "train.py").write_text(SCRIPT)
@@ -100,8 +103,17 @@ def test_runs_that_each_need_the_cluster_queue_in_priority_order_and_a_queued_on
     procs = {"first": submit(env, recipe, "first", 0, str(gate))}
     try:
         wait_for(lambda: states().get("first") == "running", 120, "the first run was never admitted and placed")
-        procs["low"] = submit(env, recipe, "low", 0)
+        detached = submit(env, recipe, "low", 0, detach=True).communicate(timeout=120)[0]
+        assert "followed in the background" in detached, detached
         wait_for(lambda: "low" in states(), 60, "the second run never queued")
+        procs["low"] = subprocess.Popen(  # re-attached: the queued run's output from the start, and its end
+            [sys.executable, "-m", "rayfleet.cli.main", "logs", "--run", "low", "-f"],
+            env=env,
+            cwd=tmp_path,  # its ./runs is where the recipe keeps its runs
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         procs["gone"] = submit(env, recipe, "gone", 0)
         procs["high"] = submit(env, recipe, "high", 3)  # submitted last, it goes first among the waiting
         wait_for(lambda: {"gone", "high"} <= set(states()), 60, "the later runs never queued")
@@ -144,7 +156,8 @@ def test_runs_that_each_need_the_cluster_queue_in_priority_order_and_a_queued_on
     assert codes == {"first": 0, "low": 0, "gone": 130, "high": 0}, outputs
     record = json.loads((storage / "gone" / "run.json").read_text())
     assert record["state"] == "CANCELLED" and not (storage / "gone" / "times.json").exists()
-    assert "queued: position" in outputs["low"] and "admitted after" in outputs["low"]
+    assert "queued: position" in outputs["low"] and "admitted after" in outputs["low"]  # through the re-attach
+    assert "[rayfleet] run low succeeded" in (storage / "low" / "follower.log").read_text()
     times = {run: json.loads((storage / run / "times.json").read_text()) for run in ("first", "high", "low")}
     assert all(t["world"] == 2 for t in times.values())
     # one after another, the higher priority before the earlier submission, none overlapping another

@@ -38,6 +38,8 @@ def test_s3_run_directory_round_trip(moto, monkeypatch, tmp_path):
     assert run_dir.update(state="RUNNING")["mlflow_run_id"] == "m"  # folded in, then the owner's own state
     assert "Contents" not in moto.client("s3").list_objects_v2(Bucket="results", Prefix="runs/ddp-1/events/")
     assert run_dir.record() == {"state": "RUNNING", "task_arn": "arn:task/1", "mlflow_run_id": "m"}
+    # A run name's submission claim: S3's conditional write lets the first through, and only the first.
+    assert run_dir.create("submissions/1.json", "{}") and not other.create("submissions/1.json", "{}")
 
 
 def results_bucket(moto, monkeypatch):

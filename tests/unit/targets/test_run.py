@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -89,3 +90,56 @@ def test_a_second_submission_of_a_queued_or_running_run_name_is_refused(tmp_path
     refuse_active(run_dir)
     run_dir.update(state="CANCELLED", submitter=submitter())
     refuse_active(run_dir)  # an ended run's name may be reused: it resumes
+
+
+def test_two_submissions_of_one_name_in_the_same_instant_one_is_refused(tmp_path):
+    """The record is written after packaging, so two submitters reading it at once both found the name free;
+    the numbered claim (a create-only write) lets one through. A submission that fails leaves no claim, and
+    a killed submitter's stale claim is passed over."""
+    import threading
+
+    from rayfleet.core.config import ConfigError
+    from rayfleet.core.run_dir import RunDir
+    from rayfleet.recipes.job import submitter
+    from rayfleet.targets.base import CLAIMS, claim
+
+    run_dir = RunDir(str(tmp_path), "r1")
+    start, won, refused = threading.Barrier(8), [], []
+
+    def submit():
+        start.wait()
+        try:
+            won.append(claim(run_dir))
+        except ConfigError as exc:
+            refused.append(str(exc))
+
+    threads = [threading.Thread(target=submit) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert won == [1] and len(refused) == 7
+    assert "run r1 is being submitted right now" in refused[0] and "\n" not in refused[0]
+    run_dir.update(state="SUCCEEDED", submission=1, submitter=submitter())  # it ran and ended: the name is free
+    assert claim(run_dir) == 2
+    killed = {"submitter": {**submitter(), "pid_start": "0"}, "at": 0}  # wrote its claim, then was killed
+    run_dir.remove([f"{CLAIMS}/2.json"])
+    run_dir.write(f"{CLAIMS}/2.json", json.dumps(killed))
+    assert claim(run_dir) == 3
+
+
+def test_a_submission_that_fails_while_packaging_gives_its_claim_back(tmp_path, monkeypatch):
+    from rayfleet.core.run_dir import RunDir
+    from rayfleet.recipes.package import PackageError
+    from rayfleet.recipes.schema import load
+    from rayfleet.targets import base
+
+    def fails(*args, **kwargs):
+        raise PackageError("code directory is 3 GiB")
+
+    monkeypatch.setattr(base, "package", fails)
+    run_dir = RunDir(str(tmp_path / "runs"), "r1")
+    with pytest.raises(PackageError):
+        base.package_into(load(write(tmp_path, GOOD)), run_dir, tmp_path, "local", [], {})
+    assert not (tmp_path / "runs" / "r1" / base.CLAIMS / "1.json").exists() and run_dir.record() == {}
+    assert base.claim(run_dir) == 1  # the next submission of the name goes through
