@@ -19,6 +19,7 @@ def job_env(recipe: Recipe, run_name: str, storage: str, launch_dir: str, data: 
         "RAYFLEET_RUN_DIR": f"{storage.rstrip('/')}/{run_name}",
         "RAYFLEET_LAUNCH_DIR": launch_dir,
         "RAYFLEET_NUM_WORKERS": str(res.workers),
+        "RAYFLEET_MIN_WORKERS": str(res.fewest),  # the same as RAYFLEET_NUM_WORKERS unless elastic
         "RAYFLEET_CPUS_PER_WORKER": f"{res.cpus_per_worker:g}",
         "RAYFLEET_GPUS_PER_WORKER": str(res.gpus_per_worker),
     }

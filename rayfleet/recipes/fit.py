@@ -43,9 +43,9 @@ def check_fits(recipe: Recipe, cap: Capacity) -> None:
             f"resources.workers: launcher {recipe.launcher} runs one node per worker; {res.workers} workers "
             f"need {res.workers} worker nodes, but {cap.where} has {cap.nodes}"
         )
-    if not problems and cap.nodes is not None and res.workers > per_node(recipe, cap) * cap.nodes:
-        problems.append(
-            f"resources.workers: {res.workers} workers do not fit {cap.where}: {cap.nodes} node(s) of "
+    if not problems and cap.nodes is not None and res.fewest > per_node(recipe, cap) * cap.nodes:
+        problems.append(  # elastic: its minimum must fit; it grows as far as the target goes
+            f"resources.workers: {res.fewest} workers do not fit {cap.where}: {cap.nodes} node(s) of "
             f"{per_node(recipe, cap)} hold {per_node(recipe, cap) * cap.nodes} of this size"
         )
     if problems:
@@ -62,8 +62,10 @@ def per_node(recipe: Recipe, cap: Capacity) -> int:
 
 
 def nodes_needed(recipe: Recipe, cap: Capacity) -> int:
-    """Worker nodes the run takes: one per worker for a launcher recipe, else its workers packed per node."""
+    """Worker nodes the run takes: one per worker for a launcher recipe, else its workers packed per node (an
+    elastic run: as many as its most, within what the target has)."""
     workers = recipe.resources.workers
     if recipe.launcher:
         return workers
-    return math.ceil(workers / max(per_node(recipe, cap), 1))
+    needed = math.ceil(workers / max(per_node(recipe, cap), 1))
+    return min(needed, cap.nodes) if cap.nodes is not None else needed

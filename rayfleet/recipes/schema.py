@@ -39,7 +39,7 @@ from typing import Literal
 
 import yaml
 from packaging.requirements import InvalidRequirement, Requirement
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rayfleet.core.config import ConfigError, describe_error, load_yaml, merge, parse_overrides
 from rayfleet.recipes.launchers import RAYFLEET_SETS, launcher_problem
@@ -51,6 +51,7 @@ JOB_VARS = (
     "RAYFLEET_RUN_DIR",
     "RAYFLEET_LAUNCH_DIR",
     "RAYFLEET_NUM_WORKERS",
+    "RAYFLEET_MIN_WORKERS",
     "RAYFLEET_CPUS_PER_WORKER",
     "RAYFLEET_GPUS_PER_WORKER",
     "RAYFLEET_MEMORY_PER_WORKER_GIB",
@@ -80,10 +81,39 @@ class SecretRef(_Strict):
 
 
 class Resources(_Strict):
-    workers: int = Field(2, ge=1, le=512, description="Ray Train workers")
+    """`workers: 4`, or elastic `workers: 2-4` (min-max, as `workers: 4, min_workers: 2`): Ray Train starts with
+    what fits of the range and grows when workers free up; the queue admits the run once the minimum fits."""
+
+    workers: int = Field(2, ge=1, le=512, description="Ray Train workers (elastic: the most)")
+    min_workers: int | None = Field(None, ge=1, le=512, description="elastic: the fewest it starts and goes on with")
     cpus_per_worker: float = Field(1.0, gt=0)
     gpus_per_worker: int = Field(0, ge=0, le=16)
     memory_per_worker_gib: float | None = Field(None, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _range(cls, value):
+        """`workers: 2-4` -> workers 4, min_workers 2; a range the wrong way round is one line."""
+        if not isinstance(value, dict) or not isinstance(value.get("workers"), str):
+            return value
+        found = re.fullmatch(r"\s*(\d+)\s*-\s*(\d+)\s*", value["workers"])
+        if not found:
+            raise ValueError(f"workers: {value['workers']!r} is neither a number nor a range min-max (as in 2-4)")
+        low, high = int(found[1]), int(found[2])
+        if low > high:
+            raise ValueError(f"workers: {low}-{high} is the wrong way round: the minimum comes first ({high}-{low})")
+        return {**value, "workers": high, "min_workers": low}
+
+    @model_validator(mode="after")
+    def _min_within(self) -> Resources:
+        if self.min_workers is not None and self.min_workers > self.workers:
+            raise ValueError(f"min_workers: {self.min_workers} is more than workers ({self.workers})")
+        return self
+
+    @property
+    def fewest(self) -> int:
+        """The workers the run needs to start: its minimum when elastic."""
+        return self.min_workers or self.workers
 
     @field_validator("cpus_per_worker", "memory_per_worker_gib", mode="before")
     @classmethod
@@ -213,6 +243,16 @@ class Recipe(_Strict):
             if name.replace("_", "-") in RAYFLEET_SETS:
                 raise ValueError(f"{name} is set by rayfleet from resources (one launcher per worker node)")
         return value
+
+    @model_validator(mode="after")
+    def _launcher_is_not_elastic(self) -> Recipe:
+        res = self.resources
+        if self.launcher and res.min_workers is not None and res.min_workers < res.workers:
+            raise ValueError(
+                f"resources.workers: {res.min_workers}-{res.workers} is elastic, which only Ray Train runs are; a "
+                f"{self.launcher} run has a fixed set of nodes: write workers: {res.workers}"
+            )
+        return self
 
     def secret_refs(self) -> dict[str, str]:
         refs = {k: v.secret for k, v in self.env.items() if isinstance(v, SecretRef)}

@@ -51,6 +51,11 @@ class FSDPConfig(JobConfig):
     @model_validator(mode="after")
     def _check(self) -> FSDPConfig:
         per_step = self.micro_batch_size * self.grad_accum * self.num_workers
+        if self.global_batch_size is not None and self.elastic:
+            raise ValueError(
+                f"global_batch_size: with elastic workers ({self.fewest_workers}-{self.num_workers}) the batch per "
+                "step follows the world size; set micro_batch_size and grad_accum instead"
+            )
         if self.global_batch_size is not None and self.global_batch_size != per_step:
             raise ValueError(
                 f"global_batch_size: {self.global_batch_size} cannot be split across {self.num_workers} workers "

@@ -22,6 +22,13 @@ RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
 class JobConfig(StrictModel):
     # Cluster shape
     num_workers: int = Field(2, ge=1, description="Ray Train workers (one process, one GPU each on GPU)")
+    min_workers: int | None = Field(
+        None,
+        ge=1,
+        description="elastic: start with what fits between this and num_workers, go on with fewer after a loss, "
+        "grow when workers free up (each change restarts the group from the last checkpoint); None: fixed",
+    )
+    elastic_resize_s: float = Field(60.0, gt=0, description="elastic: how often Ray Train looks for more workers")
     cpus_per_worker: float = Field(1.0, gt=0)
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto: cuda when the cluster has GPUs")
     # Numerics
@@ -70,6 +77,20 @@ class JobConfig(StrictModel):
                 raise ValueError("s3:// needs a bucket, as in s3://bucket/prefix")
             return value.rstrip("/")
         return str(Path(value).expanduser().resolve())
+
+    @property
+    def fewest_workers(self) -> int:
+        return self.min_workers or self.num_workers
+
+    @property
+    def elastic(self) -> bool:
+        return self.fewest_workers < self.num_workers
+
+    @model_validator(mode="after")
+    def _check_workers(self) -> JobConfig:
+        if self.min_workers is not None and self.min_workers > self.num_workers:
+            raise ValueError(f"min_workers: {self.min_workers} is more than num_workers ({self.num_workers})")
+        return self
 
     @model_validator(mode="after")
     def _check_storage(self) -> JobConfig:

@@ -34,21 +34,26 @@ def resolve_use_gpu(cfg: JobConfig) -> bool:
     gpus = cluster_gpus()
     if cfg.device == "cpu":
         return False
-    if gpus >= cfg.num_workers:
+    if gpus >= cfg.fewest_workers:
         return True
     if cfg.device == "cuda":
-        raise ConfigError(f"device: cuda needs {cfg.num_workers} GPUs (num_workers) but the cluster has {gpus}")
+        raise ConfigError(f"device: cuda needs {cfg.fewest_workers} GPUs (num_workers) but the cluster has {gpus}")
     return False
 
 
 def check_placement(cfg: JobConfig, use_gpu: bool) -> None:
+    """Refused when the cluster could never place the run's workers (elastic: its minimum)."""
     fits = placeable_workers(cfg.cpus_per_worker, 1 if use_gpu else 0)
-    if cfg.num_workers > fits:
+    if cfg.fewest_workers > fits:
         what = f"{cfg.cpus_per_worker:g} CPU" + (" + 1 GPU" if use_gpu else "")
         raise ConfigError(
             f"num_workers: {cfg.num_workers} workers of {what} each do not fit this cluster, which can place "
             f"{fits}; lower num_workers or cpus_per_worker, or add workers (make cluster-up WORKERS={cfg.num_workers})"
         )
+
+
+def workers_of(cfg: JobConfig) -> str:
+    return f"{cfg.fewest_workers}-{cfg.num_workers} (elastic)" if cfg.elastic else str(cfg.num_workers)
 
 
 def write_config(run_dir: RunDir, cfg: JobConfig) -> None:
@@ -74,7 +79,12 @@ def build_trainer(
     return TorchTrainer(
         functools.partial(marked_loop, train_loop),
         train_loop_config={"config": cfg, "run_name": run_name, **(extra_loop_config or {})},
-        scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=use_gpu, resources_per_worker=resources),
+        scaling_config=ScalingConfig(
+            num_workers=(cfg.fewest_workers, cfg.num_workers) if cfg.elastic else cfg.num_workers,
+            use_gpu=use_gpu,
+            resources_per_worker=resources,
+            elastic_resize_monitor_interval_s=cfg.elastic_resize_s,
+        ),
         run_config=RunConfig(
             name=run_name,
             storage_path=storage_path,
@@ -128,7 +138,7 @@ def fit_and_summarize(
             write_config(run_dir, cfg)
             target = open_tracking(run_dir, cfg)
             print(
-                f"run {run_name}: {cfg.num_workers} workers ({'GPU' if use_gpu else 'CPU'}), results in {run_dir.url}",
+                f"run {run_name}: {workers_of(cfg)} workers ({'GPU' if use_gpu else 'CPU'}), results in {run_dir.url}",
                 flush=True,
             )
             loop_config = {"tracking": target, **(extra_loop_config or {})}

@@ -105,6 +105,8 @@ def test_the_entry_comes_from_the_recipe_and_travels_on_the_jobs_command_line(tm
     queue, back = admission.parse(value, {"RAY_JOB_SUBMISSION_ID": "rayfleet-job-1-x"})
     assert queue.url == "s3://bucket/queue" and back.submission_id == "rayfleet-job-1-x"
     assert json.loads(value)["entry"]["run"] == "job-1"
+    elastic = load(write(tmp_path, {**GOOD, "resources": {"workers": "2-4"}})).recipe
+    assert admission.entry_for(elastic, "job-2").workers == 2  # admitted once its minimum can be placed
 
 
 def test_placed_means_a_group_created_since_the_admission(monkeypatch):

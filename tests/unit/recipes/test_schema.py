@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from rayfleet.core.config import ConfigError
@@ -94,3 +96,40 @@ def test_retries_as_a_count_or_with_the_exit_codes_that_count(tmp_path):
     named = load(write(tmp_path, {**GOOD, "retries": {"count": 1, "exit_codes": [75]}}), ["retries.count=3"])
     assert named.recipe.retries.count == 3 and named.recipe.retries.allows(75) and not named.recipe.retries.allows(1)
     assert load(write(tmp_path, GOOD)).recipe.retries.count == 0
+
+
+@pytest.mark.parametrize(
+    ("workers", "message"),
+    [
+        ("4-2", "workers: 4-2 is the wrong way round: the minimum comes first (2-4)"),
+        ("two", "workers: 'two' is neither a number nor a range"),
+        ("0-2", "min_workers"),
+    ],
+)
+def test_a_bad_worker_range_is_one_line(tmp_path, workers, message):
+    with pytest.raises(ConfigError, match=re.escape(message)) as refused:
+        load(write(tmp_path, {**GOOD, "resources": {"workers": workers}}))
+    assert len(str(refused.value).splitlines()) == 2  # the file, then one line for the one error
+
+
+def test_elastic_workers_reach_the_job_and_a_launcher_refuses_them(tmp_path):
+    from rayfleet.recipes.command import job_env
+
+    recipe = load(write(tmp_path, GOOD), ["resources.workers=1-2"]).recipe
+    assert (recipe.resources.min_workers, recipe.resources.workers, recipe.resources.fewest) == (1, 2, 1)
+    env = job_env(recipe, "r", str(tmp_path), str(tmp_path))
+    assert (env["RAYFLEET_MIN_WORKERS"], env["RAYFLEET_NUM_WORKERS"]) == ("1", "2")
+    assert job_env(load(write(tmp_path, GOOD)).recipe, "r", "s", "l")["RAYFLEET_MIN_WORKERS"] == "2"
+    with pytest.raises(ConfigError, match="elastic, which only Ray Train runs are; a torchrun run has a fixed set"):
+        load(write(tmp_path, {**GOOD, "launcher": "torchrun", "resources": {"workers": "2-4"}}))
+
+
+def test_an_elastic_run_fits_when_its_minimum_does_and_asks_for_no_more_nodes_than_there_are(tmp_path):
+    from rayfleet.recipes.fit import nodes_needed
+
+    cluster = Capacity("the local cluster", cpus=1, gpus=0, memory_gib=None, nodes=2)
+    elastic = load(write(tmp_path, {**GOOD, "resources": {"workers": "2-8"}})).recipe
+    check_fits(elastic, cluster)
+    assert nodes_needed(elastic, cluster) == 2
+    with pytest.raises(ConfigError, match="resources.workers: 3 workers do not fit the local cluster"):
+        check_fits(load(write(tmp_path, {**GOOD, "resources": {"workers": "3-8"}})).recipe, cluster)

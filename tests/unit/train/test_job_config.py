@@ -11,6 +11,8 @@ from rayfleet.train.job_config import JobConfig
 
 SHARED = {
     "num_workers",
+    "min_workers",
+    "elastic_resize_s",
     "cpus_per_worker",
     "device",
     "precision",
@@ -49,6 +51,7 @@ def test_the_shared_keys_are_declared_once_on_the_base():
         (["storage=gs://b/p"], "only local paths and s3:// are supported"),
         (["run_name=../x"], "run_name"),
         (["precision=fp16"], "precision"),
+        (["num_workers=2", "min_workers=3"], "min_workers: 3 is more than num_workers"),
     ],
 )
 def test_every_job_gets_the_same_storage_and_name_checks(small_dataset, overrides, message):
@@ -62,3 +65,18 @@ def test_local_storage_becomes_absolute(small_dataset, tmp_path, monkeypatch):
     cfg = load_config(FSDPConfig, None, ["storage=runs"])
     assert cfg.storage == str(tmp_path / "runs")
     assert load_config(DDPConfig, None, [f"data_dir={small_dataset}", "storage=s3://b/p/"]).storage == "s3://b/p"
+
+
+def test_elastic_workers_reach_ray_trains_scaling_config_and_a_fixed_range_stays_fixed(small_dataset, tmp_path):
+    """`min_workers` below `num_workers` is Ray Train's (min, max) tuple; equal (what a fixed recipe passes as
+    RAYFLEET_MIN_WORKERS) is a plain count; FSDP's fixed global batch cannot follow a changing world size."""
+    from rayfleet.train.trainer import build_trainer
+
+    base = [f"data_dir={small_dataset}", f"storage={tmp_path}", "elastic_resize_s=5"]
+    elastic = load_config(DDPConfig, None, [*base, "num_workers=4", "min_workers=2"])
+    scaling = build_trainer(lambda config: None, elastic, "r", False).scaling_config
+    assert scaling.num_workers == (2, 4) and scaling.elastic_resize_monitor_interval_s == 5
+    fixed = load_config(DDPConfig, None, [*base, "num_workers=2", "min_workers=2"])
+    assert build_trainer(lambda config: None, fixed, "r", False).scaling_config.num_workers == 2
+    with pytest.raises(ConfigError, match="global_batch_size: with elastic workers"):
+        load_config(FSDPConfig, None, ["num_workers=4", "min_workers=2", "global_batch_size=32"])
