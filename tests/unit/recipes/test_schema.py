@@ -131,5 +131,5 @@ def test_an_elastic_run_fits_when_its_minimum_does_and_asks_for_no_more_nodes_th
     elastic = load(write(tmp_path, {**GOOD, "resources": {"workers": "2-8"}})).recipe
     check_fits(elastic, cluster)
     assert nodes_needed(elastic, cluster) == 2
-    with pytest.raises(ConfigError, match="resources.workers: 3 workers do not fit the local cluster"):
+    with pytest.raises(ConfigError, match=r"resources\.workers: 3 workers do not fit the local cluster"):
         check_fits(load(write(tmp_path, {**GOOD, "resources": {"workers": "3-8"}})).recipe, cluster)
