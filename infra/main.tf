@@ -50,6 +50,7 @@ module "iam" {
   bucket_arn      = module.storage.bucket_arn
   bucket_prefixes = module.storage.prefixes
   control_prefix  = module.storage.control_prefix
+  queue_prefix    = module.storage.queue_prefix
   # tls_secret_arn is null unless serving is on with TLS
   serve_tls_secret_arn = var.serve.enabled ? var.serve.tls_secret_arn : null
   scaled_services      = values(module.ray.service_names)

@@ -53,7 +53,7 @@ run "storage" {
     condition = (
       one(aws_s3_bucket_versioning.results.versioning_configuration).status == "Enabled" &&
       { for r in aws_s3_bucket_lifecycle_configuration.results.rule : r.id => [r.status, length(r.expiration)] } == { "old-checkpoints" = ["Enabled", 0], "incomplete-uploads" = ["Enabled", 0] } &&
-      output.prefixes == ["runs/", "data/", "queue/"] && output.control_prefix == "cluster/"
+      output.prefixes == ["runs/", "data/", "queue/"] && output.control_prefix == "cluster/" && output.queue_prefix == "queue/"
     )
     error_message = "Versioned; old checkpoints move to IA and nothing expires by default; the tasks' prefixes."
   }

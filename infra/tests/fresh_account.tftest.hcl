@@ -14,6 +14,7 @@ variables {
   bucket_arn       = "arn:aws:s3:::rayfleet-results-20250601"
   bucket_prefixes  = ["runs/", "data/"]
   control_prefix   = "cluster/"
+  queue_prefix     = "queue/"
   scaled_services  = ["rayfleet-ray-head", "rayfleet-ray-worker", "rayfleet-ray-control"]
   repository_arns  = ["arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/ray-head"]
   metric_namespace = "Rayfleet/GPU"

@@ -11,6 +11,7 @@ variables {
   bucket_arn       = "arn:aws:s3:::rayfleet-results-20250601"
   bucket_prefixes  = ["runs/", "data/"]
   control_prefix   = "cluster/"
+  queue_prefix     = "queue/"
   scaled_services  = ["rayfleet-ray-head", "rayfleet-ray-worker", "rayfleet-ray-control"]
   repository_arns  = ["arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/ray-head", "arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/trainer"]
   metric_namespace = "Rayfleet/GPU"
@@ -148,11 +149,12 @@ run "iam" {
   }
 
   # issue 27 item 4: the control task's role (head snapshot, autostop) alone scales the deployment's three
-  # services, in this cluster, and alone writes cluster/ (the snapshot `make start`/`make status` trust).
+  # services, in this cluster, and alone writes cluster/ (the snapshot `make start`/`make status` trust);
+  # it reads the run queue (issue 30: capacity follows the queue) and writes nothing there.
   assert {
     condition = (
       jsonencode({ for s in jsondecode(aws_iam_role_policy.control.policy).Statement : s.Sid => [s.Action, s.Resource, lookup(s, "Condition", null)] }) == jsonencode({
-        ScaleOwnServices = ["ecs:UpdateService", [
+        ScaleOwnServices = [["ecs:DescribeServices", "ecs:UpdateService"], [
           "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-head",
           "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-worker",
           "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-control",
@@ -161,6 +163,8 @@ run "iam" {
         DrainOwnContainerInstance = [["ecs:DescribeContainerInstances", "ecs:UpdateContainerInstancesState"], "arn:aws:ecs:us-east-1:123456789012:container-instance/rayfleet/*", null]
         ReplaceBadInstance        = ["autoscaling:SetInstanceHealth", "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/rayfleet-*", null]
         SeeOwnTrainerTasks        = ["ecs:ListTasks", "*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
+        ListTheQueue              = ["s3:ListBucket", "arn:aws:s3:::rayfleet-results-20250601", { StringLike = { "s3:prefix" = ["queue/", "queue/*"] } }]
+        ReadTheQueue              = ["s3:GetObject", "arn:aws:s3:::rayfleet-results-20250601/queue/*", null]
         WriteTheSnapshot          = [["s3:GetObject", "s3:PutObject"], "arn:aws:s3:::rayfleet-results-20250601/cluster/*", null]
         BucketKey                 = [["kms:Decrypt", "kms:GenerateDataKey"], aws_kms_key.this.arn, { StringEquals = { "kms:ViaService" = "s3.us-east-1.amazonaws.com" } }]
       }) &&

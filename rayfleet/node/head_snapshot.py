@@ -11,7 +11,8 @@ and never joins the cluster as a driver (it would show up as a job). `make statu
 `s3://B/cluster/ray-status.json`, so it shows Ray's view from a laptop that cannot reach the head (the
 dashboard and GCS never leave the cluster's security group).
 
-Each round it also takes out the instance of a worker that left as suspect (a bad GPU: its drain message
+Each round it also raises the worker service to what the run queue needs (rayfleet/node/queue_capacity.py), and
+takes out the instance of a worker that left as suspect (a bad GPU: its drain message
 names the instance, rayfleet/node/suspect.py): ECS container instance DRAINING, Auto Scaling health
 Unhealthy, once per instance, with this task's role (RAYFLEET_CLUSTER_NAME names the ECS cluster).
 
@@ -30,7 +31,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rayfleet.core import hung_runs
-from rayfleet.node import autostop, suspect
+from rayfleet.core.run_queue import Queue
+from rayfleet.node import autostop, queue_capacity, suspect
 from rayfleet.serve.summary import summarize
 
 KEY = "cluster/ray-status.json"
@@ -129,6 +131,25 @@ def decide(stopper: autostop.Autostop | None, taken: dict) -> dict | None:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
+def follow_queue(follower: queue_capacity.QueueCapacity | None) -> dict | None:
+    """What the queue asked of the worker service this round (None: not on ECS); a failure is shown, never fatal."""
+    if follower is None:
+        return None
+    try:
+        return follower.tick()
+    except Exception as exc:  # S3 or ECS away: say so, try again next round
+        say(f"queue: {type(exc).__name__}: {exc}")
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def queue_follower(env: dict, bucket: str, ecs) -> queue_capacity.QueueCapacity | None:
+    shape = queue_capacity.shape_from(env)
+    cluster, service = env.get("RAYFLEET_CLUSTER_NAME"), env.get("RAYFLEET_WORKER_SERVICE")
+    if shape is None or not cluster or not service:
+        return None
+    return queue_capacity.QueueCapacity(Queue(f"s3://{bucket}"), shape, ecs, cluster, service, say=say)
+
+
 def replace_suspects(taken: dict, cluster: str | None, aws, done: set[str]) -> list[str]:
     """Take out the instances that dead nodes' messages name as suspect, each once (`done` remembers);
     what was done, one line per action, also said in the log."""
@@ -162,7 +183,9 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     auth = token(env)
     say(f"every {args.interval:g}s: {dashboard} -> s3://{args.bucket}/{KEY}")
     settings = autostop.Settings.from_env(env)
-    stopper = autostop.Autostop(settings, Aws().client("ecs"), say=say) if settings else None
+    ecs = aws.client("ecs")
+    stopper = autostop.Autostop(settings, ecs, say=say) if settings else None
+    follower = queue_follower(env, args.bucket, ecs)
     if settings:
         say(
             f"autostop after {settings.idle_s / 60:g} idle minutes: {settings.worker_service}"
@@ -172,6 +195,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     while True:
         try:
             taken = snapshot(dashboard, auth)
+            taken["queue_capacity"] = follow_queue(follower)
             taken["autostop"] = decide(stopper, taken)
             taken["replaced"] = replace_suspects(taken, env.get("RAYFLEET_CLUSTER_NAME"), aws, replaced)
             body = json.dumps(taken, indent=2).encode()

@@ -55,17 +55,27 @@ def check_fits(recipe: Recipe, cap: Capacity) -> None:
 def per_node(recipe: Recipe, cap: Capacity) -> int:
     """How many of the recipe's workers one node of the target holds."""
     res = recipe.resources
-    count = int(cap.cpus // res.cpus_per_worker + 1e-9)
-    if res.gpus_per_worker:
-        count = min(count, cap.gpus // res.gpus_per_worker)
+    return workers_per_node(res.cpus_per_worker, res.gpus_per_worker, cap)
+
+
+def workers_per_node(cpus_per_worker: float, gpus_per_worker: int, cap: Capacity) -> int:
+    count = int(cap.cpus // cpus_per_worker + 1e-9)
+    if gpus_per_worker:
+        count = min(count, cap.gpus // gpus_per_worker)
     return count
 
 
 def nodes_needed(recipe: Recipe, cap: Capacity) -> int:
     """Worker nodes the run takes: one per worker for a launcher recipe, else its workers packed per node (an
     elastic run: as many as its most, within what the target has)."""
-    workers = recipe.resources.workers
-    if recipe.launcher:
+    res = recipe.resources
+    return nodes_for(res.workers, res.cpus_per_worker, res.gpus_per_worker, recipe.launcher is not None, cap)
+
+
+def nodes_for(workers: int, cpus_per_worker: float, gpus_per_worker: int, one_per_node: bool, cap: Capacity) -> int:
+    """Worker nodes that many workers of that size take (one each when `one_per_node`: a launcher's), within
+    what the target has."""
+    if one_per_node:
         return workers
-    needed = math.ceil(workers / max(per_node(recipe, cap), 1))
+    needed = math.ceil(workers / max(workers_per_node(cpus_per_worker, gpus_per_worker, cap), 1))
     return min(needed, cap.nodes) if cap.nodes is not None else needed

@@ -197,3 +197,47 @@ def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[rayfleet] the run needs 2 worker nodes and 1 run: adding them first" in result.stdout
     assert desired(stack)[out.worker_service_name] == 2
+
+
+def test_capacity_follows_the_queue_up_to_its_need_and_autostop_takes_it_back_to_zero(stack):
+    """The control task's two halves on moto's ECS and S3, against the queue as the runs' jobs write it: the
+    first waiting run raises the worker service to what it and the running runs take together (never above
+    the group's maximum, never lowered by the queue, a held run asking for nothing), and once the queue is
+    empty and nothing runs autostop takes the workers to zero. rayfleet/node/queue_capacity.py's arithmetic
+    is this test's too: moto keeps the desired counts, which is what the control task changes."""
+    from rayfleet.core.run_queue import HELD, RUNNING, Entry, Queue
+    from rayfleet.node.queue_capacity import NODE_VAR, QueueCapacity, shape_from
+
+    out, ecs = stack["out"], stack["ecs"]
+    ecs.update_service(cluster=out.cluster_name, service=out.worker_service_name, desiredCount=0)  # autostopped
+    most = int(out.worker_count)
+    shape = shape_from({NODE_VAR: json.dumps({"vcpus": 4, "gpus": 1, "memory_mib": 16384, "count": most})})
+    queue = Queue(f"s3://{out.results_bucket}")
+    follower = QueueCapacity(queue, shape, ecs, out.cluster_name, out.worker_service_name, say=lambda _: None)
+    now = time.time()
+
+    def entry(run: str, workers: int, **fields) -> Entry:
+        given = {"priority": 0, "submitted_at": now, "heartbeat_at": time.time(), **fields}
+        return Entry(run=run, workers=workers, cpus_per_worker=4.0, gpus_per_worker=1, **given)
+
+    try:
+        queue.put(entry("held", most + 3, state=HELD))  # the budget holds it: it asks for nothing
+        assert follower.tick() == {"wanted": None} and desired(stack)[out.worker_service_name] == 0
+        queue.put(entry("first", 1, state=RUNNING, admitted_at=now))
+        queue.put(entry("second", 1, submitted_at=now + 1))
+        assert follower.tick()["raised_from"] == 0
+        assert desired(stack)[out.worker_service_name] == 2  # one node each
+        queue.put(entry("big", most + 3, priority=9))  # at the front now: the group's maximum, no more
+        assert follower.tick()["wanted"] == most and desired(stack)[out.worker_service_name] == most
+        for run in ("held", "first", "second", "big"):
+            queue.remove(run)
+        assert follower.tick() == {"wanted": None} and desired(stack)[out.worker_service_name] == most
+    finally:
+        for run in ("held", "first", "second", "big"):
+            queue.remove(run)
+    clock = Clock()
+    settings = Settings(out.cluster_name, out.head_service_name, out.worker_service_name, idle_s=60)
+    stopper = Autostop(settings, ecs, clock=clock, say=lambda _: None)
+    stopper.tick(IDLE)
+    clock.now += 60
+    assert stopper.tick(IDLE)["stopped"] and desired(stack)[out.worker_service_name] == 0

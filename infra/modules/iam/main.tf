@@ -168,7 +168,7 @@ resource "aws_iam_role_policy" "control" {
         # size or network) only this role may call it.
         Sid       = "ScaleOwnServices"
         Effect    = "Allow"
-        Action    = "ecs:UpdateService"
+        Action    = ["ecs:DescribeServices", "ecs:UpdateService"]
         Resource  = [for s in var.scaled_services : "arn:${local.partition}:ecs:${local.region}:${local.account}:service/${var.name}/${s}"]
         Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
       },
@@ -201,6 +201,20 @@ resource "aws_iam_role_policy" "control" {
         Action    = "ecs:ListTasks"
         Resource  = "*"
         Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
+      },
+      {
+        # Capacity follows the queue (rayfleet/node/queue_capacity.py): the queue's entries, read only.
+        Sid       = "ListTheQueue"
+        Effect    = "Allow"
+        Action    = "s3:ListBucket"
+        Resource  = var.bucket_arn
+        Condition = { StringLike = { "s3:prefix" = [var.queue_prefix, "${var.queue_prefix}*"] } }
+      },
+      {
+        Sid      = "ReadTheQueue"
+        Effect   = "Allow"
+        Action   = "s3:GetObject"
+        Resource = "${var.bucket_arn}/${var.queue_prefix}*"
       },
       {
         Sid      = "WriteTheSnapshot"

@@ -13,6 +13,11 @@ variable "bucket_prefixes" {
   type        = list(string)
 }
 
+variable "queue_prefix" {
+  description = "The bucket prefix of the run queue (written by the runs' jobs, within bucket_prefixes), which the control task reads to scale the workers."
+  type        = string
+}
+
 variable "control_prefix" {
   description = "The bucket prefix only the control task writes (the head's snapshot), outside bucket_prefixes."
   type        = string

@@ -113,6 +113,8 @@ locals {
       { name = "RAYFLEET_CONTROL_SERVICE", value = local.service_names.control },
       { name = "RAYFLEET_AUTOSTOP_IDLE_MIN", value = tostring(var.autostop.idle_minutes) },
       { name = "RAYFLEET_AUTOSTOP_HEAD", value = tostring(var.autostop.head) },
+      # Capacity follows the queue (rayfleet/node/queue_capacity.py): a worker node's shape and the group's maximum.
+      { name = "RAYFLEET_WORKER_NODE", value = jsonencode({ vcpus = var.worker_node.vcpus, gpus = var.worker_node.gpus, memory_mib = var.worker_node.memory_mib, count = var.worker_node.count }) },
     ]
     secrets          = local.ray_secrets
     logConfiguration = local.logging["ray-control"]

@@ -10,7 +10,12 @@ output "bucket_arn" {
 
 output "prefixes" {
   description = "Prefixes the Ray tasks (and so every job) may use: runs/ (one per run), data/ (datasets), queue/ (the run queue)."
-  value       = ["runs/", "data/", "queue/"]
+  value       = ["runs/", "data/", local.queue_prefix]
+}
+
+output "queue_prefix" {
+  description = "The run queue's prefix (one of prefixes): the control task reads it to scale the workers."
+  value       = local.queue_prefix
 }
 
 output "control_prefix" {

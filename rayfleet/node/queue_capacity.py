@@ -1,0 +1,84 @@
+"""Capacity follows the queue, decided beside the head (the control task, rayfleet/node/head_snapshot.py).
+
+Each round it reads the deployment's run queue (s3://<results bucket>/queue/: rayfleet/core/run_queue.py) and
+raises the worker service to what the admitted and running runs and the first waiting run take together, in
+worker nodes of the deployment's shape (RAYFLEET_WORKER_NODE: vcpus, gpus, memory_mib and count, the worker
+group's maximum), never above that maximum. So the run at the front of the queue gets its nodes even when
+the submitter that would have started them (`make run`'s bring-up) asked for fewer, or for a cluster that
+autostop has since scaled down. It never lowers the count: a run may be using what it does not need any
+more, and scaling down is autostop's (rayfleet/node/autostop.py), for which a queued run is work (its trainer
+task waits, and so does its Ray job). A held run (the queue's budget) asks for nothing.
+
+The entries are written by the runs' jobs: a job that forges one can raise the workers to the group's maximum
+and no further, which `make run` from a laptop can do anyway; the control role only reads queue/.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+
+from rayfleet.core.run_queue import ADMITTED, RUNNING, Entry, Queue, waiting
+from rayfleet.recipes.fit import Capacity, nodes_for
+
+NODE_VAR = "RAYFLEET_WORKER_NODE"  # {"vcpus", "gpus", "memory_mib", "count"}: the worker tasks' shape (Terraform)
+
+
+def shape_from(env: dict) -> Capacity | None:
+    """The worker node as the control task's environment gives it; None outside ECS."""
+    if not env.get(NODE_VAR):
+        return None
+    node = json.loads(env[NODE_VAR])
+    memory = node.get("memory_mib")
+    return Capacity(
+        "the ECS workers", float(node["vcpus"]), int(node["gpus"]), memory / 1024 if memory else None, node["count"]
+    )
+
+
+def nodes_of(entry: Entry, shape: Capacity) -> int:
+    return nodes_for(entry.workers, entry.cpus_per_worker, entry.gpus_per_worker, entry.one_per_node, shape)
+
+
+def wanted(entries: list[Entry], shape: Capacity) -> tuple[int, str] | None:
+    """Worker nodes the queue needs now, and for what (one line); None when no run waits."""
+    line = waiting(entries)
+    if not line:
+        return None
+    first = line[0]
+    running = [e for e in entries if e.state in (ADMITTED, RUNNING)]
+    need = sum(nodes_of(e, shape) for e in running) + nodes_of(first, shape)
+    most = shape.nodes if shape.nodes is not None else need
+    why = f"{first.run} waits for {nodes_of(first, shape)} node(s)" + (
+        f" beside {len(running)} running run(s)" if running else ""
+    )
+    return min(need, most), why
+
+
+class QueueCapacity:
+    def __init__(
+        self,
+        queue: Queue,
+        shape: Capacity,
+        ecs,
+        cluster: str,
+        worker_service: str,
+        clock: Callable[[], float] = time.time,
+        say=print,
+    ):
+        self.queue, self.shape, self.ecs, self.clock, self.say = queue, shape, ecs, clock, say
+        self.cluster, self.worker_service = cluster, worker_service
+
+    def tick(self) -> dict:
+        """One round: what the queue needs, and the worker service raised to it if it has fewer."""
+        need = wanted(self.queue.entries(self.clock()), self.shape)
+        if need is None:
+            return {"wanted": None}
+        nodes, why = need
+        found = self.ecs.describe_services(cluster=self.cluster, services=[self.worker_service])["services"]
+        desired = found[0]["desiredCount"] if found else 0
+        if nodes <= desired:
+            return {"wanted": nodes, "desired": desired, "why": why}
+        self.ecs.update_service(cluster=self.cluster, service=self.worker_service, desiredCount=nodes)
+        self.say(f"queue: {why}: {self.worker_service} {desired} -> {nodes}")
+        return {"wanted": nodes, "desired": nodes, "why": why, "raised_from": desired}
