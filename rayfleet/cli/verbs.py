@@ -62,8 +62,9 @@ def queue(opts: argparse.Namespace) -> int:
 
 def cancel(opts: argparse.Namespace) -> int:
     """The checkpoint-first stop a budget uses (rayfleet/train/stop.py): the job sees the request at its next
-    agreed point, saves a checkpoint and ends; a queued run sees it while it waits and never starts. Either
-    way the run ends CANCELLED; `rayfleet logs --run` shows it."""
+    agreed point, saves a checkpoint and ends; a queued run sees it while it waits and never starts; the run's
+    follower stops a job that has not ended after the grace period, or at a second cancel. Either way the run
+    ends CANCELLED; `rayfleet logs --run` shows it."""
     from rayfleet.ops.runs import locate
     from rayfleet.train import stop
 
@@ -72,8 +73,12 @@ def cancel(opts: argparse.Namespace) -> int:
     if state in ("SUCCEEDED", "FAILED", "STOPPED", "LOST", "CANCELLED"):
         print(f"error: run {opts.run} has already ended ({state}): nothing to cancel", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if state == "RUNNING" and stop.requested(run_dir) == stop.CANCELLED:  # the second cancel: no more waiting
+        stop.request(run_dir, stop.CANCELLED_NOW)
+        print(f"asked {opts.run} again: its job is stopped now (rayfleet logs --run {opts.run} -f to watch)")
+        return 0
     stop.request(run_dir, stop.CANCELLED)
-    what = "it leaves the queue" if state == "QUEUED" else "it checkpoints, then ends"
+    what = "it leaves the queue" if state == "QUEUED" else "it checkpoints, then ends (cancel again: at once)"
     print(f"asked {opts.run} to stop: {what} (rayfleet logs --run {opts.run} -f to watch)")
     return 0
 

@@ -3,7 +3,12 @@ price is known then: recipe resources x the catalog's on-demand price, or the Sp
 cost.py). When the limit passes, the follower asks the job to stop cleanly (rayfleet/train/stop.py: the job
 checkpoints, then ends) and the run record says STOPPED and why. A job that does not stop within the grace
 period is stopped through the Jobs API. Earlier attempts of the run, lost trainer tasks included, have
-used up part of the limit (`left`)."""
+used up part of the limit (`left`).
+
+The same clock watches for `rayfleet cancel` (the request is the run directory's stop file, read every
+CANCEL_POLL_S): a job that does not checkpoint and end within the grace period (a script that never reads
+the request) is stopped through the Jobs API, and a second `rayfleet cancel` (stop.CANCELLED_NOW) stops it at
+once."""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from rayfleet.recipes import cost
 from rayfleet.train import stop
 
 GRACE_S = 600  # a DDP epoch or an FSDP logging interval, with its checkpoint
+CANCEL_POLL_S = 5.0  # how often the follower reads the stop file (a GET in S3)
 
 
 def limit_s(max_hours: float | None, max_cost_usd: float | None, usd_per_hour: float) -> tuple[float, str] | None:
@@ -45,17 +51,36 @@ class Budget:
         self.reason: str | None = None
         self.asked_at: float | None = None
         self.forced = False
+        self.polled_at = float("-inf")
 
     def tick(self) -> None:
-        if self.limit is None:
+        self._watch_cancel()
+        if self.asked_at is not None and not self.forced and self.clock() - self.asked_at > GRACE_S:
+            self.forced = True
+            print(f"[rayfleet] the job did not stop within {GRACE_S} s of the request: stopping it", flush=True)
+            self.stop_job()
+        if self.limit is None or self.reason is not None:
             return
         elapsed = self.clock() - self.started
-        if self.reason is None and elapsed >= self.limit[0]:
+        if elapsed >= self.limit[0]:
             self.reason = f"stopped by budget: {self.limit[1]} reached after {elapsed:.0f} s"
             self.asked_at = self.clock()
             print(f"[rayfleet] {self.reason}; asking the job to checkpoint and stop", flush=True)
             stop.request(self.run_dir, self.reason)
-        elif self.asked_at is not None and not self.forced and self.clock() - self.asked_at > GRACE_S:
+
+    def _watch_cancel(self) -> None:
+        if self.forced or self.clock() - self.polled_at < CANCEL_POLL_S:
+            return
+        self.polled_at = self.clock()
+        asked = stop.requested(self.run_dir)
+        if asked == stop.CANCELLED_NOW:
             self.forced = True
-            print(f"[rayfleet] the job did not stop within {GRACE_S} s of the request: stopping it", flush=True)
+            print("[rayfleet] cancelled again: stopping the job now", flush=True)
             self.stop_job()
+        elif asked == stop.CANCELLED and self.asked_at is None:
+            self.asked_at = self.clock()
+            print(
+                f"[rayfleet] cancel asked: the job checkpoints and ends (stopped after {GRACE_S} s if it does not; "
+                "cancel again to stop it now)",
+                flush=True,
+            )

@@ -204,8 +204,9 @@ def _submit_and_follow(
     status = outcome.status
     if watch.reason and status == "SUCCEEDED":  # it checkpointed and ended as asked
         status, message = "STOPPED", watch.reason
-    if asked == stop.CANCELLED and outcome.interrupted_by is None:  # checkpointed and ended, or never admitted
-        status, message = "CANCELLED", asked
+    if asked in (stop.CANCELLED, stop.CANCELLED_NOW) and outcome.interrupted_by is None:  # checkpointed and ended,
+        # stopped after its grace or at a second cancel, or never admitted
+        status, message = "CANCELLED", stop.CANCELLED
         exit_code = exit_code or admission.EXIT_CANCELLED
     if outcome.interrupted_by == "SIGTERM":
         exit_code = 128 + signal.SIGTERM

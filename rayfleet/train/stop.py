@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 STOP_FILE = "stop.json"
 CANCELLED = "cancelled (rayfleet cancel)"  # the reason `rayfleet cancel` gives: the run ends CANCELLED
+CANCELLED_NOW = "cancelled again (rayfleet cancel, twice)"  # the follower stops the job at once
 
 
 def request(run_dir: RunDir, reason: str) -> None:

@@ -1,7 +1,9 @@
 """The run queue on the real local test cluster (head + 2 workers x 1 CPU): runs that each need the whole
 cluster go one after another, in priority-then-submission order, each placed whole; a cancelled queued run
-never starts; `rayfleet queue` shows positions and reasons while they wait; a detached run is followed in the
-background and re-attached with `rayfleet logs -f`."""
+never starts; a cancelled running one is stopped (at the second cancel: this program never reads the request;
+the built-in jobs' checkpoint-first stop is the budget's, tests/integration/test_recipe_run_on_local_cluster.py)
+and the next run starts; `rayfleet queue` shows positions and reasons while they wait; a detached run is
+followed in the background and re-attached with `rayfleet logs -f`."""
 
 from __future__ import annotations
 
@@ -99,7 +101,7 @@ def test_runs_that_each_need_the_cluster_queue_in_priority_order_and_a_queued_on
     def states() -> dict[str, str]:
         return {e.run: e.state for e in queue.entries(time.time())}
 
-    gate = tmp_path / "gate"
+    gate = tmp_path / "gate"  # never opened: the first run holds the cluster until it is cancelled
     procs = {"first": submit(env, recipe, "first", 0, str(gate))}
     try:
         wait_for(lambda: states().get("first") == "running", 120, "the first run was never admitted and placed")
@@ -137,32 +139,39 @@ def test_runs_that_each_need_the_cluster_queue_in_priority_order_and_a_queued_on
             "no reason while waiting",
         )
 
-        cancelled = subprocess.run(
-            [sys.executable, "-m", "rayfleet.cli.main", "cancel", "--run", "gone"],
-            env=env,
-            cwd=tmp_path,  # its ./runs is where the recipe keeps its runs
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert cancelled.returncode == 0 and "leaves the queue" in cancelled.stdout, cancelled.stderr
-        gate.touch()  # the first run may end now
+        def cancel(run: str) -> str:
+            done = subprocess.run(
+                [sys.executable, "-m", "rayfleet.cli.main", "cancel", "--run", run],
+                env=env,
+                cwd=tmp_path,  # its ./runs is where the recipe keeps its runs
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0, done.stderr
+            return done.stdout
+
+        assert "leaves the queue" in cancel("gone")
+        # The running first run never reads the request (a bare Ray program): the second cancel stops it now.
+        assert "it checkpoints, then ends" in cancel("first") and "stopped now" in cancel("first")
         outputs = {run: proc.communicate(timeout=300)[0] for run, proc in procs.items()}
     finally:
         for proc in procs.values():
             if proc.poll() is None:
                 proc.kill()
     codes = {run: proc.returncode for run, proc in procs.items()}
-    assert codes == {"first": 0, "low": 0, "gone": 130, "high": 0}, outputs
-    record = json.loads((storage / "gone" / "run.json").read_text())
-    assert record["state"] == "CANCELLED" and not (storage / "gone" / "times.json").exists()
+    assert codes == {"first": 130, "low": 0, "gone": 130, "high": 0}, outputs
+    for run in ("gone", "first"):  # one never started, one was stopped while it ran
+        record = json.loads((storage / run / "run.json").read_text())
+        assert record["state"] == "CANCELLED" and not (storage / run / "times.json").exists()
+    assert "cancelled again: stopping the job now" in outputs["first"]
     assert "queued: position" in outputs["low"] and "admitted after" in outputs["low"]  # through the re-attach
     assert "[rayfleet] run low succeeded" in (storage / "low" / "follower.log").read_text()
-    times = {run: json.loads((storage / run / "times.json").read_text()) for run in ("first", "high", "low")}
+    times = {run: json.loads((storage / run / "times.json").read_text()) for run in ("high", "low")}
     assert all(t["world"] == 2 for t in times.values())
     # one after another, the higher priority before the earlier submission, none overlapping another
-    assert times["first"]["ended"] <= times["high"]["started"] and times["high"]["ended"] <= times["low"]["started"]
-    for run in ("first", "high", "low"):
+    assert times["high"]["ended"] <= times["low"]["started"]
+    for run in ("high", "low"):
         assert json.loads((storage / run / "run.json").read_text())["state"] == "SUCCEEDED"
     to_step = {run: round(t["first_step"] - t["started"], 1) for run, t in times.items()}
     print(f"admission to first step (s): {to_step}")

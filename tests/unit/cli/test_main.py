@@ -137,6 +137,8 @@ def test_cancel_asks_a_running_run_to_checkpoint_and_stop_and_refuses_an_ended_o
     running.write("run.json", json.dumps({"state": "RUNNING"}))
     assert cli.main(["cancel", "--run", "r1"]) == 0
     assert json.loads(running.read("stop.json"))["reason"].startswith("cancelled")
+    assert cli.main(["cancel", "--run", "r1"]) == 0 and "stopped now" in capsys.readouterr().out  # the second
+    assert json.loads(running.read("stop.json"))["reason"] == "cancelled again (rayfleet cancel, twice)"
     ended = RunDir(str(tmp_path / "runs"), "r2")
     ended.write("run.json", json.dumps({"state": "SUCCEEDED"}))
     assert cli.main(["cancel", "--run", "r2"]) == 2 and "already ended" in capsys.readouterr().err

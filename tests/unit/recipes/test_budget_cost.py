@@ -47,6 +47,27 @@ def test_crossing_the_limit_asks_the_job_to_stop_once_then_stops_it_after_the_gr
     assert stop.requested(run_dir) is None
 
 
+def test_a_cancelled_run_that_does_not_end_is_stopped_after_the_grace_or_at_a_second_cancel(tmp_path, capsys):
+    """`rayfleet cancel` of a running script that never reads the request: the follower's clock stops it."""
+    run_dir, clock, stopped = RunDir(str(tmp_path), "r"), Clock(), []
+    watch = budget.Budget(run_dir, None, lambda: stopped.append(True), clock)  # no budget: the clock still runs
+    watch.tick()
+    stop.request(run_dir, stop.CANCELLED)
+    clock.now += budget.CANCEL_POLL_S
+    watch.tick()
+    assert "cancel asked: the job checkpoints and ends" in capsys.readouterr().out
+    clock.now += budget.GRACE_S + 1
+    watch.tick()
+    watch.tick()
+    assert stopped == [True]  # once, after the grace
+    again = budget.Budget(run_dir, None, lambda: stopped.append("now"), clock)
+    stop.request(run_dir, stop.CANCELLED_NOW)
+    clock.now += budget.CANCEL_POLL_S
+    again.tick()
+    again.tick()
+    assert stopped == [True, "now"]  # at once, and once
+
+
 def test_an_ecs_run_holds_the_worker_instances_its_workers_fill_at_the_list_price():
     shape = INSTANCE_TYPES["g5.12xlarge"]  # 4 GPUs
     cap = Capacity("workers", float(shape["vcpus"]), int(shape["gpus"]), shape["memory_mib"] / 1024, None)
