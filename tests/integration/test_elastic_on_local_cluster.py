@@ -1,6 +1,6 @@
-"""Elastic workers on the real local test cluster (head + 2 workers x 1 CPU): `make train-ddp` with
-`resources.workers=1-2` while another Ray Train run holds one worker starts on the one free worker and grows to
-two when that run ends, resuming from its checkpoint."""
+"""Elastic workers and two runs at once on the real local test cluster (head + 2 workers x 1 CPU): while a
+1-worker recipe run holds one worker, `make train-ddp` with `resources.workers=1-2` is admitted beside it,
+starts on the one free worker and grows to two when that run ends, resuming from its checkpoint."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ from tests.integration.helpers import REPO
 
 pytestmark = pytest.mark.integration
 
-# A fixed-size Ray Train run of one worker that holds one worker's CPU until the test lets go. It is Ray Train
-# on purpose: Ray Train's elastic policy sees what other Ray Train (and Ray Data) runs hold, through Ray's
-# autoscaling coordinator; a plain actor's CPU it does not see (recipes/README.md says so).
+# A fixed-size Ray Train run of one worker (a recipe run, through the queue) that holds one worker's CPU until
+# the test lets go. It is Ray Train on purpose: Ray Train's elastic policy sees what other Ray Train (and Ray
+# Data) runs hold, through Ray's autoscaling coordinator; a plain actor's CPU it does not see (recipes/README.md).
 HOLDER = textwrap.dedent("""
     import os, sys, time
     from pathlib import Path
@@ -33,11 +33,12 @@ HOLDER = textwrap.dedent("""
 
     ray.init()
     config = {"gate": sys.argv[1]}
+    workers = int(os.environ["RAYFLEET_NUM_WORKERS"])
     TorchTrainer(
         hold,
         train_loop_config=config,
-        scaling_config=ScalingConfig(num_workers=1, resources_per_worker={"CPU": 1}),
-        run_config=RunConfig(name="holder", storage_path=sys.argv[2]),
+        scaling_config=ScalingConfig(num_workers=workers, resources_per_worker={"CPU": 1}),
+        run_config=RunConfig(name="holder", storage_path=os.environ["RAYFLEET_STORAGE"]),
     ).fit()
 """)
 
@@ -50,17 +51,22 @@ def rows(run) -> list[dict]:
 def test_an_elastic_run_starts_on_the_free_worker_and_grows_when_the_other_frees(cluster_env, tmp_path, small_dataset):
     """What no unit test can show: Ray Train 2.60's elastic policy on a real cluster, fed by the recipe's range
     through RAYFLEET_MIN_WORKERS and the job's min_workers (tests/unit/train/test_job_config.py checks the
-    ScalingConfig it builds), admitted by the queue at its minimum, and the DDP job resuming at the new world
-    size from the checkpoint of the smaller one."""
-    gate = tmp_path / "gate"
+    ScalingConfig it builds), admitted by the queue at its minimum beside a running run (two runs at once, each
+    placed whole), and the DDP job resuming at the new world size from the checkpoint of the smaller one."""
+    gate, storage = tmp_path / "gate", tmp_path / "runs"
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "hold.py").write_text(HOLDER)
+    recipe = {"name": "holder", "code": "code", "entrypoint": "hold.py", "resources": {"workers": 1}}
+    (tmp_path / "holder.yaml").write_text(json.dumps({**recipe, "storage": str(storage)}))
+    how = ["--target", "local", "--run-name", "holder", "--", str(gate)]
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(gate), str(tmp_path / "holder")],
+        [sys.executable, "-m", "rayfleet.targets.run", str(tmp_path / "holder.yaml"), *how],
         env=cluster_env,
+        cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
-    storage = tmp_path / "runs"
     try:
         deadline = time.monotonic() + 120
         while not (tmp_path / "gate.held").exists() and holder.poll() is None and time.monotonic() < deadline:
@@ -85,9 +91,10 @@ def test_an_elastic_run_starts_on_the_free_worker_and_grows_when_the_other_frees
         output = run.communicate(timeout=600)[0]
     finally:
         gate.touch()
-        holder.communicate(timeout=120)
+        held = holder.communicate(timeout=120)[0]
         if "run" in locals() and run.poll() is None:
             run.kill()
+    assert holder.returncode == 0, held[-3000:]  # two queued runs ran side by side, one worker each
     assert run.returncode == 0, output[-4000:]
     assert first and first[0]["workers"] == 1, (first, output[-3000:])  # it started on the one free worker
     done = rows(storage / "elastic")
