@@ -128,6 +128,7 @@ module "ray" {
   metric_namespace      = module.observability.metric_namespace
   notify_topic_arn      = module.observability.notifications_topic_arn
   queue_budget          = var.queue_budget
+  concurrent_runs       = var.concurrent_runs
 }
 
 module "observability" {

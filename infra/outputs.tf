@@ -115,6 +115,11 @@ output "worker_instance_types" {
   value       = local.worker_types
 }
 
+output "concurrent_runs" {
+  description = "Recipe runs the head instance holds drivers for at once: make run refuses one more."
+  value       = var.concurrent_runs
+}
+
 output "worker_count" {
   description = "Workers the worker service runs: make start scales it back to this after a stop or an autostop."
   value       = var.workers.count

@@ -106,6 +106,17 @@ variable "autostop" {
   }
 }
 
+variable "concurrent_runs" {
+  description = "Recipe runs at once: each run's driver (its trainer task) takes an equal share of the head instance's 40% for drivers, and a run beyond them is refused at make run. 1 fits every head type; 2 needs m5.2xlarge or larger (a plan that cannot fit them is refused)."
+  type        = number
+  default     = 1
+
+  validation {
+    condition     = var.concurrent_runs >= 1 && var.concurrent_runs <= 8 && floor(var.concurrent_runs) == var.concurrent_runs
+    error_message = "concurrent_runs must be a whole number from 1 to 8."
+  }
+}
+
 variable "serve" {
   description = "Ray Serve (make serve): on the head's private DNS name, on one port, only from the listed CIDRs and security groups; every request needs the API key in Secrets Manager."
   type = object({

@@ -59,6 +59,43 @@ run "a_queue_budget_that_is_not_one" {
   expect_failures = [var.queue_budget]
 }
 
+run "two_concurrent_runs_on_the_default_head" {
+  command = plan
+  module {
+    source = "./modules/ray"
+  }
+  variables {
+    head_node       = { vcpus = 4, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = 0 }
+    worker_node     = var.g5_xlarge_workers
+    concurrent_runs = 2
+  }
+  expect_failures = [aws_ecs_task_definition.trainer]
+}
+
+run "two_concurrent_runs_on_a_head_twice_the_size" {
+  command = plan
+  module {
+    source = "./modules/ray"
+  }
+  variables {
+    head_node       = { vcpus = 8, memory_mib = var.catalog["m5.2xlarge"].memory_mib, gpus = 0 }
+    worker_node     = var.g5_xlarge_workers
+    concurrent_runs = 2
+  }
+  assert {
+    condition     = output.sizes_mib.trainer == { memory = 5898, shm = 2498, object_store = 1474 }
+    error_message = "Each of two drivers on m5.2xlarge gets what the one driver of the default m5.xlarge head has: ${jsonencode(output.sizes_mib.trainer)}"
+  }
+}
+
+run "a_concurrent_runs_that_is_not_a_whole_number" {
+  command = plan
+  variables {
+    concurrent_runs = 1.5
+  }
+  expect_failures = [var.concurrent_runs]
+}
+
 run "a_worker_type_without_a_gpu" {
   command = plan
   module {

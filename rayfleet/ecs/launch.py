@@ -93,7 +93,15 @@ def launch(
         tags=[{"key": "rayfleet:run", "value": run_name}, {"key": "rayfleet:job", "value": job}],
     )
     if response.get("failures") or not response.get("tasks"):
-        raise PlacementFailed(explain(response.get("failures", [])))
+        failures = response.get("failures", [])
+        why = explain(failures)
+        if any(f.get("reason") == "RESOURCE:MEMORY" for f in failures):  # the head instance's driver shares
+            why += (
+                f" (the head instance holds {out.concurrent_runs} run driver(s) at once, Terraform's concurrent_runs:"
+                " wait for a run to end (make queue), cancel one (make cancel RUN=...), or deploy a larger"
+                " concurrent_runs: 2 needs an m5.2xlarge head or larger)"
+            )
+        raise PlacementFailed(why)
     task_arn = response["tasks"][0]["taskArn"]
     record = {
         "run_name": run_name,

@@ -39,6 +39,7 @@ class Outputs:
     head_instance_type: str = ""  # make start checks the quotas for it
     worker_instance_types: tuple[str, ...] = ()  # with Spot types, all of them: the check uses the smallest
     worker_count: int = 0  # make start scales the worker service back to it
+    concurrent_runs: int = 1  # runs whose drivers (trainer tasks) the head instance holds at once
     worker_lifecycle: str = "on-demand"  # or "spot": make run prices a run's workers from Spot price history
     image_tag: str = ""  # make push marks the deployed tag's images (rayfleet/ops/images.py mark_deployed)
     serve_endpoint: str = ""  # http://head.<namespace>:<port> when serving is on (make serve), else ""

@@ -10,7 +10,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from rayfleet.core.aws import Aws
+from rayfleet.core.aws import Aws, PlacementFailed
 from rayfleet.core.catalog import INSTANCE_TYPES
 from rayfleet.core.config import ConfigError
 from rayfleet.core.errors import EXIT_FAILED
@@ -107,7 +107,11 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
         print(f"  log       {record['log_group']} {record['log_stream']}  (make logs RUN={run_name})")
         return record
 
-    record = start_trainer()
+    try:
+        record = start_trainer()
+    except PlacementFailed as exc:  # the record says why, not LOST: nothing of the run started
+        run_dir.send("not-started", state="FAILED", message=str(exc), ended_at=datetime.now(UTC).isoformat())
+        raise
     if detach:
         return 0
     return follow_relaunching(aws, out, run_dir, recipe, record, start_trainer)

@@ -18,12 +18,13 @@ LOCALS = merged(RAY, "locals")
 TASKS = resources(RAY, "aws_ecs_task_definition")
 
 
-def evaluator(head_type: str, worker_type: str, fraction: float = 0.3) -> Evaluator:
+def evaluator(head_type: str, worker_type: str, fraction: float = 0.3, runs: int = 1) -> Evaluator:
     def facts(t):
         return {k: CATALOG[t][k] for k in ("vcpus", "memory_mib", "gpus")}
 
     worker = {**facts(worker_type), "instance_type": worker_type, "count": 2, "efa": False}
-    return Evaluator(LOCALS, {"head_node": facts(head_type), "worker_node": worker, "object_store_fraction": fraction})
+    variables = {"head_node": facts(head_type), "worker_node": worker, "object_store_fraction": fraction}
+    return Evaluator(LOCALS, {**variables, "concurrent_runs": runs})
 
 
 def preconditions(task: str) -> list[str]:
@@ -34,9 +35,11 @@ def plan_refuses(ev: Evaluator, task: str) -> bool:
     return not all(ev.value(c) for c in preconditions(task))
 
 
+@pytest.mark.parametrize("runs", [1, 2, 3])
 @pytest.mark.parametrize("instance_type", sorted(CATALOG))
-def test_every_catalog_type_either_fits_or_is_refused(instance_type):
-    ev = evaluator(instance_type, instance_type)
+def test_every_catalog_type_either_fits_or_is_refused(instance_type, runs):
+    """`runs`: concurrent_runs, the drivers sharing the head instance."""
+    ev = evaluator(instance_type, instance_type, runs=runs)
     for task in ("head", "trainer", "worker"):
         size = ev.local("sizes")[task]
         fits = size["shm"] + ev.local("process_floor_mib") <= size["memory"]

@@ -78,8 +78,16 @@ def test_placement_failure_says_which_reason_ecs_gave(aws_stack, monkeypatch):
         stubber.add_response("run_task", {"tasks": [], "failures": []})
         with pytest.raises(PlacementFailed) as silent:
             launch(aws, out, "ddp", [])
+        stubber.add_response("describe_clusters", {"clusters": [{"clusterName": out.cluster_name, "status": "ACTIVE"}]})
+        stubber.add_response(  # every driver share of the head instance is taken
+            "run_task", {"tasks": [], "failures": [{"arn": "arn:aws:ecs:x", "reason": "RESOURCE:MEMORY"}]}
+        )
+        with pytest.raises(PlacementFailed) as full:
+            launch(aws, out, "ddp", [])
     assert "RESOURCE:GPU: no registered container instance has a free GPU" in str(err.value)
     assert "make status" in str(err.value) and "no container instances registered" in str(silent.value)
+    assert "holds 1 run driver(s) at once, Terraform's concurrent_runs" in str(full.value)
+    assert "\n" not in str(full.value)
 
 
 def test_aws_errors_become_one_line(aws_stack):

@@ -9,11 +9,12 @@ locals {
   process_floor_mib  = 2048
 
   head_instance_memory_mib = floor(var.head_node.memory_mib * 0.9)
-  # The head instance also hosts the trainer (the job driver): 60% head (less the ray-control task), 40% trainer.
+  # The head instance also hosts the trainers (the job drivers): 60% head (less the ray-control task), 40% for
+  # concurrent_runs trainers, an equal share each.
   head_memory_mib          = floor(local.head_instance_memory_mib * 0.6) - local.sidecar_memory_mib
   head_object_store_mib    = floor(local.head_memory_mib * min(var.object_store_fraction, 0.25)) # schedules, holds few objects
   head_shm_mib             = local.head_object_store_mib + local.shm_headroom_mib
-  trainer_memory_mib       = floor(local.head_instance_memory_mib * 0.4)
+  trainer_memory_mib       = floor(local.head_instance_memory_mib * 0.4 / var.concurrent_runs)
   trainer_object_store_mib = floor(local.trainer_memory_mib * min(var.object_store_fraction, 0.25))
   trainer_shm_mib          = local.trainer_object_store_mib + local.shm_headroom_mib
 

@@ -330,7 +330,7 @@ resource "aws_ecs_task_definition" "trainer" {
   lifecycle {
     precondition {
       condition     = local.trainer_shm_mib + local.process_floor_mib <= local.trainer_memory_mib
-      error_message = "The head instance type has too little memory for the trainer (the job driver) beside the head."
+      error_message = "The head instance type has too little memory for ${var.concurrent_runs} trainer(s) (job drivers: concurrent_runs) beside the head: each gets ${local.trainer_memory_mib} MiB and needs ${local.trainer_shm_mib + local.process_floor_mib}. Lower concurrent_runs or choose a larger head_instance_type."
     }
   }
 }

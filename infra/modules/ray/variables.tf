@@ -119,6 +119,12 @@ variable "metric_namespace" {
   default     = "rayfleet"
 }
 
+variable "concurrent_runs" {
+  description = "Drivers (trainer tasks) the head instance holds at once: each gets an equal share of its 40% for drivers."
+  type        = number
+  default     = 1
+}
+
 variable "queue_budget" {
   description = "The run queue's budget, \"500/month\" or \"2000/total\" (US dollars; empty: none): the trainer holds a run whose projected cost would pass what is left (rayfleet/core/run_queue.py)."
   type        = string
