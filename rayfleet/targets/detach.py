@@ -47,7 +47,13 @@ def background(run_dir: RunDir, log: Path) -> None:
         os.close(fd)
         os.close(null)
         return
-    os._exit(_wait_for_submission(run_dir, child, log))  # the child owns every cleanup from here
+    try:
+        code = _wait_for_submission(run_dir, child, log)
+    except KeyboardInterrupt:  # only this wait stops: the run, and a cluster started for it, are the child's
+        print(f"\n[rayfleet] stopped waiting; run {run_dir.run_name} goes on in the background (pid {child})")
+        code = 130
+    sys.stdout.flush()
+    os._exit(code)  # the child owns every cleanup from here
 
 
 def _wait_for_submission(run_dir: RunDir, child: int, log: Path) -> int:
