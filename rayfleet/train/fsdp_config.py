@@ -51,6 +51,11 @@ class FSDPConfig(JobConfig):
     @model_validator(mode="after")
     def _check(self) -> FSDPConfig:
         per_step = self.micro_batch_size * self.grad_accum * self.num_workers
+        if self.elastic and self.strategy == "deepspeed":
+            raise ValueError(
+                f"min_workers: {self.fewest_workers} makes the run elastic, but a DeepSpeed ZeRO-3 checkpoint loads "
+                "only at the world size that wrote it: elastic workers are for strategy=fsdp"
+            )
         if self.global_batch_size is not None and self.elastic:
             raise ValueError(
                 f"global_batch_size: with elastic workers ({self.fewest_workers}-{self.num_workers}) the batch per "

@@ -80,3 +80,6 @@ def test_elastic_workers_reach_ray_trains_scaling_config_and_a_fixed_range_stays
     assert build_trainer(lambda config: None, fixed, "r", False).scaling_config.num_workers == 2
     with pytest.raises(ConfigError, match="global_batch_size: with elastic workers"):
         load_config(FSDPConfig, None, ["num_workers=4", "min_workers=2", "global_batch_size=32"])
+    with pytest.raises(ConfigError, match="elastic workers are for strategy=fsdp"):
+        load_config(FSDPConfig, None, ["num_workers=4", "min_workers=2", "strategy=deepspeed"])
+    assert load_config(FSDPConfig, None, ["num_workers=2", "min_workers=2", "strategy=deepspeed"]).strategy
