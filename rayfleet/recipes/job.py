@@ -258,9 +258,16 @@ def _job_spec(
 
 
 def _queued(recipe: Recipe, run_dir: RunDir, queue_root: str) -> list[str]:
-    """job_entry's --queue option: the run's entry at the hourly price run.json holds, the queue's budget."""
-    usd_per_hour = float((run_dir.record().get("held") or {}).get("usd_per_hour") or 0.0)
-    entry = admission.entry_for(recipe, run_dir.run_name, usd_per_hour=usd_per_hour)
+    """job_entry's --queue option: the run's entry at the hourly price run.json holds, the queue's budget. A
+    submission queues at the time it first did: a retry, or a trainer relaunched after its head was lost,
+    keeps its place (`queued`: the submission's number and time; a new submission of the name starts anew)."""
+    record = run_dir.record()
+    usd_per_hour = float((record.get("held") or {}).get("usd_per_hour") or 0.0)
+    first = record.get("queued") or {}
+    if first.get("submission") != record.get("submission") or "at" not in first:
+        first = {"submission": record.get("submission"), "at": time.time()}
+        run_dir.update(queued=first)  # this process follows the job: the record's owner, here and on ECS
+    entry = admission.entry_for(recipe, run_dir.run_name, usd_per_hour=usd_per_hour, clock=lambda: first["at"])
     return ["--queue", admission.spec(queue_root, entry, admission.budget_from(os.environ, entry))]
 
 

@@ -51,3 +51,22 @@ def test_a_setup_failure_with_the_recipes_own_packages_is_not_retried(monkeypatc
 def test_a_job_that_printed_nothing_shows_rays_traceback_from_its_message():
     tail = JobOutcome("j", "FAILED", 1, message=SETUP).traceback_tail()
     assert tail == "Traceback (most recent call last):\nOSError: x"
+
+
+def test_a_retry_keeps_its_place_in_the_queue_and_a_new_submission_starts_anew(tmp_path, monkeypatch):
+    """The queue orders by submission time: the entry of a resubmission of the same submission (a retry, a
+    trainer relaunched after its head was lost) carries the time it first queued."""
+    import json
+
+    times = iter([100.0, 200.0, 300.0])
+    monkeypatch.setattr(job.time, "time", lambda: next(times))
+    run_dir, recipe = RunDir(str(tmp_path), "r"), Recipe(name="r", entrypoint="t.py")
+
+    def queued_at() -> float:
+        spec = job._queued(recipe, run_dir, str(tmp_path / "q"))[1]
+        return json.loads(spec)["entry"]["submitted_at"]
+
+    run_dir.update(submission=1)
+    assert queued_at() == 100.0 and queued_at() == 100.0  # its retry: the same place
+    run_dir.update(submission=2)  # the name submitted again after the run ended
+    assert queued_at() == 200.0
