@@ -10,6 +10,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # the work failed: a job, an AWS call, a cluster start
 EXIT_BAD_INPUT = 2  # refused before doing anything: a config, recipe or argument (as argparse does)
 EXIT_INTERRUPTED = 130
+EXIT_HEAD_LOST = 75  # a queued run's driver lost the head before its run was admitted: rejoin and resubmit
 
 
 class RayfleetError(Exception):

@@ -11,7 +11,9 @@ rayfleet-node sets RAYFLEET_DASHBOARD_URL (the head's Jobs API) and
 RAYFLEET_TRAINER_RESOURCE (a resource only this task's Ray node has), so the job's entrypoint runs here,
 in the trainer's image with its preloaded models, while its Ray Train workers run on the GPU workers.
 Secrets are not resolved here: the job gets their references and resolves them in its own process, with
-the same task role (rayfleet/recipes/job_entry.py). Exit code: the job's.
+the same task role (rayfleet/recipes/job_entry.py). Exit code: the job's; EXIT_HEAD_LOST when the head went
+away while the run waited in the queue (rayfleet-node then rejoins the replaced head and runs this again, and
+the run keeps its place).
 """
 
 from __future__ import annotations
@@ -27,10 +29,10 @@ from pydantic import ValidationError
 
 from rayfleet.core import ray_auth
 from rayfleet.core.aws import run_cli
-from rayfleet.core.errors import RayfleetError
+from rayfleet.core.errors import EXIT_HEAD_LOST, RayfleetError
 from rayfleet.core.run_dir import RunDir
 from rayfleet.recipes import secrets as recipe_secrets
-from rayfleet.recipes.job import run_job
+from rayfleet.recipes.job import HeadLostWhileQueued, run_job
 from rayfleet.recipes.package import sha256_of
 from rayfleet.recipes.schema import Recipe
 
@@ -81,18 +83,22 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     resource = env.get("RAYFLEET_TRAINER_RESOURCE")
     with tempfile.TemporaryDirectory(prefix="rayfleet-code-") as scratch:
         code = verified_code(run_dir, env["RAYFLEET_CODE_URI"], env["RAYFLEET_CODE_SHA256"], Path(scratch))
-        return run_job(
-            recipe,
-            run_dir,
-            address=env["RAYFLEET_DASHBOARD_URL"],
-            working_dir=str(code),
-            extra_args=json.loads(env.get("RAYFLEET_EXTRA_ARGS") or "[]"),
-            launch_dir=os.getcwd(),
-            secret_refs=secret_refs,
-            entrypoint_resources={resource: 1} if resource else None,
-            data=env.get("RAYFLEET_DATA"),  # the recipe's data, staged by `make run` (rayfleet/recipes/stage.py)
-            queue_root=queue_root(env["RAYFLEET_STORAGE"]),
-        )
+        try:
+            return run_job(
+                recipe,
+                run_dir,
+                address=env["RAYFLEET_DASHBOARD_URL"],
+                working_dir=str(code),
+                extra_args=json.loads(env.get("RAYFLEET_EXTRA_ARGS") or "[]"),
+                launch_dir=os.getcwd(),
+                secret_refs=secret_refs,
+                entrypoint_resources={resource: 1} if resource else None,
+                data=env.get("RAYFLEET_DATA"),  # the recipe's data, staged by `make run` (rayfleet/recipes/stage.py)
+                queue_root=queue_root(env["RAYFLEET_STORAGE"]),
+            )
+        except HeadLostWhileQueued as exc:  # rayfleet-node rejoins the replaced head and runs this again
+            print(f"[rayfleet] {exc}", file=sys.stderr, flush=True)
+            return EXIT_HEAD_LOST
 
 
 if __name__ == "__main__":

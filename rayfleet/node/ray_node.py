@@ -4,7 +4,8 @@
     rayfleet-node worker               # wait for the head's GCS, then ray start --block with the task's resources;
                                        # when Ray exits (head gone) or the head's name moves: resolve it, rejoin
     rayfleet-node driver JOB [ARGS]    # join as a node without resources, run the job, leave; exit code of the job
-    rayfleet-node driver recipe        # the same for a recipe run: submit it through the head's Jobs API
+    rayfleet-node driver recipe        # the same for a recipe run: submit it through the head's Jobs API; when
+                                       # the head goes away while the run is queued: rejoin it, submit again
     rayfleet-node health               # exit 0 when this task's Ray node answers (the head's health check)
 
 Environment (set by infra/modules/ray): RAYFLEET_HEAD_HOST (Cloud Map name), RAYFLEET_RAY_PORTS (JSON of
@@ -39,6 +40,7 @@ import time
 from pathlib import Path
 
 from rayfleet.core import ray_drain
+from rayfleet.core.errors import EXIT_HEAD_LOST
 from rayfleet.node import drain, suspect
 from rayfleet.node.head_wait import Stopped, head_moved, wait_for_head
 from rayfleet.node.node_spec import head_command, join_command, ports, trainer_resource
@@ -257,22 +259,37 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     wait_s = float(env.get("RAYFLEET_HEAD_WAIT_S") or 600)
     if role == "worker":
         return run_worker(env, host, port, wait_s)
-    head_ip = wait_for_head(host, port, wait_s)
     if not rest:
         raise SystemExit("rayfleet-node: error: name the job: driver ddp|fsdp|<module> [key=value ...]")
-    subprocess.run(join_command(env, head_ip, block=False, driver_only=True), check=True)
-    try:
-        command = job_command(rest[0], rest[1:])
-        say(" ".join(command))
-        job_env = {
-            **env,
-            "RAY_ADDRESS": f"{head_ip}:{port}",
-            "RAYFLEET_TRAINER_RESOURCE": trainer_resource(env),
-            "RAYFLEET_DASHBOARD_URL": f"http://{head_ip}:{ports(env)['dashboard']['from']}",
-        }
-        return run_driver(command, job_env)
-    finally:
-        subprocess.run(["ray", "stop"], check=False)
+    return drive(env, rest, host, port, wait_s)
+
+
+MAX_HEAD_LOSSES = 3  # a queued run rejoins a replaced head this often before its trainer task gives up
+
+
+def drive(env: dict, job: list[str], host: str, port: int, wait_s: float) -> int:
+    """Join the head as a node without resources, run the job's driver, leave. A recipe run that lost the head
+    while it waited in the queue (EXIT_HEAD_LOST: nothing of it ran) waits for the head to answer again, by
+    its name, rejoins and runs the driver again, which resubmits the run in its place in the queue."""
+    command = job_command(job[0], job[1:])
+    for losses in range(MAX_HEAD_LOSSES + 1):
+        head_ip = wait_for_head(host, port, wait_s)
+        subprocess.run(join_command(env, head_ip, block=False, driver_only=True), check=True)
+        try:
+            say(" ".join(command))
+            job_env = {
+                **env,
+                "RAY_ADDRESS": f"{head_ip}:{port}",
+                "RAYFLEET_TRAINER_RESOURCE": trainer_resource(env),
+                "RAYFLEET_DASHBOARD_URL": f"http://{head_ip}:{ports(env)['dashboard']['from']}",
+            }
+            code = run_driver(command, job_env)
+        finally:
+            subprocess.run(["ray", "stop"], check=False)
+        if code != EXIT_HEAD_LOST or losses == MAX_HEAD_LOSSES:
+            return code
+        say(f"the head went away while the run waited in the queue ({losses + 1}): rejoining it by its name")
+    return code
 
 
 def run() -> None:

@@ -24,6 +24,7 @@ import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 
+from rayfleet.core.errors import RayfleetError
 from rayfleet.core.run_dir import RunDir
 from rayfleet.recipes import admission, budget, cost, jobs_api
 from rayfleet.recipes.command import command, job_env, plain_env
@@ -33,6 +34,7 @@ from rayfleet.recipes.schema import Notify, Recipe
 from rayfleet.recipes.secrets import REFS_VAR
 from rayfleet.train import stop
 
+HEAD_LOST = "the head went away while the run waited in the queue"
 SUBMITTER_STOPPED = "the submitter stopped"  # the record's message when the follower itself failed or was stopped
 STOPPED_BY_A_SIGNAL = ("SIGTERM", "SIGINT", "KeyboardInterrupt")
 
@@ -122,17 +124,32 @@ def _run_once(recipe: Recipe, run_dir: RunDir, **how) -> tuple[int, str | None]:
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         return _submit_and_follow(recipe, run_dir, spool=spool, **how)
+    except OSError as exc:
+        if run_dir.record().get("state") != "QUEUED":
+            _record_stopped(run_dir, spool, type(exc).__name__)
+            raise
+        spool.close()  # the head went away while the run waited: nothing of it ran, it keeps its place
+        run_dir.update(message=HEAD_LOST)
+        raise HeadLostWhileQueued(f"run {run_dir.run_name}: {HEAD_LOST} ({type(exc).__name__}: {exc})") from exc
     except BaseException as exc:
-        why = exc.signame if isinstance(exc, jobs_api.Terminated) else type(exc).__name__
-        try:
-            spool.close()
-        finally:
-            run_dir.update(state="FAILED", ended_at=now(), message=f"{SUBMITTER_STOPPED} ({why}) before the job ended")
+        _record_stopped(run_dir, spool, exc.signame if isinstance(exc, jobs_api.Terminated) else type(exc).__name__)
         raise
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
         spool.close()
+
+
+def _record_stopped(run_dir: RunDir, spool: LogSpool, why: str) -> None:
+    try:
+        spool.close()
+    finally:
+        run_dir.update(state="FAILED", ended_at=now(), message=f"{SUBMITTER_STOPPED} ({why}) before the job ended")
+
+
+class HeadLostWhileQueued(RayfleetError):
+    """The cluster's head went away while the run waited in its queue: on ECS the trainer rejoins the head and
+    submits the run again in its place (rayfleet/node/ray_node.py, EXIT_HEAD_LOST)."""
 
 
 def _on_sigterm(signum, frame) -> None:

@@ -113,6 +113,31 @@ def test_a_recipe_driver_pins_the_jobs_entrypoint_to_its_own_node(monkeypatch):
     assert job_env["RAY_ADDRESS"] == "10.0.0.5:6379"
 
 
+def test_a_queued_recipe_run_whose_head_went_away_rejoins_the_new_head_and_runs_its_driver_again(monkeypatch):
+    """The recipe driver's EXIT_HEAD_LOST (the run was still queued): the trainer waits for the head's name to
+    answer, joins the new address and runs the driver again; any other code is the task's."""
+    from rayfleet.core.errors import EXIT_HEAD_LOST
+
+    heads, codes, joined, drivers = iter(["10.0.0.5", "10.0.0.9"]), iter([EXIT_HEAD_LOST, 0]), [], []
+
+    def fake_run(cmd, env=None, check=False):
+        if cmd[:2] == ["ray", "start"]:
+            joined.append(next(c for c in cmd if c.startswith("--address=")))
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setattr(ray_node, "wait_for_head", lambda host, port, timeout: next(heads))
+    monkeypatch.setattr(ray_node.subprocess, "run", fake_run)
+    monkeypatch.setattr(ray_node, "run_driver", lambda cmd, env: drivers.append(env["RAY_ADDRESS"]) or next(codes))
+    task_env = {"RAY_AUTH_MODE": "token", "RAYFLEET_HEAD_HOST": "head.rf.local", "HOSTNAME": "ip-10-0-1-7"}
+    assert ray_node.main(["driver", "recipe"], env=task_env) == 0
+    assert joined == ["--address=10.0.0.5:6379", "--address=10.0.0.9:6379"]
+    assert drivers == ["10.0.0.5:6379", "10.0.0.9:6379"]
+    always_lost = iter([EXIT_HEAD_LOST] * (ray_node.MAX_HEAD_LOSSES + 1))
+    monkeypatch.setattr(ray_node, "wait_for_head", lambda host, port, timeout: "10.0.0.5")
+    monkeypatch.setattr(ray_node, "run_driver", lambda cmd, env: next(always_lost))
+    assert ray_node.main(["driver", "recipe"], env=task_env) == EXIT_HEAD_LOST  # bounded: the task then ends
+
+
 def test_usage_and_missing_head_name(capsys):
     assert ray_node.main([], env={}) == 2
     with pytest.raises(SystemExit) as exc:

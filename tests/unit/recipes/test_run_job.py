@@ -70,3 +70,29 @@ def test_a_retry_keeps_its_place_in_the_queue_and_a_new_submission_starts_anew(t
     assert queued_at() == 100.0 and queued_at() == 100.0  # its retry: the same place
     run_dir.update(submission=2)  # the name submitted again after the run ended
     assert queued_at() == 200.0
+
+
+def test_the_head_lost_while_the_run_is_queued_keeps_it_queued_and_after_admission_fails_it(tmp_path, monkeypatch):
+    """A connection to the head that breaks while the run waits in the queue (nothing of it ran) leaves the
+    record QUEUED and says so (the ECS trainer then rejoins the replaced head: tests/unit/node/test_ray_node.py);
+    once admitted, the same break fails the run as any lost submitter does."""
+    import pytest
+
+    run_dir, recipe = RunDir(str(tmp_path), "r"), Recipe(name="r", entrypoint="t.py")
+
+    def head_goes(state):
+        def submit_and_follow(recipe, run_dir, **how):
+            run_dir.update(state=state)
+            raise ConnectionError("Connection refused: the head's dashboard")
+
+        return submit_and_follow
+
+    monkeypatch.setattr(job, "_submit_and_follow", head_goes("QUEUED"))
+    with pytest.raises(job.HeadLostWhileQueued, match="the head went away while the run waited in the queue"):
+        job.run_job(recipe, run_dir)
+    assert run_dir.record()["state"] == "QUEUED" and run_dir.record()["message"] == job.HEAD_LOST
+    monkeypatch.setattr(job, "_submit_and_follow", head_goes("RUNNING"))
+    with pytest.raises(ConnectionError):
+        job.run_job(recipe, run_dir)
+    assert run_dir.record()["state"] == "FAILED"
+    assert run_dir.record()["message"].startswith(job.SUBMITTER_STOPPED)
