@@ -199,6 +199,8 @@ def render_ray(ray: dict, jobs: int = 5) -> list[str]:
         lines.append("  serve: " + "\n    ".join(serve_lines(ray["serve"])))
     if "autostop" in ray:
         lines.append(f"  autostop: {autostop_line(ray['autostop'])}")
+    if (ray.get("queue_capacity") or {}).get("wanted") or (ray.get("queue_capacity") or {}).get("error"):
+        lines.append(f"  queue: {queue_capacity_line(ray['queue_capacity'])}")
     listed = ray.get("jobs") or []
     lines.append(f"  jobs ({len(listed)})" + ("" if listed else ": none"))
     for j in listed[:jobs]:
@@ -220,6 +222,16 @@ def autostop_line(decided: dict | None) -> str:
     if decided["stopped"]:
         return f"{what} scaled to 0 at {decided['stops_at']} (idle since {decided['idle_since']}); `make start`"
     return f"{what} to 0 at {decided['stops_at']} unless a run starts (idle since {decided['idle_since']})"
+
+
+def queue_capacity_line(decided: dict) -> str:
+    """What the run queue asked of the workers with the last snapshot (rayfleet/node/queue_capacity.py)."""
+    if "error" in decided:
+        return f"cannot read it ({decided['error']})"
+    raised = f", raised from {decided['raised_from']}" if "raised_from" in decided else ""
+    return (
+        f"needs {decided['wanted']} worker node(s): {decided['why']} (the service wants {decided['desired']}{raised})"
+    )
 
 
 def render(s: dict) -> str:

@@ -123,6 +123,12 @@ def test_the_autostop_line_says_when_the_workers_stop():
     assert autostop_line({"error": "AccessDeniedException: no"}) == "cannot decide (AccessDeniedException: no)"
     shown = render_ray({"nodes": [], "total": {}, "available": {}, "jobs": [], "autostop": idle})
     assert "  autostop: rf-ray-worker to 0 at 2026-11-23T12:30:00+00:00 unless a run starts" in "\n".join(shown)
+    raised = {"wanted": 2, "desired": 2, "why": "second waits for 1 node(s) beside 1 running run(s)", "raised_from": 0}
+    shown = "\n".join(render_ray({"nodes": [], "total": {}, "available": {}, "jobs": [], "queue_capacity": raised}))
+    assert "  queue: needs 2 worker node(s): second waits for 1 node(s) beside 1 running run(s)" in shown
+    assert "(the service wants 2, raised from 0)" in shown
+    quiet = render_ray({"nodes": [], "total": {}, "available": {}, "jobs": [], "queue_capacity": {"wanted": None}})
+    assert not [line for line in quiet if "queue:" in line]  # nothing waits: no line
 
 
 def test_a_partial_snapshot_shows_what_it_has_and_never_a_traceback():
