@@ -15,12 +15,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import socket
 import sys
 import threading
 import time
 import uuid
+import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -80,6 +82,7 @@ def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
         run_dir.update(attempts=attempts)
         if not interrupted and not setup_retried and _setup_failed_on_ray(recipe, run_dir.record()):
             setup_retried = True  # once, and outside `retries`: nothing of the user's ran
+            how = {**how, "working_dir": _repackaged(how["working_dir"])} if "working_dir" in how else how
             print(
                 f"[rayfleet] run {run_dir.run_name}: Ray could not set up the job's code on the cluster (its "
                 "traceback is above); submitting it once more",
@@ -101,6 +104,20 @@ def _setup_failed_on_ray(recipe: Recipe, record: dict) -> bool:
     of the cluster's (seen once on a loaded 2-core CI host), never of the recipe, so worth one more try. With
     `pip` the recipe's own packages may be what failed, and that fails the same way again."""
     return not recipe.pip and str(record.get("message", "")).startswith(jobs_api.SETUP_FAILED)
+
+
+def _repackaged(working_dir: str) -> str:
+    """The same code under a new Ray package: a copy of the zip with one more entry, so Ray hashes it to another
+    URI. What failed is Ray's copy of the package on a node (its cache of unpacked packages races its own
+    garbage collection when runs of the same code follow each other); the same URI fails the same way."""
+    path = Path(working_dir)
+    if path.suffix != ".zip" or not path.is_file():
+        return working_dir
+    copy = path.with_name(f"{path.stem}-again.zip")
+    shutil.copyfile(path, copy)
+    with zipfile.ZipFile(copy, "a") as archive:
+        archive.writestr(".rayfleet-resubmitted", uuid.uuid4().hex)
+    return str(copy)
 
 
 def attempt_of(record: dict, number: int) -> dict:

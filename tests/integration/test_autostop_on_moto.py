@@ -199,12 +199,12 @@ def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
     assert desired(stack)[out.worker_service_name] == 2
 
 
-def test_capacity_follows_the_queue_up_to_its_need_and_autostop_takes_it_back_to_zero(stack):
-    """The control task's two halves on moto's ECS and S3, against the queue as the runs' jobs write it: the
-    first waiting run raises the worker service to what it and the running runs take together (never above
-    the group's maximum, never lowered by the queue, a held run asking for nothing), and once the queue is
-    empty and nothing runs autostop takes the workers to zero. rayfleet/node/queue_capacity.py's arithmetic
-    is this test's too: moto keeps the desired counts, which is what the control task changes."""
+def test_capacity_follows_the_queue_up_to_its_need(stack):
+    """The control task's queue half on moto's ECS and S3, against the queue as the runs' jobs write it (in a
+    folder of its own: other tests' runs queue in the bucket's): the first waiting run raises the worker
+    service to what it and the running runs take together (never above the group's maximum, never lowered by
+    the queue, a held run asking for nothing). Its other half, autostop taking the workers back to zero once
+    nothing runs or waits, is test_autostop_scales_the_workers_to_zero_after_the_idle_time."""
     from rayfleet.core.run_queue import HELD, RUNNING, Entry, Queue
     from rayfleet.node.queue_capacity import NODE_VAR, QueueCapacity, shape_from
 
@@ -212,7 +212,7 @@ def test_capacity_follows_the_queue_up_to_its_need_and_autostop_takes_it_back_to
     ecs.update_service(cluster=out.cluster_name, service=out.worker_service_name, desiredCount=0)  # autostopped
     most = int(out.worker_count)
     shape = shape_from({NODE_VAR: json.dumps({"vcpus": 4, "gpus": 1, "memory_mib": 16384, "count": most})})
-    queue = Queue(f"s3://{out.results_bucket}")
+    queue = Queue(f"s3://{out.results_bucket}/capacity-test")
     follower = QueueCapacity(queue, shape, ecs, out.cluster_name, out.worker_service_name, say=lambda _: None)
     now = time.time()
 
@@ -235,9 +235,3 @@ def test_capacity_follows_the_queue_up_to_its_need_and_autostop_takes_it_back_to
     finally:
         for run in ("held", "first", "second", "big"):
             queue.remove(run)
-    clock = Clock()
-    settings = Settings(out.cluster_name, out.head_service_name, out.worker_service_name, idle_s=60)
-    stopper = Autostop(settings, ecs, clock=clock, say=lambda _: None)
-    stopper.tick(IDLE)
-    clock.now += 60
-    assert stopper.tick(IDLE)["stopped"] and desired(stack)[out.worker_service_name] == 0

@@ -328,6 +328,16 @@ def ended_logs(aws, run: str, count: int, timeout_s: float = 30) -> str:
     return out
 
 
+def training_worker(rid: str) -> str:
+    """A worker container that hosts one of the run's Ray Train workers (Ray may pack both onto one node: the
+    other worker container then holds nothing of the run). `podman top` reads the processes from the host."""
+    workers = containers(rid, "-ray-worker")
+    for name in workers:
+        if "RayTrainWorker" in podman("top", name, "args", timeout=60).stdout:
+            return name
+    return workers[0]
+
+
 def test_ddp_recipe_through_the_trainer_survives_a_stopped_worker_and_status_reads_it_back(rehearsal, aws):
     """A DDP recipe through the trainer task to SUCCEEDED, read back by `status`, with a worker container
     stopped after the first checkpoint (as on a Spot interruption): the service replaces the task and the job
@@ -349,7 +359,7 @@ def test_ddp_recipe_through_the_trainer_survives_a_stopped_worker_and_status_rea
         while f"runs/{run}/checkpoint_000001/state.pt" not in keys(aws, f"runs/{run}/"):
             assert time.monotonic() < deadline and follow.poll() is None, "no first checkpoint"
             time.sleep(0.5)
-        victim = containers(rehearsal.rid, "-ray-worker")[0]
+        victim = training_worker(rehearsal.rid)
         podman("stop", "-t", "10", victim, timeout=120)  # the container stops, as on a Spot interruption
         output, _ = follow.communicate(timeout=900)
     finally:

@@ -96,3 +96,25 @@ def test_the_head_lost_while_the_run_is_queued_keeps_it_queued_and_after_admissi
         job.run_job(recipe, run_dir)
     assert run_dir.record()["state"] == "FAILED"
     assert run_dir.record()["message"].startswith(job.SUBMITTER_STOPPED)
+
+
+def test_the_setup_retry_submits_the_same_code_as_another_ray_package(monkeypatch, tmp_path):
+    """Ray names a package by its zip's hash: the retry's zip holds the same files and one marker more."""
+    import zipfile
+
+    code = tmp_path / "code.zip"
+    with zipfile.ZipFile(code, "w") as archive:
+        archive.writestr("train.py", "print('hi')")
+    run_dir, seen, ends = RunDir(str(tmp_path), "r"), [], [(1, SETUP), (0, "")]
+
+    def once(recipe, run_dir, **how):
+        seen.append(how["working_dir"])
+        code_, message = ends.pop(0)
+        run_dir.update(state="FAILED" if code_ else "SUCCEEDED", exit_code=code_, message=message)
+        return code_, None
+
+    monkeypatch.setattr(job, "_run_once", once)
+    assert job.run_job(Recipe(name="r", entrypoint="t.py"), run_dir, working_dir=str(code)) == 0
+    first, again = seen
+    assert first == str(code) and again != first
+    assert set(zipfile.ZipFile(again).namelist()) == {"train.py", ".rayfleet-resubmitted"}
