@@ -75,6 +75,7 @@ def table(tiers: dict[str, Tier], total: float) -> list[str]:
 
 def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true", help="only the unit, infra and moto tiers (make test-quick)")
+    parser.addoption("--tier", action="append", choices=TIERS, help="only this tier (repeatable), e.g. to time one")
 
 
 def pytest_configure(config):
@@ -87,9 +88,10 @@ class TierTimes:
         self.began = time.time()
 
     def pytest_collection_modifyitems(self, config, items):
-        if not config.getoption("quick"):
+        kept = config.getoption("tier") or (set(TIERS) - set(SLOW) if config.getoption("quick") else None)
+        if kept is None:
             return
-        slow = [item for item in items if tier_of(item.nodeid, getattr(item, "fixturenames", ())) in SLOW]
+        slow = [item for item in items if tier_of(item.nodeid, getattr(item, "fixturenames", ())) not in kept]
         config.hook.pytest_deselected(items=slow)
         items[:] = [item for item in items if item not in slow]
         self.deselected = len(slow)

@@ -105,14 +105,21 @@ def aws_stack(tmp_path_factory):
         server.stop()
 
 
-@pytest.fixture
-def ecs_moto() -> EcsMotoServer:
-    """A deployed stack needs moto with registered resources (tools/moto_stack/ecs.py): one of the test's own."""
+@pytest.fixture(scope="session")
+def ecs_moto_server() -> EcsMotoServer:
+    """One moto with the ECS patches per test process: starting one takes seconds, emptying it a moment."""
     server = EcsMotoServer().start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def ecs_moto(ecs_moto_server) -> EcsMotoServer:
+    """A deployed stack needs moto with registered resources (tools/moto_stack/ecs.py): an empty one of the
+    test's own (the session's server, reset: moto forgets every resource, as a new process would)."""
+    return ecs_moto_server.reset()
 
 
 @pytest.fixture(scope="session")

@@ -60,6 +60,13 @@ class MotoServer:
                     raise RuntimeError("moto_server did not start") from None
                 time.sleep(0.2)
 
+    def reset(self) -> MotoServer:
+        """Empty every service's store, as a fresh server would start (moto's own reset endpoint)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.start()
+        urllib.request.urlopen(urllib.request.Request(f"{self.url}/moto-api/reset", method="POST"), timeout=30).close()
+        return self
+
     def stop(self) -> None:
         if self.proc is not None:
             self.proc.terminate()

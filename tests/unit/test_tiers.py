@@ -1,4 +1,4 @@
-"""tests/tiers.py: which tier a test is in, the per-tier table `make test` ends with, and `--quick`."""
+"""tests/tiers.py: which tier a test is in, the per-tier table `make test` ends with, and `--quick` and `--tier`."""
 
 from __future__ import annotations
 
@@ -107,3 +107,18 @@ def test_quick_deselects_the_slow_tiers_and_tells_the_controller():
     for count in (3, 3):
         controller.pytest_testnodedown(SimpleNamespace(workeroutput={"rayfleet_quick_deselected": count}), None)
     assert controller.deselected == 3
+
+
+def test_tier_keeps_only_the_tiers_named():
+    config = SimpleNamespace(
+        getoption=lambda name: ["local cluster", "images"] if name == "tier" else False,
+        hook=SimpleNamespace(pytest_deselected=lambda items: None),
+    )
+    items = [
+        SimpleNamespace(nodeid="tests/unit/test_readme.py::test_x", fixturenames=[]),
+        SimpleNamespace(nodeid="tests/integration/test_ecs_verbs.py::test_x@cluster", fixturenames=["cluster_env"]),
+        SimpleNamespace(nodeid="tests/images/test_dockerfiles.py::test_x", fixturenames=[]),
+    ]
+    kept = list(items)
+    tiers.TierTimes(config).pytest_collection_modifyitems(config, kept)
+    assert kept == items[1:]
