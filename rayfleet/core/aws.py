@@ -7,7 +7,9 @@ below (and botocore's) into one line on stderr and exit code 1 (2 for a ConfigEr
 
 from __future__ import annotations
 
+import os
 import sys
+import threading
 from collections.abc import Callable
 
 import boto3
@@ -74,6 +76,32 @@ class Aws:
         if not clusters:
             raise ClusterNotFound(f"ECS cluster {cluster} does not exist in {self.region}; run `make deploy`")
         return clusters[0]
+
+
+# What a client's identity and endpoint come from besides its arguments: a client made under other values of
+# these (a test's moto, another profile) is another client.
+_CHAIN = (
+    "AWS_PROFILE",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+)
+_shared: dict[tuple, object] = {}
+_shared_lock = threading.Lock()
+
+
+def shared_client(service: str, region: str | None = None, endpoint_url: str | None = None):
+    """One client per service, region, endpoint and credential chain for the whole process. Making a client
+    loads botocore's service model (0.5-1 s of CPU): code that calls S3 many times in a run (the run record,
+    its events, the queue) must not make one per call. Clients are thread-safe; sessions are not, hence the
+    lock around making one."""
+    key = (service, region, endpoint_url, *(os.environ.get(name) for name in _CHAIN))
+    with _shared_lock:
+        if key not in _shared:
+            _shared[key] = Aws(region).client(service, endpoint_url=endpoint_url)
+        return _shared[key]
 
 
 def translate(exc: Exception) -> RayfleetError:

@@ -29,7 +29,7 @@ from urllib.parse import urlparse
 
 from botocore.exceptions import ClientError
 
-from rayfleet.core.aws import Aws
+from rayfleet.core.aws import shared_client
 from rayfleet.core.errors import RayfleetError
 
 RECORD = "run.json"
@@ -66,7 +66,7 @@ class RunDir:
         return "/".join([self.url, *parts])
 
     def _s3(self):
-        return Aws(self.region).client("s3", endpoint_url=self.endpoint_url)
+        return shared_client("s3", self.region, self.endpoint_url)
 
     def _key(self, name: str) -> tuple[str, str]:
         parsed = urlparse(self.url)
@@ -297,7 +297,7 @@ def list_runs(storage: str, region: str | None = None, endpoint_url: str | None 
     if storage.startswith("s3://"):
         parsed = urlparse(storage)
         prefix = parsed.path.strip("/") + "/" if parsed.path.strip("/") else ""
-        client = Aws(region).client("s3", endpoint_url=endpoint_url)
+        client = shared_client("s3", region, endpoint_url)
         names = []
         pages = client.get_paginator("list_objects_v2").paginate(Bucket=parsed.netloc, Prefix=prefix, Delimiter="/")
         for page in pages:

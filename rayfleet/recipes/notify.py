@@ -13,7 +13,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-from rayfleet.core.aws import Aws
+from rayfleet.core.aws import shared_client
 
 TOPIC_VAR, WEBHOOK_VAR = "RAYFLEET_NOTIFY_TOPIC_ARN", "RAYFLEET_NOTIFY_WEBHOOK"
 NOTIFY_VAR = "RAYFLEET_NOTIFY"  # {"run", "stall_after_s"}: set by the submitter when the run notifies
@@ -55,7 +55,7 @@ class Notifier:
 
     def _sns(self, event: Event) -> None:
         region = self.region or self.topic_arn.split(":")[3]  # arn:aws:sns:<region>:<account>:<name>
-        Aws(region).client("sns").publish(TopicArn=self.topic_arn, Subject=event.subject, Message=event.text)
+        shared_client("sns", region).publish(TopicArn=self.topic_arn, Subject=event.subject, Message=event.text)
 
     def _post(self, event: Event) -> None:
         if urllib.parse.urlsplit(self.webhook).scheme not in ("https", "http"):  # urllib also opens file:, ftp:
