@@ -44,6 +44,7 @@ class MotoServer:
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
+        self.clients: dict[str, object] = {}
 
     def command(self) -> list[str]:
         return [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(self.port)]
@@ -74,6 +75,12 @@ class MotoServer:
             self.proc = None
 
     def client(self, service: str):
+        """One client per service (making one costs 0.5-1 s of CPU, and tests poll through these)."""
+        if service not in self.clients:
+            self.clients[service] = self._client(service)
+        return self.clients[service]
+
+    def _client(self, service: str):
         import boto3
 
         return boto3.client(

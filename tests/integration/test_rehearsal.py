@@ -18,6 +18,7 @@ Skipped without podman unless RAYFLEET_REQUIRE_IMAGES=1 (then failed), as tests/
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -184,6 +185,7 @@ def aws(rehearsal):
     env = rehearsal.env()
     outputs = {k: v["value"] for k, v in json.loads(Path(env["RAYFLEET_OUTPUTS"]).read_text()).items()}
 
+    @functools.cache  # making a client costs 0.5-1 s of CPU, and the tests poll through these
     def client(service):
         return boto3.client(
             service,
