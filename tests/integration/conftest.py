@@ -144,16 +144,23 @@ def ddp_basic(cluster_env, small_dataset, tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def fsdp_learned(cluster_env, tiny, tmp_path_factory):
-    """The FSDP job's run "learn" for a strategy, once per session, interrupted and resumed: 30 steps,
-    checkpoints every 10, the export; the first invocation stops after step 10 (stop_at_step), the second
-    resumes it. test_fsdp_on_local_cluster checks the learning, the shards, checkpoints and the resume (against
-    an uninterrupted run), the serve tests serve its export. "first"/"result": the two invocations."""
+    """The FSDP job's run "learn" for a strategy, once per session: 30 steps, checkpoints every 10, the export.
+    FSDP's is interrupted and resumed: the first invocation stops after step 10 (stop_at_step), the second
+    resumes it. DeepSpeed's runs once, uninterrupted (its job resumes through the same code; that its
+    checkpoint gives back what it saved is tests/unit/train/test_deepspeed_checkpoint.py, and a second
+    invocation cost a minute of the CI's local-cluster lane). test_fsdp_on_local_cluster checks the learning,
+    the shards, checkpoints and the resume (against an uninterrupted run), the serve tests serve its export.
+    "first"/"result": the two invocations (the same one when there is one)."""
     done: dict[str, dict] = {}
 
     def learned(strategy: str) -> dict:
         if strategy not in done:
             root = tmp_path_factory.mktemp(f"fsdp-{strategy}")
             args = [*FSDP_LEARN, "run_name=learn", f"strategy={strategy}", "progress_every_s=2"]
+            if strategy != "fsdp":
+                result = run_fsdp(cluster_env, tiny, root, *args)
+                done[strategy] = {"first": result, "result": result, "storage": root, "exported_early": None}
+                return done[strategy]
             first = run_fsdp(cluster_env, tiny, root, *args, "stop_at_step=10")
             exported_early = (root / "learn" / "export").exists()
             second = run_fsdp(cluster_env, tiny, root, *args) if first.returncode == 0 else first

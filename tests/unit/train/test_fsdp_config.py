@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from rayfleet.core.config import ConfigError, load_config
 from rayfleet.train.fsdp_config import FSDPConfig
+from tests.unit.recipes.helpers import REPO
 
 
 def cfg(*overrides: str) -> FSDPConfig:
@@ -56,3 +61,22 @@ def test_the_driver_refuses_before_any_worker_starts(tiny_model, overrides, mess
     with pytest.raises(ConfigError, match=message):
         check_before_start(settings)
     assert check_before_start(load_config(FSDPConfig, "rayfleet/train/configs/fsdp-tiny.yaml", base)).is_dir()
+
+
+def test_the_driver_refuses_bad_input_before_it_connects(tmp_path):
+    """The job's command end to end: exit 2, the reason, no traceback, nothing written, and no Ray cluster
+    asked for (none runs here: RAY_ADDRESS unset). The other checks are the cases above."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    argv = ["--config", "rayfleet/train/configs/fsdp-tiny.yaml", f"model={tmp_path / 'model'}"]
+    argv += [f"data={tmp_path / 'corpus.txt'}", f"storage={tmp_path}", "global_batch_size=7", "run_name=bad"]
+    result = subprocess.run(
+        [sys.executable, "-m", "rayfleet.train.fsdp", *argv],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "global_batch_size: 7 cannot be split across 2 workers" in result.stderr, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr and not (tmp_path / "bad").exists()
