@@ -272,7 +272,8 @@ def drive(env: dict, job: list[str], host: str, port: int, wait_s: float) -> int
     while it waited in the queue (EXIT_HEAD_LOST: nothing of it ran) waits for the head to answer again, by
     its name, rejoins and runs the driver again, which resubmits the run in its place in the queue."""
     command = job_command(job[0], job[1:])
-    for losses in range(MAX_HEAD_LOSSES + 1):
+    losses = 0
+    while True:
         head_ip = wait_for_head(host, port, wait_s)
         subprocess.run(join_command(env, head_ip, block=False, driver_only=True), check=True)
         try:
@@ -288,8 +289,8 @@ def drive(env: dict, job: list[str], host: str, port: int, wait_s: float) -> int
             subprocess.run(["ray", "stop"], check=False)
         if code != EXIT_HEAD_LOST or losses == MAX_HEAD_LOSSES:
             return code
-        say(f"the head went away while the run waited in the queue ({losses + 1}): rejoining it by its name")
-    return code
+        losses += 1
+        say(f"the head went away while the run waited in the queue ({losses}): rejoining it by its name")
 
 
 def run() -> None:
