@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from rayfleet.train.data import synthetic
-from tests.images.helpers import BUILD, BackgroundBuild
+from tests.images.helpers import BUILD, BUILD_DIR_ENV, ROOT, BackgroundBuild
 from tests.tiers import CLUSTER_FIXTURES, IMAGE_FIXTURES, REHEARSAL_FIXTURES
 
 # Tests that share a session resource that cannot be doubled run in one worker, as one xdist group
@@ -70,15 +70,48 @@ def group_item(item, group: str) -> None:
 
 
 def pytest_collection_finish(session):
-    """Start building the images now when tests that use them were collected (the image tests, the
-    rehearsal): the build takes minutes, and the unit and infra tests that run first leave a core free."""
+    """One process (no xdist): start building the images now when tests that use them were collected (the
+    image tests, the rehearsal): the build takes minutes, and the tests that run first leave a core free."""
+    if _xdist(session.config) or not _can_build():
+        return
     users = IMAGE_FIXTURES | REHEARSAL_FIXTURES
-    wanted = any(users & set(getattr(item, "fixturenames", ())) for item in session.items)
-    if not wanted or shutil.which("podman") is None or os.environ.get("RAYFLEET_IMAGES_PREBUILT"):
+    if any(users & set(getattr(item, "fixturenames", ())) for item in session.items):
+        session.config.stash[BUILD] = BackgroundBuild(Path(tempfile.mkdtemp(prefix="rayfleet-image-build-")))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist starts the workers, which inherit BUILD_DIR_ENV
+def pytest_sessionstart(session):
+    """Under xdist (`make test`) the controller collects nothing, and a worker reaches the image tests only at
+    its end: the controller starts the build as the session starts when the command line can reach the image
+    tests or the rehearsal, and the workers wait on it by BUILD_DIR_ENV. Before this, the build ran in the
+    images worker after its other tests, 11 minutes on the CI's longest lane instead of beside it."""
+    config = session.config
+    if hasattr(config, "workerinput") or not _xdist(config) or not _can_build() or not _may_reach_images(config):
         return
-    if hasattr(session.config, "workerinput"):  # an xdist worker: the images group builds them in its own worker
-        return
-    session.config.stash[BUILD] = BackgroundBuild(Path(tempfile.mkdtemp(prefix="rayfleet-image-build-")))
+    build = BackgroundBuild(Path(tempfile.mkdtemp(prefix="rayfleet-image-build-")))
+    config.stash[BUILD] = build
+    os.environ[BUILD_DIR_ENV] = str(build.scratch)
+
+
+def _xdist(config) -> bool:
+    return hasattr(config, "workerinput") or bool(getattr(config.option, "numprocesses", None))
+
+
+def _can_build() -> bool:
+    return shutil.which("podman") is not None and not os.environ.get("RAYFLEET_IMAGES_PREBUILT")
+
+
+def _may_reach_images(config) -> bool:
+    """Whether the command line selects the image tests or the rehearsal, judged before any collection: by
+    its paths and tiers; `-k` or `-m` narrowing it builds nothing ahead (a test that needs the images still
+    builds them itself)."""
+    if config.getoption("quick") or config.option.keyword or config.option.markexpr:
+        return False
+    if (tiers := config.getoption("tier")) and not {"images", "rehearsal"} & set(tiers):
+        return False
+    users = [ROOT / "tests" / "images", ROOT / "tests" / "integration" / "test_rehearsal.py"]
+    paths = [Path(config.invocation_params.dir, arg.split("::")[0]).resolve() for arg in config.args]
+    return any(u == p or u.is_relative_to(p) or p.is_relative_to(u) for p in paths for u in users)
 
 
 def pytest_sessionfinish(session):

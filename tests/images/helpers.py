@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
@@ -93,7 +94,14 @@ class BackgroundBuild:
     def __init__(self, scratch: Path):
         self.scratch = scratch
         self.log = scratch / "build.log"
-        code = "import sys, pathlib, tests.images.helpers as h; h.build_images(pathlib.Path(sys.argv[1]))"
+        # its exit code also lands in the file EXIT_FILE, for the xdist workers that wait on a controller's build
+        code = (
+            "import sys, pathlib, traceback, tests.images.helpers as h\n"
+            "scratch = pathlib.Path(sys.argv[1])\n"
+            "try:\n    h.build_images(scratch); code = 0\n"
+            "except BaseException:\n    traceback.print_exc(); code = 1\n"
+            f"(scratch / {EXIT_FILE!r}).write_text(str(code)); sys.exit(code)"
+        )
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(  # its own process group: stop() ends podman's build with it
                 [sys.executable, "-c", code, str(scratch)],
@@ -104,10 +112,7 @@ class BackgroundBuild:
             )
 
     def wait(self) -> None:
-        code = self.proc.wait()
-        if code != 0:
-            tail = "\n".join(self.log.read_text(errors="replace").splitlines()[-60:])
-            raise AssertionError(f"the image build failed (exit {code}); {self.log} ends:\n{tail}")
+        wait_for_exit_file(self.scratch, self.proc.wait)
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -119,12 +124,37 @@ class BackgroundBuild:
 
 
 BUILD = pytest.StashKey[BackgroundBuild]()
+# Where an xdist controller's build writes (tests/conftest.py sets it before the workers start, which inherit it).
+BUILD_DIR_ENV = "RAYFLEET_TEST_IMAGE_BUILD"
+EXIT_FILE = "exit"
+
+
+def wait_for_exit_file(scratch: Path, wait=None, timeout_s: float = 3600) -> None:
+    """Wait for the build in `scratch` to end (`wait`: its process, when this process started it); raise with
+    its log's end unless it succeeded."""
+    exit_file = scratch / EXIT_FILE
+    if wait is not None:
+        wait()
+    deadline = time.monotonic() + timeout_s
+    while not exit_file.exists():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the image build in {scratch} did not end in {timeout_s:.0f} s")
+        time.sleep(2)
+    code = exit_file.read_text().strip()
+    if code != "0":
+        log = scratch / "build.log"
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-60:]) if log.exists() else ""
+        raise AssertionError(f"the image build failed (exit {code}); {log} ends:\n{tail}")
 
 
 def wait_for_background_build(config) -> bool:
-    """True once the session's background build has finished well; False when none was started."""
+    """True once the session's background build has finished well (this process's, or an xdist controller's,
+    named by BUILD_DIR_ENV); False when none was started."""
     build = config.stash.get(BUILD, None)
-    if build is None:
-        return False
-    build.wait()
-    return True
+    if build is not None:
+        build.wait()
+        return True
+    if os.environ.get(BUILD_DIR_ENV):
+        wait_for_exit_file(Path(os.environ[BUILD_DIR_ENV]))
+        return True
+    return False
