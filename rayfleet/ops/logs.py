@@ -63,7 +63,7 @@ def local_run_log(run: str, follow: bool, runs_dir: str = LOCAL_RUNS) -> int | N
 def _recorded_end(run_dir: RunDir, job_id: str, wait_s: float = 60.0) -> dict:
     """The record once the run's follower has ended (its record is then final) or has moved on to a retry's
     job; as it is after `wait_s` (a follower that still stops a cluster it started, or hangs)."""
-    from rayfleet.recipes.job import submitter_gone
+    from rayfleet.recipes.submitter import submitter_gone
 
     deadline = time.monotonic() + wait_s
     record = run_dir.record()

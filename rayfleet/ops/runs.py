@@ -29,7 +29,7 @@ from rayfleet.core.run_dir import LOCAL_RUNS, RunDir, list_runs, runs_root
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import task_state
 from rayfleet.recipes.cost import attempt_started, cost_usd, spent_s
-from rayfleet.recipes.job import now, submitter_gone
+from rayfleet.recipes.submitter import now, submitter_gone
 
 
 def _duration(record: dict) -> float | None:

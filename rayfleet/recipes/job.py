@@ -17,13 +17,11 @@ import os
 import shlex
 import shutil
 import signal
-import socket
 import sys
 import threading
 import time
 import uuid
 import zipfile
-from datetime import UTC, datetime
 from pathlib import Path
 
 from rayfleet.core.errors import RayfleetError
@@ -34,39 +32,12 @@ from rayfleet.recipes.log_spool import LogSpool
 from rayfleet.recipes.notify import NOTIFY_VAR, TOPIC_VAR
 from rayfleet.recipes.schema import Notify, Recipe
 from rayfleet.recipes.secrets import REFS_VAR
+from rayfleet.recipes.submitter import now, submitter
 from rayfleet.train import stop
 
 HEAD_LOST = "the head went away while the run waited in the queue"
 SUBMITTER_STOPPED = "the submitter stopped"  # the record's message when the follower itself failed or was stopped
 STOPPED_BY_A_SIGNAL = ("SIGTERM", "SIGINT", "KeyboardInterrupt")
-
-
-def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def _process_start(pid: int) -> str | None:
-    """The process's start time (clock ticks since boot, /proc/<pid>/stat field 22): with the pid, it
-    names one process, not whichever later reuses the pid. None where there is no such process."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return stat.rsplit(")", 1)[1].split()[19]
-
-
-def submitter() -> dict:
-    """Who follows the run: recorded in run.json so that a reader can tell when nobody does any more."""
-    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_start": _process_start(os.getpid())}
-
-
-def submitter_gone(record: dict) -> bool:
-    """True when run.json names a submitter on this host whose process no longer exists; False when it
-    lives or when it runs elsewhere (on ECS the trainer task's state decides: rayfleet/ops/runs.py)."""
-    who = record.get("submitter") or {}
-    if who.get("host") != socket.gethostname() or not who.get("pid"):
-        return False
-    return _process_start(int(who["pid"])) != who.get("pid_start")
 
 
 def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:

@@ -17,9 +17,9 @@ from typing import Protocol
 from rayfleet.core.config import ConfigError
 from rayfleet.core.run_dir import RunDir
 from rayfleet.recipes.fit import Capacity
-from rayfleet.recipes.job import now, submitter, submitter_gone
 from rayfleet.recipes.package import package
 from rayfleet.recipes.schema import LoadedRecipe
+from rayfleet.recipes.submitter import now, submitter, submitter_gone
 from rayfleet.train.job_config import RUN_NAME_PATTERN
 
 

@@ -9,7 +9,7 @@ import sys
 
 from rayfleet.core.run_dir import RunDir
 from rayfleet.ops import runs
-from rayfleet.recipes import job
+from rayfleet.recipes import submitter as follower
 from rayfleet.recipes.log_spool import LogSpool
 
 
@@ -42,20 +42,20 @@ def test_the_log_is_uploaded_when_due_and_at_the_end(tmp_path):
 
 
 def test_a_live_submitter_is_not_gone_and_a_dead_one_is(tmp_path):
-    assert not job.submitter_gone({"submitter": job.submitter()})
+    assert not follower.submitter_gone({"submitter": follower.submitter()})
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    gone = {**job.submitter(), "pid": int(dead.stdout)}
-    assert job.submitter_gone({"submitter": gone})
-    assert job.submitter_gone({"submitter": {**job.submitter(), "pid_start": "1"}})  # the pid, reused
-    assert not job.submitter_gone({"submitter": {**gone, "host": "another-host"}})  # not ours to judge
-    assert not job.submitter_gone({})
+    gone = {**follower.submitter(), "pid": int(dead.stdout)}
+    assert follower.submitter_gone({"submitter": gone})
+    assert follower.submitter_gone({"submitter": {**follower.submitter(), "pid_start": "1"}})  # the pid, reused
+    assert not follower.submitter_gone({"submitter": {**gone, "host": "another-host"}})  # not ours to judge
+    assert not follower.submitter_gone({})
 
 
 def test_a_running_local_run_without_its_submitter_is_lost(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
-    RunDir(str(tmp_path), "gone").update(state="RUNNING", submitter={**job.submitter(), "pid": int(dead.stdout)})
-    RunDir(str(tmp_path), "alive").update(state="RUNNING", submitter=job.submitter())
-    RunDir(str(tmp_path), "done").update(state="SUCCEEDED", submitter={**job.submitter(), "pid": int(dead.stdout)})
+    RunDir(str(tmp_path), "gone").update(state="RUNNING", submitter={**follower.submitter(), "pid": int(dead.stdout)})
+    RunDir(str(tmp_path), "alive").update(state="RUNNING", submitter=follower.submitter())
+    RunDir(str(tmp_path), "done").update(state="SUCCEEDED", submitter={**follower.submitter(), "pid": int(dead.stdout)})
     states = {r["run"]: r["state"] for r in runs.local_runs(tmp_path)}
     assert states == {"gone": "LOST", "alive": "RUNNING", "done": "SUCCEEDED"}
     record = RunDir(str(tmp_path), "gone").record()  # the listing's finding: an event beside the owner's run.json
