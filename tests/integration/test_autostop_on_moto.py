@@ -149,9 +149,21 @@ def test_start_brings_the_services_back_and_waits_until_ray_sees_the_workers(sta
     write_snapshot(stack, 0)  # the old head's last word: older than the start, so it does not count
     time.sleep(1.1)
     said: list[str] = []
-    threading.Timer(2.0, write_snapshot, (stack, 1)).start()  # the new head, one worker so far
-    threading.Timer(4.0, write_snapshot, (stack, out.worker_count)).start()
-    result = start(Aws(out.region), out, say=said.append, poll_s=0.5)
+
+    def new_head() -> None:
+        """Snapshots once start() has begun (it says its scalings after it takes its start time): timers from
+        before the call once fired while a loaded machine was still in start()'s preflight, so that both
+        snapshots were older than its start and it waited out its timeout."""
+        deadline = time.monotonic() + 120
+        while len(said) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.1)  # taken_at has whole seconds
+        write_snapshot(stack, 1)  # the new head, one worker so far
+        time.sleep(2)
+        write_snapshot(stack, out.worker_count)
+
+    threading.Thread(target=new_head, daemon=True).start()
+    result = start(Aws(out.region), out, say=said.append, poll_s=0.5, timeout_s=180)
     assert result["workers"] == out.worker_count
     assert desired(stack) == {
         out.head_service_name: 1,
