@@ -22,6 +22,7 @@ leaves them their usual time: the required pairs come first. What runs, and in w
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shlex
 import signal
@@ -54,6 +55,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         metavar="STAGE=S",
         help=f"seconds for a kind of stage ({', '.join(TIMEOUTS)}) or one stage (--dry-run names them); repeatable",
     )
+    parser.add_argument("--pairs", help="only these rows, in this order: comma-separated keys (--dry-run names them)")
     parser.add_argument("--cpus", type=float, default=os.cpu_count() or 1, help="CPUs of the cluster's worker")
     parser.add_argument("--keep-checkpoints", action="store_true", help="keep the FSDP jobs' checkpoints")
     parser.add_argument("--dry-run", action="store_true", help="print the stages and exit")
@@ -115,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
         args.cpus = running.spec["cpus_per_worker"]
     s = settings_from(args, args.device or ("cuda" if info.get("cuda") else "cpu"), f"{now:%Y%m%d-%H%M%S}")
     pairs = plan(s)
+    if args.pairs:
+        pairs = _chosen(pairs, args.pairs)
+        s = dataclasses.replace(s, only=frozenset(p.family for p in pairs))  # the set-up they need, no more
     if args.dry_run:
         for step in [*setup_steps(s), *(step for p in pairs for step in (p.bench, p.job))]:
             print(f"{step.key:<26} {step.timeout_s:>5.0f} s  python {shlex.join(step.argv)}")
@@ -151,6 +156,15 @@ def main(argv: list[str] | None = None) -> int:
     doc.finish([f"Set-up: {'; '.join(notes) or '-'}. Total {clock.elapsed():.0f} s. Logs: {logs}/"])
     clock.say(f"table written to {out}")
     return code
+
+
+def _chosen(pairs: list[Pair], keys: str) -> list[Pair]:
+    by_key = {p.key: p for p in pairs}
+    wanted = [k.strip() for k in keys.split(",") if k.strip()]
+    if unknown := [k for k in wanted if k not in by_key]:
+        print(f"bench.gpu: --pairs: no pair {', '.join(unknown)} (there are: {', '.join(by_key)})", file=sys.stderr)
+        raise SystemExit(2)
+    return [by_key[k] for k in wanted]
 
 
 def _setup(s: Settings, runner: gpu_run.Runner, doc: gpu_run.Document, notes: list[str]) -> None:

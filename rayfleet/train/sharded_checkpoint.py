@@ -117,12 +117,31 @@ class _Writing:
     written: float | None = None  # when the files were all written (perf_counter), set by the writing thread
 
 
+def _copy_as_itself(x, memo, non_blocking=False):
+    return x
+
+
+_copy_as_itself.__name__ = "_deepcopy_atomic"  # the stager calls a copier so named without non_blocking
+
+
+def stager(options: StagingOptions) -> DefaultStager:
+    """DCP's stager, taught that a class object copies as itself (as `copy.deepcopy` does). Torch 2.11's
+    copier has no entry for `type` and looks it up anyway when it meets a class (DTensor state carries
+    some): `KeyError: <class 'type'>` at an FSDP2 save, seen on an H100 with torch 2.11; torch 2.14's table
+    has the entry, so there this adds nothing. The table is the stager's own, private to torch: where it is
+    missing, `async_supported` still says so and checkpoints stay synchronous."""
+    made = DefaultStager(options)
+    table = getattr(getattr(made, "_state_dict_stager", None), "_deepcopy_dispatch", None)
+    if isinstance(table, dict):
+        table.setdefault(type, _copy_as_itself)
+    return made
+
+
 def async_supported() -> str | None:
-    """None where this torch's checkpoint stager copies an FSDP2 state dict, else why not. Torch 2.11's
-    stager cannot copy a class object (DTensor state carries some): `KeyError: <class 'type'>` at the first
-    save, seen on an H100 with torch 2.11; torch 2.14 copies it. Probed, not guessed from a version."""
+    """None where the checkpoint stager copies an FSDP2 state dict (class objects included), else why not.
+    Probed, not guessed from a version."""
     try:
-        DefaultStager(StagingOptions(False, False, False, False)).stage({"probe": int})
+        stager(StagingOptions(False, False, False, False)).stage({"probe": int, "tensor": torch.ones(2)})
     except Exception as exc:
         return f"torch {torch.__version__}'s checkpoint stager cannot copy a class object ({type(exc).__name__}: {exc})"
     return None
@@ -145,7 +164,7 @@ class AsyncCheckpoints:
         options = StagingOptions(
             use_pinned_memory=cuda, use_shared_memory=False, use_async_staging=False, use_non_blocking_copy=cuda
         )
-        self.stager = DefaultStager(options)
+        self.stager = stager(options)
         # DCP's writing thread exchanges plans and ends with a barrier while the training thread runs its own
         # collectives: a gloo group of its own keeps the two apart (and async_save needs a CPU backend).
         self.group = dist.new_group(backend="gloo")

@@ -301,6 +301,19 @@ def test_dry_run_lists_every_stage_with_its_timeout(capsys):
     assert lines[-1].split()[:3] == ["ddp-graph-b256-job", "300", "s"]
 
 
+def test_pairs_pick_rows_in_their_order_and_only_their_set_up(capsys):
+    argv = ["--dry-run", "--device", "cuda", "--work", "/w", "--pairs", "fsdp-accum2,ddp-compile-ro-b128"]
+    assert gpu.main(argv) == 0
+    keys = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert keys[:4] == ["data", "model", "fsdp-accum2-bench", "fsdp-accum2-job"]
+    assert keys[4:] == ["ddp-compile-ro-b128-bench", "ddp-compile-ro-b128-job"]
+    assert gpu.main(["--dry-run", "--device", "cuda", "--work", "/w", "--pairs", "fsdp-base"]) == 0
+    assert next(line.split()[0] for line in capsys.readouterr().out.splitlines()) == "model"  # no DDP data
+    with pytest.raises(SystemExit) as exited:
+        gpu.main(["--dry-run", "--device", "cuda", "--pairs", "fsdp-base,ddp-nope"])
+    assert exited.value.code == 2 and "no pair ddp-nope" in capsys.readouterr().err
+
+
 # ---- set-up ----
 
 

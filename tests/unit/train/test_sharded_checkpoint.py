@@ -144,3 +144,28 @@ def test_async_checkpoints_are_probed_and_a_stager_that_cannot_copy_them_is_name
     monkeypatch.setattr(DefaultStager, "stage", old_stage)
     why = sharded_checkpoint.async_supported()
     assert why and "cannot copy a class object (KeyError" in why
+
+
+def test_a_stager_without_a_copier_for_classes_gets_one(monkeypatch):
+    """Torch 2.11's stager: its copier table has no `type` entry, so staging a class object raises
+    KeyError. Rebuilt here by dropping the entry from this torch's table; `stager` puts it back, so the
+    FSDP job's checkpoints can be asynchronous on the GPU machines' torch too."""
+    from torch.distributed.checkpoint import _state_dict_stager
+    from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+    from rayfleet.train import sharded_checkpoint
+
+    made = _state_dict_stager.StateDictStager.__init__
+
+    def like_torch_2_11(self, *args, **kwargs):
+        made(self, *args, **kwargs)
+        del self._deepcopy_dispatch[type]
+
+    monkeypatch.setattr(_state_dict_stager.StateDictStager, "__init__", like_torch_2_11)
+    options = StagingOptions(False, False, False, False)
+    with pytest.raises(KeyError):
+        DefaultStager(options).stage({"cls": int})
+    staged = sharded_checkpoint.stager(options).stage({"cls": int, "nested": [dict], "t": torch.arange(3.0)})
+    assert staged["cls"] is int and staged["nested"] == [dict]
+    assert torch.equal(staged["t"], torch.arange(3.0))
+    assert sharded_checkpoint.async_supported() is None
