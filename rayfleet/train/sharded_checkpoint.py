@@ -117,33 +117,39 @@ class _Writing:
     written: float | None = None  # when the files were all written (perf_counter), set by the writing thread
 
 
-def _copy_as_itself(x, memo, non_blocking=False):
-    return x
-
-
-_copy_as_itself.__name__ = "_deepcopy_atomic"  # the stager calls a copier so named without non_blocking
-
-
 def stager(options: StagingOptions) -> DefaultStager:
-    """DCP's stager, taught that a class object copies as itself (as `copy.deepcopy` does). Torch 2.11's
-    copier has no entry for `type` and looks it up anyway when it meets a class (DTensor state carries
-    some): `KeyError: <class 'type'>` at an FSDP2 save, seen on an H100 with torch 2.11; torch 2.14's table
-    has the entry, so there this adds nothing. The table is the stager's own, private to torch: where it is
-    missing, `async_supported` still says so and checkpoints stay synchronous."""
+    """DCP's stager, made reusable across saves on every torch this project meets. Torch 2.11-2.13's
+    DefaultStager closes its inner copier after every stage, and closing clears the copier's dispatch table and
+    its cached buffers: the next stage of a state dict holding a class object (FSDP2's DTensor state does)
+    raises `KeyError: <class 'type'>` (seen on an H100 with torch 2.11 at the second save; pytorch's own
+    report says the same of 2.13), and every save would allocate and pin its buffers anew. Here the per-stage
+    close does nothing; `release` closes it for real, once, after the last save. Torch 2.14 does not close
+    per stage, so there this changes nothing."""
     made = DefaultStager(options)
-    table = getattr(getattr(made, "_state_dict_stager", None), "_deepcopy_dispatch", None)
-    if isinstance(table, dict):
-        table.setdefault(type, _copy_as_itself)
+    inner = getattr(made, "_state_dict_stager", None)  # private to torch: where it is missing, nothing to do
+    if inner is not None and callable(getattr(inner, "close", None)):
+        made.release = inner.close
+        inner.close = lambda: None
     return made
 
 
+def release(made: DefaultStager) -> None:
+    """The stager's buffers go: its inner copier closed for real (see `stager`), then the stager itself."""
+    getattr(made, "release", lambda: None)()
+    made.close()
+
+
 def async_supported() -> str | None:
-    """None where the checkpoint stager copies an FSDP2 state dict (class objects included), else why not.
-    Probed, not guessed from a version."""
+    """None where the checkpoint stager copies an FSDP2 state dict (class objects included) save after save,
+    else why not. Probed, twice, not guessed from a version."""
+    made = stager(StagingOptions(False, False, False, False))
     try:
-        stager(StagingOptions(False, False, False, False)).stage({"probe": int, "tensor": torch.ones(2)})
+        for _ in range(2):
+            made.stage({"probe": int, "tensor": torch.ones(2)})
     except Exception as exc:
         return f"torch {torch.__version__}'s checkpoint stager cannot copy a class object ({type(exc).__name__}: {exc})"
+    finally:
+        release(made)
     return None
 
 
@@ -235,7 +241,7 @@ class AsyncCheckpoints:
     def close(self) -> None:
         """After the last checkpoint: the staging buffers go."""
         self.finish()
-        self.stager.close()
+        release(self.stager)
 
 
 def load_latest(model, optimizer) -> dict | None:

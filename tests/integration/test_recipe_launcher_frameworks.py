@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
-import uuid
 from pathlib import Path
 
 import pytest
@@ -18,22 +16,6 @@ from tests.integration.helpers import REPO, worker_node_ids
 pytestmark = pytest.mark.integration
 
 EXAMPLES = REPO / "recipes" / "examples"
-
-
-@pytest.fixture(scope="module")
-def tiny_lm(tmp_path_factory) -> dict:
-    """The tiny GPT-NeoX and its corpus (rayfleet.train.tiny_lm); the corpus has a name of its own, so `pgrep -f`
-    finds exactly the processes of these runs."""
-    base = tmp_path_factory.mktemp("tiny-lm")
-    text = base / f"corpus-{uuid.uuid4().hex[:12]}.txt"
-    subprocess.run(
-        [sys.executable, "-m", "rayfleet.train.tiny_lm", str(base / "model"), "--text", str(text)],
-        cwd=REPO,
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    return {"model": base / "model", "text": text}
 
 
 def make_run(env: dict, recipe: Path, storage: Path, run: str, args: str = "") -> subprocess.CompletedProcess:
@@ -69,9 +51,10 @@ def test_accelerate_script_runs_on_both_worker_nodes(cluster_env, tmp_path):
     assert len(rank["losses"]) == 40
 
 
-def test_hf_trainer_runs_on_both_worker_nodes(cluster_env, tiny_lm, tmp_path):
+def test_hf_trainer_runs_on_both_worker_nodes(cluster_env, tiny, tmp_path):
+    """On the session's tiny GPT-NeoX and corpus (the FSDP runs' own)."""
     storage = tmp_path / "runs"
-    args = f"--model {tiny_lm['model']} --text {tiny_lm['text']}"
+    args = f"--model {tiny['model']} --text {tiny['data']}"
     result = make_run(cluster_env, EXAMPLES / "hf-trainer" / "recipe.yaml", storage, "hf-trainer-ok", args)
     check_ranks_on_both_workers(cluster_env, result, storage / "hf-trainer-ok")
     rank = json.loads((storage / "hf-trainer-ok" / "ranks" / "rank-0.json").read_text())

@@ -146,26 +146,37 @@ def test_async_checkpoints_are_probed_and_a_stager_that_cannot_copy_them_is_name
     assert why and "cannot copy a class object (KeyError" in why
 
 
-def test_a_stager_without_a_copier_for_classes_gets_one(monkeypatch):
-    """Torch 2.11's stager: its copier table has no `type` entry, so staging a class object raises
-    KeyError. Rebuilt here by dropping the entry from this torch's table; `stager` puts it back, so the
-    FSDP job's checkpoints can be asynchronous on the GPU machines' torch too."""
-    from torch.distributed.checkpoint import _state_dict_stager
+def test_a_stager_that_closes_after_every_stage_is_kept_open_across_saves(monkeypatch):
+    """Torch 2.11-2.13's DefaultStager closes its inner copier after every stage, which clears the copier's
+    dispatch table and cached buffers: the second stage of a state dict holding a class object raised
+    `KeyError: <class 'type'>` at an FSDP2 job's second save on an H100 (torch 2.11). Rebuilt here on this
+    torch by closing after each stage as those versions do; `stager` keeps the copier open (and its buffers
+    reused) until `release`."""
     from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
     from rayfleet.train import sharded_checkpoint
 
-    made = _state_dict_stager.StateDictStager.__init__
+    staged_by_torch = DefaultStager._stage
 
-    def like_torch_2_11(self, *args, **kwargs):
-        made(self, *args, **kwargs)
-        del self._deepcopy_dispatch[type]
+    def like_torch_2_11(self, state_dict, **kwargs):
+        staged = staged_by_torch(self, state_dict, **kwargs)
+        self._state_dict_stager.close()
+        return staged
 
-    monkeypatch.setattr(_state_dict_stager.StateDictStager, "__init__", like_torch_2_11)
+    monkeypatch.setattr(DefaultStager, "_stage", like_torch_2_11)
     options = StagingOptions(False, False, False, False)
+    state = {"cls": int, "t": torch.arange(3.0)}
+    plain = DefaultStager(options)
+    plain.stage(state)
     with pytest.raises(KeyError):
-        DefaultStager(options).stage({"cls": int})
-    staged = sharded_checkpoint.stager(options).stage({"cls": int, "nested": [dict], "t": torch.arange(3.0)})
-    assert staged["cls"] is int and staged["nested"] == [dict]
-    assert torch.equal(staged["t"], torch.arange(3.0))
+        plain.stage(state)
+    made = sharded_checkpoint.stager(options)
+    first = made.stage(state)
+    state["t"].add_(1)  # a training step between two saves: the same parameters, new values
+    second = made.stage(state)
+    assert second["cls"] is int and torch.equal(second["t"], torch.arange(3.0) + 1)
+    assert second["t"].data_ptr() == first["t"].data_ptr()  # the buffer of the first save, reused
     assert sharded_checkpoint.async_supported() is None
+    sharded_checkpoint.release(made)
+    with pytest.raises(KeyError):  # released: closed for real
+        made.stage(state)
