@@ -118,13 +118,15 @@ def test_every_rank_of_a_torchrun_gets_the_file_and_the_signal_and_saves_at_one_
     try:
         lines_until(launcher, "all-reduce ok", 2, timeout=120)
         lines_until(launcher, "step 10/", 1, timeout=60)  # the ranks are in their loop
-        told = launcher.notice(time.time() + 30, node_rank=1, ray_node_id="cd" * 28)
+        asked = time.time()
+        told = launcher.notice(asked + 30, node_rank=1, ray_node_id="cd" * 28)
+        took = time.time() - asked  # seconds on a loaded CI machine: the deadline left shrinks by as much
         code, _ = launcher.wait()
     finally:
         launcher.stop(grace_s=5)
     output = "\n".join(launcher.last_lines())
     assert code == 0, output
-    assert told["signalled"] == 2 and told["node_rank"] == 1 and 28 <= told["deadline_s"] <= 30
+    assert told["signalled"] == 2 and told["node_rank"] == 1 and 29 - took <= told["deadline_s"] <= 30
     notices = [json.loads((tmp_path / "notices" / f"rank-{r}-attempt-1.json").read_text()) for r in (0, 1)]
     assert [n["rank"] for n in notices] == [0, 1]
     # Each rank read the file (whether the signal or the file woke it first is a race the script need not care about)
