@@ -117,39 +117,39 @@ class _Writing:
     written: float | None = None  # when the files were all written (perf_counter), set by the writing thread
 
 
-def stager(options: StagingOptions) -> DefaultStager:
-    """DCP's stager, made reusable across saves on every torch this project meets. Torch 2.11-2.13's
-    DefaultStager closes its inner copier after every stage, and closing clears the copier's dispatch table and
-    its cached buffers: the next stage of a state dict holding a class object (FSDP2's DTensor state does)
-    raises `KeyError: <class 'type'>` (seen on an H100 with torch 2.11 at the second save; pytorch's own
-    report says the same of 2.13), and every save would allocate and pin its buffers anew. Here the per-stage
-    close does nothing; `release` closes it for real, once, after the last save. Torch 2.14 does not close
-    per stage, so there this changes nothing."""
-    made = DefaultStager(options)
-    inner = getattr(made, "_state_dict_stager", None)  # private to torch: where it is missing, nothing to do
-    if inner is not None and callable(getattr(inner, "close", None)):
-        made.release = inner.close
-        inner.close = lambda: None
-    return made
+class ReusableStager(DefaultStager):
+    """DCP's stager, reusable across saves on every torch this project meets. Torch 2.11-2.13's DefaultStager
+    closes its inner copier after every stage, and closing clears the copier's dispatch table and its cached
+    buffers: the next stage of a state dict holding a class object (FSDP2's DTensor state does) raises
+    `KeyError: <class 'type'>` (seen on an H100 with torch 2.11 at the second save; pytorch's own report says
+    the same of 2.13), and every save would allocate and pin its buffers anew. Here the per-stage close does
+    nothing; `close` closes the copier for real, once, after the last save. Torch 2.14 does not close per
+    stage, so there this changes nothing."""
 
+    def __init__(self, options: StagingOptions):
+        super().__init__(options)
+        inner = getattr(self, "_state_dict_stager", None)  # private to torch: where it is missing, nothing to do
+        self._close_inner = getattr(inner, "close", None)
+        if self._close_inner is not None:
+            inner.close = lambda: None
 
-def release(made: DefaultStager) -> None:
-    """The stager's buffers go: its inner copier closed for real (see `stager`), then the stager itself."""
-    getattr(made, "release", lambda: None)()
-    made.close()
+    def close(self) -> None:
+        if self._close_inner is not None:
+            self._close_inner()
+        super().close()
 
 
 def async_supported() -> str | None:
     """None where the checkpoint stager copies an FSDP2 state dict (class objects included) save after save,
     else why not. Probed, twice, not guessed from a version."""
-    made = stager(StagingOptions(False, False, False, False))
+    made = ReusableStager(StagingOptions(False, False, False, False))
     try:
         for _ in range(2):
             made.stage({"probe": int, "tensor": torch.ones(2)})
     except Exception as exc:
         return f"torch {torch.__version__}'s checkpoint stager cannot copy a class object ({type(exc).__name__}: {exc})"
     finally:
-        release(made)
+        made.close()
     return None
 
 
@@ -170,7 +170,7 @@ class AsyncCheckpoints:
         options = StagingOptions(
             use_pinned_memory=cuda, use_shared_memory=False, use_async_staging=False, use_non_blocking_copy=cuda
         )
-        self.stager = stager(options)
+        self.stager = ReusableStager(options)
         # DCP's writing thread exchanges plans and ends with a barrier while the training thread runs its own
         # collectives: a gloo group of its own keeps the two apart (and async_save needs a CPU backend).
         self.group = dist.new_group(backend="gloo")
@@ -241,7 +241,7 @@ class AsyncCheckpoints:
     def close(self) -> None:
         """After the last checkpoint: the staging buffers go."""
         self.finish()
-        release(self.stager)
+        self.stager.close()
 
 
 def load_latest(model, optimizer) -> dict | None:

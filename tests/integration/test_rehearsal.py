@@ -163,7 +163,9 @@ def rehearsal(images, tmp_path_factory):
     scratch = tmp_path_factory.mktemp("rehearsal")
     data = scratch / "data"
     # As many images as the runs here read (SMALL's subsets): every worker task downloads the set from moto.
-    synthetic = [sys.executable, "-m", "rayfleet.train.data.synthetic", str(data), "--train", "600", "--test", "200"]
+    subsets = dict(item.split("=") for item in SMALL)
+    synthetic = [sys.executable, "-m", "rayfleet.train.data.synthetic", str(data)]
+    synthetic += ["--train", subsets["train_subset"], "--test", subsets["test_subset"]]
     subprocess.run(synthetic, cwd=REPO, check=True, timeout=300)
     started = time.monotonic()
     running = Rehearsal(scratch / "state")  # nothing of this host mounted: the recipe's data is staged to S3

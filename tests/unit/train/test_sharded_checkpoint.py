@@ -150,8 +150,8 @@ def test_a_stager_that_closes_after_every_stage_is_kept_open_across_saves(monkey
     """Torch 2.11-2.13's DefaultStager closes its inner copier after every stage, which clears the copier's
     dispatch table and cached buffers: the second stage of a state dict holding a class object raised
     `KeyError: <class 'type'>` at an FSDP2 job's second save on an H100 (torch 2.11). Rebuilt here on this
-    torch by closing after each stage as those versions do; `stager` keeps the copier open (and its buffers
-    reused) until `release`."""
+    torch by closing after each stage as those versions do; `ReusableStager` keeps the copier open (and its
+    buffers reused) until it is closed."""
     from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
     from rayfleet.train import sharded_checkpoint
@@ -170,13 +170,13 @@ def test_a_stager_that_closes_after_every_stage_is_kept_open_across_saves(monkey
     plain.stage(state)
     with pytest.raises(KeyError):
         plain.stage(state)
-    made = sharded_checkpoint.stager(options)
+    made = sharded_checkpoint.ReusableStager(options)
     first = made.stage(state)
     state["t"].add_(1)  # a training step between two saves: the same parameters, new values
     second = made.stage(state)
     assert second["cls"] is int and torch.equal(second["t"], torch.arange(3.0) + 1)
     assert second["t"].data_ptr() == first["t"].data_ptr()  # the buffer of the first save, reused
     assert sharded_checkpoint.async_supported() is None
-    sharded_checkpoint.release(made)
+    made.close()
     with pytest.raises(KeyError):  # released: closed for real
         made.stage(state)
