@@ -59,13 +59,14 @@ def test_the_gpu_plan_runs_tier_one_first_and_the_extra_batch_last():
     compiled = set(pairs[3].job.argv)
     assert {"compile=true", "compile_mode=reduce-overhead", "cuda_graph=false"} <= compiled
     base, accum = pairs[2], pairs[4]
-    assert base.checkpoint_row and not accum.checkpoint_row
+    assert base.checkpoint_row and accum.checkpoint_row  # both report their pause
     assert {"--compile", "--no-ac", "--seq-len", "2048", "--batch", "8"} <= set(base.bench.argv)
     assert accum.bench.argv[-2:] == ("--grad-accum", "2")
     keys = {"seq_len=2048", "micro_batch_size=8", "activation_checkpointing=false", "compile=true", "export=false"}
     keys |= {"max_steps=40", "warmup_steps=5", "log_every=10", "checkpoint_every=20", "grad_accum=1"}
     assert keys <= set(base.job.argv) and "model=/w/models/pythia-1.4b" in base.job.argv
     assert "grad_accum=2" in accum.job.argv and "grad_accum=1" not in accum.job.argv
+    assert "checkpoint_every=20" in accum.job.argv  # saves at the step that is measured for MFU
 
 
 def test_the_cpu_plan_is_tiny_and_only_runs_what_cpus_can():
