@@ -48,7 +48,7 @@ ALL_RUNS = $(ONE_RUN) $(foreach r,$(RUNS),--run $(r)) $(BUCKET_FLAG)
 .DEFAULT_GOAL := help
 .PHONY: help setup data text-data demo run runs logs queue cancel plot tensorboard train-ddp train-ddp-local train-fsdp \
         train-fsdp-local launch cluster-up cluster-down cluster-status plan check deploy build push status exec ray-status \
-        stop start clean rotate-ray-token rehearse rehearse-down serve serve-status serve-down test test-quick \
+        stop start clean rotate-ray-token rehearse rehearse-down serve serve-status serve-down test test-images-early test-quick \
         test-unit test-integration lint lint-infra format clean-local dashboard gpu-metrics-once bench-ddp \
         bench-vs-blueprint bench-speed-levers bench-data bench-fsdp bench-recipe bench-launcher bench-tracking \
         bench-serve bench-run-start bench-sidecar bench-gpu bench-checkpoint
@@ -214,8 +214,13 @@ serve-down: setup ## Shut Serve down on the cluster: no applications, replicas o
 PYTEST_WORKERS ?= 2
 PYTEST_SPLIT = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
-test: setup ## Run all tests: unit, infra, images, integration (a real local Ray cluster, moto, podman), two at a time; what CI runs
+# test-images-early, first: on a fresh machine the image tests' base layers build on the core that set-up leaves
+# idle (tests/images/build.py); not a target to call on its own.
+test: test-images-early setup ## Run all tests: unit, infra, images, integration (a real local Ray cluster, moto, podman), two at a time; what CI runs
 	$(PY) -m pytest $(PYTEST_SPLIT) --durations=20 $(PYTEST_ARGS)
+
+test-images-early:
+	@$(PYTHON) -m tests.images.build --early
 
 # --quick (tests/tiers.py) deselects the local-cluster, image and rehearsal tiers by their fixtures and paths.
 test-quick: setup ## The edit loop: unit, infra and moto tests, no local cluster, images or podman (minutes)

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from rayfleet.train.data import synthetic
-from tests.images.helpers import BUILD, BUILD_DIR_ENV, ROOT, BackgroundBuild
+from tests.images.build import ROOT
+from tests.images.helpers import BUILD, BUILD_DIR_ENV, BackgroundBuild
 from tests.tiers import CLUSTER_FIXTURES, IMAGE_FIXTURES, REHEARSAL_FIXTURES
 
 # Tests that share a session resource that cannot be doubled run in one worker, as one xdist group

@@ -12,7 +12,8 @@ import uuid
 
 import pytest
 
-from tests.images.helpers import IMAGES, INSTALL, ROOT, TAG, build_images, podman, wait_for_background_build
+from tests.images.build import IMAGES, ROOT, TAG, build_images
+from tests.images.helpers import INSTALL, podman, wait_for_background_build
 
 # testinfra's podman:// backend runs `podman exec` with this process's environment
 os.environ.setdefault("CONTAINERS_CONF", str(ROOT / "images" / "containers.conf"))

@@ -1,6 +1,6 @@
-"""podman for the image tests (and the rehearsal, which runs the same images): the repository root, the
-engine's configuration, `podman ...` as a command, the flags and volumes of a container run as ECS runs it,
-and the build of the four test images."""
+"""podman for the image tests (and the rehearsal, which runs the same images): `podman ...` as a command, the
+flags and volumes of a container run as ECS runs it, and the session's background build of the four test
+images (what it builds: tests/images/build.py)."""
 
 from __future__ import annotations
 
@@ -16,15 +16,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-TAG = "test"
-BASE = "localhost/rayfleet-local-base:bookworm"
+from tests.images.build import EXIT_FILE, ROOT, podman_env
+
 INSTALL = "apt-get install podman buildah debootstrap runc"
-IMAGES = ("ray-head", "ray-worker", "trainer", "gpu-metrics")
-
-
-def podman_env() -> dict:
-    return {**os.environ, "CONTAINERS_CONF": str(ROOT / "images" / "containers.conf"), "RAYFLEET_ENGINE": "podman"}
 
 
 def podman(*args: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -64,29 +58,6 @@ def task_volumes(*paths: str):
             podman("volume", "rm", "-f", name, check=False)
 
 
-def build_images(scratch: Path) -> None:
-    """The four images, tagged TAG, built for real on the local debootstrap base as `make build` builds
-    them, with the tiny GPT-NeoX as the trainer's preloaded model (generated into `scratch` if needed)."""
-    env = podman_env()
-    subprocess.run([str(ROOT / "images" / "local-base.sh"), BASE], env=env, check=True, timeout=900)
-    model = ROOT / "models" / "tiny-gpt-neox"
-    if not (model / "config.json").is_file():
-        model = scratch / "tiny-gpt-neox"
-        subprocess.run(
-            [sys.executable, "-m", "rayfleet.train.tiny_lm", str(model), "--text", str(scratch / "corpus.txt")],
-            cwd=ROOT,
-            check=True,
-            timeout=300,
-        )
-    build = subprocess.run(
-        [sys.executable, "-m", "rayfleet.ops.images", "build", "--tag", TAG, "--models", f"tiny-gpt-neox={model}"],
-        cwd=ROOT,
-        env={**env, "BASE_IMAGE": BASE, "PYTHON_BASE_IMAGE": BASE},
-        timeout=1800,
-    )
-    assert build.returncode == 0, "make build failed (output above)"
-
-
 class BackgroundBuild:
     """The image build, started as the session starts (tests/conftest.py) so that it runs beside the unit and
     infra tests, which come first and mostly use one core, instead of in front of the image tests."""
@@ -96,9 +67,9 @@ class BackgroundBuild:
         self.log = scratch / "build.log"
         # its exit code also lands in the file EXIT_FILE, for the xdist workers that wait on a controller's build
         code = (
-            "import sys, pathlib, traceback, tests.images.helpers as h\n"
+            "import sys, pathlib, traceback, tests.images.build as b\n"
             "scratch = pathlib.Path(sys.argv[1])\n"
-            "try:\n    h.build_images(scratch); code = 0\n"
+            "try:\n    b.wait_for_early(); b.build_images(scratch); code = 0\n"
             "except BaseException:\n    traceback.print_exc(); code = 1\n"
             f"(scratch / {EXIT_FILE!r}).write_text(str(code)); sys.exit(code)"
         )
@@ -126,7 +97,6 @@ class BackgroundBuild:
 BUILD = pytest.StashKey[BackgroundBuild]()
 # Where an xdist controller's build writes (tests/conftest.py sets it before the workers start, which inherit it).
 BUILD_DIR_ENV = "RAYFLEET_TEST_IMAGE_BUILD"
-EXIT_FILE = "exit"
 
 
 def wait_for_exit_file(scratch: Path, wait=None, timeout_s: float = 3600) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.images.helpers import ROOT, locked_down, podman, task_volumes
+from tests.images.build import ROOT
+from tests.images.helpers import locked_down, podman, task_volumes
 
 pytestmark = pytest.mark.integration
 RAY_IMAGES = ("ray-head", "ray-worker", "trainer")

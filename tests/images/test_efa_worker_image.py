@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from rayfleet.ops import images
-from tests.images.helpers import ROOT
+from tests.images.build import ROOT
 
 DOCKERFILE = ROOT / "images" / "ray-worker" / "Dockerfile"
 

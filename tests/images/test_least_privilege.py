@@ -18,7 +18,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from tests.images.helpers import BASE, locked_down, podman, task_volumes
+from tests.images.build import BASE
+from tests.images.helpers import locked_down, podman, task_volumes
 
 pytestmark = pytest.mark.integration
 RAY_IMAGES = ("ray-head", "ray-worker", "trainer")

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.images.helpers import IMAGES, INSTALL, TAG, build_images, podman_env
+from tests.images.build import IMAGES, TAG, build_images, podman_env
+from tests.images.helpers import INSTALL
 from tests.integration.helpers import REPO
 
 LABEL = "rayfleet.rehearsal"

@@ -10,7 +10,8 @@ from types import SimpleNamespace
 import pytest
 
 from tests import conftest
-from tests.images.helpers import ROOT, wait_for_exit_file
+from tests.images.build import ROOT
+from tests.images.helpers import wait_for_exit_file
 
 
 def config(*args: str, quick=False, tier=None, keyword="", markexpr=""):
@@ -56,3 +57,35 @@ def test_a_worker_waits_for_the_exit_file_and_fails_with_the_logs_end(tmp_path):
     (failed / "exit").write_text("1")
     with pytest.raises(AssertionError, match=r"(?s)exit 1.*no space left on device"):
         wait_for_exit_file(failed)
+
+
+def test_the_session_build_waits_while_the_early_build_runs_and_not_after(tmp_path, monkeypatch):
+    """`make test` starts the base layers before set-up (tests/images/build.py); the session's build waits for
+    that process, so the two never build the same layers at once, and does not wait on one that ended, one
+    that was killed before writing its exit file, or one that never started."""
+    from tests.images import build
+
+    monkeypatch.setattr(build, "EARLY", tmp_path)
+    assert build.running_early_pid() is None  # never started
+    early = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
+    (tmp_path / "pid").write_text(str(early.pid))
+    assert build.running_early_pid() == early.pid
+    build.wait_for_early(timeout_s=30, poll_s=0.1)
+    assert early.poll() is not None  # it waited until the process was gone (killed: no exit file)
+    early = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        (tmp_path / "pid").write_text(str(early.pid))
+        (tmp_path / "exit").write_text("0")  # the build ended; this process is some later one with its pid
+        assert build.running_early_pid() is None
+    finally:
+        early.kill()
+        early.wait()
+
+
+def test_without_podman_the_early_build_says_so_and_starts_nothing(tmp_path, monkeypatch):
+    from tests.images import build
+
+    monkeypatch.setattr(build, "EARLY", tmp_path / "early")
+    monkeypatch.setattr(build.shutil, "which", lambda name: None)
+    assert "no podman" in build.start_early()
+    assert not (tmp_path / "early").exists()
