@@ -27,8 +27,9 @@ IMAGES = ("ray-head", "ray-worker", "trainer", "gpu-metrics")
 EXIT_FILE = "exit"
 # The early build's log and exit file (ignored by git); one per checkout.
 EARLY = ROOT / ".test-images-early"
-# ray-head is ray-base plus a few small layers: building it builds the base, the costly part.
-EARLY_IMAGES = ("ray-head",)
+# ray-head is ray-base plus a few small layers: building it builds the base, the costly part; gpu-metrics is
+# small but has a pip install of its own.
+EARLY_IMAGES = ("ray-head", "gpu-metrics")
 
 
 def podman_env() -> dict:
