@@ -6,7 +6,7 @@
     rayfleet-node driver JOB [ARGS]    # join as a node without resources, run the job, leave; exit code of the job
     rayfleet-node driver recipe        # the same for a recipe run: submit it through the head's Jobs API; when
                                        # the head goes away while the run is queued: rejoin it, submit again
-    rayfleet-node health               # exit 0 when this task's Ray node answers (the head's health check)
+    rayfleet-node health               # exit 0 when the head's dashboard and GCS answer (its health check)
 
 Environment (set by infra/modules/ray): RAYFLEET_HEAD_HOST (Cloud Map name), RAYFLEET_RAY_PORTS (JSON of
 infra/catalog/ray_ports.json), RAYFLEET_OBJECT_STORE_MIB, RAYFLEET_NUM_CPUS, RAYFLEET_NUM_GPUS,
@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -41,7 +40,7 @@ from pathlib import Path
 
 from rayfleet.core import ray_drain
 from rayfleet.core.errors import EXIT_HEAD_LOST
-from rayfleet.node import drain, suspect
+from rayfleet.node import drain, health, suspect
 from rayfleet.node.head_wait import Stopped, head_moved, wait_for_head
 from rayfleet.node.node_spec import head_command, join_command, ports, trainer_resource
 from rayfleet.node.say import say
@@ -247,12 +246,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     if env.get("RAY_AUTH_MODE") != "token":
         say("warning: RAY_AUTH_MODE is not token; the cluster would accept unauthenticated requests")
     if role == "health":
-        port = ports(env)["gcs"]["from"]
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=3).close()
-            return 0
-        except OSError:
-            return 1
+        return health.main(env)
     if role == "head":
         return run_head(env)
     host, port = head_address(env)

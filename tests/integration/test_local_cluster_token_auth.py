@@ -72,3 +72,14 @@ def test_token_is_in_no_process_argv_or_environment(cluster_env):
                 assert token not in (entry / "environ").read_bytes(), f"token in environ of pid {entry.name}"
             except OSError:
                 continue
+
+
+def test_the_heads_health_check_passes_without_the_token(cluster_env):
+    """The one path Ray answers without the token: the head's health check (`rayfleet-node health`,
+    rayfleet/node/health.py) reads /api/gcs_healthz, which a real dashboard answers only with its GCS alive."""
+    import json
+
+    from rayfleet.node import health
+
+    env = {"RAYFLEET_RAY_PORTS": json.dumps({"dashboard": {"from": DASHBOARD_PORT, "to": DASHBOARD_PORT}})}
+    assert health.problem(env) is None
