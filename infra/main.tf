@@ -127,6 +127,7 @@ module "ray" {
   serve                 = var.serve.enabled ? { port = var.serve.port, security_group_id = module.network.serve_security_group_id, tls_secret_arn = var.serve.tls_secret_arn } : null
   metric_namespace      = module.observability.metric_namespace
   notify_topic_arn      = module.observability.notifications_topic_arn
+  notify_head_stopped   = true
   queue_budget          = var.queue_budget
   concurrent_runs       = var.concurrent_runs
 }
@@ -139,4 +140,6 @@ module "observability" {
   alarm_actions = var.alarm_actions
   kms_key_arn   = module.iam.kms_key_arn
   notify_emails = var.notify_emails
+  # the ray module's head-stopped rule may publish (it exists: the root always gives that module the topic)
+  event_rule_arns = [module.ray.head_stopped_rule_arn]
 }

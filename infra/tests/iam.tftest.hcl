@@ -132,7 +132,7 @@ run "iam" {
   assert {
     condition = (
       aws_kms_key.this.enable_key_rotation && aws_kms_alias.this.name == "alias/rayfleet-rayfleet" &&
-      [for s in jsondecode(aws_kms_key.this.policy).Statement : s.Sid] == ["AccountAdministers", "LogsOfThisDeployment", "AlarmsToTheNotificationsTopic", "AutoScalingVolumes", "AutoScalingVolumeGrants"] &&
+      [for s in jsondecode(aws_kms_key.this.policy).Statement : s.Sid] == ["AccountAdministers", "LogsOfThisDeployment", "AlarmsAndEventsToTheNotificationsTopic", "AutoScalingVolumes", "AutoScalingVolumeGrants"] &&
       jsondecode(aws_kms_key.this.policy).Statement[0].Principal == { AWS = "arn:aws:iam::123456789012:root" } &&
       jsondecode(aws_kms_key.this.policy).Statement[1].Condition == { ArnLike = { "kms:EncryptionContext:aws:logs:arn" = "arn:aws:logs:us-east-1:123456789012:log-group:/rayfleet/rayfleet/*" } }
     )
@@ -141,11 +141,11 @@ run "iam" {
 
   assert {
     condition = [
-      for s in jsondecode(aws_kms_key.this.policy).Statement : [s.Principal, s.Action, s.Condition] if s.Sid == "AlarmsToTheNotificationsTopic"
-      ] == [[{ Service = "cloudwatch.amazonaws.com" }, ["kms:Decrypt", "kms:GenerateDataKey*"], { StringEquals = { "aws:SourceAccount" = "123456789012" } }]] && [
+      for s in jsondecode(aws_kms_key.this.policy).Statement : [s.Principal, s.Action, s.Condition] if s.Sid == "AlarmsAndEventsToTheNotificationsTopic"
+      ] == [[{ Service = ["cloudwatch.amazonaws.com", "events.amazonaws.com"] }, ["kms:Decrypt", "kms:GenerateDataKey*"], { StringEquals = { "aws:SourceAccount" = "123456789012" } }]] && [
       for s in jsondecode(aws_iam_role_policy.task.policy).Statement : [s.Action, s.Condition] if s.Sid == "NotifyThroughTheEncryptedTopic"
     ] == [[["kms:GenerateDataKey*", "kms:Decrypt"], { StringEquals = { "kms:ViaService" = "sns.us-east-1.amazonaws.com" } }]]
-    error_message = "Only this account's alarms, and the task role only through SNS, use the key for the notifications topic."
+    error_message = "Only this account's alarms and event rules, and the task role only through SNS, use the key for the notifications topic."
   }
 
   # issue 27 item 4: the control task's role (head snapshot, autostop) alone scales the deployment's three

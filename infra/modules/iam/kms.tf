@@ -53,10 +53,11 @@ resource "aws_kms_key" "this" {
         Condition = { ArnLike = { "kms:EncryptionContext:aws:logs:arn" = local.log_arn } }
       },
       {
-        # CloudWatch alarms publish to the encrypted notifications topic as the service.
-        Sid       = "AlarmsToTheNotificationsTopic"
+        # CloudWatch alarms and EventBridge rules (the head-stopped rule) publish to the encrypted
+        # notifications topic as their services.
+        Sid       = "AlarmsAndEventsToTheNotificationsTopic"
         Effect    = "Allow"
-        Principal = { Service = "cloudwatch.amazonaws.com" }
+        Principal = { Service = ["cloudwatch.amazonaws.com", "events.amazonaws.com"] }
         Action    = ["kms:Decrypt", "kms:GenerateDataKey*"]
         Resource  = "*"
         Condition = { StringEquals = { "aws:SourceAccount" = local.account } }

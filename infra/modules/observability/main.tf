@@ -47,3 +47,33 @@ resource "aws_sns_topic_subscription" "email" {
   protocol  = "email"
   endpoint  = each.value
 }
+
+# Who else may publish: the EventBridge rules given (the head-stopped rule, infra/modules/ray), each by its
+# ARN, and CloudWatch alarms of this account. The account's own principals publish by their IAM policies
+# (the task role may publish to this topic alone: infra/modules/iam).
+resource "aws_sns_topic_policy" "notifications" {
+  arn = aws_sns_topic.notifications.arn
+  policy = jsonencode({
+    Version = "2012-10-17"
+    Statement = concat(
+      [{
+        Sid       = "AlarmsOfThisAccount"
+        Effect    = "Allow"
+        Principal = { Service = "cloudwatch.amazonaws.com" }
+        Action    = "sns:Publish"
+        Resource  = aws_sns_topic.notifications.arn
+        Condition = { StringEquals = { "aws:SourceAccount" = data.aws_caller_identity.current.account_id } }
+      }],
+      length(var.event_rule_arns) == 0 ? [] : [{
+        Sid       = "TheseEventRules"
+        Effect    = "Allow"
+        Principal = { Service = "events.amazonaws.com" }
+        Action    = "sns:Publish"
+        Resource  = aws_sns_topic.notifications.arn
+        Condition = { ArnEquals = { "aws:SourceArn" = var.event_rule_arns } }
+      }],
+    )
+  })
+}
+
+data "aws_caller_identity" "current" {}

@@ -57,3 +57,9 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "event_rule_arns" {
+  description = "EventBridge rules that may publish to the notifications topic (the head-stopped rule)."
+  type        = list(string)
+  default     = []
+}

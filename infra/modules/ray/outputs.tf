@@ -61,3 +61,8 @@ output "serve_endpoint" {
   description = "Ray Serve's URL inside the VPC (the head's private DNS name and the Serve port), or empty."
   value       = var.serve == null ? "" : "${var.serve.tls_secret_arn == null ? "http" : "https"}://${local.head_dns}:${var.serve.port}"
 }
+
+output "head_stopped_rule_arn" {
+  description = "The EventBridge rule that tells the notifications topic when the head task stops (null without a topic)."
+  value       = one(aws_cloudwatch_event_rule.head_stopped[*].arn)
+}

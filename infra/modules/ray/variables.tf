@@ -142,6 +142,12 @@ variable "notify_topic_arn" {
   default     = null
 }
 
+variable "notify_head_stopped" {
+  description = "Tell notify_topic_arn when the head task stops (head_stopped.tf); a plain flag, known at plan, unlike the topic's ARN."
+  type        = bool
+  default     = false
+}
+
 variable "serve" {
   description = "Ray Serve: its port, the group that opens it on the head, and optionally a Secrets Manager secret {\"cert\": PEM, \"key\": PEM} for TLS on it (null: serving off)."
   type        = object({ port = number, security_group_id = string, tls_secret_arn = optional(string) })
