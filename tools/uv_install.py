@@ -5,9 +5,8 @@ installer (.venv and .venv-checkov).
 
 uv (pinned in requirements/uv.txt, installed into .venv by pip first) resolves and installs the pinned sets in
 about a minute where pip took four to five on a 2-core machine, most of it pip's resolver and unpacking in
-Python. uv does not read pip's configuration, so this passes it on (rayfleet/core/pip_config.py): the indexes,
-local wheel directories, constraints, CA bundle and timeout, and pip's rule for several indexes (the best
-version from any of them: uv's `unsafe-best-match`; uv's default takes the first index that has a package).
+Python. uv does not read pip's configuration, so this passes it on (rayfleet/core/pip_config.py: indexes,
+local wheel directories, constraints, pip's rule for several indexes; here: the CA bundle and timeout).
 Standard library only: nothing else is installed yet when it runs.
 """
 
@@ -23,15 +22,7 @@ UV = Path(sys.executable).parent / "uv"
 
 
 def uv_command(venv_python: str, args: list[str], settings: dict[str, str]) -> list[str]:
-    command = [str(UV), "pip", "install", "--python", venv_python, "--index-strategy", "unsafe-best-match"]
-    if "index-url" in settings:
-        command += ["--index-url", settings["index-url"]]
-    for key in ("extra-index-url", "find-links", "constraint"):  # pip's setting and uv's flag share the name
-        for value in pip_config.values(settings.get(key)):
-            command += [f"--{key}", value]
-    if settings.get("no-index", "").lower() in ("1", "true", "yes", "on"):
-        command.append("--no-index")
-    return [*command, *args]
+    return [str(UV), "pip", "install", "--python", venv_python, *pip_config.uv_flags(settings), *args]
 
 
 def uv_environment(settings: dict[str, str]) -> dict[str, str]:

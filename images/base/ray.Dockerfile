@@ -5,8 +5,11 @@
 ARG BASE_IMAGE=rayproject/ray:2.60.0-py311-cu128
 FROM ${BASE_IMAGE}
 
-# Build-time only: a pip.conf mounted by `make build` (local indexes, the host CA); never in a layer.
+# Build-time only, from `make build` with podman (rayfleet/ops/images.py): a pip.conf mounted for the build
+# (local indexes, the host CA), never in a layer; the same sources as uv's flags, and the CA's path for uv.
 ARG PIP_CONFIG_FILE=
+ARG UV_FLAGS=
+ARG HOST_CA_BUNDLE=
 
 USER 0
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
@@ -15,9 +18,16 @@ RUN (id -u ray >/dev/null 2>&1 || useradd --uid 1000 --create-home --shell /bin/
  && python3 -m venv /opt/rayfleet/venv
 
 # Dependencies before code: a code-only change rebuilds only the small layers below.
+# uv installs them (about a minute where pip took five on 2 cores: pip's resolver and unpacking in Python) and
+# is removed again; it reads no pip configuration, hence UV_FLAGS (empty: PyPI, uv's default).
 COPY requirements/ /opt/rayfleet/requirements/
-RUN /opt/rayfleet/venv/bin/pip install --no-cache-dir --quiet -r /opt/rayfleet/requirements/core.txt \
-    -r /opt/rayfleet/requirements/train.txt -r /opt/rayfleet/requirements/serve.txt
+# SC2086: UV_FLAGS is a list of flags, split on purpose.
+# hadolint ignore=SC2086
+RUN /opt/rayfleet/venv/bin/pip install --no-cache-dir --quiet -r /opt/rayfleet/requirements/uv.txt \
+ && if [ -n "${HOST_CA_BUNDLE}" ]; then export SSL_CERT_FILE="${HOST_CA_BUNDLE}"; fi \
+ && /opt/rayfleet/venv/bin/uv pip install --python /opt/rayfleet/venv/bin/python --no-cache --quiet ${UV_FLAGS} \
+    -r /opt/rayfleet/requirements/core.txt -r /opt/rayfleet/requirements/train.txt -r /opt/rayfleet/requirements/serve.txt \
+ && /opt/rayfleet/venv/bin/pip uninstall --yes --quiet uv
 
 # HOME: ECS runs the images with a read-only root file system, as uid 1000, with task volumes at /tmp and
 # /work (issue 27 item 5); not /home/ray, which on rayproject/ray holds conda (the Python the venv runs on):

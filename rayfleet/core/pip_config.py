@@ -29,3 +29,17 @@ def settings(python: str = sys.executable) -> dict[str, str]:
 def values(setting: str | None) -> list[str]:
     """A setting pip takes several of, split (pip separates them with whitespace)."""
     return (setting or "").split()
+
+
+def uv_flags(settings: dict[str, str]) -> list[str]:
+    """`uv pip install` flags for the same sources: uv reads no pip configuration. pip's rule for several
+    indexes (the best version from any of them) is uv's `unsafe-best-match`; uv's default would take the
+    first index that has a package."""
+    flags = ["--index-strategy", "unsafe-best-match"]
+    if "index-url" in settings:
+        flags += ["--index-url", settings["index-url"]]
+    for key in ("extra-index-url", "find-links", "constraint"):  # pip's setting and uv's flag share the name
+        flags += [arg for value in values(settings.get(key)) for arg in (f"--{key}", value)]
+    if settings.get("no-index", "").lower() in ("1", "true", "yes", "on"):
+        flags.append("--no-index")
+    return flags

@@ -75,8 +75,10 @@ def local_name(image: str, tag: str) -> str:
     return f"{LOCAL_PREFIX}/{image}:{tag}"
 
 
-def host_pip_mounts(workdir: Path) -> tuple[list[str], str | None]:
-    """Volumes and a pip.conf so pip inside a podman build sees what pip on the host sees."""
+def host_pip_mounts(workdir: Path) -> tuple[list[str], list[str]]:
+    """Volumes and build arguments so pip and uv inside a podman build see what pip on the host sees: a
+    pip.conf (PIP_CONFIG_FILE), the same sources as uv's flags (UV_FLAGS: uv reads no pip configuration) and
+    the host's CA bundle (HOST_CA_BUNDLE)."""
     settings = pip_config.settings()
     volumes, conf = [], configparser.ConfigParser()
     conf["global"] = {}
@@ -90,15 +92,19 @@ def host_pip_mounts(workdir: Path) -> tuple[list[str], str | None]:
     for path in sorted({str(Path(p).parent) if p.endswith("/simple") else p for p in paths}):
         if Path(path).exists():
             volumes += ["-v", f"{path}:{path}:ro"]
+    uv_flags = " ".join(pip_config.uv_flags(dict(conf["global"])))  # the same sources, same paths inside
+    args = []
     if CA_BUNDLE.exists():
         volumes += ["-v", f"{CA_BUNDLE}:/run/rayfleet/ca.crt:ro"]
         conf["global"]["cert"] = "/run/rayfleet/ca.crt"
+        args += ["--build-arg", "HOST_CA_BUNDLE=/run/rayfleet/ca.crt"]
     if not conf["global"]:
-        return [], None
+        return [], []
     path = workdir / "pip.conf"
     with path.open("w") as handle:
         conf.write(handle)
-    return [*volumes, "-v", f"{path}:/run/rayfleet/pip.conf:ro"], "/run/rayfleet/pip.conf"
+    args += ["--build-arg", "PIP_CONFIG_FILE=/run/rayfleet/pip.conf", "--build-arg", f"UV_FLAGS={uv_flags}"]
+    return [*volumes, "-v", f"{path}:/run/rayfleet/pip.conf:ro"], args
 
 
 def model_mounts(models: str) -> tuple[list[str], str]:
@@ -189,10 +195,8 @@ def build(images: list[str], tag: str, models: str | None, say=print) -> list[st
     # Checked before anything builds: a wrong model directory should not cost a base image's build first.
     model_volumes, preloaded = model_mounts(models or "") if "trainer" in images else ([], "")
     with tempfile.TemporaryDirectory() as tmp:
-        volumes, pip_conf = host_pip_mounts(Path(tmp)) if tool == "podman" else ([], None)
-        common = ["--build-arg", f"REVISION={revision()}", "--build-arg", f"VERSION={tag}"]
-        if pip_conf:
-            common += ["--build-arg", f"PIP_CONFIG_FILE={pip_conf}", *volumes]
+        volumes, pip_args = host_pip_mounts(Path(tmp)) if tool == "podman" else ([], [])
+        common = ["--build-arg", f"REVISION={revision()}", "--build-arg", f"VERSION={tag}", *pip_args, *volumes]
         for env_name in BUILD_ARGS_FROM_ENV:
             if os.environ.get(env_name):
                 common += ["--build-arg", f"{env_name}={os.environ[env_name]}"]

@@ -40,7 +40,7 @@ def engine(monkeypatch):
         fake = FakeEngine(sizes)
         monkeypatch.setattr(images, "engine", lambda: "podman")
         monkeypatch.setattr(images, "revision", lambda: "0123456789ab")
-        monkeypatch.setattr(images, "host_pip_mounts", lambda workdir: ([], None))
+        monkeypatch.setattr(images, "host_pip_mounts", lambda workdir: ([], []))
         monkeypatch.setattr(subprocess, "run", fake)
         return fake
 
