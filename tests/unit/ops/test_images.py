@@ -152,3 +152,23 @@ def test_an_fsdp_job_without_its_model_says_in_one_line_how_to_preload_it(tmp_pa
     with pytest.raises(ModelNotFound) as caught:
         resolve_model_dir(str(tmp_path / "missing"))  # a path: no image build would help
     assert "make build" not in str(caught.value)
+
+
+def test_a_podman_build_gets_pips_sources_as_a_pip_conf_and_as_uvs_flags(monkeypatch, tmp_path):
+    """The ray base installs with uv (images/base/ray.Dockerfile), which reads no pip.conf: the same sources
+    reach it as UV_FLAGS, at the same paths (mounted read-only), and the host's CA as HOST_CA_BUNDLE."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    host = {"extra-index-url": "https://mirror.example/simple", "find-links": str(wheels), "timeout": "9"}
+    monkeypatch.setattr(images.pip_config, "settings", lambda: host)
+    monkeypatch.setattr(images, "CA_BUNDLE", tmp_path / "ca.crt")
+    (tmp_path / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    volumes, args = images.host_pip_mounts(tmp_path)
+    assert ["-v", f"{wheels}:{wheels}:ro"] == volumes[:2]
+    flags = build_arg([*args, "."], "UV_FLAGS").split()
+    assert flags[:2] == ["--index-strategy", "unsafe-best-match"]
+    assert "https://mirror.example/simple" in flags and str(wheels) in flags
+    assert build_arg([*args, "."], "HOST_CA_BUNDLE") == "/run/rayfleet/ca.crt"
+    assert build_arg([*args, "."], "PIP_CONFIG_FILE") == "/run/rayfleet/pip.conf"
+    conf = (tmp_path / "pip.conf").read_text()
+    assert "cert = /run/rayfleet/ca.crt" in conf and "timeout" not in conf  # only the sources and the CA
