@@ -45,6 +45,8 @@ DDP_VARIANTS = (
         "bf16-cl-graphs",
         tier=2,
     ),
+    # torch.compile's default mode (no CUDA graphs): the other mode issue 33 asks never to crash.
+    DDPVariant("compile", "compile default", ("compile=true", "cuda_graph=false"), "bf16-cl-compile", tier=2),
 )
 FSDP_VARIANTS = (
     FSDPVariant("base", "", (), (), checkpoint_row=True),

@@ -48,17 +48,18 @@ def test_the_gpu_plan_runs_tier_one_first_and_the_extra_batch_last():
         "ddp-graph-b128",
         "fsdp-base",
         "ddp-compile-ro-b128",
+        "ddp-compile-b128",
         "fsdp-accum2",
         "ddp-graph-b256",
     ]
-    assert [p.optional for p in pairs] == [False] * 5 + [True]
+    assert [p.optional for p in pairs] == [False] * 6 + [True]
     graph = pairs[1]
     assert graph.bench.argv[-2:] == ("--variants", "bf16-cl-fullgraph") and graph.bench_variant == "bf16-cl-fullgraph"
     assert {"cuda_graph=true", "epochs=3", "num_workers=1", "device=cuda", "data_dir=/w/data"} <= set(graph.job.argv)
     assert graph.job.argv[:2] == ("-m", "rayfleet.train.ddp") and graph.job.run_name == "S-ddp-graph-b128"
     compiled = set(pairs[3].job.argv)
     assert {"compile=true", "compile_mode=reduce-overhead", "cuda_graph=false"} <= compiled
-    base, accum = pairs[2], pairs[4]
+    base, accum = pairs[2], pairs[5]
     assert base.checkpoint_row and accum.checkpoint_row  # both report their pause
     assert {"--compile", "--no-ac", "--seq-len", "2048", "--batch", "8"} <= set(base.bench.argv)
     assert accum.bench.argv[-2:] == ("--grad-accum", "2")
