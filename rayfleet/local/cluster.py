@@ -112,8 +112,24 @@ def load_state() -> ClusterState | None:
     return ClusterState(**json.loads(path.read_text()))
 
 
+# Ray's `ray start` gives a new node 30 s to register with its GCS (a constant in ray/_private/node.py); on a
+# machine busy with other work (a 2-core CI host building images) the head can miss it once.
+RAY_START_TIMED_OUT = "The current node timed out during startup"
+
+
 def up(spec: ClusterSpec, quiet: bool = False) -> ClusterState:
-    """Start the cluster and record it; an already running cluster is an error, not a second start."""
+    """Start the cluster and record it; an already running cluster is an error, not a second start. A node that
+    missed Ray's own start-up wait is started again once, with the whole cluster (what was started is stopped)."""
+    try:
+        return _up_once(spec, quiet)
+    except ClusterError as exc:
+        if RAY_START_TIMED_OUT not in str(exc):
+            raise
+    print("a Ray node missed Ray's 30 s start-up wait (a busy machine?); starting the cluster again", flush=True)
+    return _up_once(spec, quiet)
+
+
+def _up_once(spec: ClusterSpec, quiet: bool) -> ClusterState:
     ray_auth.use_token_auth()  # before wait_for_nodes imports ray: Ray reads its auth mode once, at import
     say = (lambda *a: None) if quiet else (lambda *a: print(*a, flush=True))
     existing = load_state()

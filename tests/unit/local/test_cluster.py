@@ -79,3 +79,34 @@ def test_up_refuses_a_second_cluster(state_dir):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_node_that_missed_rays_start_wait_restarts_the_cluster_once(monkeypatch, capsys):
+    """Ray gives a new node 30 s to register (a constant of `ray start`); a busy machine can miss it. `up`
+    starts the cluster again once for that error (its failed attempt stopped what it started), and for no
+    other: a second miss, or any other failure, is the user's one-line error."""
+    timed_out = local_cluster.ClusterError(
+        f"head exited with code 1; log x:\nException: {local_cluster.RAY_START_TIMED_OUT}"
+    )
+    attempts = []
+
+    def once(spec, quiet, outcomes):
+        attempts.append(spec)
+        outcome = outcomes.pop(0)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    outcomes = [timed_out, "started"]
+    monkeypatch.setattr(local_cluster, "_up_once", lambda spec, quiet: once(spec, quiet, outcomes))
+    assert local_cluster.up("spec") == "started" and len(attempts) == 2
+    assert "starting the cluster again" in capsys.readouterr().out
+    outcomes[:] = [timed_out, timed_out]
+    with pytest.raises(local_cluster.ClusterError, match="timed out during startup"):
+        local_cluster.up("spec")
+    other = local_cluster.ClusterError("port(s) [6379] are in use")
+    outcomes[:] = [other, "started"]
+    attempts.clear()
+    with pytest.raises(local_cluster.ClusterError, match="in use"):
+        local_cluster.up("spec")
+    assert len(attempts) == 1
