@@ -532,7 +532,7 @@ def test_deploy_shows_summary_and_cost_then_applies_only_on_yes(recording_moto, 
     assert declined.returncode == 1, declined.stderr
     assert [c[0] for c in calls(env)] == ["init", "plan", "show"]  # planned and priced, never applied
     out = declined.stdout
-    assert "plan: 101 to add, 0 to change, 0 to destroy" in out
+    assert "plan: 104 to add, 0 to change, 0 to destroy" in out
     assert "cost: $2.25/h running, $0.237/h idle (autostopped), $0.045/h stopped (make stop)" in out
     assert "  worker: 2 x g5.xlarge at $1.006/h" in out
     assert out.index("preflight: ") < out.index("cost: ") < out.index("apply this plan? [y/N]")

@@ -227,10 +227,11 @@ class Agent:
             return admission.admit(definition, rendered, podman.image_exists)
         except admission.NotRendered as exc:
             reason = f"refused: not a task definition this rehearsal rendered ({exc})"[:255]
-            say(f"task {task['taskArn'].rsplit('/', 1)[-1][:8]} {reason}")
             self.refused.add(task["taskArn"])
             with contextlib.suppress(Exception):
                 self.ecs.stop_task(cluster=self.cluster, task=task["taskArn"], reason=reason)
+            # said after the stop: whoever reads this line finds the task stopped (a test raced it under load)
+            say(f"task {task['taskArn'].rsplit('/', 1)[-1][:8]} {reason}")
             return None
 
     def _launch(self, task: dict, service: str | None, aliases: list[str], overrides: dict | None) -> TaskRun | None:
