@@ -136,6 +136,11 @@ run "ray" {
     error_message = "This run's inputs differ from what the root gives the ray module for the default shape."
   }
 
+  assert {
+    condition     = length(aws_cloudwatch_event_rule.head_stopped) == 0 && length(aws_cloudwatch_event_target.head_stopped) == 0
+    error_message = "The head-stopped rule is off unless asked (the root asks, with its topic: notifications.tftest.hcl)."
+  }
+
   # ---- the head ---------------------------------------------------------------------------------------
   assert {
     condition     = [for c in jsondecode(aws_ecs_task_definition.head.container_definitions) : c.name] == ["ray-head"]

@@ -23,16 +23,30 @@ run "topic" {
   }
 
   variables {
-    cluster_name  = "rayfleet"
-    region        = "us-east-1"
-    kms_key_arn   = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
-    notify_emails = ["ml-team@example.com", "oncall@example.com"]
-    alarm_actions = ["arn:aws:sns:us-east-1:123456789012:pager"]
+    cluster_name    = "rayfleet"
+    region          = "us-east-1"
+    kms_key_arn     = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
+    notify_emails   = ["ml-team@example.com", "oncall@example.com"]
+    alarm_actions   = ["arn:aws:sns:us-east-1:123456789012:pager"]
+    event_rule_arns = ["arn:aws:events:us-east-1:123456789012:rule/rayfleet-head-stopped"]
   }
 
   override_resource {
     target = aws_sns_topic.notifications
     values = { arn = "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications" }
+  }
+
+  override_data {
+    target = data.aws_caller_identity.current
+    values = { account_id = "123456789012" }
+  }
+
+  assert {
+    condition = [for s in jsondecode(aws_sns_topic_policy.notifications.policy).Statement : [s.Sid, s.Principal, s.Action, s.Resource, s.Condition]] == [
+      ["AlarmsOfThisAccount", { Service = "cloudwatch.amazonaws.com" }, "sns:Publish", "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications", { StringEquals = { "aws:SourceAccount" = "123456789012" } }],
+      ["TheseEventRules", { Service = "events.amazonaws.com" }, "sns:Publish", "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications", { ArnEquals = { "aws:SourceArn" = ["arn:aws:events:us-east-1:123456789012:rule/rayfleet-head-stopped"] } }],
+    ]
+    error_message = "Services publish to the topic only as this account's alarms and the rules given, by ARN: ${aws_sns_topic_policy.notifications.policy}"
   }
 
   assert {
@@ -185,69 +199,5 @@ run "the_trainer_knows_the_topic" {
       aws_cloudwatch_event_target.head_stopped[0].input_transformer[0].input_paths.reason == "$.detail.stoppedReason"
     )
     error_message = "The rule tells the topic, in one line with the task's stop reason."
-  }
-}
-
-run "head_stopped_off_by_default" {
-  command = plan
-
-  module {
-    source = "./modules/ray"
-  }
-
-  variables {
-    name                  = "rayfleet"
-    region                = "us-east-1"
-    vpc_id                = "vpc-0123456789abcdef0"
-    cluster_arn           = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"
-    capacity_providers    = { head = "rayfleet-head", worker = "rayfleet-worker" }
-    subnet_ids            = ["subnet-0123456789abcdef0"]
-    security_group_id     = "sg-0000000000000ray0"
-    images                = { "ray-head" = "h:1", "ray-worker" = "w:1", "trainer" = "t:1", "gpu-metrics" = "g:1" }
-    head_node             = { vcpus = 4, memory_mib = 16384, gpus = 0 }
-    worker_node           = { instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, count = 2, efa = false, efa_devices = 0, efa_rdma = false }
-    execution_role_arn    = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
-    task_role_arn         = "arn:aws:iam::123456789012:role/rayfleet-task"
-    control_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-control-task"
-    kms_key_arn           = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
-    results_bucket        = "rayfleet-results-0123456789"
-  }
-
-  assert {
-    condition     = length(aws_cloudwatch_event_rule.head_stopped) == 0 && length(aws_cloudwatch_event_target.head_stopped) == 0
-    error_message = "Off unless asked (the root asks, with its topic): no rule."
-  }
-}
-
-run "topic_policy" {
-  command = apply
-
-  module {
-    source = "./modules/observability"
-  }
-
-  variables {
-    cluster_name    = "rayfleet"
-    region          = "us-east-1"
-    kms_key_arn     = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
-    event_rule_arns = ["arn:aws:events:us-east-1:123456789012:rule/rayfleet-head-stopped"]
-  }
-
-  override_data {
-    target = data.aws_caller_identity.current
-    values = { account_id = "123456789012" }
-  }
-
-  override_resource {
-    target = aws_sns_topic.notifications
-    values = { arn = "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications" }
-  }
-
-  assert {
-    condition = [for s in jsondecode(aws_sns_topic_policy.notifications.policy).Statement : [s.Sid, s.Principal, s.Action, s.Resource, s.Condition]] == [
-      ["AlarmsOfThisAccount", { Service = "cloudwatch.amazonaws.com" }, "sns:Publish", "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications", { StringEquals = { "aws:SourceAccount" = "123456789012" } }],
-      ["TheseEventRules", { Service = "events.amazonaws.com" }, "sns:Publish", "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications", { ArnEquals = { "aws:SourceArn" = ["arn:aws:events:us-east-1:123456789012:rule/rayfleet-head-stopped"] } }],
-    ]
-    error_message = "Services publish to the topic only as this account's alarms and the rules given, by ARN: ${aws_sns_topic_policy.notifications.policy}"
   }
 }

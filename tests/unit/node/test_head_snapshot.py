@@ -4,13 +4,12 @@ token, without joining the cluster; one failed round is one line, not the end of
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
 import pytest
 
 from rayfleet.node import head_snapshot
+from tests.unit.node.http_stub import QuietHandler, serving
 
 NODES = [
     {
@@ -84,7 +83,7 @@ ACTORS = [
 ]
 
 
-class Dashboard(BaseHTTPRequestHandler):
+class Dashboard(QuietHandler):
     seen: ClassVar[list] = []
 
     def do_GET(self):
@@ -108,17 +107,12 @@ class Dashboard(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, *args):
-        pass
-
 
 @pytest.fixture
 def dashboard():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Dashboard)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     Dashboard.seen = []
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with serving(Dashboard) as port:
+        yield f"http://127.0.0.1:{port}"
 
 
 def test_snapshot_reads_nodes_resources_and_jobs_over_http_with_the_token(dashboard):

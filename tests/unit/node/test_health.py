@@ -7,15 +7,14 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from rayfleet.node import ray_node
+from tests.unit.node.http_stub import QuietHandler, serving
 
 
-class Dashboard(BaseHTTPRequestHandler):
+class Dashboard(QuietHandler):
     status, body, paths = 200, b"success", []
 
     def do_GET(self):  # http.server names the handler
@@ -24,18 +23,12 @@ class Dashboard(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(self.body)
 
-    def log_message(self, *args):
-        pass
-
 
 @pytest.fixture
 def dashboard():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Dashboard)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     Dashboard.status, Dashboard.body, Dashboard.paths = 200, b"success", []
-    yield server.server_address[1]
-    server.shutdown()
-    server.server_close()
+    with serving(Dashboard) as port:
+        yield port
 
 
 def env_for(port: int) -> dict:
