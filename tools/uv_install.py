@@ -22,7 +22,10 @@ UV = Path(sys.executable).parent / "uv"
 
 
 def uv_command(venv_python: str, args: list[str], settings: dict[str, str]) -> list[str]:
-    return [str(UV), "pip", "install", "--python", venv_python, *pip_config.uv_flags(settings), *args]
+    # --compile-bytecode: pip compiles .pyc at install and uv does not; where PYTHONDONTWRITEBYTECODE is set
+    # (CI hosts), no process would ever write them, and every import of torch, Ray, ... compiled from source.
+    flags = pip_config.uv_flags(settings)
+    return [str(UV), "pip", "install", "--python", venv_python, "--compile-bytecode", *flags, *args]
 
 
 def uv_environment(settings: dict[str, str]) -> dict[str, str]:

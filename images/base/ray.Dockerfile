@@ -19,13 +19,14 @@ RUN (id -u ray >/dev/null 2>&1 || useradd --uid 1000 --create-home --shell /bin/
 
 # Dependencies before code: a code-only change rebuilds only the small layers below.
 # uv installs them (about a minute where pip took five on 2 cores: pip's resolver and unpacking in Python) and
-# is removed again; it reads no pip configuration, hence UV_FLAGS (empty: PyPI, uv's default).
+# is removed again; it reads no pip configuration, hence UV_FLAGS (empty: PyPI, uv's default). Bytecode is
+# compiled here, as pip does: the root file system is read-only on ECS, so no process could write a .pyc.
 COPY requirements/ /opt/rayfleet/requirements/
 # SC2086: UV_FLAGS is a list of flags, split on purpose.
 # hadolint ignore=SC2086
 RUN /opt/rayfleet/venv/bin/pip install --no-cache-dir --quiet -r /opt/rayfleet/requirements/uv.txt \
  && if [ -n "${HOST_CA_BUNDLE}" ]; then export SSL_CERT_FILE="${HOST_CA_BUNDLE}"; fi \
- && /opt/rayfleet/venv/bin/uv pip install --python /opt/rayfleet/venv/bin/python --no-cache --quiet ${UV_FLAGS} \
+ && /opt/rayfleet/venv/bin/uv pip install --python /opt/rayfleet/venv/bin/python --no-cache --quiet --compile-bytecode ${UV_FLAGS} \
     -r /opt/rayfleet/requirements/core.txt -r /opt/rayfleet/requirements/train.txt -r /opt/rayfleet/requirements/serve.txt \
  && /opt/rayfleet/venv/bin/pip uninstall --yes --quiet uv
 

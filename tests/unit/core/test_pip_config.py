@@ -59,7 +59,7 @@ def test_uv_gets_the_same_sources_and_pips_rule_for_several_indexes(tmp_path):
         "--no-index",
     ]
     command = uv_install.uv_command("/v/bin/python", ["-e", ".[dev]"], settings)
-    assert command[:5] == [str(uv_install.UV), "pip", "install", "--python", "/v/bin/python"]
+    assert command[:6] == [str(uv_install.UV), "pip", "install", "--python", "/v/bin/python", "--compile-bytecode"]
     assert command[-2:] == ["-e", ".[dev]"]
     env = uv_install.uv_environment(settings)
     assert env["SSL_CERT_FILE"] == "/etc/ssl/certs/ca-certificates.crt" and env["UV_HTTP_TIMEOUT"] == "180"
