@@ -6,7 +6,7 @@
 #   RECIPE=recipes/x.yaml  ON=local|ecs (default: ecs once deployed)  NAME=a new run's name
 #   RUN=an existing run (RUNS="more runs")  SET="key=value ..."  ARGS="the job's own arguments"  DETACH=1
 #   NODE=head|worker-N|trainer  CMD="a command"  SINCE=10m  FOLLOW=1  FORCE=1  BUCKET=results bucket
-#   WORKERS, CPUS_PER_WORKER (local cluster)  TFVARS, IMAGE_TAG, IMAGES, MODELS (deployment)
+#   WORKERS, CPUS_PER_WORKER, GCS_STORE=1 (local cluster)  TFVARS, IMAGE_TAG, IMAGES, MODELS (deployment)
 #   AUTO_APPROVE=1 (deploy, clean: no question)  DELETE_RESULTS=1 (clean: the results bucket too)
 #   BENCH_ARGS (benchmarks' flags)  PYTEST_ARGS (tests' flags)
 
@@ -143,8 +143,8 @@ tensorboard: setup ## Serve runs' TensorBoard on 127.0.0.1:6006 (RUN=; RUNS="mor
 	$(RF) tensorboard $(ALL_RUNS)
 
 ##@ Local cluster
-cluster-up: setup ## Start a local Ray cluster: head with no CPUs + WORKERS workers x CPUS_PER_WORKER, token auth
-	$(RF) cluster up --workers $(WORKERS) --cpus-per-worker $(CPUS_PER_WORKER)
+cluster-up: setup ## Start a local Ray cluster: head with no CPUs + WORKERS workers x CPUS_PER_WORKER, token auth; GCS_STORE=1 keeps its GCS in a local redis-server (the head can be replaced)
+	$(RF) cluster up --workers $(WORKERS) --cpus-per-worker $(CPUS_PER_WORKER) $(if $(filter 1,$(GCS_STORE)),--gcs-store)
 
 cluster-down: ## Stop exactly what cluster-up started (also after a crash)
 	@if [ -x $(RF) ]; then $(RF) cluster down; else echo "no .venv: nothing was started"; fi

@@ -166,8 +166,9 @@ def _deployment(sub) -> None:
 
 def _cluster_and_serving(sub) -> None:
     p = sub.add_parser("cluster", help="the local Ray cluster: up, down, status, env, or run a command on it")
-    p.add_argument("action", choices=["up", "down", "status", "env", "run"])
+    p.add_argument("action", choices=["up", "down", "status", "env", "run", "replace-head"])
     p.add_argument("--workers", type=int, help="worker nodes (default 2)")
+    p.add_argument("--gcs-store", action="store_true", help="the GCS in a local redis-server (replace-head)")
     p.add_argument("--cpus-per-worker", type=float)
     p.add_argument("--gpus-per-worker", type=int)
     p.add_argument("command", nargs="*", metavar="-- CMD", help="run: the command (a cluster is started if none)")

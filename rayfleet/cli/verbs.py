@@ -158,18 +158,18 @@ def token(opts: argparse.Namespace) -> int:
 
 
 def cluster(opts: argparse.Namespace) -> int:
-    from rayfleet.local import cluster as local_cluster
+    from rayfleet.local import cli as local_cli
 
     argv = [opts.action]
     if opts.action in ("up", "run"):
         argv += [*_flag("--workers", opts.workers), *_flag("--cpus-per-worker", opts.cpus_per_worker)]
-        argv += _flag("--gpus-per-worker", opts.gpus_per_worker)
+        argv += [*_flag("--gpus-per-worker", opts.gpus_per_worker), *_flag("--gcs-store", opts.gcs_store)]
     if opts.action == "run":
         if not opts.command:
             print("error: name the command: rayfleet cluster run -- python -m ...", file=sys.stderr)
             return EXIT_BAD_INPUT
         argv += ["--", *opts.command]
-    return local_cluster.main(argv)
+    return local_cli.main(argv)
 
 
 def serve(opts: argparse.Namespace) -> int:

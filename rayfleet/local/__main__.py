@@ -1,7 +1,7 @@
-"""`python -m rayfleet.local up|down|status|env|run`: see rayfleet/local/cluster.py."""
+"""`python -m rayfleet.local up|down|status|env|run|replace-head`: see rayfleet/local/cluster.py."""
 
 import sys
 
-from rayfleet.local.cluster import main
+from rayfleet.local.cli import main
 
 sys.exit(main())

@@ -24,18 +24,18 @@ is the whole host per node), and the session directory and logs are readable by 
 
 from __future__ import annotations
 
-import argparse
+import contextlib
 import json
 import os
 import shutil
 import signal
-import sys
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rayfleet.core import ray_auth
+from rayfleet.local import gcs_store
 from rayfleet.local.host import (
     GIB,
     REPO,
@@ -44,7 +44,6 @@ from rayfleet.local.host import (
     memory_shares,
     node_env,
     private_dir,
-    shell_exports,
     temp_root,
 )
 from rayfleet.local.nodes import head_command, port_free, start_node, wait_for_nodes, worker_command
@@ -62,12 +61,14 @@ class ClusterSpec:
     port: int = 6390
     dashboard_port: int = 8265
     object_store_bytes: int = DEFAULT_OBJECT_STORE_BYTES
+    gcs_store: bool = False  # the GCS on a local redis-server: a killed head can be replaced (gcs_store.py)
 
     @classmethod
     def from_env(cls, **overrides) -> ClusterSpec:
         spec = cls(
             port=int(os.environ.get("RAYFLEET_RAY_PORT", 6390)),
             dashboard_port=int(os.environ.get("RAYFLEET_DASHBOARD_PORT", 8265)),
+            gcs_store=os.environ.get("RAYFLEET_GCS_STORE", "") not in ("", "0"),
         )
         for key, value in overrides.items():
             if value is not None:
@@ -95,6 +96,9 @@ class ClusterState:
     log_dir: str
     spec: dict
     pids: list[int] = field(default_factory=list)
+    head_pid: int = 0
+    head_memory: int = 0
+    store: dict | None = None  # gcs_store.Store's fields, when the GCS is on a store
 
 
 def state_dir() -> Path:
@@ -139,7 +143,8 @@ def _up_once(spec: ClusterSpec, quiet: bool) -> ClusterState:
         )
     if existing:
         _clear(existing)
-    busy = [port for port in (spec.port, spec.dashboard_port) if not port_free(port)]
+    ports = (spec.port, spec.dashboard_port, *((spec.port + 8,) if spec.gcs_store else ()))
+    busy = [port for port in ports if not port_free(port)]
     if busy:
         raise ClusterError(
             f"port(s) {busy} are in use (another Ray?); stop it or set RAYFLEET_RAY_PORT / RAYFLEET_DASHBOARD_PORT"
@@ -157,16 +162,22 @@ def _up_once(spec: ClusterSpec, quiet: bool) -> ClusterState:
         spec=asdict(spec),
     )
     # Written before anything starts, so `down` finds the processes even if `up` dies half way.
+    state.head_memory = head_memory
     _write_state(state)
     env = node_env(cluster_id, state.address)
     try:
+        if spec.gcs_store:
+            store, pid = gcs_store.start(spec.port + 8, private_dir(state_dir()), env, log_dir)
+            state.pids.append(pid)
+            state.store = asdict(store)
+            env.update(gcs_store.nodes_env())
+            say(f"GCS store: redis-server at {store.address} (a killed head can be replaced: replace-head)")
         say(f"starting Ray head (no CPUs for training, {head_memory / GIB:.1f} GiB) at {state.address} ...")
-        state.pids.append(start_node("head", head_command(spec, temp_dir, head_memory), env, log_dir))
-        _write_state(state)
+        _start_head(state, env)
         wait_for_nodes(state, 1)
         for i in range(spec.workers):
             say(f"starting worker {i + 1}/{spec.workers} ({spec.cpus_per_worker:g} CPU, {worker_memory / GIB:.1f} GiB)")
-            command = worker_command(spec, i, worker_memory)
+            command = worker_command(spec, i, worker_memory, gcs_store.worker_resources() if spec.gcs_store else None)
             state.pids.append(start_node(f"worker-{i + 1}", command, env, log_dir))
             _write_state(state)
             wait_for_nodes(state, i + 2)
@@ -178,6 +189,42 @@ def _up_once(spec: ClusterSpec, quiet: bool) -> ClusterState:
         f"dashboard {state.dashboard_url} (token auth on)"
     )
     return state
+
+
+def _start_head(state: ClusterState, env: dict, name: str = "head") -> None:
+    """Start the head (on the cluster's store, if it has one) and record its pid."""
+    spec = ClusterSpec(**state.spec)
+    command, env = head_command(spec, state.temp_dir, state.head_memory), dict(env)
+    if state.store:
+        store = gcs_store.Store(**state.store)
+        command += gcs_store.head_flags(store)
+        env.update(gcs_store.head_env(store, namespace=state.cluster_id))
+    state.head_pid = start_node(name, command, env, Path(state.log_dir))
+    state.pids.append(state.head_pid)
+    _write_state(state)
+
+
+def replace_head() -> float:
+    """SIGKILL the running cluster's head (its whole session: GCS, raylet, dashboard) and start a new one on the
+    same GCS store; returns seconds until every node is alive on it again. Only a cluster with a store."""
+    state = running()
+    if state is None:
+        raise ClusterError("no rayfleet cluster is running; run `make cluster-up GCS_STORE=1`")
+    if not state.store:
+        raise ClusterError(
+            "this cluster keeps its GCS in the head: a new head would know nothing (start it with --gcs-store)"
+        )
+    began = time.monotonic()
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(state.head_pid, signal.SIGKILL)
+    state.pids.remove(state.head_pid)
+    # `ray start --head` refuses while this host's last head address file names an address that live Ray
+    # processes (the workers, waiting for the GCS) still point at: one host's artefact, not ECS's.
+    Path(state.temp_dir, "ray_current_cluster").unlink(missing_ok=True)
+    env = {**node_env(state.cluster_id, state.address), **gcs_store.nodes_env()}
+    _start_head(state, env, name=f"head-{len(list(Path(state.log_dir).glob('head*.log'))) + 1}")
+    wait_for_nodes(state, 1 + state.spec["workers"])
+    return time.monotonic() - began
 
 
 def _write_state(state: ClusterState) -> None:
@@ -263,47 +310,3 @@ def _down_uninterrupted() -> None:
         down(quiet=True)
     finally:
         signal.signal(signal.SIGINT, previous)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ray_auth.use_token_auth()  # before anything imports ray: Ray reads its auth mode once, at import
-    parser = argparse.ArgumentParser(prog="python -m rayfleet.local", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="verb", required=True)
-    up_p = sub.add_parser("up", help="start head + workers")
-    run_p = sub.add_parser("run", help="run a command on the cluster (starting and stopping one if none runs)")
-    for p in (up_p, run_p):
-        p.add_argument("--workers", type=int)
-        p.add_argument("--cpus-per-worker", type=float)
-        p.add_argument("--gpus-per-worker", type=int)
-    run_p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ...")
-    sub.add_parser("down", help="stop what `up` started")
-    sub.add_parser("status", help="what is running")
-    sub.add_parser("env", help="print shell exports for Ray's clients: RAY_ADDRESS, the Jobs API, token auth")
-    args = parser.parse_args(argv)
-    try:
-        if args.verb in ("up", "run"):
-            spec = ClusterSpec.from_env(
-                workers=args.workers, cpus_per_worker=args.cpus_per_worker, gpus_per_worker=args.gpus_per_worker
-            )
-            if args.verb == "run":
-                return run(args.command, spec)
-            up(spec)
-        elif args.verb == "down":
-            down()
-        elif args.verb == "status":
-            print(status())
-        elif args.verb == "env":
-            state = running()
-            if state is None:
-                raise ClusterError("no rayfleet cluster is running; run `make cluster-up`")
-            print("\n".join(shell_exports(state, dict(os.environ))))
-    except (ClusterError, PermissionError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
-        return 130
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

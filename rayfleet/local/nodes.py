@@ -47,7 +47,7 @@ def head_command(spec: ClusterSpec, temp_dir: str, memory: int) -> list[str]:
     )
 
 
-def worker_command(spec: ClusterSpec, index: int, memory: int) -> list[str]:
+def worker_command(spec: ClusterSpec, index: int, memory: int, custom: dict | None = None) -> list[str]:
     b = spec.port + 10 * (index + 1)
     resources = {"num_cpus": f"{spec.cpus_per_worker:g}", "num_gpus": spec.gpus_per_worker, "memory": memory}
     return ray_start.command(
@@ -56,6 +56,7 @@ def worker_command(spec: ClusterSpec, index: int, memory: int) -> list[str]:
         ray=ray_cli(),
         ports={name: b + i for i, name in enumerate(NODE_PORTS)},
         resources={**resources, "object_store_memory": spec.object_store_bytes},
+        custom_resources=custom,
         # One host, one session log dir: the head's log monitor already forwards every worker's output to
         # the driver; a monitor per node would print each line once per node. (On ECS each node has its own.)
         extra=["--include-log-monitor=false"],

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rayfleet.local import gcs_store
 from rayfleet.local.host import ClusterError, client_env, venv_first
 
 if TYPE_CHECKING:  # annotations only: cluster.py imports this module
@@ -49,6 +50,8 @@ def command_env(state: ClusterState) -> dict[str, str]:
     env = {**os.environ, **client_env(state)}
     env.pop("RAY_AUTH_TOKEN", None)  # Ray would prefer it to the cluster's token file
     env["PATH"] = venv_first(env.get("PATH", ""))
+    if state.store:  # its drivers wait for a replaced head, as its nodes do
+        env.update(gcs_store.nodes_env())
     return env
 
 

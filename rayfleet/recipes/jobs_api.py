@@ -94,6 +94,34 @@ async def _tail(client, job_id: str, sink: Callable[[str], None], tick: Callable
         ticking.cancel()
 
 
+HEAD_AWAY_S = 600  # how long a follower waits for a replaced head (the nodes wait as long: gcs_store.RECONNECT_S)
+
+
+def _unreachable(exc: Exception) -> bool:
+    """The Jobs API is away (a head being replaced), as opposed to an answer that says something is wrong."""
+    from requests.exceptions import ConnectionError, Timeout
+
+    return isinstance(exc, ConnectionError | Timeout) or (
+        isinstance(exc, RuntimeError) and "status code 50" in str(exc)  # the dashboard up before its GCS
+    )
+
+
+def job_info(client, job_id: str, echo: Callable[[str], None], away_s: float = HEAD_AWAY_S, poll_s: float = 1.0):
+    """`get_job_info`, waiting out a head replacement (up to `away_s`): with the GCS on a store, Ray's new
+    head takes the job back when its supervisor lives on a worker node (rayfleet/local/gcs_store.py)."""
+    deadline, said = time.monotonic() + away_s, False
+    while True:
+        try:
+            return client.get_job_info(job_id)
+        except Exception as exc:
+            if not _unreachable(exc) or time.monotonic() > deadline:
+                raise
+            if not said:
+                echo(f"[rayfleet] the head's Jobs API does not answer ({type(exc).__name__}); waiting for it\n")
+                said = True
+        time.sleep(poll_s)
+
+
 def follow(
     client,
     job_id: str,
@@ -108,7 +136,9 @@ def follow(
     to the caller and the job runs on). Each chunk goes to `echo` and to `spool`
     (rayfleet.recipes.log_spool.LogSpool: the whole log, on disk and uploaded as it grows), whose `tick()` is
     also called every second; only the last TAIL_BYTES stay in memory here. `on_tick` is called every second
-    as well (a budget's clock)."""
+    as well (a budget's clock). A stream that breaks while the job runs (the head replaced) is followed again
+    once the head answers, from where it broke: Ray streams a job's log from its start, so what was already
+    seen is skipped."""
     tail = _Tail()
     echo = echo or (lambda text: (sys.stdout.write(text), sys.stdout.flush()))
     ticks = [t for t in (spool.tick if spool is not None else None, on_tick) if t is not None]
@@ -118,23 +148,32 @@ def follow(
             each()
 
     interrupted_by = None
+    seen, replay = [0], [0]  # characters echoed; characters of a new stream still to skip
 
     def sink(chunk: str) -> None:
+        skip = min(len(chunk), replay[0])
+        replay[0] -= skip
+        chunk = chunk[skip:]
+        if not chunk:
+            return
+        seen[0] += len(chunk)
         tail.add(chunk)
         if spool is not None:
             spool.write(chunk)
         echo(chunk)
 
     try:
-        try:
-            asyncio.run(_tail(client, job_id, sink, tick))
-        except Exception as exc:  # the log stream broke (head restart, network): the job may still run
-            echo(f"[rayfleet] log stream interrupted ({type(exc).__name__}); waiting for the job to end\n")
-        info = client.get_job_info(job_id)
-        while str(info.status) not in TERMINAL:
+        while True:
+            try:
+                asyncio.run(_tail(client, job_id, sink, tick))
+            except Exception as exc:  # the log stream broke (head restart, network): the job may still run
+                echo(f"[rayfleet] log stream interrupted ({type(exc).__name__})\n")
+            info = job_info(client, job_id, echo, poll_s=poll_s)
+            if str(info.status) in TERMINAL:
+                break
             time.sleep(poll_s)
             tick()
-            info = client.get_job_info(job_id)
+            replay[0] = seen[0]
     except KeyboardInterrupt as exc:
         if not stop_on_interrupt:
             raise

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.local import cluster as local_cluster
+from rayfleet.local import gcs_store
 from rayfleet.recipes import cost
 from rayfleet.recipes import secrets as recipe_secrets
 from rayfleet.recipes.fit import Capacity, check_fits
@@ -79,6 +80,8 @@ def run_local(
                 launch_dir=str(launch_dir),
                 secret_refs=secret_refs,
                 data=str(loaded.data_path) if loaded.data_path else None,  # the workers share this machine
+                # the driver on a worker node when the head may be replaced (its GCS on a store)
+                entrypoint_resources=gcs_store.driver_resources() if state.store else None,
                 # a shared cluster queues its runs (rayfleet/core/run_queue.py); one started for this run not
                 queue_root=None if started else str(local_cluster.state_dir()),
             )

@@ -1,15 +1,21 @@
 """The library never starts a cluster; `python -m rayfleet.local run` (make demo, make train-ddp-local)
-starts one for the job when none runs (same shape as make cluster-up) and stops it after."""
+starts one for the job when none runs (same shape as make cluster-up) and stops it after. With its GCS on a
+store (--gcs-store), a killed head is replaced and the run goes on."""
 
 from __future__ import annotations
 
+import json
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
+from rayfleet.core.run_dir import RunDir
 from rayfleet.local import cluster as local_cluster
+from rayfleet.train.metrics import read_rows
 from tests.integration.helpers import REPO
 
 pytestmark = pytest.mark.integration
@@ -32,32 +38,68 @@ def test_the_job_alone_says_how_to_get_a_cluster(cluster_env, small_dataset, tmp
     assert "Traceback" not in result.stderr
 
 
-SHAPE = """
-import ray
-ray.init()
-alive = [n for n in ray.nodes() if n["Alive"]]
-cpus = sorted(n["Resources"].get("CPU", 0) for n in alive)
-print(f"nodes {len(alive)} cpus {cpus}", flush=True)
-"""
-
-
-def test_local_cluster_run_starts_and_stops_a_cluster_for_the_job(session_cluster_stopped, tmp_path):
-    """With no cluster running, `run` starts one of the asked shape (2 workers x 1 CPU, a head with none: what
-    the command's own Ray driver sees), runs the command on it, then stops it: state cleared, its temp dir
-    removed, nothing left listening. The only test that starts a Ray cluster besides the session's: it runs
-    last, after the session cluster is stopped (session_cluster_stopped), never beside it. The command is a
-    bare Ray driver: that the DDP job trains on a cluster of this shape, every other DDP test shows (and
-    `make demo` runs it this way)."""
+def test_local_cluster_run_starts_a_cluster_whose_head_is_killed_and_replaced_mid_run(
+    session_cluster_stopped, small_dataset, tmp_path
+):
+    """With no cluster running, `run --gcs-store` starts one (2 workers x 1 CPU, a head with none, its GCS in a
+    real redis-server) for `make train-ddp`; the head is SIGKILLed in the run's second epoch and a new one
+    starts on the same store (`replace-head`). Proves what no cheaper test can, on Ray 2.60 itself: the run goes
+    on without a resubmission or a restart (every epoch once, attempt 0, no step redone), its follower rides out
+    the head's absence, Ray's new head takes the job back (it ends SUCCEEDED through the new Jobs API), `make
+    runs` lists one run; then `run` stops everything it started: state cleared, temp dir removed, nothing left
+    listening (GCS and store ports free). The only test that starts a Ray cluster besides the session's: it
+    runs last, after the session cluster is stopped (session_cluster_stopped), never beside it."""
     env = _own_cluster_env(session_cluster_stopped, tmp_path)
+    storage = tmp_path / "runs"
+    train = ["make", "--no-print-directory", "train-ddp", "ON=local", f"DATA_DIR={small_dataset}"]
+    train += [f"SET=storage={storage}", "ARGS=epochs=4 eval_batch_size=600", "NAME=headloss"]
     command = [sys.executable, "-m", "rayfleet.local", "run", "--workers", "2", "--cpus-per-worker", "1"]
-    result = subprocess.run(
-        [*command, "--", sys.executable, "-c", SHAPE], env=env, cwd=REPO, capture_output=True, text=True, timeout=600
+    out_path = tmp_path / "out"
+    with open(out_path, "w") as out:
+        proc = subprocess.Popen([*command, "--gcs-store", "--", *train], env=env, cwd=REPO, stdout=out, stderr=out)
+    run_dir = RunDir(str(storage), "headloss")
+    try:
+        deadline = time.monotonic() + 400
+        while not (storage / "headloss" / "metrics.jsonl").exists() or not read_rows(run_dir):
+            assert proc.poll() is None and time.monotonic() < deadline, out_path.read_text()[-3000:]
+            time.sleep(0.5)
+        replaced = subprocess.run(
+            [sys.executable, "-m", "rayfleet.local", "replace-head"],
+            env=env,
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert replaced.returncode == 0 and "head replaced" in replaced.stdout, replaced.stdout + replaced.stderr
+        proc.wait(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            proc.wait(timeout=120)
+    output = out_path.read_text()
+    assert proc.returncode == 0, output[-4000:]
+    assert "GCS store: redis-server at 127.0.0.1:6698" in output
+    assert "cluster up: 1 head + 2 workers; RAY_ADDRESS=127.0.0.1:6690" in output
+    assert "the head's Jobs API does not answer" in output  # the follower saw the head go, and waited
+    rows = read_rows(run_dir)
+    assert [r["epoch"] for r in rows] == [1, 2, 3, 4] and all(r["attempt"] == 0 for r in rows), rows
+    steps = [r["step"] for r in rows]
+    assert steps == sorted(set(steps)), steps  # nothing redone
+    record = json.loads((storage / "headloss" / "run.json").read_text())
+    assert record["state"] == "SUCCEEDED" and len(record["attempts"]) == 1, record
+    listing = subprocess.run(
+        [sys.executable, "-m", "rayfleet.ops.runs", "--local-dir", str(storage), "--json"],
+        env={**env, "RAYFLEET_OUTPUTS": str(tmp_path / "none.json")},
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
     )
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert "starting one for this command" in result.stdout
-    assert "cluster up: 1 head + 2 workers; RAY_ADDRESS=127.0.0.1:6690" in result.stdout
-    assert "nodes 3 cpus [0, 1.0, 1.0]" in result.stdout, result.stdout[-3000:]
-    assert not (tmp_path / "state" / "cluster" / "state.json").exists()  # stopped and cleared
+    assert [(r["run"], r["state"]) for r in json.loads(listing.stdout)] == [("headloss", "SUCCEEDED")]
+    # `run` stopped what it started: the head, the workers and the store
+    assert not (tmp_path / "state" / "cluster" / "state.json").exists()
     assert not (local_cluster.temp_root() / "6690").exists()
-    with socket.socket() as s:  # the GCS port is free again: nothing of that cluster is left listening
-        s.bind(("127.0.0.1", 6690))
+    for port in (6690, 6698):  # the GCS and the store
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
