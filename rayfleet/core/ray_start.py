@@ -68,3 +68,16 @@ def command(
     if custom_resources:
         cmd.append(f"--resources={json.dumps(custom_resources)}")
     return [*cmd, *(extra or []), "--disable-usage-stats"]
+
+
+# A node started with its own temp dir names it here, in the environment its processes inherit (the local
+# cluster's workers when its head can be replaced: rayfleet/local/gcs_store.py).
+NODE_TEMP_DIR_ENV = "RAYFLEET_NODE_TEMP_DIR"
+
+
+def driver_init_kwargs(environ: dict) -> dict:
+    """`ray.init` arguments that attach a driver to the node it runs on. On one host every node has the same
+    address and Ray attaches a driver to the head's raylet, so a driver there dies with the head; by its temp
+    dir Ray picks this node's raylet instead. On ECS (a node per task) nothing is needed."""
+    temp_dir = environ.get(NODE_TEMP_DIR_ENV)
+    return {"_temp_dir": temp_dir} if temp_dir else {}

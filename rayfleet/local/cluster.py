@@ -34,7 +34,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rayfleet.core import ray_auth
+from rayfleet.core import ray_auth, ray_start
 from rayfleet.local import gcs_store
 from rayfleet.local.host import (
     GIB,
@@ -177,8 +177,12 @@ def _up_once(spec: ClusterSpec, quiet: bool) -> ClusterState:
         wait_for_nodes(state, 1)
         for i in range(spec.workers):
             say(f"starting worker {i + 1}/{spec.workers} ({spec.cpus_per_worker:g} CPU, {worker_memory / GIB:.1f} GiB)")
-            command = worker_command(spec, i, worker_memory, gcs_store.worker_resources() if spec.gcs_store else None)
-            state.pids.append(start_node(f"worker-{i + 1}", command, env, log_dir))
+            command, worker_env = worker_command(spec, i, worker_memory), env
+            if spec.gcs_store:  # its own session dir, so drivers here attach to it and outlive the head
+                own = str(private_dir(Path(f"{temp_dir}-w{i + 1}")))
+                command = worker_command(spec, i, worker_memory, gcs_store.worker_resources(), own)
+                worker_env = {**env, ray_start.NODE_TEMP_DIR_ENV: own}
+            state.pids.append(start_node(f"worker-{i + 1}", command, worker_env, log_dir))
             _write_state(state)
             wait_for_nodes(state, i + 2)
     except BaseException:
@@ -220,9 +224,16 @@ def replace_head() -> float:
     state.pids.remove(state.head_pid)
     # `ray start --head` refuses while this host's last head address file names an address that live Ray
     # processes (the workers, waiting for the GCS) still point at: one host's artefact, not ECS's.
-    Path(state.temp_dir, "ray_current_cluster").unlink(missing_ok=True)
     env = {**node_env(state.cluster_id, state.address), **gcs_store.nodes_env()}
-    _start_head(state, env, name=f"head-{len(list(Path(state.log_dir).glob('head*.log'))) + 1}")
+    for attempt in range(3):  # a GCS recovering from the store can miss Ray's 30 s start-up wait (seen here)
+        Path(state.temp_dir, "ray_current_cluster").unlink(missing_ok=True)
+        try:
+            _start_head(state, env, name=f"head-{len(list(Path(state.log_dir).glob('head*.log'))) + 1}")
+            break
+        except ClusterError as exc:
+            if RAY_START_TIMED_OUT not in str(exc) or attempt == 2:
+                raise
+            print("the new head missed Ray's 30 s start-up wait; starting it again", flush=True)
     wait_for_nodes(state, 1 + state.spec["workers"])
     return time.monotonic() - began
 
@@ -256,6 +267,8 @@ def down(quiet: bool = False) -> int:
 
 
 def _clear(state: ClusterState) -> None:
+    for own in Path(state.temp_dir).parent.glob(f"{Path(state.temp_dir).name}-w*"):  # workers' own (gcs_store)
+        shutil.rmtree(own, ignore_errors=True)
     shutil.rmtree(state.temp_dir, ignore_errors=True)
     state_file().unlink(missing_ok=True)
 

@@ -28,7 +28,7 @@ from pathlib import Path
 from rayfleet.local.host import ClusterError
 
 # What a node or driver waits for a replaced head before it gives up (Ray's default is 60 s): a head on a busy
-# laptop starts in 10-40 s; on ECS a replacement task takes longer (infra/modules/ray sets its own).
+# laptop starts again in 10-40 s.
 RECONNECT_S = 600
 DRIVER_RESOURCE = "rayfleet_driver"  # what a worker node offers job drivers when the head may be replaced
 START_TIMEOUT_S = 30

@@ -3,6 +3,9 @@ rayfleet/core/ray_start.py), its ports a block above the GCS port, started and w
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import socket
 import subprocess
 import time
@@ -47,7 +50,11 @@ def head_command(spec: ClusterSpec, temp_dir: str, memory: int) -> list[str]:
     )
 
 
-def worker_command(spec: ClusterSpec, index: int, memory: int, custom: dict | None = None) -> list[str]:
+def worker_command(
+    spec: ClusterSpec, index: int, memory: int, custom: dict | None = None, temp_dir: str | None = None
+) -> list[str]:
+    """A worker node's `ray start`. `temp_dir`: a session directory of its own (a cluster whose head can be
+    replaced, so drivers can attach to this node by it: ray_start.driver_init_kwargs); else the head's."""
     b = spec.port + 10 * (index + 1)
     resources = {"num_cpus": f"{spec.cpus_per_worker:g}", "num_gpus": spec.gpus_per_worker, "memory": memory}
     return ray_start.command(
@@ -58,8 +65,9 @@ def worker_command(spec: ClusterSpec, index: int, memory: int, custom: dict | No
         resources={**resources, "object_store_memory": spec.object_store_bytes},
         custom_resources=custom,
         # One host, one session log dir: the head's log monitor already forwards every worker's output to
-        # the driver; a monitor per node would print each line once per node. (On ECS each node has its own.)
-        extra=["--include-log-monitor=false"],
+        # the driver; a monitor per node would print each line once per node. (On ECS each node has its own;
+        # so does a worker with a temp dir of its own.)
+        extra=[f"--temp-dir={temp_dir}"] if temp_dir else ["--include-log-monitor=false"],
     )
 
 
@@ -81,6 +89,8 @@ def start_node(name: str, cmd: list[str], env: dict, log_dir: Path) -> int:
         if READY_MARK in text:
             return proc.pid
         if proc.poll() is not None:
+            with contextlib.suppress(ProcessLookupError):  # what it started (a GCS server, a raylet) goes too
+                os.killpg(proc.pid, signal.SIGKILL)
             raise ClusterError(f"{name} exited with code {proc.returncode}; log {log_path}:\n{tail_of(text)}")
         time.sleep(0.5)
     raise ClusterError(f"{name} did not start within {START_TIMEOUT_S}s; log {log_path}:\n{tail_of(text)}")
@@ -94,7 +104,11 @@ def wait_for_nodes(state: ClusterState, count: int) -> None:
     alive = 0
     while time.monotonic() < deadline:
         try:
-            alive = len(list_nodes(address=state.dashboard_url, filters=[("state", "=", "ALIVE")]))
+            # Ray 2.60 counts a replaced head's dead node against the filtered answer and calls it truncated
+            found = list_nodes(
+                address=state.dashboard_url, filters=[("state", "=", "ALIVE")], raise_on_missing_output=False
+            )
+            alive = len(found)
         except Exception:  # the dashboard answers a few seconds after the head's GCS
             alive = 0
         if alive >= count:

@@ -17,9 +17,13 @@ if TYPE_CHECKING:  # annotations only: cluster.py imports this module
     from rayfleet.local.cluster import ClusterState
 
 
+OWN_PROGRAMS = (b"ray", b"redis-server")
+
+
 def find_cluster_pids(cluster_id: str, sessions: list[int] = ()) -> list[int]:
     """Live processes of this cluster: those whose environment carries its id, and Ray processes in
-    the sessions of its `ray start` nodes (Ray's agents rename themselves, which wipes their environ)."""
+    the sessions of its `ray start` nodes (Ray's agents rename themselves, which wipes their environ), and its
+    GCS store's redis-server in its own."""
     needle = f"RAYFLEET_CLUSTER_ID={cluster_id}".encode()
     pids = []
     for entry in Path("/proc").iterdir():
@@ -32,7 +36,9 @@ def find_cluster_pids(cluster_id: str, sessions: list[int] = ()) -> list[int]:
             if state in "ZX":
                 continue
             marked = needle in (entry / "environ").read_bytes().split(b"\0")
-            if marked or (session in sessions and b"ray" in (entry / "cmdline").read_bytes()):
+            # redis-server (the GCS store) writes its title over its environment: known by its session
+            ours = session in sessions and any(name in (entry / "cmdline").read_bytes() for name in OWN_PROGRAMS)
+            if marked or ours:
                 pids.append(int(entry.name))
         except (OSError, ValueError, IndexError):
             continue  # gone while we looked, or not ours to read

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict
 
+from rayfleet.core import ray_start
 from rayfleet.core.errors import ConfigError
 from rayfleet.core.run_dir import RunDir
 from rayfleet.core.run_queue import (
@@ -259,7 +260,12 @@ def bare_driver():
 
     job_config = os.environ.pop(JOB_CONFIG_VAR, None)
     try:
-        ray.init(address=os.environ.get("RAY_ADDRESS") or "auto", log_to_driver=False, logging_level="WARNING")
+        ray.init(
+            address=os.environ.get("RAY_ADDRESS") or "auto",
+            log_to_driver=False,
+            logging_level="WARNING",
+            **ray_start.driver_init_kwargs(os.environ),
+        )
         yield
     finally:
         ray.shutdown()

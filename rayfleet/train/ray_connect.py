@@ -15,7 +15,7 @@ from pathlib import Path
 
 import ray
 
-from rayfleet.core import ray_auth
+from rayfleet.core import ray_auth, ray_start
 from rayfleet.core.errors import RayfleetError
 
 LOCAL_STATE = Path(__file__).resolve().parents[2] / ".rayfleet" / "cluster" / "state.json"  # rayfleet.local
@@ -50,7 +50,9 @@ def ray_session() -> Iterator[str]:
             'eval "$(.venv/bin/python -m rayfleet.local env)"'
         )
     try:
-        ray.init(address=address, logging_level="WARNING", log_to_driver=True)
+        ray.init(
+            address=address, logging_level="WARNING", log_to_driver=True, **ray_start.driver_init_kwargs(os.environ)
+        )
         yield address
     finally:
         ray.shutdown()

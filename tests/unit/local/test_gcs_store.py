@@ -9,6 +9,7 @@ import shutil
 import signal
 import socket
 import stat
+from pathlib import Path
 
 import pytest
 
@@ -42,7 +43,7 @@ def test_the_store_answers_on_loopback_only_with_its_password(tmp_path):
         assert ask(store.address, "AUTH", store.password()) == b"+OK"
         for name in ("gcs-store.password", "gcs-store.conf"):
             assert stat.S_IMODE((directory / name).stat().st_mode) == 0o600
-        listening = open(f"/proc/{pid}/net/tcp").read()  # the listening socket's local address: 127.0.0.1
+        listening = Path(f"/proc/{pid}/net/tcp").read_text()  # the listening socket's local address: 127.0.0.1
         port_hex = f"{int(store.address.rsplit(':', 1)[1]):04X}"
         assert f"0100007F:{port_hex} 00000000:0000 0A" in listening
         flags = gcs_store.head_flags(store)
