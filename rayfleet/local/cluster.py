@@ -179,7 +179,7 @@ def _up_once(spec: ClusterSpec, quiet: bool) -> ClusterState:
             say(f"starting worker {i + 1}/{spec.workers} ({spec.cpus_per_worker:g} CPU, {worker_memory / GIB:.1f} GiB)")
             command, worker_env = worker_command(spec, i, worker_memory), env
             if spec.gcs_store:  # its own session dir, so drivers here attach to it and outlive the head
-                own = str(private_dir(Path(f"{temp_dir}-w{i + 1}")))
+                own = gcs_store.worker_temp_dir(temp_dir, i)
                 command = worker_command(spec, i, worker_memory, gcs_store.worker_resources(), own)
                 worker_env = {**env, ray_start.NODE_TEMP_DIR_ENV: own}
             state.pids.append(start_node(f"worker-{i + 1}", command, worker_env, log_dir))

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from rayfleet.local.host import ClusterError
+from rayfleet.local.host import ClusterError, private_dir
 
 # What a node or driver waits for a replaced head before it gives up (Ray's default is 60 s): a head on a busy
 # laptop starts again in 10-40 s.
@@ -89,6 +89,21 @@ def head_flags(store: Store) -> list[str]:
 def nodes_env() -> dict[str, str]:
     """For every node and every driver: wait for a replaced head instead of exiting after a minute."""
     return {"RAY_gcs_rpc_server_reconnect_timeout_s": str(RECONNECT_S)}
+
+
+def worker_temp_dir(head_temp_dir: str, index: int) -> str:
+    """A worker node's temp dir of its own, so that a driver there attaches to its raylet by it
+    (ray_start.driver_init_kwargs), whose session's logs are the head's: Ray's agents read a job's log from the
+    session of the node they attach to, which on one host is the head's, and the head's log monitor forwards
+    every node's output (as without a store). Made after the head started: the session is named by it."""
+    head = Path(head_temp_dir)
+    own = private_dir(head.with_name(f"{head.name}-w{index + 1}"))
+    session = (head / "session_latest").resolve()
+    (own / session.name).mkdir(exist_ok=True)
+    logs = own / session.name / "logs"
+    if not logs.is_symlink():
+        logs.symlink_to(session / "logs", target_is_directory=True)
+    return str(own)
 
 
 def worker_resources() -> dict[str, float]:

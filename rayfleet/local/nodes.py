@@ -53,8 +53,8 @@ def head_command(spec: ClusterSpec, temp_dir: str, memory: int) -> list[str]:
 def worker_command(
     spec: ClusterSpec, index: int, memory: int, custom: dict | None = None, temp_dir: str | None = None
 ) -> list[str]:
-    """A worker node's `ray start`. `temp_dir`: a session directory of its own (a cluster whose head can be
-    replaced, so drivers can attach to this node by it: ray_start.driver_init_kwargs); else the head's."""
+    """A worker node's `ray start`. `temp_dir`: a temp dir of its own (a cluster whose head can be replaced, so
+    drivers can attach to this node by it: gcs_store.worker_temp_dir); else the head's."""
     b = spec.port + 10 * (index + 1)
     resources = {"num_cpus": f"{spec.cpus_per_worker:g}", "num_gpus": spec.gpus_per_worker, "memory": memory}
     return ray_start.command(
@@ -64,10 +64,10 @@ def worker_command(
         ports={name: b + i for i, name in enumerate(NODE_PORTS)},
         resources={**resources, "object_store_memory": spec.object_store_bytes},
         custom_resources=custom,
-        # One host, one session log dir: the head's log monitor already forwards every worker's output to
-        # the driver; a monitor per node would print each line once per node. (On ECS each node has its own;
-        # so does a worker with a temp dir of its own.)
-        extra=[f"--temp-dir={temp_dir}"] if temp_dir else ["--include-log-monitor=false"],
+        # One host, one session log dir (a worker's own temp dir links its logs to it): the head's log monitor
+        # already forwards every worker's output to the driver; a monitor per node would print each line once
+        # per node. (On ECS each node has its own.)
+        extra=["--include-log-monitor=false", *([f"--temp-dir={temp_dir}"] if temp_dir else [])],
     )
 
 

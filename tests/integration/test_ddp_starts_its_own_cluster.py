@@ -89,6 +89,7 @@ def test_local_cluster_run_starts_a_cluster_whose_head_is_killed_and_replaced_mi
     rows = read_rows(run_dir)
     assert [r["epoch"] for r in rows] == [1, 2, 3, 4], rows  # each epoch once
     assert all(r["attempt"] == 0 and r["steps_redone"] == 0 and r["workers"] == 2 for r in rows), rows
+    assert output.count("run headloss: 2 workers (CPU)") == 1  # the driver's output, shown once
     record = json.loads((storage / "headloss" / "run.json").read_text())
     assert record["state"] == "SUCCEEDED" and len(record["attempts"]) == 1, record
     listing = subprocess.run(
