@@ -7,7 +7,7 @@ import os
 import sys
 
 from rayfleet.core import ray_auth
-from rayfleet.local import cluster
+from rayfleet.local import cluster, head_loss
 from rayfleet.local.host import ClusterError, shell_exports
 
 
@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
         elif args.verb == "status":
             print(cluster.status())
         elif args.verb == "replace-head":
-            print(f"head replaced: every node alive on the new head after {cluster.replace_head():.1f}s", flush=True)
+            print(f"head replaced: every node alive on the new head after {head_loss.replace_head():.1f}s", flush=True)
         elif args.verb == "env":
             state = cluster.running()
             if state is None:

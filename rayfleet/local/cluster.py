@@ -24,7 +24,6 @@ is the whole host per node), and the session directory and logs are readable by 
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
@@ -173,7 +172,7 @@ def _up_once(spec: ClusterSpec, quiet: bool) -> ClusterState:
             env.update(gcs_store.nodes_env())
             say(f"GCS store: redis-server at {store.address} (a killed head can be replaced: replace-head)")
         say(f"starting Ray head (no CPUs for training, {head_memory / GIB:.1f} GiB) at {state.address} ...")
-        _start_head(state, env)
+        start_head(state, env)
         wait_for_nodes(state, 1)
         for i in range(spec.workers):
             say(f"starting worker {i + 1}/{spec.workers} ({spec.cpus_per_worker:g} CPU, {worker_memory / GIB:.1f} GiB)")
@@ -195,7 +194,7 @@ def _up_once(spec: ClusterSpec, quiet: bool) -> ClusterState:
     return state
 
 
-def _start_head(state: ClusterState, env: dict, name: str = "head") -> None:
+def start_head(state: ClusterState, env: dict, name: str = "head") -> None:
     """Start the head (on the cluster's store, if it has one) and record its pid."""
     spec = ClusterSpec(**state.spec)
     command, env = head_command(spec, state.temp_dir, state.head_memory), dict(env)
@@ -206,36 +205,6 @@ def _start_head(state: ClusterState, env: dict, name: str = "head") -> None:
     state.head_pid = start_node(name, command, env, Path(state.log_dir))
     state.pids.append(state.head_pid)
     _write_state(state)
-
-
-def replace_head() -> float:
-    """SIGKILL the running cluster's head (its whole session: GCS, raylet, dashboard) and start a new one on the
-    same GCS store; returns seconds until every node is alive on it again. Only a cluster with a store."""
-    state = running()
-    if state is None:
-        raise ClusterError("no rayfleet cluster is running; run `make cluster-up GCS_STORE=1`")
-    if not state.store:
-        raise ClusterError(
-            "this cluster keeps its GCS in the head: a new head would know nothing (start it with --gcs-store)"
-        )
-    began = time.monotonic()
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(state.head_pid, signal.SIGKILL)
-    state.pids.remove(state.head_pid)
-    # `ray start --head` refuses while this host's last head address file names an address that live Ray
-    # processes (the workers, waiting for the GCS) still point at: one host's artefact, not ECS's.
-    env = {**node_env(state.cluster_id, state.address), **gcs_store.nodes_env()}
-    for attempt in range(3):  # a GCS recovering from the store can miss Ray's 30 s start-up wait (seen here)
-        Path(state.temp_dir, "ray_current_cluster").unlink(missing_ok=True)
-        try:
-            _start_head(state, env, name=f"head-{len(list(Path(state.log_dir).glob('head*.log'))) + 1}")
-            break
-        except ClusterError as exc:
-            if RAY_START_TIMED_OUT not in str(exc) or attempt == 2:
-                raise
-            print("the new head missed Ray's 30 s start-up wait; starting it again", flush=True)
-    wait_for_nodes(state, 1 + state.spec["workers"])
-    return time.monotonic() - began
 
 
 def _write_state(state: ClusterState) -> None:

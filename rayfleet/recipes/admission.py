@@ -260,12 +260,8 @@ def bare_driver():
 
     job_config = os.environ.pop(JOB_CONFIG_VAR, None)
     try:
-        ray.init(
-            address=os.environ.get("RAY_ADDRESS") or "auto",
-            log_to_driver=False,
-            logging_level="WARNING",
-            **ray_start.driver_init_kwargs(os.environ),
-        )
+        address, node = os.environ.get("RAY_ADDRESS") or "auto", ray_start.driver_init_kwargs(os.environ)
+        ray.init(address=address, log_to_driver=False, logging_level="WARNING", **node)
         yield
     finally:
         ray.shutdown()
