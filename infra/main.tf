@@ -103,6 +103,17 @@ module "cluster" {
   log_retention_days     = var.log_retention_days
 }
 
+module "gcs_store" {
+  count       = var.gcs_store.enabled ? 1 : 0
+  source      = "./modules/gcs_store"
+  name        = var.name
+  vpc_id      = module.network.vpc_id
+  subnet_ids  = module.network.private_subnet_ids
+  kms_key_arn = module.iam.kms_key_arn
+  node_type   = var.gcs_store.node_type
+  replicas    = var.gcs_store.replicas
+}
+
 module "ray" {
   source                = "./modules/ray"
   name                  = var.name
@@ -130,6 +141,7 @@ module "ray" {
   notify_head_stopped   = true
   queue_budget          = var.queue_budget
   concurrent_runs       = var.concurrent_runs
+  gcs_store             = var.gcs_store.enabled ? { address = module.gcs_store[0].address, port = module.gcs_store[0].port, client_security_group_id = module.gcs_store[0].client_security_group_id } : null
 }
 
 module "observability" {

@@ -149,3 +149,8 @@ output "worker_lifecycle" {
   description = "spot or on-demand: how make run prices a run's worker instances."
   value       = var.workers.spot ? "spot" : "on-demand"
 }
+
+output "gcs_store" {
+  description = "The head's GCS store, whose AUTH token `make deploy` sets and writes to secret_arn (null: no store)."
+  value       = var.gcs_store.enabled ? { replication_group_id = module.gcs_store[0].replication_group_id, secret_arn = module.ray.gcs_store_secret_arn } : null
+}

@@ -229,3 +229,14 @@ variable "queue_budget" {
   type        = string
   default     = ""
 }
+
+variable "gcs_store" {
+  description = "Keep the Ray head's GCS in a Valkey store (ElastiCache, private, TLS, encrypted at rest, its token set by `make deploy`), so that a replaced head takes back the running jobs, actors and Serve applications: `{ enabled = true }`. Off by default: the store bills every hour, also while autostop has scaled everything else to zero (docs/DESIGN.md, \"A lost head\")."
+  type = object({
+    enabled   = optional(bool, false)
+    node_type = optional(string, "cache.t4g.micro")
+    replicas  = optional(number, 0)
+  })
+  default  = {}
+  nullable = false
+}

@@ -16,6 +16,7 @@ _DATA = json.loads(CATALOG_FILE.read_text())
 PRICES_AS_OF = _DATA["prices_as_of"]
 INSTANCE_TYPES: dict[str, dict] = _DATA["instance_types"]
 NETWORK_PRICES: dict[str, float] = _DATA["network_usd_per_hour"]  # NAT gateway; interface endpoint per zone
+CACHE_NODE_PRICES: dict[str, float] = _DATA["cache_nodes_usd_per_hour"]  # ElastiCache Valkey: the GCS store's nodes
 
 
 def hourly_cost(instance_types: list[str]) -> tuple[float, list[str]]:

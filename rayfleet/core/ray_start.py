@@ -44,6 +44,7 @@ def command(
     custom_resources: dict[str, float] | None = None,
     dashboard_host: str | None = None,
     block: bool = False,
+    gcs_store_password: str | None = None,
     extra: list[str] | None = None,
     ray: str = "ray",
 ) -> list[str]:
@@ -51,6 +52,8 @@ def command(
 
     resources: num_cpus, num_gpus, memory, object_store_memory (bytes), as Ray's flags name them.
     dashboard_host: the head's dashboard (127.0.0.1 locally; the task's address on ECS, behind its group).
+    gcs_store_password: a head whose GCS lives in an external store (RAY_REDIS_ADDRESS in its environment)
+    authenticates to it with this; Ray hands it to its gcs_server on the command line in any case.
     extra: flags only one kind of node has (the local cluster's temp dir, its single log monitor).
     """
     if head == (address is not None):
@@ -67,6 +70,8 @@ def command(
     cmd += [f"--{key.replace('_', '-')}={value}" for key, value in (resources or {}).items()]
     if custom_resources:
         cmd.append(f"--resources={json.dumps(custom_resources)}")
+    if head and gcs_store_password:
+        cmd.append(f"--redis-password={gcs_store_password}")
     return [*cmd, *(extra or []), "--disable-usage-stats"]
 
 

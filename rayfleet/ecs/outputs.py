@@ -44,6 +44,7 @@ class Outputs:
     image_tag: str = ""  # make push marks the deployed tag's images (rayfleet/ops/images.py mark_deployed)
     serve_endpoint: str = ""  # http://head.<namespace>:<port> when serving is on (make serve), else ""
     serve_api_key_secret_arn: str = ""  # the key every Serve request carries
+    gcs_store: dict | None = None  # {replication_group_id, secret_arn}: make deploy sets the store's token
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Outputs:

@@ -38,12 +38,36 @@ def seed_token(client, secret_arn: str, say=print, what: str = "the Ray token") 
     lists the versions' stages, PutSecretValue writes. Returns the new version id, or None when one was
     already current. The Serve API key's secret (`what`) is seeded the same way. `client` is a Secrets
     Manager client (the rehearsal seeds its moto secret with it too)."""
-    stages = client.describe_secret(SecretId=secret_arn).get("VersionIdsToStages") or {}
-    if any("AWSCURRENT" in labels for labels in stages.values()):
-        say(f"{what}: the secret already has a current value ({len(stages)} version(s)); kept as it is")
+    if _has_current(client, secret_arn, what, say):
         return None
     version = client.put_secret_value(SecretId=secret_arn, SecretString=new_token())["VersionId"]
     say(f"seeded {what}: {secret_arn} version {version} (the value is never printed)")
+    return version
+
+
+def _has_current(client, secret_arn: str, what: str, say) -> bool:
+    stages = client.describe_secret(SecretId=secret_arn).get("VersionIdsToStages") or {}
+    if any("AWSCURRENT" in labels for labels in stages.values()):
+        say(f"{what}: the secret already has a current value ({len(stages)} version(s)); kept as it is")
+        return True
+    return False
+
+
+def seed_store_token(secretsmanager, elasticache, secret_arn: str, group_id: str, say=print) -> str | None:
+    """The GCS store's AUTH token (infra/modules/gcs_store), once, as seed_token: ElastiCache gets it first
+    (ModifyReplicationGroup; ROTATE adds AUTH to a group that has TLS and no token yet), then the secret the
+    head reads. In that order a failure between the two leaves the secret without a value, so the next
+    `make deploy` sets a new token on both; never a secret holding a token the store refuses. Returns the
+    secret's new version id, or None when it already had a current one."""
+    what = "the GCS store's token"
+    if _has_current(secretsmanager, secret_arn, what, say):
+        return None
+    token = new_token()  # 64 hex characters: within ElastiCache's 16-128 printable, none of @ " /
+    elasticache.modify_replication_group(
+        ReplicationGroupId=group_id, AuthToken=token, AuthTokenUpdateStrategy="ROTATE", ApplyImmediately=True
+    )
+    version = secretsmanager.put_secret_value(SecretId=secret_arn, SecretString=token)["VersionId"]
+    say(f"seeded {what}: set on {group_id} and in {secret_arn} version {version} (the value is never printed)")
     return version
 
 

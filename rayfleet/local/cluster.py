@@ -197,11 +197,9 @@ def _up_once(spec: ClusterSpec, quiet: bool) -> ClusterState:
 def start_head(state: ClusterState, env: dict, name: str = "head") -> None:
     """Start the head (on the cluster's store, if it has one) and record its pid."""
     spec = ClusterSpec(**state.spec)
-    command, env = head_command(spec, state.temp_dir, state.head_memory), dict(env)
-    if state.store:
-        store = gcs_store.Store(**state.store)
-        command += gcs_store.head_flags(store)
-        env.update(gcs_store.head_env(store, namespace=state.cluster_id))
+    store = gcs_store.Store(**state.store) if state.store else None
+    command = head_command(spec, state.temp_dir, state.head_memory, store and store.password())
+    env = {**env, **(gcs_store.head_env(store, namespace=state.cluster_id) if store else {})}
     state.head_pid = start_node(name, command, env, Path(state.log_dir))
     state.pids.append(state.head_pid)
     _write_state(state)

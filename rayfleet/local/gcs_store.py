@@ -82,10 +82,6 @@ def head_env(store: Store, namespace: str) -> dict[str, str]:
     return {"RAY_REDIS_ADDRESS": store.address, "RAY_external_storage_namespace": namespace}
 
 
-def head_flags(store: Store) -> list[str]:
-    return [f"--redis-password={store.password()}"]
-
-
 def nodes_env() -> dict[str, str]:
     """For every node and every driver: wait for a replaced head instead of exiting after a minute."""
     return {"RAY_gcs_rpc_server_reconnect_timeout_s": str(RECONNECT_S)}

@@ -36,7 +36,7 @@ def port_free(port: int) -> bool:
     return True
 
 
-def head_command(spec: ClusterSpec, temp_dir: str, memory: int) -> list[str]:
+def head_command(spec: ClusterSpec, temp_dir: str, memory: int, gcs_store_password: str | None = None) -> list[str]:
     p = spec.port
     ports = {"gcs": p, **{name: p + 1 + i for i, name in enumerate(NODE_PORTS)}, "client": p + 7}
     return ray_start.command(
@@ -46,6 +46,7 @@ def head_command(spec: ClusterSpec, temp_dir: str, memory: int) -> list[str]:
         ports={**ports, "dashboard": spec.dashboard_port},
         dashboard_host="127.0.0.1",
         resources={"num_cpus": 0, "num_gpus": 0, "memory": memory, "object_store_memory": spec.object_store_bytes},
+        gcs_store_password=gcs_store_password,
         extra=[f"--temp-dir={temp_dir}"],  # like ECS: the head schedules, it never trains (no CPUs, no GPUs)
     )
 

@@ -21,6 +21,8 @@ def ports(env: dict) -> dict[str, dict]:
     return json.loads(env["RAYFLEET_RAY_PORTS"]) if env.get("RAYFLEET_RAY_PORTS") else DEFAULT_PORTS
 
 
+# The GCS store's token (infra/modules/ray: the head's `secrets`), beside RAY_REDIS_ADDRESS in its environment.
+GCS_STORE_PASSWORD_ENV = "RAYFLEET_GCS_STORE_PASSWORD"
 HEAD_PORTS = ("gcs", "dashboard", "client", *NODE_PORTS)
 
 
@@ -87,7 +89,14 @@ def head_command(env: dict) -> list[str]:
     res = resources(env)
     res.update(num_cpus=int(env.get("RAYFLEET_NUM_CPUS") or 0), num_gpus=0)  # the head schedules, never trains
     # the dashboard listens on the task's address: only the cluster's own security group reaches it
-    return ray_start.command(head=True, block=True, dashboard_host="0.0.0.0", resources=res, **pinned(spec, HEAD_PORTS))
+    return ray_start.command(
+        head=True,
+        block=True,
+        dashboard_host="0.0.0.0",
+        resources=res,
+        gcs_store_password=env.get(GCS_STORE_PASSWORD_ENV) or None,  # from the task's secrets, with RAY_REDIS_ADDRESS
+        **pinned(spec, HEAD_PORTS),
+    )
 
 
 def join_command(env: dict, head: str, block: bool, driver_only: bool = False) -> list[str]:

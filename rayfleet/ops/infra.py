@@ -124,6 +124,17 @@ def deploy(binary: str, opts: argparse.Namespace) -> int:
         seed_token(Aws(out.region).client("secretsmanager"), out.ray_token_secret_arn)
         if out.serve_api_key_secret_arn:  # serve.enabled: the key every Serve request carries, seeded alike
             seed_token(Aws(out.region).client("secretsmanager"), out.serve_api_key_secret_arn, what="the Serve API key")
+        if out.gcs_store:  # gcs_store.enabled: the store's AUTH token, set on the store and in its secret
+            from rayfleet.ecs.rotate_token import seed_store_token
+
+            aws = Aws(out.region)
+            store = out.gcs_store
+            seed_store_token(
+                aws.client("secretsmanager"),
+                aws.client("elasticache"),
+                store["secret_arn"],
+                store["replication_group_id"],
+            )
     tag = opts.image_tag or out.image_tag
     if tag and out.ecr_repository_urls:  # the images the services now run are never expired by the lifecycle
         from rayfleet.ops.images import mark_deployed

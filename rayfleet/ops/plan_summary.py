@@ -14,7 +14,7 @@ import subprocess
 from collections import Counter
 from dataclasses import dataclass
 
-from rayfleet.core.catalog import INSTANCE_TYPES, NETWORK_PRICES, PRICES_AS_OF
+from rayfleet.core.catalog import CACHE_NODE_PRICES, INSTANCE_TYPES, NETWORK_PRICES, PRICES_AS_OF
 from rayfleet.core.errors import RayfleetError
 from rayfleet.ecs.preflight import Shape
 from rayfleet.ops.deployment_files import INFRA, PLAN_FILE
@@ -79,6 +79,7 @@ def cost(plan: dict) -> Cost:
     network = (
         zones * NETWORK_PRICES["nat_gateway"] + len(endpoints) * zones * NETWORK_PRICES["interface_endpoint_per_zone"]
     )
+    network += store_cost(plan)  # like the network, the GCS store runs whether the instances do or not
     autostop = (plan.get("variables", {}).get("autostop", {}) or {}).get("value") or {}
     head_stops = bool(autostop.get("head"))
     compute = {key: count * price for key, (_, count, price) in nodes.items()}
@@ -89,11 +90,31 @@ def cost(plan: dict) -> Cost:
         for key, (kind, count, price) in sorted(nodes.items())
     ]
     lines.append(f"network: {zones} NAT gateway(s), {len(endpoints)} interface endpoint(s) x {zones} zone(s)")
+    lines += [store_line(plan)] if _after(plan, "aws_elasticache_replication_group") else []
     minutes = autostop.get("idle_minutes")
     if minutes:
         lines.append(f"autostop: after {minutes:g} idle minutes the workers{' and head' * head_stops} scale to zero")
     lines.append(f"on-demand list prices ({PRICES_AS_OF}); Spot is cheaper; data transfer, storage and logs extra")
     return Cost(round(running, 3), round(idle, 3), round(network, 3), tuple(lines))
+
+
+def _store_nodes(plan: dict) -> list[tuple[str, int]]:
+    """(node type, nodes) of each GCS store (gcs_store.enabled) the plan leaves."""
+    stores = _after(plan, "aws_elasticache_replication_group").values()
+    return [(s.get("node_type") or "?", int(s.get("num_cache_clusters") or 1)) for s in stores]
+
+
+def store_cost(plan: dict) -> float:
+    return sum(count * CACHE_NODE_PRICES.get(kind, 0.0) for kind, count in _store_nodes(plan))
+
+
+def store_line(plan: dict) -> str:
+    parts = [
+        f"{count} x {kind} at ${CACHE_NODE_PRICES.get(kind, 0.0):.4f}/h"
+        + ("" if kind in CACHE_NODE_PRICES else " (not in the catalog)")
+        for kind, count in _store_nodes(plan)
+    ]
+    return f"gcs store: {', '.join(parts)}, always on (also stopped or autostopped)"
 
 
 def usd(value: float) -> str:

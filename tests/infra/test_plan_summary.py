@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rayfleet.core.catalog import INSTANCE_TYPES, NETWORK_PRICES
+from rayfleet.core.catalog import CACHE_NODE_PRICES, INSTANCE_TYPES, NETWORK_PRICES
 from rayfleet.ops import plan_summary
 from tools.terraform_standin.render import rendered_plan
 
@@ -48,10 +48,11 @@ def test_the_fsdp_shape_is_priced_from_its_tfvars():
     assert plan_summary.shape_of(plan).worker_instance_types == ("g5.12xlarge",)
 
 
-def test_spot_endpoints_two_zones_and_a_stopping_head(tmp_path):
+def test_spot_endpoints_two_zones_a_stopping_head_and_a_gcs_store(tmp_path):
     tfvars = tmp_path / "shape.tfvars"
     tfvars.write_text(
         "az_count = 2\ninterface_endpoints = true\nautostop = { idle_minutes = 15, head = true }\n"
+        "gcs_store = { enabled = true, replicas = 1 }\n"
         'workers = { instance_type = "g5.2xlarge", count = 3, spot = true, spot_instance_types = ["g5.xlarge"] }\n'
     )
     plan = rendered_plan(var_files=[tfvars])
@@ -62,13 +63,17 @@ def test_spot_endpoints_two_zones_and_a_stopping_head(tmp_path):
         if c["type"] == "aws_vpc_endpoint" and c["change"]["after"].get("vpc_endpoint_type") == "Interface"
     ]
     assert endpoints  # the variable turned them on
-    network = 2 * NAT + len(endpoints) * 2 * ENDPOINT
+    store = 2 * CACHE_NODE_PRICES["cache.t4g.micro"]  # a primary and one replica, on whatever else is stopped
+    network = 2 * NAT + len(endpoints) * 2 * ENDPOINT + store
     assert priced.stopped == pytest.approx(network, abs=1e-3)
     assert priced.idle == pytest.approx(network, abs=1e-3)  # autostop.head: nothing but the network stays
     assert priced.running == pytest.approx(price("m5.xlarge") + 3 * price("g5.2xlarge") + network, abs=1e-3)
     shape = plan_summary.shape_of(plan)
     assert shape.worker_spot is True and shape.worker_instance_types == ("g5.2xlarge", "g5.xlarge")
     assert shape.worker_count == 3 and shape.az_count == 2
+    assert "  gcs store: 2 x cache.t4g.micro at $0.0128/h, always on (also stopped or autostopped)" in (
+        plan_summary.describe(plan)
+    )
 
 
 def test_changes_count_a_replacement_as_an_add_and_a_destroy():

@@ -12,7 +12,7 @@ from rayfleet.ecs.outputs import Outputs
 from tests.infra.hcl import INFRA, MODULES, load_dir, merged
 
 MODULE_DIRS = sorted(p for p in MODULES.iterdir() if p.is_dir())
-EXPECTED_MODULES = {"network", "cluster", "ray", "storage", "registry", "observability", "iam"}
+EXPECTED_MODULES = {"network", "cluster", "ray", "storage", "registry", "observability", "iam", "gcs_store"}
 
 
 def test_every_concern_has_its_module_with_the_five_files():

@@ -8,6 +8,7 @@ services to zero) is a real moto server."""
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -57,6 +58,16 @@ def recorded_actions(moto) -> list[str]:
         target = entry.get("headers", {}).get("X-Amz-Target", "")
         actions.append(target.rsplit(".", 1)[-1] if target else urllib.parse.urlparse(entry["url"]).query)
     return actions
+
+
+def recorded_forms(moto, action: str) -> list[dict]:
+    """The form parameters of each query-protocol call of `action` (ElastiCache's) moto received since the
+    recording started."""
+    text = urllib.request.urlopen(f"{moto.url}/moto-api/recorder/download-recording", timeout=10).read().decode()
+    entries = [json.loads(line) for line in filter(None, text.splitlines())]
+    bodies = [base64.b64decode(e["body"]).decode() if e.get("body_encoded") else e.get("body", "") for e in entries]
+    forms = [dict(urllib.parse.parse_qsl(body or "")) for body in bodies]
+    return [form for form in forms if form.get("Action") == action]
 
 
 def start_recording(moto) -> None:
@@ -179,18 +190,33 @@ def test_deploy_seeds_the_token_once_and_never_rolls_back_a_rotation(recording_m
     env, sm = deployable["env"], recording_moto.client("secretsmanager")
     # What the apply leaves: the secret and its policy, no value (Terraform never writes or reads the token).
     arn = sm.create_secret(Name="rayfleet/ray-auth-token-fresh", Description="Ray token")["ARN"]
-    _point_outputs_at(deployable, ray_token_secret_arn=arn)
+    # With gcs_store.enabled: the store (TLS, no token yet) and its token's secret, empty.
+    store_arn = sm.create_secret(Name="rayfleet/gcs-store-token-fresh", Description="GCS store token")["ARN"]
+    recording_moto.client("elasticache").create_replication_group(
+        ReplicationGroupId="rayfleet-gcs",
+        ReplicationGroupDescription="GCS",
+        Engine="redis",
+        TransitEncryptionEnabled=True,
+    )
+    store = {"replication_group_id": "rayfleet-gcs", "secret_arn": store_arn}
+    _point_outputs_at(deployable, ray_token_secret_arn=arn, gcs_store=store)
     start_recording(recording_moto)
 
     first = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t1")
     assert first.returncode == 0, first.stderr
     actions = recorded_actions(recording_moto)
-    assert actions.count("PutSecretValue") == 1 and "GetSecretValue" not in actions  # writes, never reads
+    assert actions.count("PutSecretValue") == 2 and "GetSecretValue" not in actions  # writes, never reads
     stages = sm.describe_secret(SecretId=arn)["VersionIdsToStages"]
     assert list(stages.values()) == [["AWSCURRENT"]]  # seeded: one version, current
     seeded = sm.get_secret_value(SecretId=arn)["SecretString"]
     assert len(seeded) == 64 and seeded not in first.stdout + first.stderr
     assert "seeded the Ray token" in first.stdout
+    # The store got its AUTH token first, then the secret the head reads: the same value, printed nowhere.
+    (modified,) = recorded_forms(recording_moto, "ModifyReplicationGroup")
+    assert modified["ReplicationGroupId"] == "rayfleet-gcs" and modified["AuthTokenUpdateStrategy"] == "ROTATE"
+    store_token = sm.get_secret_value(SecretId=store_arn)["SecretString"]
+    assert modified["AuthToken"] == store_token and store_token != seeded and len(store_token) == 64
+    assert store_token not in first.stdout + first.stderr and "seeded the GCS store's token" in first.stdout
 
     # make rotate-ray-token writes a new current version (tests/integration/test_ecs_rotate_token.py)
     rotated = sm.put_secret_value(SecretId=arn, SecretString="r" * 64)["VersionId"]
@@ -200,6 +226,8 @@ def test_deploy_seeds_the_token_once_and_never_rolls_back_a_rotation(recording_m
     actions = recorded_actions(recording_moto)  # the verb's own calls, before this test reads anything
     assert "DescribeSecret" in actions and "GetSecretValue" not in actions and "PutSecretValue" not in actions
     assert "the Ray token: the secret already has a current value" in second.stdout
+    assert not recorded_forms(recording_moto, "ModifyReplicationGroup")  # the store keeps its token too
+    assert "the GCS store's token: the secret already has a current value" in second.stdout
     stages = sm.describe_secret(SecretId=arn)["VersionIdsToStages"]
     assert stages[rotated] == ["AWSCURRENT"] and len(stages) == 2  # no third version: nothing rolled back
     assert sm.get_secret_value(SecretId=arn)["SecretString"] == "r" * 64

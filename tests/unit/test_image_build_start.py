@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -67,11 +68,14 @@ def test_the_session_build_waits_while_the_early_build_runs_and_not_after(tmp_pa
 
     monkeypatch.setattr(build, "EARLY", tmp_path)
     assert build.running_early_pid() is None  # never started
-    early = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(1.5)"])
-    (tmp_path / "pid").write_text(str(early.pid))
-    assert build.running_early_pid() == early.pid
+    # Not this process's child, as `make test`'s early build is not: a child of ours would stay a zombie (its
+    # pid alive) until we reap it, and the wait would run to its timeout.
+    started = time.monotonic()
+    subprocess.run(["sh", "-c", f"sleep 1.5 & echo $! > {tmp_path / 'pid'}"], check=True)
+    assert build.running_early_pid() == int((tmp_path / "pid").read_text())
     build.wait_for_early(timeout_s=30, poll_s=0.1)
-    assert early.poll() is not None  # it waited until the process was gone (killed: no exit file)
+    waited = time.monotonic() - started
+    assert build.running_early_pid() is None and 1.2 < waited < 20  # until the process was gone, not the timeout
     early = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         (tmp_path / "pid").write_text(str(early.pid))

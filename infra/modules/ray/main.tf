@@ -64,7 +64,7 @@ resource "aws_ecs_service" "head" {
 
   network_configuration {
     subnets          = var.subnet_ids
-    security_groups  = concat([var.security_group_id], var.serve == null ? [] : [var.serve.security_group_id])
+    security_groups  = concat([var.security_group_id], var.serve == null ? [] : [var.serve.security_group_id], var.gcs_store == null ? [] : [var.gcs_store.client_security_group_id])
     assign_public_ip = false
   }
 

@@ -66,3 +66,8 @@ output "head_stopped_rule_arn" {
   description = "The EventBridge rule that tells the notifications topic when the head task stops (null without a topic)."
   value       = one(aws_cloudwatch_event_rule.head_stopped[*].arn)
 }
+
+output "gcs_store_secret_arn" {
+  description = "The GCS store's AUTH token (make deploy writes it); null without a store."
+  value       = var.gcs_store == null ? null : aws_secretsmanager_secret.gcs_store_token[0].arn
+}

@@ -1,12 +1,22 @@
 locals {
   # What every Ray container shares: token auth on, the token from the secret only, fixed ports, the head's name.
-  ray_environment = [
+  ray_environment = concat([
     { name = "RAY_AUTH_MODE", value = "token" },
     { name = "RAYFLEET_HEAD_HOST", value = local.head_dns },
     { name = "RAYFLEET_RAY_PORTS", value = jsonencode(var.ray_ports) },
-  ]
+    # With a GCS store a replaced head takes the cluster back: every node and driver waits for it (Ray's
+    # default, 60 s, is shorter than ECS takes to start a new head task).
+  ], var.gcs_store == null ? [] : [{ name = "RAY_gcs_rpc_server_reconnect_timeout_s", value = "600" }])
   # Per role: the object store `ray start` gets (it must fit the shared memory above), CPUs and GPUs.
-  head_environment = [{ name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.head_object_store_mib) }]
+  head_environment = concat(
+    [{ name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.head_object_store_mib) }],
+    # The GCS in the store (TLS only, verified against the image's CA bundle), under this deployment's
+    # namespace; its token comes from head_secrets.
+    var.gcs_store == null ? [] : [
+      { name = "RAY_REDIS_ADDRESS", value = "rediss://${var.gcs_store.address}:${var.gcs_store.port}" },
+      { name = "RAY_REDIS_CA_CERT", value = "/etc/ssl/certs/ca-certificates.crt" },
+      { name = "RAY_external_storage_namespace", value = var.name },
+  ])
   # The trainer runs the jobs' drivers: where runs publish training metrics (rayfleet/train/tracking/cloudwatch.py) and
   # notifications (rayfleet/recipes/notify.py), and the queue's budget its runs are admitted against (a job cannot
   # change a task definition's environment).
@@ -39,6 +49,10 @@ locals {
   current_run_mount = { sourceVolume = "current-run", containerPath = local.current_run_dir }
   ray_secrets       = [{ name = "RAY_AUTH_TOKEN", valueFrom = aws_secretsmanager_secret.ray_token.arn }]
   ulimits           = [{ name = "nofile", softLimit = 65536, hardLimit = 65536 }] # Ray opens a socket per worker and object
+  # The head alone reads the GCS store's token.
+  head_secrets = concat(local.ray_secrets, var.gcs_store == null ? [] : [
+    { name = "RAYFLEET_GCS_STORE_PASSWORD", valueFrom = aws_secretsmanager_secret.gcs_store_token[0].arn },
+  ])
 
   # Issue 27 item 5: no container can gain a privilege or change its image. A fixed non-root user (the
   # images' own), no capabilities, no-new-privileges (the images carry no sudo and no setuid file either),
@@ -75,7 +89,7 @@ locals {
     command          = ["head"]
     memory           = local.head_memory_mib
     environment      = concat(local.ray_environment, local.head_environment)
-    secrets          = local.ray_secrets
+    secrets          = local.head_secrets
     ulimits          = local.ulimits
     linuxParameters  = merge(local.no_capabilities, { sharedMemorySize = local.head_shm_mib, initProcessEnabled = true })
     logConfiguration = local.logging["ray-head"]

@@ -24,10 +24,10 @@ resource "aws_secretsmanager_secret" "ray_token" {
 
 # Only the task execution role may read the token; everyone else, account admins and the deployer included,
 # is denied GetSecretValue. The deploying principal may write a version (the seed, and rotations), and
-# nothing else; other principals write only as far as the account's IAM policies let them.
-resource "aws_secretsmanager_secret_policy" "ray_token" {
-  secret_arn = aws_secretsmanager_secret.ray_token.arn
-  policy = jsonencode({
+# nothing else; other principals write only as far as the account's IAM policies let them. The GCS store's
+# token below has the same policy.
+locals {
+  token_policy = jsonencode({
     Version = "2012-10-17"
     Statement = [
       {
@@ -54,6 +54,30 @@ resource "aws_secretsmanager_secret_policy" "ray_token" {
       },
     ]
   })
+}
+
+resource "aws_secretsmanager_secret_policy" "ray_token" {
+  secret_arn = aws_secretsmanager_secret.ray_token.arn
+  policy     = local.token_policy
+}
+
+# The GCS store's AUTH token (infra/modules/gcs_store), handled as the Ray token is: `make deploy` sets it on
+# the replication group and writes it here (rayfleet/ecs/rotate_token.py `seed_store_token`); only the
+# head's `secrets` read it.
+resource "aws_secretsmanager_secret" "gcs_store_token" {
+  # checkov:skip=CKV2_AWS_57: ElastiCache takes a new token with ModifyReplicationGroup while the head holds the old one; a rotation Lambda cannot restart the head
+  count                   = var.gcs_store == null ? 0 : 1
+  name_prefix             = "${var.name}/gcs-store-token-"
+  description             = "AUTH token of the GCS store of ${var.name} (RAYFLEET_GCS_STORE_PASSWORD in the head)"
+  kms_key_id              = var.kms_key_arn
+  recovery_window_in_days = 7
+  tags                    = merge(var.tags, { Component = "gcs-store" })
+}
+
+resource "aws_secretsmanager_secret_policy" "gcs_store_token" {
+  count      = var.gcs_store == null ? 0 : 1
+  secret_arn = aws_secretsmanager_secret.gcs_store_token[0].arn
+  policy     = local.token_policy
 }
 
 # Deployments made before the token left Terraform hold these two in state: forget them, never destroy them

@@ -153,3 +153,9 @@ variable "serve" {
   type        = object({ port = number, security_group_id = string, tls_secret_arn = optional(string) })
   default     = null
 }
+
+variable "gcs_store" {
+  description = "The head's GCS store (infra/modules/gcs_store): its address and port, and the security group the head joins to reach it (null: the GCS lives in the head's memory only)."
+  type        = object({ address = string, port = number, client_security_group_id = string })
+  default     = null
+}

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rayfleet.local import gcs_store, host
+from rayfleet.local import gcs_store, host, nodes
+from rayfleet.local.cluster import ClusterSpec
 
 pytestmark = pytest.mark.skipif(not shutil.which("redis-server"), reason="needs redis-server (.ci/run installs it)")
 
@@ -46,8 +47,8 @@ def test_the_store_answers_on_loopback_only_with_its_password(tmp_path):
         listening = Path(f"/proc/{pid}/net/tcp").read_text()  # the listening socket's local address: 127.0.0.1
         port_hex = f"{int(store.address.rsplit(':', 1)[1]):04X}"
         assert f"0100007F:{port_hex} 00000000:0000 0A" in listening
-        flags = gcs_store.head_flags(store)
-        assert flags == [f"--redis-password={store.password()}"]
+        head = nodes.head_command(ClusterSpec(), "/tmp/ray-x", 10**9, store.password())
+        assert f"--redis-password={store.password()}" in head
         assert gcs_store.head_env(store, "c1") == {
             "RAY_REDIS_ADDRESS": store.address,
             "RAY_external_storage_namespace": "c1",

@@ -31,6 +31,18 @@ def test_every_port_the_security_group_opens_is_pinned_on_ray_start():
         assert str(span["from"]) in joined, name
     assert "--head" in command and "--num-cpus=0" in command and "--num-gpus=0" in command
     assert "--dashboard-host=0.0.0.0" in command and "--block" in command
+    assert not any(flag.startswith("--redis-password") for flag in command)  # no store: the GCS in memory
+
+
+def test_a_head_with_a_gcs_store_authenticates_to_it_and_no_other_node_gets_the_token():
+    env = {
+        "RAYFLEET_RAY_PORTS": json.dumps(PORTS),
+        "RAYFLEET_OBJECT_STORE_MIB": "100",
+        "RAYFLEET_GCS_STORE_PASSWORD": "s3cret",
+    }
+    assert "--redis-password=s3cret" in node_spec.head_command(env)
+    for driver_only in (False, True):
+        assert "s3cret" not in " ".join(node_spec.join_command(env, "head.x", block=True, driver_only=driver_only))
 
 
 def test_resources_are_capped_by_cgroup_limits_and_shm(tmp_path):
