@@ -6,9 +6,11 @@ on its reports: under xdist the controller collects nothing, it only receives th
 
 from __future__ import annotations
 
+import os
 import re
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pytest
 
@@ -73,6 +75,28 @@ def table(tiers: dict[str, Tier], total: float) -> list[str]:
     return lines
 
 
+def cpu_seconds(stat: str = "/proc/stat") -> tuple[float, float] | None:
+    """(busy, idle) CPU seconds of the whole machine since boot, all cores; None where there is no /proc."""
+    try:
+        fields = [int(v) for v in Path(stat).read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields[:8]) - idle) / tick, idle / tick
+
+
+def cpu_line(start, stop) -> str | None:
+    """How busy the machine was over the session: the CI budget is CPU on two cores, so idle seconds are
+    room a better order of the tests could use, and busy ones are the cost to cut."""
+    if start is None or stop is None:
+        return None
+    busy, idle = stop[0] - start[0], stop[1] - start[1]
+    if busy + idle <= 0:
+        return None
+    return f"machine CPU: {busy:.0f} core-s busy, {idle:.0f} idle ({100 * busy / (busy + idle):.0f}% busy)"
+
+
 def pytest_addoption(parser):
     parser.addoption("--quick", action="store_true", help="only the unit, infra and moto tiers (make test-quick)")
     parser.addoption("--tier", action="append", choices=TIERS, help="only this tier (repeatable), e.g. to time one")
@@ -85,7 +109,7 @@ def pytest_configure(config):
 class TierTimes:
     def __init__(self, config):
         self.config, self.reports, self.deselected = config, [], 0
-        self.began = time.time()
+        self.began, self.cpu = time.time(), cpu_seconds()
 
     def pytest_collection_modifyitems(self, config, items):
         kept = config.getoption("tier") or (set(TIERS) - set(SLOW) if config.getoption("quick") else None)
@@ -117,6 +141,8 @@ class TierTimes:
             return
         terminalreporter.write_sep("=", "wall time per tier (m:ss; tiers overlap under xdist)")
         for line in table(tally(self.reports), time.time() - self.began):
+            terminalreporter.write_line(line)
+        if line := cpu_line(self.cpu, cpu_seconds()):
             terminalreporter.write_line(line)
         if self.config.getoption("quick"):
             terminalreporter.write_line(f"--quick: deselected {self.deselected} tests ({', '.join(SLOW)})")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -122,3 +123,15 @@ def test_tier_keeps_only_the_tiers_named():
     kept = list(items)
     tiers.TierTimes(config).pytest_collection_modifyitems(config, kept)
     assert kept == items[1:]
+
+
+def test_the_cpu_line_says_how_busy_the_machine_was(tmp_path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 0 50 800 50 0 0 0 0 0\ncpu0 1 2 3\n")  # user nice system idle iowait ...
+    start = tiers.cpu_seconds(stat)
+    stat.write_text("cpu  400 0 150 900 50 0 0 0 0 0\n")  # 400 ticks busy, 100 idle since
+    stop = tiers.cpu_seconds(stat)
+    tick = os.sysconf("SC_CLK_TCK")
+    assert stop[0] - start[0] == pytest.approx(400 / tick) and stop[1] - start[1] == pytest.approx(100 / tick)
+    assert tiers.cpu_line(start, stop).endswith("idle (80% busy)")
+    assert tiers.cpu_seconds(tmp_path / "missing") is None and tiers.cpu_line(None, stop) is None
