@@ -53,6 +53,24 @@ def wait_for(predicate, timeout: float, what: str, job: subprocess.Popen) -> Non
         time.sleep(0.5)
 
 
+def wait_until_idle(cluster_env: dict, cpus: float, timeout: float = 180) -> None:
+    """Until Ray reports `cpus` CPUs in the cluster and none of them in use: a joining node has registered
+    and the previous test's actors have given theirs back. An elastic run takes what is free when it starts,
+    so one started sooner may start smaller than the test means (on a loaded two-core host, 5 s was not
+    always enough)."""
+    ray = str(Path(sys.executable).parent / "ray")
+    deadline, usage = time.monotonic() + timeout, None
+    while time.monotonic() < deadline:
+        status = subprocess.run(
+            [ray, "status", f"--address=127.0.0.1:{RAY_PORT}"], env=cluster_env, capture_output=True, text=True
+        )
+        usage = re.search(r"([\d.]+)/([\d.]+) CPU", status.stdout)
+        if usage and float(usage.group(1)) == 0 and float(usage.group(2)) == cpus:
+            return
+        time.sleep(1)
+    raise AssertionError(f"the cluster never had {cpus:g} free CPUs within {timeout:.0f} s: {usage and usage.group(0)}")
+
+
 def dead_messages(cluster_env: dict) -> list[str]:
     return [n.get("state_message") or "" for n in listed_nodes(cluster_env) if n["state"] == "DEAD"]
 

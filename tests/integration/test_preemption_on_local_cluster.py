@@ -30,7 +30,7 @@ from rayfleet.train.checkpoint import read_state
 from rayfleet.train.metrics import read_rows
 from rayfleet.train.tracking.events import read_scalars
 from tests.integration.helpers import DASHBOARD_PORT, REPO
-from tests.integration.node_helpers import DEADLINE_S, check_the_node, entry_point_node, wait_for
+from tests.integration.node_helpers import DEADLINE_S, check_the_node, entry_point_node, wait_for, wait_until_idle
 
 pytestmark = pytest.mark.integration
 CHECK_EVERY = 2
@@ -66,7 +66,7 @@ def preempted_run(
     job = None
     try:
         wait_for(lambda: "ray start" in log.read_text(), 60, "node start", node)
-        time.sleep(5)  # the node has registered with the GCS
+        wait_until_idle(cluster_env, cpus=4)  # the session's 2 workers and this node's 2, all free
         job = subprocess.Popen(
             job_command, env=cluster_env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )
