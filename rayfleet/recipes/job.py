@@ -46,35 +46,44 @@ def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
     lists every submission (and, on ECS, every trainer task that was lost: rayfleet/targets/run.py) with how it
     ended; they share the one count. A stop (Ctrl-C, SIGTERM, a budget) is never retried."""
     attempts = list(run_dir.record().get("attempts") or [])
-    setup_retried = False
+    ray_retried = False
     while True:
         exit_code, interrupted = _run_once(recipe, run_dir, **how)
         attempts.append(attempt_of(run_dir.record(), len(attempts) + 1))
         run_dir.update(attempts=attempts)
-        if not interrupted and not setup_retried and _setup_failed_on_ray(recipe, run_dir.record()):
-            setup_retried = True  # once, and outside `retries`: nothing of the user's ran
-            how = {**how, "working_dir": _repackaged(how["working_dir"])} if "working_dir" in how else how
-            print(
-                f"[rayfleet] run {run_dir.run_name}: Ray could not set up the job's code on the cluster (its "
-                "traceback is above); submitting it once more",
-                flush=True,
-            )
+        fault = None if interrupted or ray_retried else _ray_fault(recipe, run_dir.record())
+        if fault is not None:
+            ray_retried = True  # once, and outside `retries`: the user's code did not fail
+            if fault == SETUP_FAULT and "working_dir" in how:
+                how = {**how, "working_dir": _repackaged(how["working_dir"])}
+            print(f"[rayfleet] run {run_dir.run_name}: {fault}; submitting it once more, as it resumes", flush=True)
             continue
-        if interrupted or not recipe.retries.allows(exit_code) or len(attempts) - setup_retried > recipe.retries.count:
+        if interrupted or not recipe.retries.allows(exit_code) or len(attempts) - ray_retried > recipe.retries.count:
             return exit_code
         print(
             f"[rayfleet] run {run_dir.run_name}: attempt {len(attempts)} ended with exit {exit_code}; retrying "
-            f"(attempt {len(attempts) + 1} of {recipe.retries.count + 1 + setup_retried}) under the same run name, "
+            f"(attempt {len(attempts) + 1} of {recipe.retries.count + 1 + ray_retried}) under the same run name, "
             "from its last checkpoint",
             flush=True,
         )
 
 
-def _setup_failed_on_ray(recipe: Recipe, record: dict) -> bool:
-    """The job's environment failed while it held only what rayfleet ships (the code zip, variables): a fault
-    of the cluster's (seen once on a loaded 2-core CI host), never of the recipe, so worth one more try. With
-    `pip` the recipe's own packages may be what failed, and that fails the same way again."""
-    return not recipe.pip and str(record.get("message", "")).startswith(jobs_api.SETUP_FAILED)
+SETUP_FAULT = "Ray could not set up the job's code on the cluster (its traceback is above)"
+MONITOR_FAULT = "Ray's job monitor failed the job on an RPC error of its own, not the run's (ray-project/ray#65025)"
+
+
+def _ray_fault(recipe: Recipe, record: dict) -> str | None:
+    """Why Ray, not the recipe, failed this attempt, if it did; worth one more submission:
+    - the job's environment failed while it held only what rayfleet ships (the code zip, variables), seen on a
+      loaded 2-core CI host. With `pip` the recipe's own packages may be what failed, and that fails again;
+    - the job monitor of a head that took the job back after a replacement got a transient RPC error, marked
+      the job FAILED and killed its supervisor with the run's driver (Ray 2.60 does not retry it)."""
+    message = str(record.get("message", ""))
+    if not recipe.pip and message.startswith(jobs_api.SETUP_FAILED):
+        return SETUP_FAULT
+    if message.startswith(jobs_api.MONITOR_RPC_FAILED):
+        return MONITOR_FAULT
+    return None
 
 
 def _repackaged(working_dir: str) -> str:

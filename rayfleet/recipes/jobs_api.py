@@ -19,6 +19,8 @@ TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 TAIL_LINES = 30
 TAIL_BYTES = 256 * 1024  # of the job's output kept in memory, for the traceback tail
 SETUP_FAILED = "runtime_env setup failed"  # how Ray's job message starts when the job's environment failed
+# ... and when the head's job monitor itself got an RPC error (it then kills the job's supervisor)
+MONITOR_RPC_FAILED = "Unexpected error occurred: RPC error"
 
 
 class Terminated(KeyboardInterrupt):

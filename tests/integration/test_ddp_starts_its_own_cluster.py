@@ -15,6 +15,7 @@ import pytest
 
 from rayfleet.core.run_dir import RunDir
 from rayfleet.local import cluster as local_cluster
+from rayfleet.recipes import jobs_api
 from rayfleet.train.metrics import read_rows
 from tests.integration.helpers import REPO
 
@@ -44,11 +45,14 @@ def test_local_cluster_run_starts_a_cluster_whose_head_is_killed_and_replaced_mi
     """With no cluster running, `run --gcs-store` starts one (2 workers x 1 CPU, a head with none, its GCS in a
     real redis-server) for `make train-ddp`; the head is SIGKILLed in the run's second epoch and a new one
     starts on the same store (`replace-head`). Proves what no cheaper test can, on Ray 2.60 itself: the run goes
-    on without a resubmission or a restart (every epoch once, attempt 0, no step redone), its follower rides out
-    the head's absence, Ray's new head takes the job back (it ends SUCCEEDED through the new Jobs API), `make
-    runs` lists one run; then `run` stops everything it started: state cleared, temp dir removed, nothing left
-    listening (GCS and store ports free). The only test that starts a Ray cluster besides the session's: it
-    runs last, after the session cluster is stopped (session_cluster_stopped), never beside it."""
+    on without a restart (every epoch once, attempt 0, no step redone), its follower rides out the head's
+    absence, Ray's new head takes the job back (it ends SUCCEEDED through the new Jobs API), `make runs` lists
+    one run. One known Ray fault is allowed, and then checked as exactly as the plain path: the new head's job
+    monitor may fail the job on an RPC error of its own (ray-project/ray#65025, seen once in CI) and kill its
+    driver; rayfleet then submits it once more and it resumes from its last checkpoint (each epoch still once);
+    then `run` stops everything it started: state cleared, temp dir removed, nothing left listening (GCS and
+    store ports free). The only test that starts a Ray cluster besides the session's: it runs last, after the
+    session cluster is stopped (session_cluster_stopped), never beside it."""
     env = _own_cluster_env(session_cluster_stopped, tmp_path)
     storage = tmp_path / "runs"
     train = ["make", "--no-print-directory", "train-ddp", "ON=local", f"DATA_DIR={small_dataset}"]
@@ -87,11 +91,16 @@ def test_local_cluster_run_starts_a_cluster_whose_head_is_killed_and_replaced_mi
     assert "cluster up: 1 head + 2 workers; RAY_ADDRESS=127.0.0.1:6690" in output
     assert "the head's Jobs API does not answer" in output  # the follower saw the head go, and waited
     rows = read_rows(run_dir)
-    assert [r["epoch"] for r in rows] == [1, 2, 3, 4], rows  # each epoch once
-    assert all(r["attempt"] == 0 and r["steps_redone"] == 0 and r["workers"] == 2 for r in rows), rows
-    assert output.count("run headloss: 2 workers (CPU)") == 1  # the driver's output, shown once
     record = json.loads((storage / "headloss" / "run.json").read_text())
-    assert record["state"] == "SUCCEEDED" and len(record["attempts"]) == 1, record
+    assert [r["epoch"] for r in rows] == [1, 2, 3, 4], rows  # each epoch once
+    assert record["state"] == "SUCCEEDED" and all(r["workers"] == 2 for r in rows), record
+    if len(record["attempts"]) == 1:  # the path Ray means: nothing restarted
+        assert all(r["attempt"] == 0 and r["steps_redone"] == 0 for r in rows), rows
+        assert output.count("run headloss: 2 workers (CPU)") == 1  # the driver's output, shown once
+    else:  # ray-project/ray#65025: one more submission, from the checkpoint, and no other
+        assert [a["why"].startswith(jobs_api.MONITOR_RPC_FAILED) for a in record["attempts"]] == [True, False]
+        assert "Ray's job monitor failed the job" in output and output.count("run headloss: 2 workers (CPU)") == 2
+        assert [r["attempt"] for r in rows] == sorted(r["attempt"] for r in rows) and rows[-1]["attempt"] == 1, rows
     listing = subprocess.run(
         [sys.executable, "-m", "rayfleet.ops.runs", "--local-dir", str(storage), "--json"],
         env={**env, "RAYFLEET_OUTPUTS": str(tmp_path / "none.json")},

@@ -1,5 +1,6 @@
-"""run_job's resubmissions: the recipe's `retries`, and the one try more when Ray failed to set up only what
-rayfleet ships (the code zip). The jobs are stand-ins for `_run_once`: each writes the record a real one would."""
+"""run_job's resubmissions: the recipe's `retries`, and the one try more when Ray, not the recipe, failed the
+job (its setup of only what rayfleet ships, the code zip; its job monitor's own RPC error after a head
+replacement). The jobs are stand-ins for `_run_once`: each writes the record a real one would."""
 
 from __future__ import annotations
 
@@ -32,6 +33,22 @@ def test_a_setup_failure_of_the_code_alone_is_submitted_once_more_outside_the_re
     code, attempts = attempts_of(monkeypatch, tmp_path, Recipe(name="r", entrypoint="t.py"), [(1, SETUP), (0, "")])
     assert code == 0 and [a["state"] for a in attempts] == ["FAILED", "SUCCEEDED"]
     assert "Ray could not set up the job's code on the cluster" in capsys.readouterr().out
+
+
+MONITOR = "Unexpected error occurred: RPC error: CANCELLED"  # what Ray 2.60's new head wrote in CI (ray#65025)
+
+
+def test_a_job_failed_by_rays_own_job_monitor_is_submitted_once_more_and_only_once(monkeypatch, tmp_path, capsys):
+    """Seen in CI: the head that took the job back after a replacement failed it on a transient RPC error of
+    its own and killed the run's driver; the run is whole again only through a resubmission, which resumes."""
+    recipe = Recipe(name="r", entrypoint="t.py", pip=["tabulate==0.9.0"])  # no matter what the recipe installs
+    code, attempts = attempts_of(monkeypatch, tmp_path, recipe, [(1, MONITOR), (0, "")])
+    assert code == 0 and [a["why"] for a in attempts] == [MONITOR, ""]
+    assert "Ray's job monitor failed the job on an RPC error of its own" in capsys.readouterr().out
+    code, attempts = attempts_of(monkeypatch, tmp_path / "b", recipe, [(1, MONITOR), (1, MONITOR)])
+    assert code == 1 and len(attempts) == 2  # one such try in all, as for a setup failure
+    code, attempts = attempts_of(monkeypatch, tmp_path / "c", recipe, [(1, "RPC error: CANCELLED in my code")])
+    assert code == 1 and len(attempts) == 1  # the user's own message is the user's failure
 
 
 def test_a_second_setup_failure_fails_the_run_and_the_retries_still_count_in_full(monkeypatch, tmp_path):
