@@ -108,6 +108,7 @@ def test_a_ddp_run_on_a_preempted_node_checkpoints_moves_and_finishes(
     command = [sys.executable, "-m", "rayfleet.train.ddp", f"data_dir={small_dataset}", f"storage={tmp_path}"]
     command += ["eval_batch_size=600", "epochs=4", "run_name=spot", "max_failures=0", "keep_checkpoints=10"]
     command += ["num_workers=3", "min_workers=1"]  # 2 fit on the session's workers once the node is gone
+    command += ["train_subset=1200", "batch_size=64"]  # the steps of the whole set, at half its CPU
     command += [f"preemption_check_steps={CHECK_EVERY}", "progress_every_s=1"]
     out, node_out, node_rc, rc = preempted_run(
         env, tmp_path, command, lambda: len(read_rows(run_dir)) >= 1, spot_notice
