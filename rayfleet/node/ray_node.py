@@ -264,19 +264,24 @@ MAX_HEAD_LOSSES = 3  # a queued run rejoins a replaced head this often before it
 def drive(env: dict, job: list[str], host: str, port: int, wait_s: float) -> int:
     """Join the head as a node without resources, run the job's driver, leave. A recipe run that lost the head
     while it waited in the queue (EXIT_HEAD_LOST: nothing of it ran) waits for the head to answer again, by
-    its name, rejoins and runs the driver again, which resubmits the run in its place in the queue."""
+    its name, rejoins and runs the driver again, which resubmits the run in its place in the queue.
+
+    The node, the driver and the Jobs API follower all name the head by its Cloud Map name, as the workers
+    do, never by the IP it had when they joined: a head replaced on its GCS store (gcs_store) is a new task with
+    a new IP, and Ray (which keeps a host name as given) and the follower's HTTP client resolve the name again
+    on each reconnect."""
     command = job_command(job[0], job[1:])
     losses = 0
     while True:
-        head_ip = wait_for_head(host, port, wait_s)
-        subprocess.run(join_command(env, head_ip, block=False, driver_only=True), check=True)
+        wait_for_head(host, port, wait_s)
+        subprocess.run(join_command(env, host, block=False, driver_only=True), check=True)
         try:
             say(" ".join(command))
             job_env = {
                 **env,
-                "RAY_ADDRESS": f"{head_ip}:{port}",
+                "RAY_ADDRESS": f"{host}:{port}",
                 "RAYFLEET_TRAINER_RESOURCE": trainer_resource(env),
-                "RAYFLEET_DASHBOARD_URL": f"http://{head_ip}:{ports(env)['dashboard']['from']}",
+                "RAYFLEET_DASHBOARD_URL": f"http://{host}:{ports(env)['dashboard']['from']}",
             }
             code = run_driver(command, job_env)
         finally:

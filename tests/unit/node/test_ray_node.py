@@ -120,14 +120,16 @@ def test_a_recipe_driver_pins_the_jobs_entrypoint_to_its_own_node(monkeypatch):
     assert ray_node.main(["driver", "recipe"], env=task_env) == 0
     job_cmd, job_env = seen["calls"][1]
     assert job_cmd[1:] == ["-m", "rayfleet.node.driver"]
-    assert job_env["RAYFLEET_DASHBOARD_URL"] == "http://10.0.0.5:8265"
+    # the head by its name, never the IP it has now: a head replaced on its GCS store comes back on another
+    assert "--address=head.rf.local:6379" in seen["calls"][0][0]
+    assert job_env["RAYFLEET_DASHBOARD_URL"] == "http://head.rf.local:8265"
     assert job_env["RAYFLEET_TRAINER_RESOURCE"] == "rayfleet_trainer_ip-10-0-1-7"
-    assert job_env["RAY_ADDRESS"] == "10.0.0.5:6379"
+    assert job_env["RAY_ADDRESS"] == "head.rf.local:6379"
 
 
 def test_a_queued_recipe_run_whose_head_went_away_rejoins_the_new_head_and_runs_its_driver_again(monkeypatch):
     """The recipe driver's EXIT_HEAD_LOST (the run was still queued): the trainer waits for the head's name to
-    answer, joins the new address and runs the driver again; any other code is the task's."""
+    answer again, rejoins it by that name and runs the driver again; any other code is the task's."""
     from rayfleet.core.errors import EXIT_HEAD_LOST
 
     heads, codes, joined, drivers = iter(["10.0.0.5", "10.0.0.9"]), iter([EXIT_HEAD_LOST, 0]), [], []
@@ -142,8 +144,8 @@ def test_a_queued_recipe_run_whose_head_went_away_rejoins_the_new_head_and_runs_
     monkeypatch.setattr(ray_node, "run_driver", lambda cmd, env: drivers.append(env["RAY_ADDRESS"]) or next(codes))
     task_env = {"RAY_AUTH_MODE": "token", "RAYFLEET_HEAD_HOST": "head.rf.local", "HOSTNAME": "ip-10-0-1-7"}
     assert ray_node.main(["driver", "recipe"], env=task_env) == 0
-    assert joined == ["--address=10.0.0.5:6379", "--address=10.0.0.9:6379"]
-    assert drivers == ["10.0.0.5:6379", "10.0.0.9:6379"]
+    assert next(heads, None) is None  # it waited for the name to answer before each join
+    assert joined == ["--address=head.rf.local:6379"] * 2 and drivers == ["head.rf.local:6379"] * 2
     always_lost = iter([EXIT_HEAD_LOST] * (ray_node.MAX_HEAD_LOSSES + 1))
     monkeypatch.setattr(ray_node, "wait_for_head", lambda host, port, timeout: "10.0.0.5")
     monkeypatch.setattr(ray_node, "run_driver", lambda cmd, env: next(always_lost))
