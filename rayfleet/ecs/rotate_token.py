@@ -2,7 +2,8 @@
 
     python -m rayfleet.ecs.rotate_token [--force] [--outputs FILE]      # make rotate-ray-token
 
-1. Refuses while a job's trainer runs (it would lose the cluster mid-run) unless --force.
+1. Refuses while a job's trainer runs (it would lose the cluster mid-run) or `make serve` keeps a served
+   application (rayfleet/serve/kept.py: it would stop answering until the new head has it again) unless --force.
 2. Writes a new random token as the secret's current version (Secrets Manager; the token is never printed,
    logged or stored anywhere else).
 3. Forces a new deployment of the head service and waits until every head task is a new one: ECS hands new
@@ -23,6 +24,7 @@ from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.errors import RayfleetError
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import running_tasks
+from rayfleet.serve import kept
 
 
 def new_token() -> str:
@@ -97,6 +99,12 @@ def rotate(aws: Aws, out: Outputs, force: bool = False, say=print, poll: float =
     if running["trainer"] and not force:
         jobs = len(running["trainer"])
         raise RayfleetError(f"{jobs} job(s) running would lose the cluster: wait, `make stop`, or --force")
+    serving = kept.kept(aws.client("s3"), out.results_bucket)
+    if serving and not force:
+        raise RayfleetError(
+            f"run {serving['run']} is served: the restarted head gets it back, but it stops answering meanwhile: "
+            "`make serve-down` first, or --force"
+        )
     version = aws.client("secretsmanager").put_secret_value(
         SecretId=out.ray_token_secret_arn, SecretString=new_token()
     )["VersionId"]

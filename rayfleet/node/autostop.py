@@ -2,7 +2,8 @@
 
 The control task, `ray-control` (rayfleet/node/head_snapshot.py), asks the head every 30 s what runs;
 with each snapshot it asks `Autostop.tick` too. The cluster is busy while Ray has a job that is not finished
-(a recipe's submission or a job's driver), a Serve application is up, or a trainer task of this cluster runs
+(a recipe's submission or a job's driver), a Serve application is up or `make serve` kept one (a head that
+started again without it gets it back: rayfleet/serve/kept.py), or a trainer task of this cluster runs
 (it may still be pulling its image, not yet a Ray job); a run the hang watchdog holds hung does not count.
 Once the cluster has been idle for
 RAYFLEET_AUTOSTOP_IDLE_MIN minutes (default 30; 0 turns autostop off) the worker service goes to zero, and
@@ -36,6 +37,11 @@ def busy_because(snapshot: dict, trainer_tasks: int) -> str | None:
     serving = [a["name"] for a in snapshot.get("serve") or [] if a.get("status") in SERVING]
     if serving:
         return f"serving {', '.join(serving)}"
+    kept = snapshot.get("serve_kept") or {}
+    if "run" in kept:  # `make serve` kept a config (rayfleet/serve/kept.py): serving, even on a head that lost it
+        return f"serving run {kept['run']} (kept: make serve-down ends it)"
+    if "error" in kept:  # it may be serving: never scale that to zero on a guess
+        return f"maybe serving (the kept Serve config is unreadable: {kept['error']})"
     if trainer_tasks > hung:
         return f"{trainer_tasks - hung} trainer task(s) running"
     return None

@@ -11,7 +11,9 @@ and never joins the cluster as a driver (it would show up as a job). `make statu
 `s3://B/cluster/ray-status.json`, so it shows Ray's view from a laptop that cannot reach the head (the
 dashboard and GCS never leave the cluster's security group).
 
-Each round it also raises the worker service to what the run queue needs (rayfleet/node/queue_capacity.py), and
+Each round it also applies the Serve configuration `make serve` kept (rayfleet/serve/kept.py) to a head that
+runs none of its applications (one that started again without them), raises the worker service to what the
+run queue needs (rayfleet/node/queue_capacity.py), and
 takes out the instance of a worker that left as suspect (a bad GPU: its drain message
 names the instance, rayfleet/node/suspect.py): ECS container instance DRAINING, Auto Scaling health
 Unhealthy, once per instance, with this task's role (RAYFLEET_CLUSTER_NAME names the ECS cluster).
@@ -33,6 +35,7 @@ from pathlib import Path
 from rayfleet.core import hung_runs
 from rayfleet.core.run_queue import Queue
 from rayfleet.node import autostop, queue_capacity, suspect
+from rayfleet.serve import kept
 from rayfleet.serve.summary import summarize
 
 KEY = "cluster/ray-status.json"
@@ -62,6 +65,14 @@ def _get(dashboard: str, path: str, auth: str, timeout: float = 10):
     request = urllib.request.Request(dashboard.rstrip("/") + path, headers={"Authorization": f"Bearer {auth}"})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.load(response)
+
+
+def _put(dashboard: str, path: str, auth: str, body: dict, timeout: float = 30) -> None:
+    data = json.dumps(body).encode()
+    headers = {"Authorization": f"Bearer {auth}", "Content-Type": "application/json"}
+    request = urllib.request.Request(dashboard.rstrip("/") + path, data=data, headers=headers, method="PUT")
+    with urllib.request.urlopen(request, timeout=timeout):
+        pass
 
 
 def _plain(resources: dict) -> dict:
@@ -118,6 +129,24 @@ def snapshot(dashboard: str, auth: str) -> dict:
         "hung_runs": hung,
         "serve": serve,
     }
+
+
+def restore_serve(s3, bucket: str, dashboard: str, auth: str, taken: dict) -> dict | None:
+    """The kept Serve configuration (None: nothing is served), applied again through Serve's REST API (the
+    same PUT `make serve` makes) when the head runs none of its applications; never while Serve's state is
+    unknown. A failure is shown, never fatal: the next round tries again."""
+    try:
+        record = kept.kept(s3, bucket)
+        if record is None:
+            return None
+        lacking = [] if any(a["name"] == "?" for a in taken["serve"]) else kept.missing(record, taken["serve"])
+        if lacking:
+            _put(dashboard, "/api/serve/applications/", auth, record["config"])
+            say(f"serve: the head runs none of {', '.join(lacking)}: applied run {record['run']}'s kept config")
+        return {"run": record["run"], "applications": kept.app_names(record["config"]), "reapplied": lacking}
+    except Exception as exc:  # S3 or the dashboard away: say so, try again next round
+        say(f"serve: {type(exc).__name__}: {exc}")
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def decide(stopper: autostop.Autostop | None, taken: dict) -> dict | None:
@@ -195,6 +224,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     while True:
         try:
             taken = snapshot(dashboard, auth)
+            taken["serve_kept"] = restore_serve(s3, args.bucket, dashboard, auth, taken)
             taken["queue_capacity"] = follow_queue(follower)
             taken["autostop"] = decide(stopper, taken)
             taken["replaced"] = replace_suspects(taken, env.get("RAYFLEET_CLUSTER_NAME"), aws, replaced)

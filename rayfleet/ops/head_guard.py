@@ -1,5 +1,5 @@
-"""`deploy` never replaces the Ray head under a running job: the plan's changes to the head, the jobs the
-head runs now, and the refusal (exit 2) unless forced."""
+"""`deploy` never replaces the Ray head under a running job or a served application: the plan's changes to
+the head, what the head runs now, and the refusal (exit 2) unless forced."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from rayfleet.core.aws import Aws, ClusterNotFound
 from rayfleet.core.errors import ConfigError
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ops.deployment_files import OUTPUTS
+from rayfleet.serve import kept
 
 
 class HeadBusy(ConfigError):
@@ -35,7 +36,9 @@ def head_changes(plan: dict) -> list[str]:
 
 
 def running_jobs() -> list[str]:
-    """The deployment's running jobs, from the saved outputs: trainer tasks and RUNNING run records."""
+    """The deployment's running jobs, from the saved outputs: trainer tasks, RUNNING run records, and the
+    application `make serve` keeps (rayfleet/serve/kept.py): a restarted head gets it back, but it stops
+    answering meanwhile."""
     if not OUTPUTS.exists():
         return []  # a first deploy: nothing can be running
     from rayfleet.ecs.tasks import running_tasks
@@ -48,22 +51,26 @@ def running_jobs() -> list[str]:
         return []
     jobs = [f"{len(trainers)} trainer task(s)"] if trainers else []
     jobs += [f"run {r['run']}" for r in s3_runs(out) if r["state"] == "RUNNING"]
-    return jobs
+    serving = kept.kept(Aws(out.region).client("s3"), out.results_bucket)
+    return jobs + ([f"serving run {serving['run']}"] if serving else [])
 
 
 def refuse_head_replacement(plan: dict, force: bool) -> None:
-    """make deploy never replaces the head under a running job unless forced (FORCE=1)."""
+    """make deploy never replaces the head under a running job or a served application unless forced (FORCE=1)."""
     changes = head_changes(plan)
     if not changes:
         return
     jobs = running_jobs()
     if not jobs:
         return
-    what = f"this plan replaces the Ray head ({'; '.join(changes)}) while a job runs ({', '.join(jobs)})"
+    what = f"this plan replaces the Ray head ({'; '.join(changes)}) while it runs {', '.join(jobs)}"
     if force:
-        print(f"FORCE: {what.replace('this plan replaces', 'replacing')}; the job will fail (resubmit it to resume)")
+        print(
+            f"FORCE: {what.replace('this plan replaces', 'replacing')}; a job will fail (resubmit it to resume), "
+            "an application stops answering until the new head has it again"
+        )
         return
     raise HeadBusy(
-        f"{what}: the job would lose its cluster. Wait for it, `make stop`, or `make deploy FORCE=1` "
-        "(then resubmit the run under its name to resume from its last checkpoint)"
+        f"{what}: they would lose their cluster. Wait for the jobs, `make stop` or `make serve-down`, or "
+        "`make deploy FORCE=1` (then resubmit a run under its name to resume from its last checkpoint)"
     )

@@ -11,7 +11,8 @@ ecs:   the run's files from s3://<results bucket>/runs/<RUN>/; a trainer task de
        from the sources Terraform lists (serve_allowed_cidrs / serve_allowed_security_group_ids), where the
        serve gate (rayfleet/node/serve_gate.py) checks the key on every route before Serve's proxy,
        which listens on 127.0.0.1:GATED_PROXY_PORT behind it; the key is in Secrets Manager
-       (serve_api_key_secret_arn) and reaches only the gate.
+       (serve_api_key_secret_arn) and reaches only the gate. The deployed config is kept with the deployment
+       (rayfleet/serve/kept.py) until `down`: a head that starts again without it gets it back.
 Everything that can be wrong (no such run, nothing to serve, a config that does not fit the workers) is
 said in one line before anything is deployed.
 """
@@ -35,6 +36,7 @@ from rayfleet.ecs.logs import follow_task
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.local import cluster as local_cluster
 from rayfleet.node import serve_control as control
+from rayfleet.serve import kept
 from rayfleet.serve.app import ServeArgs
 from rayfleet.serve.config import GATED_PROXY_PORT, ServeConfig
 from rayfleet.serve.keys import ensure_key_file
@@ -131,10 +133,12 @@ def up_ecs(run: str, cfg: ServeConfig, outputs: str | None, timeout: float) -> i
     say(f"trainer task {record['task_arn'].rsplit('/', 1)[-1]} deploys it; following its log")
     code = follow_task(aws, out, record["task_arn"], record["log_stream"])
     if code == 0:
+        kept.keep(aws.client("s3"), out.results_bucket, run, config)  # a head that starts again gets it back
         say(
             f"serving at {out.serve_endpoint} (from the allowed sources only); key: aws secretsmanager "
             f"get-secret-value --secret-id {out.serve_api_key_secret_arn} --query SecretString --output text"
         )
+        say(f"kept in s3://{out.results_bucket}/{kept.KEY}: re-applied to a restarted head until make serve-down")
     return code
 
 
@@ -144,7 +148,10 @@ def on_ecs(action: str, outputs: str | None, timeout: float) -> int:
     aws = Aws(out.region)
     command = ["python", "-m", "rayfleet.node.serve_control", action]
     record = launch(aws, out, "serve", [], run_name=f"serve-{action}-{datetime.now(UTC):%H%M%S}", command=command)
-    return follow_task(aws, out, record["task_arn"], record["log_stream"])
+    code = follow_task(aws, out, record["task_arn"], record["log_stream"])
+    if action == "down" and code == 0:
+        kept.forget(aws.client("s3"), out.results_bucket)  # nothing served: no head gets it back, autostop may stop
+    return code
 
 
 def dashboard() -> str:

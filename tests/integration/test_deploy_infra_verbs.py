@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from rayfleet.serve import kept
 from tests.integration.helpers import REPO, EcsMotoServer, run_verb, verbs_env
 from tools.moto_stack import stack
 from tools.terraform_standin.render import rendered_plan
@@ -304,13 +305,17 @@ def with_plan(deployable, changes: dict) -> dict:
     return deployable["env"]
 
 
-def test_deploy_refuses_to_replace_the_head_while_a_job_runs(deployed_with_a_job):
+def test_deploy_refuses_to_replace_the_head_while_a_job_runs_or_an_application_serves(deployed_with_a_job):
+    """A running trainer task, a RUNNING run record and, kept by `make serve`, a served run each hold the head."""
     env = with_plan(deployed_with_a_job, HEAD_REPLACED)
+    bucket = deployed_with_a_job["outputs"]["results_bucket"]
+    kept.keep(deployed_with_a_job["moto"].client("s3"), bucket, "clf", {"applications": [{"name": "rayfleet"}]})
     result = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t2")
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: this plan replaces the Ray head (module.ray.aws_ecs_task_definition.head")
     assert "ddp-20260101-000000" in line and "1 trainer task" in line and "FORCE=1" in line
+    assert "serving run clf" in line and "make serve-down" in line
     assert [c[0] for c in calls(env)] == ["init", "plan", "show"]  # never applied
 
 

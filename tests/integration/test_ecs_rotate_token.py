@@ -139,3 +139,21 @@ def test_rotation_refuses_while_a_job_runs(deployed):
     assert stderr.strip() == "error: 1 job(s) running would lose the cluster: wait, `make stop`, or --force"
     assert not events
     assert moto.client("secretsmanager").get_secret_value(SecretId=arn)["VersionId"] == before
+
+
+def test_rotation_refuses_while_make_serve_keeps_an_application(deployed):
+    """A served application (kept by `make serve`, rayfleet/serve/kept.py) holds the head as a job does: the
+    new head would get it back, but it would stop answering meanwhile."""
+    from rayfleet.serve import kept
+
+    moto, out = deployed["moto"], deployed["outputs"]
+    kept.keep(moto.client("s3"), out["results_bucket"], "clf", {"applications": [{"name": "rayfleet"}]})
+    arn = out["ray_token_secret_arn"]
+    before = moto.client("secretsmanager").get_secret_value(SecretId=arn)["VersionId"]
+    code, _, stderr, events = run_rotation(deployed)
+    assert code == 1 and not events
+    assert stderr.strip() == (
+        "error: run clf is served: the restarted head gets it back, but it stops answering meanwhile: "
+        "`make serve-down` first, or --force"
+    )
+    assert moto.client("secretsmanager").get_secret_value(SecretId=arn)["VersionId"] == before

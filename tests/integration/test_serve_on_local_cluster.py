@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from rayfleet.core.run_dir import RunDir
+from rayfleet.serve import kept
 from rayfleet.serve.config import GATED_PROXY_PORT
 from rayfleet.train.data import fashion_mnist
 from rayfleet.train.metrics import read_rows
@@ -161,7 +162,8 @@ def test_a_run_in_s3_is_downloaded_by_the_replica_and_served(cluster_env, runs, 
 def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_manager(aws_stack, runs, tmp_path):
     """The ECS path up to the cluster: the verb checks the S3 run and the worker type, then RunTask's overrides
     carry Serve's config (storage s3://, the deployment's region, no key and no key file: the workers have it
-    from Secrets Manager, host 0.0.0.0 on the deployment's Serve port) and the verb follows the task."""
+    from Secrets Manager, host 0.0.0.0 on the deployment's Serve port) and the verb follows the task; then the
+    config is kept in the deployment's bucket, and `serve down` (through a task as well) removes it."""
     outputs = json.loads(Path(aws_stack["outputs"]["outputs_file"]).read_text())
     secret = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/serve-api-key-Ab12"
     outputs |= {
@@ -218,6 +220,23 @@ def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_mana
         proc.kill()
     assert proc.returncode == 0, err
     assert "serving at http://head.rayfleet.internal:8000" in out and f"--secret-id {secret}" in out
+    # kept with the deployment, as deployed: a head that starts again gets it back (rayfleet/serve/kept.py)
+    assert kept.kept(s3, bucket) == {"run": "clf-ecs", "config": config, "kept_at": pytest.approx(time.time(), abs=120)}
+    down = subprocess.Popen(
+        [sys.executable, "-m", "rayfleet.ops.serve", "down", "--target", "ecs"], env=env, cwd=REPO, text=True
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not (listed := s3.list_objects_v2(Bucket=bucket, Prefix="runs/serve-down-").get("Contents")):
+            assert time.monotonic() < deadline and down.poll() is None
+            time.sleep(0.3)
+        record = json.loads(s3.get_object(Bucket=bucket, Key=listed[0]["Key"])["Body"].read())
+        time.sleep(2)  # at least one poll sees the task running
+        ecs.stop_task(cluster=cluster, task=record["task_arn"], reason="shut down")
+        assert down.wait(timeout=60) == 0
+    finally:
+        down.kill()
+    assert kept.kept(s3, bucket) is None  # served no more: no head gets it back, autostop may stop the cluster
 
 
 def test_serve_down_leaves_no_serve_actor_and_no_listener(cluster_env, port):

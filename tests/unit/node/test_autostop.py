@@ -45,6 +45,18 @@ SETTINGS = Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=30 * 60)
         ({"jobs": [{"status": "RUNNING"}], "hung_runs": ["r1"]}, 1, None),
         ({"jobs": [{"status": "RUNNING"}] * 2, "hung_runs": ["r1"]}, 0, "1 Ray job(s) running (1 more hung)"),
         ({**IDLE, "hung_runs": ["r1"]}, 2, "1 trainer task(s) running"),
+        # `make serve` kept a config: serving, also on a head that started again without the application
+        (
+            {**IDLE, "serve_kept": {"run": "clf", "reapplied": ["rayfleet"]}},
+            0,
+            "serving run clf (kept: make serve-down ends it)",
+        ),
+        (
+            {**IDLE, "serve_kept": {"error": "ClientError: x"}},
+            0,
+            "maybe serving (the kept Serve config is unreadable: ClientError: x)",
+        ),
+        ({**IDLE, "serve_kept": None}, 0, None),
     ],
 )
 def test_what_counts_as_busy(snapshot, trainers, why):

@@ -169,3 +169,56 @@ def test_a_failed_round_is_one_line_and_once_exits_1(monkeypatch, capsys):
     assert code == 1
     lines = [line for line in capsys.readouterr().out.splitlines() if "no snapshot this round" in line]
     assert len(lines) == 1 and "URLError" in lines[0]
+
+
+class ServePut(QuietHandler):
+    """The dashboard's Serve REST API, as far as restore_serve uses it: PUT records the config and the token."""
+
+    put: ClassVar[list] = []
+
+    def do_PUT(self):
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        ServePut.put.append((self.path, self.headers.get("Authorization"), body))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+KEPT_CONFIG = {"proxy_location": "HeadOnly", "applications": [{"name": "rayfleet", "args": {"run_name": "clf"}}]}
+
+
+def test_a_head_that_lost_the_kept_application_gets_it_again_and_one_that_has_it_is_left_alone(capsys):
+    """The control task's round: `make serve` kept a config (rayfleet/serve/kept.py); a head that runs none of
+    its applications gets the same config PUT again, with the token; one that runs it (in any state), or whose
+    Serve state is unknown, gets nothing; no kept config, nothing at all."""
+    import boto3
+    from botocore.exceptions import EndpointConnectionError
+    from moto import mock_aws
+
+    from rayfleet.serve import kept
+
+    ServePut.put = []
+    with mock_aws(), serving(ServePut) as port:
+        s3 = boto3.client("s3", region_name="us-east-1")
+        s3.create_bucket(Bucket="rf-results")
+        dashboard = f"http://127.0.0.1:{port}"
+        assert head_snapshot.restore_serve(s3, "rf-results", dashboard, "tok", {"serve": []}) is None
+        kept.keep(s3, "rf-results", "clf", KEPT_CONFIG)
+        lost = head_snapshot.restore_serve(s3, "rf-results", dashboard, "tok", {"serve": []})
+        assert lost == {"run": "clf", "applications": ["rayfleet"], "reapplied": ["rayfleet"]}
+        assert ServePut.put == [("/api/serve/applications/", "Bearer tok", KEPT_CONFIG)]
+        assert "applied run clf's kept config" in capsys.readouterr().out
+        for serve in ([{"name": "rayfleet", "status": "DEPLOYING"}], [{"name": "?", "status": "unknown (x)"}]):
+            assert head_snapshot.restore_serve(s3, "rf-results", dashboard, "tok", {"serve": serve})["reapplied"] == []
+        assert len(ServePut.put) == 1
+        kept.forget(s3, "rf-results")
+        assert head_snapshot.restore_serve(s3, "rf-results", dashboard, "tok", {"serve": []}) is None
+
+        class Away:  # S3 unreachable this round: said, never raised
+            exceptions = s3.exceptions
+
+            def get_object(self, **kwargs):
+                raise EndpointConnectionError(endpoint_url="https://s3")
+
+        failed = head_snapshot.restore_serve(Away(), "rf-results", dashboard, "tok", {"serve": []})
+    assert failed["error"].startswith("EndpointConnectionError") and len(ServePut.put) == 1
