@@ -19,6 +19,6 @@ output "queue_prefix" {
 }
 
 output "control_prefix" {
-  description = "The prefix only the control task writes: cluster/ (the head's snapshot, which make start and make status trust)."
+  description = "The prefix no job writes (the control task and the deployer do): cluster/ (the head's snapshot, which make start and make status trust; the Serve config make serve keeps, which the control task applies)."
   value       = "cluster/"
 }
