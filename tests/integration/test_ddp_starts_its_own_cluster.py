@@ -10,6 +10,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -17,7 +19,7 @@ from rayfleet.core.run_dir import RunDir
 from rayfleet.local import cluster as local_cluster
 from rayfleet.recipes import jobs_api
 from rayfleet.train.metrics import read_rows
-from tests.integration.helpers import REPO
+from tests.integration.helpers import REPO, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -118,3 +120,53 @@ def test_local_cluster_run_starts_a_cluster_whose_head_is_killed_and_replaced_mi
     for port in (6690, 6698):  # nothing listens on the GCS's and the store's ports any more
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
+
+
+def test_a_served_run_answers_again_after_its_head_is_replaced(ddp_basic, session_cluster_stopped, tmp_path):
+    """A cluster of its own on a store (`up --gcs-store`, one worker), the session's DDP run served on it, its
+    head SIGKILLed and replaced (`replace-head`): what no cheaper test shows, on Ray 2.60 itself: Serve's
+    controller comes back with the new head from the store and the application answers again, with the key
+    still required (a request without it: 401), with nothing re-applied by rayfleet. (On ECS without the
+    store, the control task applies the kept config: tests/unit/node/test_head_snapshot.py.) Runs after the
+    session cluster is stopped, never beside it."""
+    env = _own_cluster_env(session_cluster_stopped, tmp_path)
+    cli = [sys.executable, "-m", "rayfleet.local"]
+    up = subprocess.run(
+        [*cli, "up", "--workers", "1", "--gcs-store"], env=env, cwd=REPO, capture_output=True, text=True
+    )
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        port = free_port()
+        serve = [sys.executable, "-m", "rayfleet.ops.serve", "up", "basic", "--runs-dir", str(ddp_basic["storage"])]
+        served = subprocess.run(
+            [*serve, "--set", f"port={port}", "--target", "local"], env=env, cwd=REPO, capture_output=True, text=True
+        )
+        assert served.returncode == 0, served.stdout[-2000:] + served.stderr[-2000:]
+        key = (tmp_path / "state" / "serve" / "api_key").read_text().strip()
+        image = {"images": [[[0] * 28] * 28]}
+        assert classify(port, image, key) == 200
+        replaced = subprocess.run([*cli, "replace-head"], env=env, cwd=REPO, capture_output=True, text=True)
+        assert replaced.returncode == 0 and "head replaced" in replaced.stdout, replaced.stdout + replaced.stderr
+        deadline = time.monotonic() + 180
+        while (status := classify(port, image, key)) != 200:
+            assert time.monotonic() < deadline, f"still {status} after 180 s"
+            time.sleep(1)
+        assert classify(port, image, None) == 401 and classify(port, image, key + "x") == 401
+    finally:
+        subprocess.run([*cli, "down"], env=env, cwd=REPO, timeout=120)
+    for port_in_use in (6690, 6698):  # the GCS's and the store's
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port_in_use), timeout=5).close()
+
+
+def classify(port: int, body: dict, key: str | None) -> int | str:
+    """The endpoint's HTTP status for one classification, or why there was none (the proxy away)."""
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {key}"} if key else {})
+    request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/classify", json.dumps(body).encode(), headers)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status
+    except urllib.error.HTTPError as err:
+        return err.code
+    except OSError as exc:
+        return type(exc).__name__
