@@ -30,10 +30,11 @@ def forget(s3, bucket: str) -> None:
 
 
 def kept(s3, bucket: str) -> dict | None:
-    """{"run", "config", "kept_at"} as `keep` wrote it, or None when nothing is served."""
+    """{"run", "config", "kept_at"} as `keep` wrote it, or None when nothing is served (also when the bucket
+    itself is gone: a deployment taken down serves nothing)."""
     try:
         body = s3.get_object(Bucket=bucket, Key=KEY)["Body"].read()
-    except s3.exceptions.NoSuchKey:
+    except (s3.exceptions.NoSuchKey, s3.exceptions.NoSuchBucket):
         return None
     return json.loads(body)
 
