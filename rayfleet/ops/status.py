@@ -197,6 +197,8 @@ def render_ray(ray: dict, jobs: int = 5) -> list[str]:
         )
     if "serve" in ray:
         lines.append("  serve: " + "\n    ".join(serve_lines(ray["serve"])))
+    if ray.get("serve_kept"):
+        lines.append(f"  serve kept: {kept_line(ray['serve_kept'])}")
     if "autostop" in ray:
         lines.append(f"  autostop: {autostop_line(ray['autostop'])}")
     if (ray.get("queue_capacity") or {}).get("wanted") or (ray.get("queue_capacity") or {}).get("error"):
@@ -208,6 +210,14 @@ def render_ray(ray: dict, jobs: int = 5) -> list[str]:
         when = datetime.fromtimestamp(started / 1000, UTC).strftime("%Y-%m-%d %H:%M") if started else "-"
         lines.append(f"    {j.get('submission_id') or j.get('job_id') or '?':<28}{j.get('status') or '?':<11}{when}")
     return lines
+
+
+def kept_line(kept: dict) -> str:
+    """The Serve config `make serve` keeps, as the control task found it (rayfleet/serve/kept.py)."""
+    if "error" in kept:
+        return f"unreadable ({kept['error']})"
+    again = f"; applied again to this head: {', '.join(kept['reapplied'])}" if kept.get("reapplied") else ""
+    return f"run {kept['run']} (a restarted head gets it back; make serve-down ends it){again}"
 
 
 def autostop_line(decided: dict | None) -> str:

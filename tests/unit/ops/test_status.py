@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rayfleet.core.catalog import gpus_of
-from rayfleet.ops.status import autostop_line, registered_gpus, render, render_ray
+from rayfleet.ops.status import autostop_line, kept_line, registered_gpus, render, render_ray
 
 
 def test_gpus_from_the_ecs_agent_or_the_catalog():
@@ -101,6 +101,11 @@ def test_status_renders_rays_view_nodes_resources_and_jobs():
     assert "10.0.0.2" in text and "CPU 4, GPU 1" in text
     assert "ddp-1" in text and "RUNNING" in text
     assert "  serve: rayfleet  RUNNING  route /\n      model: HEALTHY (2 RUNNING)" in text
+    assert "serve kept" not in text
+    kept = {"run": "clf", "applications": ["rayfleet"], "reapplied": ["rayfleet"]}
+    shown = "run clf (a restarted head gets it back; make serve-down ends it); applied again to this head: rayfleet"
+    assert f"  serve kept: {shown}" in render_ray({**ray, "serve_kept": kept})
+    assert kept_line({"error": "ClientError: x"}) == "unreadable (ClientError: x)"
 
 
 def test_the_autostop_line_says_when_the_workers_stop():
