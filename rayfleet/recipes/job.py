@@ -56,7 +56,10 @@ def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
             ray_retried = True  # once, and outside `retries`: the user's code did not fail
             if fault == SETUP_FAULT and "working_dir" in how:
                 how = {**how, "working_dir": _repackaged(how["working_dir"])}
-            print(f"[rayfleet] run {run_dir.run_name}: {fault}; submitting it once more under the same run name", flush=True)
+            print(
+                f"[rayfleet] run {run_dir.run_name}: {fault}; submitting it once more under the same run name",
+                flush=True,
+            )
             continue
         if interrupted or not recipe.retries.allows(exit_code) or len(attempts) - ray_retried > recipe.retries.count:
             return exit_code
