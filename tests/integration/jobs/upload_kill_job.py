@@ -24,6 +24,13 @@ from rayfleet.train.trainer import fit_and_summarize
 STEPS, EVERY, SLOW = 20, 4, 8
 
 
+def mark(path: Path, text: str) -> None:
+    """Write a mark the test polls whole or not at all (the test read a half-written one in CI: ValueError)."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
 def loop(config: dict) -> None:
     import ray.train
     import torch
@@ -41,13 +48,13 @@ def loop(config: dict) -> None:
         time.sleep(0.1)
         done = step + 1
         if rank == 0:
-            (marks / "step").write_text(str(done))
+            mark(marks / "step", str(done))
         if done % EVERY:
             continue
 
         def write(directory: Path, done: int = done) -> None:
             if done == SLOW and not (marks / "uploading").exists():
-                (marks / "uploading").write_text(str(os.getpid()))
+                mark(marks / "uploading", str(os.getpid()))
                 time.sleep(120)
             (directory / "step.json").write_text(json.dumps({"step": done}))
 
