@@ -326,7 +326,8 @@ def test_a_budget_stops_the_run_cleanly_after_a_checkpoint(cluster_env, tmp_path
     # 36 s from submission: a loaded 2-core CI host may take 8 s to set the job up and admit it, and 20 s more
     # when Ray loses the job's code package under it (its working_dir cache) and rayfleet submits it once more
     settings = f"storage={storage} max_hours=0.01"
-    result = make_train(cluster_env, "train-ddp", small_dataset, settings, "epochs=20 eval_batch_size=600", "budgeted")
+    args = "epochs=20 eval_batch_size=600 train_subset=1200 batch_size=64"  # epochs of half the CPU: it stops sooner
+    result = make_train(cluster_env, "train-ddp", small_dataset, settings, args, "budgeted")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = only_run(storage)
     record = json.loads((run / "run.json").read_text())
