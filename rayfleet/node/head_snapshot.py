@@ -68,6 +68,8 @@ def _get(dashboard: str, path: str, auth: str, timeout: float = 10):
 
 
 def _put(dashboard: str, path: str, auth: str, body: dict, timeout: float = 30) -> None:
+    # As `_get`: the bearer token over plain HTTP, because this task never imports Ray (whose Serve client
+    # reads the token from the process environment, which this module leaves alone).
     data = json.dumps(body).encode()
     headers = {"Authorization": f"Bearer {auth}", "Content-Type": "application/json"}
     request = urllib.request.Request(dashboard.rstrip("/") + path, data=data, headers=headers, method="PUT")

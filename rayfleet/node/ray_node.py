@@ -266,10 +266,8 @@ def drive(env: dict, job: list[str], host: str, port: int, wait_s: float) -> int
     while it waited in the queue (EXIT_HEAD_LOST: nothing of it ran) waits for the head to answer again, by
     its name, rejoins and runs the driver again, which resubmits the run in its place in the queue.
 
-    The node, the driver and the Jobs API follower all name the head by its Cloud Map name, as the workers
-    do, never by the IP it had when they joined: a head replaced on its GCS store (gcs_store) is a new task with
-    a new IP, and Ray (which keeps a host name as given) and the follower's HTTP client resolve the name again
-    on each reconnect."""
+    Node, driver and follower name the head by its Cloud Map name, never its IP: a head replaced on its GCS
+    store is a new task with a new IP, and each reconnect resolves the name again."""
     command = job_command(job[0], job[1:])
     losses = 0
     while True:

@@ -15,18 +15,15 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import shutil
 import signal
 import sys
 import threading
 import time
 import uuid
-import zipfile
-from pathlib import Path
 
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.run_dir import RunDir
-from rayfleet.recipes import admission, budget, cost, jobs_api
+from rayfleet.recipes import admission, budget, cost, jobs_api, ray_faults
 from rayfleet.recipes.command import command, job_env, plain_env
 from rayfleet.recipes.log_spool import LogSpool
 from rayfleet.recipes.notify import NOTIFY_VAR, TOPIC_VAR
@@ -51,11 +48,11 @@ def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
         exit_code, interrupted = _run_once(recipe, run_dir, **how)
         attempts.append(attempt_of(run_dir.record(), len(attempts) + 1))
         run_dir.update(attempts=attempts)
-        fault = None if interrupted or ray_retried else _ray_fault(recipe, run_dir.record())
+        fault = None if interrupted or ray_retried else ray_faults.fault(recipe, run_dir.record())
         if fault is not None:
             ray_retried = True  # once, and outside `retries`: the user's code did not fail
-            if fault == SETUP_FAULT and "working_dir" in how:
-                how = {**how, "working_dir": _repackaged(how["working_dir"])}
+            if fault == ray_faults.SETUP_FAULT and "working_dir" in how:
+                how = {**how, "working_dir": ray_faults.repackaged(how["working_dir"])}
             print(
                 f"[rayfleet] run {run_dir.run_name}: {fault}; submitting it once more under the same run name",
                 flush=True,
@@ -69,38 +66,6 @@ def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
             "from its last checkpoint",
             flush=True,
         )
-
-
-SETUP_FAULT = "Ray could not set up the job's code on the cluster (its traceback is above)"
-MONITOR_FAULT = "Ray's job monitor failed the job on an RPC error of its own, not the run's (ray-project/ray#65025)"
-
-
-def _ray_fault(recipe: Recipe, record: dict) -> str | None:
-    """Why Ray, not the recipe, failed this attempt, if it did; worth one more submission:
-    - the job's environment failed while it held only what rayfleet ships (the code zip, variables), seen on a
-      loaded 2-core CI host. With `pip` the recipe's own packages may be what failed, and that fails again;
-    - the job monitor of a head that took the job back after a replacement got a transient RPC error, marked
-      the job FAILED and killed its supervisor with the run's driver (Ray 2.60 does not retry it)."""
-    message = str(record.get("message", ""))
-    if not recipe.pip and message.startswith(jobs_api.SETUP_FAILED):
-        return SETUP_FAULT
-    if message.startswith(jobs_api.MONITOR_RPC_FAILED):
-        return MONITOR_FAULT
-    return None
-
-
-def _repackaged(working_dir: str) -> str:
-    """The same code under a new Ray package: a copy of the zip with one more entry, so Ray hashes it to another
-    URI. What failed is Ray's copy of the package on a node (its cache of unpacked packages races its own
-    garbage collection when runs of the same code follow each other); the same URI fails the same way."""
-    path = Path(working_dir)
-    if path.suffix != ".zip" or not path.is_file():
-        return working_dir
-    copy = path.with_name(f"{path.stem}-again.zip")
-    shutil.copyfile(path, copy)
-    with zipfile.ZipFile(copy, "a") as archive:
-        archive.writestr(".rayfleet-resubmitted", uuid.uuid4().hex)
-    return str(copy)
 
 
 def attempt_of(record: dict, number: int) -> dict:

@@ -162,8 +162,9 @@ def test_a_run_in_s3_is_downloaded_by_the_replica_and_served(cluster_env, runs, 
 def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_manager(aws_stack, runs, tmp_path):
     """The ECS path up to the cluster: the verb checks the S3 run and the worker type, then RunTask's overrides
     carry Serve's config (storage s3://, the deployment's region, no key and no key file: the workers have it
-    from Secrets Manager, host 0.0.0.0 on the deployment's Serve port) and the verb follows the task; then the
-    config is kept in the deployment's bucket, and `serve down` (through a task as well) removes it."""
+    from Secrets Manager; Serve's proxy on 127.0.0.1, behind the gate that holds the deployment's Serve port)
+    and the verb follows the task; then the config is kept in the deployment's bucket, and `serve down`
+    (through a task as well) removes it."""
     outputs = json.loads(Path(aws_stack["outputs"]["outputs_file"]).read_text())
     secret = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/serve-api-key-Ab12"
     outputs |= {

@@ -1,0 +1,43 @@
+"""Faults of Ray's, not of the recipe, that earn a run one more submission (rayfleet/recipes/job.py's
+`run_job`, once and outside the recipe's `retries`)."""
+
+from __future__ import annotations
+
+import shutil
+import uuid
+import zipfile
+from pathlib import Path
+
+from rayfleet.recipes import jobs_api
+from rayfleet.recipes.schema import Recipe
+
+SETUP_FAULT = "Ray could not set up the job's code on the cluster (its traceback is above)"
+MONITOR_FAULT = "Ray's job monitor failed the job on an RPC error of its own, not the run's (ray-project/ray#65025)"
+
+
+def fault(recipe: Recipe, record: dict) -> str | None:
+    """Why Ray, not the recipe, failed this attempt, if it did; worth one more submission:
+    - the job's environment failed while it held only what rayfleet ships (the code zip, variables), seen on a
+      loaded 2-core CI host. With `pip` the recipe's own packages may be what failed, and that fails again;
+    - the job monitor of a head that took the job back after a replacement got a transient RPC error, marked
+      the job FAILED and killed its supervisor with the run's driver (Ray 2.60 does not retry it)."""
+    message = str(record.get("message", ""))
+    if not recipe.pip and message.startswith(jobs_api.SETUP_FAILED):
+        return SETUP_FAULT
+    if message.startswith(jobs_api.MONITOR_RPC_FAILED):
+        return MONITOR_FAULT
+    return None
+
+
+def repackaged(working_dir: str) -> str:
+    """The same code under a new Ray package: a copy of the zip with one more entry, so Ray hashes it to another
+    URI. What failed is Ray's copy of the package on a node (its cache of unpacked packages races its own
+    garbage collection when runs of the same code follow each other); the same URI fails the same way."""
+    path = Path(working_dir)
+    if path.suffix != ".zip" or not path.is_file():
+        return working_dir
+    copy = path.with_name(f"{path.stem}-again.zip")
+    shutil.copyfile(path, copy)
+    with zipfile.ZipFile(copy, "a") as archive:
+        archive.writestr(".rayfleet-resubmitted", uuid.uuid4().hex)
+    return str(copy)
