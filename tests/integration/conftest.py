@@ -157,7 +157,7 @@ def fsdp_learned(cluster_env, tiny, tmp_path_factory):
     def learned(strategy: str) -> dict:
         if strategy not in done:
             root = tmp_path_factory.mktemp(f"fsdp-{strategy}")
-            args = [*FSDP_LEARN, "run_name=learn", f"strategy={strategy}", "progress_every_s=2"]
+            args = [*FSDP_LEARN, "run_name=learn", f"strategy={strategy}", "progress_every_s=0.2"]
             if strategy != "fsdp":
                 result = run_fsdp(cluster_env, tiny, root, *args)
                 done[strategy] = {"first": result, "result": result, "storage": root, "exported_early": None}

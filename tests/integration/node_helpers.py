@@ -15,6 +15,10 @@ from pathlib import Path
 from tests.integration.helpers import DASHBOARD_PORT, RAY_PORT, REPO, listed_nodes
 
 DEADLINE_S = 15  # seconds a drained node gives its work: short, since the restart waits for it
+# Ray Train's elastic runs size themselves from Ray's autoscaling coordinator, which reads the cluster's nodes
+# once per 20 s tick (ray.data's DefaultAutoscalingCoordinator.TICK_INTERVAL_S in Ray 2.60): a run started
+# sooner after a node joined counts without it (then packs its smaller group onto that node).
+COORDINATOR_TICK_S = 21
 
 
 def entry_point_node(cluster_env: dict, scratch: Path, log: Path, **extra: str) -> subprocess.Popen:
@@ -57,7 +61,7 @@ def wait_until_idle(cluster_env: dict, cpus: float, timeout: float = 180) -> Non
     """Until Ray reports `cpus` CPUs in the cluster and none of them in use: a joining node has registered
     and the previous test's actors have given theirs back. An elastic run takes what is free when it starts,
     so one started sooner may start smaller than the test means (on a loaded two-core host, 5 s was not
-    always enough)."""
+    always enough); after a node joined, also wait COORDINATOR_TICK_S for Ray's view of it."""
     ray = str(Path(sys.executable).parent / "ray")
     deadline, usage = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
