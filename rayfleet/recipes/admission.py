@@ -49,6 +49,9 @@ from rayfleet.train import stop
 EXIT_CANCELLED = 130
 JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # what Ray's job supervisor gives a job's drivers (its runtime_env)
 PROBE_S = 2.0  # how long one try waits for Ray to place the whole group
+# As long as Ray's nodes wait for a replaced head (RAY_gcs_rpc_server_reconnect_timeout_s, rayfleet/local and
+# infra/modules/ray set 600 with a GCS store).
+STATE_API_WAIT_S = 600.0
 BUDGET_CHECK_S = 30.0  # how often the queue's spending is read again (a listing of its ledger)
 
 
@@ -102,6 +105,26 @@ def groups() -> dict[str, str]:
     from ray.util.state import list_placement_groups
 
     return {g.placement_group_id: g.state for g in list_placement_groups(limit=10000)}
+
+
+def groups_once_reachable(
+    wait_s: float = STATE_API_WAIT_S, clock: Callable[[], float] = time.monotonic, sleep=time.sleep
+) -> dict[str, str]:
+    """groups(), waiting out a head being replaced: the state API is its dashboard's, away until the new head
+    is up (with a GCS store the run's job lives on, and must not fail for it: issue 31)."""
+    from ray.util.state.exception import ServerUnavailable
+
+    deadline, said = clock() + wait_s, False
+    while True:
+        try:
+            return groups()
+        except ServerUnavailable:
+            if clock() >= deadline:
+                raise
+            if not said:
+                say(f"queue: Ray's state API does not answer (the head away?); waiting up to {wait_s:.0f} s")
+                said = True
+            sleep(2.0)
 
 
 def placed_after(known: set[str]) -> Callable[[], bool]:
@@ -241,7 +264,7 @@ def admit(queue: Queue, entry: Entry, run_dir: RunDir) -> Callable[[], bool] | s
                 queue.remove(entry.run)
                 return cancelled
         say(f"admitted after {time.monotonic() - waited:.1f} s in the queue: all {entry.resources()} can be placed")
-        is_placed = placed_after(set(groups()))  # the probe's own group is removed: it is among these
+        is_placed = placed_after(set(groups_once_reachable()))  # the probe's own group is removed: among these
         run_dir.send("admitted", state="RUNNING")
         return is_placed
     except BaseException:

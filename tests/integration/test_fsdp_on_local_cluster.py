@@ -59,8 +59,9 @@ def test_two_workers_learn_hold_their_shard_checkpoint_and_export(fsdp_learned, 
     assert torch.allclose(logits, probe["logits"], atol=1e-5)
     both = first.stdout + result.stdout if first is not result else result.stdout
     assert "step 30/30" in result.stdout and both.count("step 10/30 ") == 1
-    # Progress lines between the logged steps (progress_every_s=0.2: 10 steps take under 2 s on an idle host), from rank 0 only; TensorBoard's reader
-    # finds each logged step's scalars, across the two invocations; the curves PNG.
+    # Progress lines between the logged steps (progress_every_s=0.2: on an idle host 10 steps take under 2 s),
+    # from rank 0 only; TensorBoard's reader finds each logged step's scalars, across the two invocations; the
+    # curves PNG.
     progress = re.findall(r"learn  step (\d+)/30  loss \S+  tok/s/device \S+  elapsed \S+  remaining \S+", both)
     assert progress and all(int(step) % 10 for step in progress), result.stdout
     assert len(progress) == len(set(progress))

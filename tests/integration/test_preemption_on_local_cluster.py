@@ -30,7 +30,14 @@ from rayfleet.train.checkpoint import read_state
 from rayfleet.train.metrics import read_rows
 from rayfleet.train.tracking.events import read_scalars
 from tests.integration.helpers import DASHBOARD_PORT, REPO
-from tests.integration.node_helpers import COORDINATOR_TICK_S, DEADLINE_S, check_the_node, entry_point_node, wait_for, wait_until_idle
+from tests.integration.node_helpers import (
+    COORDINATOR_TICK_S,
+    DEADLINE_S,
+    check_the_node,
+    entry_point_node,
+    wait_for,
+    wait_until_idle,
+)
 
 pytestmark = pytest.mark.integration
 CHECK_EVERY = 2

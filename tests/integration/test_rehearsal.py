@@ -262,8 +262,12 @@ def test_cluster_forms_as_the_task_definitions_say(rehearsal, aws):
     assert shm_mib > 256  # the task definition's sharedMemorySize (scaled), not podman's 64 MB default
     nofile = int(podman("exec", workers[0], "sh", "-c", "ulimit -n").stdout.strip())
     assert nofile == min(65536, engine_ulimits().get("nofile", (65536, 65536))[1])
-    health = json.loads(podman("inspect", "--format", "{{json .State.Health}}", head).stdout or "{}")
-    assert health.get("Status") == "healthy"
+    # The health check: ready means Ray's nodes are up, which can come before the check's first pass.
+    deadline, health = time.monotonic() + 90, {}
+    while health.get("Status") != "healthy" and time.monotonic() < deadline:
+        time.sleep(0 if not health else 2)
+        health = json.loads(podman("inspect", "--format", "{{json .State.Health}}", head).stdout or "{}")
+    assert health.get("Status") == "healthy", health
     # Each container's output in CloudWatch Logs, as the awslogs driver names it.
     assert "is using /tmp/ray instead of /dev/shm" not in log_text(aws, "ray-worker")
     assert has_gpu() or "no_gpu_idle" in wait_for_log(aws, "gpu-metrics", "no_gpu_idle")

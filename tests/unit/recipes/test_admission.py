@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rayfleet.core.run_dir import RunDir
 from rayfleet.core.run_queue import ADMITTED, RUNNING, WAITING, Entry, Queue
 from rayfleet.recipes import admission
@@ -118,3 +120,28 @@ def test_placed_means_a_group_created_since_the_admission(monkeypatch):
     assert not is_placed()  # asked for, not yet placed
     now["new"] = "CREATED"
     assert is_placed()
+
+
+def test_the_groups_at_admission_wait_out_a_head_being_replaced(monkeypatch, capsys):
+    """Found on a replaced head (tests/integration/test_ddp_starts_its_own_cluster.py): a run admitted while the
+    new head's dashboard was not up yet failed on the state API's ServerUnavailable. Now it waits, saying so
+    once, and gives up only after the nodes' own reconnect time."""
+    from ray.util.state.exception import ServerUnavailable
+
+    answers = [ServerUnavailable("no dashboard"), ServerUnavailable("no dashboard"), {"old": "CREATED"}]
+
+    def groups():
+        answer = answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    monkeypatch.setattr(admission, "groups", groups)
+    slept = []
+    assert admission.groups_once_reachable(clock=lambda: 0.0, sleep=slept.append) == {"old": "CREATED"}
+    assert slept == [2.0, 2.0]
+    assert capsys.readouterr().out.count("Ray's state API does not answer") == 1
+    answers[:] = [ServerUnavailable("still none")] * 3
+    times = iter([0.0, 5.0, 11.0])
+    with pytest.raises(ServerUnavailable):
+        admission.groups_once_reachable(wait_s=10, clock=lambda: next(times), sleep=lambda s: None)
