@@ -44,14 +44,11 @@ from rayfleet.core.run_queue import (
     over_budget,
     verdict,
 )
+from rayfleet.recipes.placement import groups_once_reachable, placed_after, probe
 from rayfleet.train import stop
 
 EXIT_CANCELLED = 130
 JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # what Ray's job supervisor gives a job's drivers (its runtime_env)
-PROBE_S = 2.0  # how long one try waits for Ray to place the whole group
-# As long as Ray's nodes wait for a replaced head (RAY_gcs_rpc_server_reconnect_timeout_s, rayfleet/local and
-# infra/modules/ray set 600 with a GCS store).
-STATE_API_WAIT_S = 600.0
 BUDGET_CHECK_S = 30.0  # how often the queue's spending is read again (a listing of its ledger)
 
 
@@ -82,60 +79,6 @@ def budget_from(env: dict, entry: Entry) -> Budget | None:
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     return budget
-
-
-def probe(entry: Entry, timeout_s: float = PROBE_S) -> bool:
-    """Can Ray place every worker of the run now? Asks for the whole placement group (PACK, or one per node
-    for launcher runs, as the jobs themselves do) and removes it again, placed or not."""
-    import ray
-    from ray.util.placement_group import placement_group, remove_placement_group
-
-    bundle = {"CPU": entry.cpus_per_worker, **({"GPU": entry.gpus_per_worker} if entry.gpus_per_worker else {})}
-    strategy = "STRICT_SPREAD" if entry.one_per_node else "PACK"
-    group = placement_group([dict(bundle) for _ in range(entry.workers)], strategy=strategy)
-    try:
-        ready, _ = ray.wait([group.ready()], timeout=timeout_s)
-        return bool(ready)
-    finally:
-        remove_placement_group(group)
-
-
-def groups() -> dict[str, str]:
-    """Every placement group Ray knows and its state."""
-    from ray.util.state import list_placement_groups
-
-    return {g.placement_group_id: g.state for g in list_placement_groups(limit=10000)}
-
-
-def groups_once_reachable(
-    wait_s: float = STATE_API_WAIT_S, clock: Callable[[], float] = time.monotonic, sleep=time.sleep
-) -> dict[str, str]:
-    """groups(), waiting out a head being replaced: the state API is its dashboard's, away until the new head
-    is up (with a GCS store the run's job lives on, and must not fail for it: issue 31)."""
-    from ray.util.state.exception import ServerUnavailable
-
-    deadline, said = clock() + wait_s, False
-    while True:
-        try:
-            return groups()
-        except ServerUnavailable:
-            if clock() >= deadline:
-                raise
-            if not said:
-                say(f"queue: Ray's state API does not answer (the head away?); waiting up to {wait_s:.0f} s")
-                said = True
-            sleep(2.0)
-
-
-def placed_after(known: set[str]) -> Callable[[], bool]:
-    """Has Ray created a placement group that did not exist at admission (`known`)? The queue admits one run at
-    a time, so a new one is the admitted run's (Ray Train's workers, the launchers). Ray gives the group of a
-    driver that the job started no link to the job that the queue knows, hence this test."""
-
-    def test() -> bool:
-        return any(state == "CREATED" and gid not in known for gid, state in groups().items())
-
-    return test
 
 
 def wait_turn(
@@ -264,7 +207,7 @@ def admit(queue: Queue, entry: Entry, run_dir: RunDir) -> Callable[[], bool] | s
                 queue.remove(entry.run)
                 return cancelled
         say(f"admitted after {time.monotonic() - waited:.1f} s in the queue: all {entry.resources()} can be placed")
-        is_placed = placed_after(set(groups_once_reachable()))  # the probe's own group is removed: among these
+        is_placed = placed_after(set(groups_once_reachable(say)))  # the probe's own group is removed: among these
         run_dir.send("admitted", state="RUNNING")
         return is_placed
     except BaseException:

@@ -57,11 +57,12 @@ def wait_for(predicate, timeout: float, what: str, job: subprocess.Popen) -> Non
         time.sleep(0.5)
 
 
-def wait_until_idle(cluster_env: dict, cpus: float, timeout: float = 180) -> None:
+def wait_until_idle(cluster_env: dict, cpus: float, timeout: float = 180, joined: float | None = None) -> None:
     """Until Ray reports `cpus` CPUs in the cluster and none of them in use: a joining node has registered
     and the previous test's actors have given theirs back. An elastic run takes what is free when it starts,
     so one started sooner may start smaller than the test means (on a loaded two-core host, 5 s was not
-    always enough); after a node joined, also wait COORDINATOR_TICK_S for Ray's view of it."""
+    always enough). `joined`: when a node joined (time.monotonic()); then also until COORDINATOR_TICK_S after it,
+    so that Ray's elastic sizing counts that node."""
     ray = str(Path(sys.executable).parent / "ray")
     deadline, usage = time.monotonic() + timeout, None
     while time.monotonic() < deadline:
@@ -70,6 +71,8 @@ def wait_until_idle(cluster_env: dict, cpus: float, timeout: float = 180) -> Non
         )
         usage = re.search(r"([\d.]+)/([\d.]+) CPU", status.stdout)
         if usage and float(usage.group(1)) == 0 and float(usage.group(2)) == cpus:
+            if joined is not None:
+                time.sleep(max(0.0, COORDINATOR_TICK_S - (time.monotonic() - joined)))
             return
         time.sleep(1)
     raise AssertionError(f"the cluster never had {cpus:g} free CPUs within {timeout:.0f} s: {usage and usage.group(0)}")

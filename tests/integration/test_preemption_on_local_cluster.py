@@ -31,7 +31,6 @@ from rayfleet.train.metrics import read_rows
 from rayfleet.train.tracking.events import read_scalars
 from tests.integration.helpers import DASHBOARD_PORT, REPO
 from tests.integration.node_helpers import (
-    COORDINATOR_TICK_S,
     DEADLINE_S,
     check_the_node,
     entry_point_node,
@@ -73,9 +72,8 @@ def preempted_run(
     job = None
     try:
         wait_for(lambda: "ray start" in log.read_text(), 60, "node start", node)
-        joined = time.monotonic()
-        wait_until_idle(cluster_env, cpus=4)  # the session's 2 workers and this node's 2, all free
-        time.sleep(max(0.0, COORDINATOR_TICK_S - (time.monotonic() - joined)))  # the elastic run counts the node
+        # the session's 2 workers and this node's 2, all free, and the node counted by the elastic run's sizing
+        wait_until_idle(cluster_env, cpus=4, joined=time.monotonic())
         job = subprocess.Popen(
             job_command, env=cluster_env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
         )

@@ -236,6 +236,11 @@ def wait_for_log(aws, component: str, text: str, timeout_s: float = 20) -> str:
     return out
 
 
+def health_of(container: str) -> str | None:
+    """The container's health check status as podman reports it (starting, healthy, unhealthy)."""
+    return json.loads(podman("inspect", "--format", "{{json .State.Health}}", container).stdout or "{}").get("Status")
+
+
 def test_cluster_forms_as_the_task_definitions_say(rehearsal, aws):
     out = rehearsal.output
     print(f"rehearsal ready in {rehearsal.started_s:.0f}s")
@@ -263,11 +268,10 @@ def test_cluster_forms_as_the_task_definitions_say(rehearsal, aws):
     nofile = int(podman("exec", workers[0], "sh", "-c", "ulimit -n").stdout.strip())
     assert nofile == min(65536, engine_ulimits().get("nofile", (65536, 65536))[1])
     # The health check: ready means Ray's nodes are up, which can come before the check's first pass.
-    deadline, health = time.monotonic() + 90, {}
-    while health.get("Status") != "healthy" and time.monotonic() < deadline:
-        time.sleep(0 if not health else 2)
-        health = json.loads(podman("inspect", "--format", "{{json .State.Health}}", head).stdout or "{}")
-    assert health.get("Status") == "healthy", health
+    deadline = time.monotonic() + 90
+    while (health := health_of(head)) != "healthy" and time.monotonic() < deadline:
+        time.sleep(2)
+    assert health == "healthy", health
     # Each container's output in CloudWatch Logs, as the awslogs driver names it.
     assert "is using /tmp/ray instead of /dev/shm" not in log_text(aws, "ray-worker")
     assert has_gpu() or "no_gpu_idle" in wait_for_log(aws, "gpu-metrics", "no_gpu_idle")

@@ -9,7 +9,7 @@ import pytest
 
 from rayfleet.core.run_dir import RunDir
 from rayfleet.core.run_queue import ADMITTED, RUNNING, WAITING, Entry, Queue
-from rayfleet.recipes import admission
+from rayfleet.recipes import admission, placement
 from rayfleet.recipes.schema import load
 from rayfleet.train import stop
 from tests.unit.recipes.helpers import GOOD, write
@@ -113,8 +113,8 @@ def test_the_entry_comes_from_the_recipe_and_travels_on_the_jobs_command_line(tm
 
 def test_placed_means_a_group_created_since_the_admission(monkeypatch):
     now = {"old": "CREATED", "probe": "REMOVED"}
-    monkeypatch.setattr(admission, "groups", lambda: dict(now))
-    is_placed = admission.placed_after(set(now))
+    monkeypatch.setattr(placement, "groups", lambda: dict(now))
+    is_placed = placement.placed_after(set(now))
     assert not is_placed()  # what existed before the admission is someone else's
     now["new"] = "PENDING"
     assert not is_placed()  # asked for, not yet placed
@@ -123,9 +123,9 @@ def test_placed_means_a_group_created_since_the_admission(monkeypatch):
 
 
 def test_the_groups_at_admission_wait_out_a_head_being_replaced(monkeypatch, capsys):
-    """Found on a replaced head (tests/integration/test_ddp_starts_its_own_cluster.py): a run admitted while the
-    new head's dashboard was not up yet failed on the state API's ServerUnavailable. Now it waits, saying so
-    once, and gives up only after the nodes' own reconnect time."""
+    """Found replacing a local store cluster's head with a run queued (by hand; docs/DESIGN.md, "Not done yet"):
+    a run admitted while the new head's dashboard was not up yet failed on the state API's ServerUnavailable.
+    Now it waits, saying so once, and gives up only after the node's own reconnect time."""
     from ray.util.state.exception import ServerUnavailable
 
     answers = [ServerUnavailable("no dashboard"), ServerUnavailable("no dashboard"), {"old": "CREATED"}]
@@ -136,12 +136,12 @@ def test_the_groups_at_admission_wait_out_a_head_being_replaced(monkeypatch, cap
             raise answer
         return answer
 
-    monkeypatch.setattr(admission, "groups", groups)
+    monkeypatch.setattr(placement, "groups", groups)
     slept = []
-    assert admission.groups_once_reachable(clock=lambda: 0.0, sleep=slept.append) == {"old": "CREATED"}
+    assert placement.groups_once_reachable(clock=lambda: 0.0, sleep=slept.append) == {"old": "CREATED"}
     assert slept == [2.0, 2.0]
     assert capsys.readouterr().out.count("Ray's state API does not answer") == 1
     answers[:] = [ServerUnavailable("still none")] * 3
     times = iter([0.0, 5.0, 11.0])
     with pytest.raises(ServerUnavailable):
-        admission.groups_once_reachable(wait_s=10, clock=lambda: next(times), sleep=lambda s: None)
+        placement.groups_once_reachable(wait_s=10, clock=lambda: next(times), sleep=lambda s: None)
