@@ -9,6 +9,10 @@ RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")  # torchrun's prefix on its workers
 
 
 TRACEBACK = "Traceback (most recent call last)"
+# The launcher's own exception when a rank failed: a rank killed by a signal (an abort in C++) prints no
+# traceback of its own, so the first traceback is the launcher's and the rank's last words come before it.
+LAUNCHER_FAILURES = ("ChildFailedError", "CalledProcessError")
+BEFORE = 20  # lines kept from before the launcher's traceback
 
 
 def traceback_bounds(lines: list[str]) -> tuple[int, int] | None:
@@ -24,16 +28,25 @@ def traceback_bounds(lines: list[str]) -> tuple[int, int] | None:
     return start, min(end + 1, len(lines))
 
 
+def launchers_own(lines: list[str], bounds: tuple[int, int]) -> bool:
+    return any(name in lines[bounds[1] - 1] for name in LAUNCHER_FAILURES)
+
+
 def script_traceback(lines: list[str]) -> list[str]:
     bounds = traceback_bounds(lines)
-    return [RANK_PREFIX.sub("", line) for line in lines[slice(*bounds)]] if bounds else []
+    if bounds is None or launchers_own(lines, bounds):
+        return []
+    return [RANK_PREFIX.sub("", line) for line in lines[slice(*bounds)]]
 
 
 def excerpt(lines: list[str], last: int = 12) -> list[str]:
-    """The first traceback and the last lines (the launcher's summary: which rank, which exit code)."""
+    """The first traceback and the last lines (the launcher's summary: which rank, which exit code). When
+    that traceback is the launcher's own, the lines before it too: a rank's abort message is there."""
     bounds = traceback_bounds(lines)
     if bounds is None:
         return lines[-40:]
     start, end = bounds
+    if launchers_own(lines, bounds):
+        start = max(0, start - BEFORE)
     rest = lines[max(end, len(lines) - last) :]
     return lines[start:end] + (["..."] if end < len(lines) - last else []) + rest

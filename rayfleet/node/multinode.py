@@ -36,7 +36,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from rayfleet.core import ray_auth
+from rayfleet.core import ray_auth, ray_start
 from rayfleet.node import preempt_notice
 from rayfleet.node.launch_line import LAUNCHERS, Shape, launcher_argv, launcher_env
 from rayfleet.node.launcher_output import excerpt, script_traceback
@@ -253,7 +253,9 @@ def run(launcher: str, max_restarts: int, options: list[str], target: list[str],
     import ray
 
     shape = Shape.from_env(env)
-    ray.init(log_to_driver=False)  # the launchers' output comes back through `read`, once per line
+    # the launchers' output comes back through `read`, once per line; on one host the driver attaches to its
+    # own node's raylet, not the head's: the launcher actors it owns would die with a replaced head
+    ray.init(log_to_driver=False, **ray_start.driver_init_kwargs(os.environ))
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, raise_stopped)
     attempt, restarts, place_s = 0, 0, PLACE_TIMEOUT_S

@@ -16,6 +16,7 @@ import urllib.request
 import pytest
 
 from rayfleet.core.run_dir import RunDir
+from rayfleet.core.run_queue import Queue
 from rayfleet.local import cluster as local_cluster
 from rayfleet.recipes import jobs_api
 from rayfleet.train.metrics import read_rows
@@ -122,19 +123,54 @@ def test_local_cluster_run_starts_a_cluster_whose_head_is_killed_and_replaced_mi
             socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
 
-def test_a_served_run_answers_again_after_its_head_is_replaced(ddp_basic, session_cluster_stopped, tmp_path):
-    """A cluster of its own on a store (`up --gcs-store`, one worker), the session's DDP run served on it, its
-    head SIGKILLed and replaced (`replace-head`): what no cheaper test shows, on Ray 2.60 itself: Serve's
-    controller comes back with the new head from the store and the application answers again, with the key
-    still required (a request without it: 401), with nothing re-applied by rayfleet. (On ECS without the
-    store, the control task applies the kept config: tests/unit/node/test_head_snapshot.py.) Runs after the
-    session cluster is stopped, never beside it."""
-    env = _own_cluster_env(session_cluster_stopped, tmp_path)
+# A launcher recipe's script: says when it started, then holds its worker until the gate file exists (if named).
+GATED = """
+import json, os, sys, time
+started, gate, run_dir = time.time(), (sys.argv[1:] or [None])[0], os.environ["RAYFLEET_RUN_DIR"]
+open(os.path.join(run_dir, "started"), "w").close()
+while gate and not os.path.exists(gate):
+    time.sleep(0.2)
+with open(os.path.join(run_dir, "times.json"), "w") as f:
+    json.dump({"started": started, "ended": time.time()}, f)
+"""
+
+
+def submit_detached(env: dict, recipe, run: str, *args: str) -> None:
+    argv = [sys.executable, "-m", "rayfleet.targets.run", str(recipe), "--target", "local", "--run-name", run]
+    done = subprocess.run([*argv, "--detach", "--", *args], env=env, cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0 and "followed in the background" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_served_app_and_a_running_and_a_queued_run_outlive_a_head_replacement(
+    ddp_basic, session_cluster_stopped, tmp_path
+):
+    """A cluster of its own on a store (`up --gcs-store`, 2 workers x 1 CPU), its head SIGKILLed and replaced
+    (`replace-head`) while three things use it: the session's DDP run served (its replica on one worker), a
+    `launcher: torchrun` run holding the other worker until a gate opens, and a run queued behind it. What no
+    cheaper test shows, on Ray 2.60 itself: Serve's controller comes back with the new head from the store and
+    the application answers again, key still required, nothing re-applied by rayfleet (on ECS without the
+    store the control task applies the kept config: tests/unit/node/test_head_snapshot.py); the launcher run's
+    node actor, owned by a driver attached to its own worker's raylet, lives on and its job ends SUCCEEDED in
+    one attempt; the queued run waits through the replacement (its admission waits out the new head's state
+    API) and starts only once the held worker is free. Runs after the session cluster is stopped, never beside
+    it."""
+    env = {**_own_cluster_env(session_cluster_stopped, tmp_path), "RAYFLEET_OUTPUTS": str(tmp_path / "none.json")}
     cli = [sys.executable, "-m", "rayfleet.local"]
     up = subprocess.run(
-        [*cli, "up", "--workers", "1", "--gcs-store"], env=env, cwd=REPO, capture_output=True, text=True
+        [*cli, "up", "--workers", "2", "--gcs-store"], env=env, cwd=REPO, capture_output=True, text=True
     )
     assert up.returncode == 0, up.stdout + up.stderr
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "gated.py").write_text(GATED)
+    storage, gate, recipe = tmp_path / "runs", tmp_path / "gate", tmp_path / "recipe.yaml"
+    resources = {"workers": 1, "cpus_per_worker": 1}
+    recipe.write_text(
+        json.dumps(
+            {"name": "gated", "code": "code", "entrypoint": "gated.py", "launcher": "torchrun", "storage": str(storage)}
+            | {"resources": resources}
+        )
+    )
+    queue = Queue(str(tmp_path / "state" / "cluster"))
     try:
         port = free_port()
         serve = [sys.executable, "-m", "rayfleet.ops.serve", "up", "basic", "--runs-dir", str(ddp_basic["storage"])]
@@ -145,18 +181,43 @@ def test_a_served_run_answers_again_after_its_head_is_replaced(ddp_basic, sessio
         key = (tmp_path / "state" / "serve" / "api_key").read_text().strip()
         image = {"images": [[[0] * 28] * 28]}
         assert classify(port, image, key) == 200
+        submit_detached(env, recipe, "held", str(gate))
+        wait_until(lambda: (storage / "held" / "started").exists(), 180, "the held run never started")
+        submit_detached(env, recipe, "queued")
+        # waiting in its job's own admission loop (its heartbeat), not only written by the submitter
+        wait_until(lambda: getattr(queue.get("queued"), "heartbeat_at", 0) > 0, 120, "the run's job never queued")
         replaced = subprocess.run([*cli, "replace-head"], env=env, cwd=REPO, capture_output=True, text=True)
         assert replaced.returncode == 0 and "head replaced" in replaced.stdout, replaced.stdout + replaced.stderr
-        deadline = time.monotonic() + 180
-        while (status := classify(port, image, key)) != 200:
-            assert time.monotonic() < deadline, f"still {status} after 180 s"
-            time.sleep(1)
+        wait_until(lambda: classify(port, image, key) == 200, 180, "the application never answered again")
         assert classify(port, image, None) == 401 and classify(port, image, key + "x") == 401
+        assert not (storage / "queued" / "started").exists()  # its worker is still held
+        gate.touch()
+        done = ("SUCCEEDED", "FAILED", "STOPPED", "CANCELLED")
+        wait_until(lambda: all(state(storage, run) in done for run in ("held", "queued")), 240, "the runs never ended")
     finally:
         subprocess.run([*cli, "down"], env=env, cwd=REPO, timeout=120)
+    records = {run: json.loads((storage / run / "run.json").read_text()) for run in ("held", "queued")}
+    assert {run: r["state"] for run, r in records.items()} == {"held": "SUCCEEDED", "queued": "SUCCEEDED"}, records
+    assert len(records["held"]["attempts"]) == 1, records["held"]  # not resubmitted: its job lived on
+    times = {run: json.loads((storage / run / "times.json").read_text()) for run in ("held", "queued")}
+    assert times["held"]["ended"] <= times["queued"]["started"]  # admitted only once the worker was free
     for port_in_use in (6690, 6698):  # the GCS's and the store's
         with pytest.raises(ConnectionRefusedError):
             socket.create_connection(("127.0.0.1", port_in_use), timeout=5).close()
+
+
+def state(storage, run: str) -> str | None:
+    try:
+        return json.loads((storage / run / "run.json").read_text())["state"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def wait_until(what, deadline_s: float, why: str) -> None:
+    deadline = time.monotonic() + deadline_s
+    while not what():
+        assert time.monotonic() < deadline, why
+        time.sleep(0.5)
 
 
 def classify(port: int, body: dict, key: str | None) -> int | str:

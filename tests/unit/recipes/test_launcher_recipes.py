@@ -134,3 +134,25 @@ def test_the_scripts_traceback_loses_torchruns_prefix():
     ]
     assert script_traceback(lines) == ["Traceback (most recent call last):", "  File 'a.py'", "KeyError: 'k'"]
     assert script_traceback(["no trace"]) == []
+
+
+def test_a_rank_killed_by_a_signal_is_reported_by_its_last_words_not_torchruns_traceback():
+    """A rank that aborts in C++ prints no traceback: the first one is torchrun's, and the abort message
+    before it is what says why (a CI run once showed only torchrun's traceback for a SIGABRT)."""
+    from rayfleet.node.launcher_output import excerpt, script_traceback
+
+    lines = [
+        *[f"step {i}" for i in range(30)],
+        "terminate called after throwing an instance of 'gloo::IoException'",
+        "  what():  [pair.cc:598] Connection closed by peer",
+        "E1128 failed (exitcode: -6) local_rank: 0 (pid: 1150)",
+        "Traceback (most recent call last):",
+        '  File "torch/distributed/run.py", line 1142, in <module>',
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+        "=====",
+        "  exitcode  : -6 (pid: 1150)  (SIGABRT)",
+    ]
+    assert script_traceback(lines) == []  # not presented as the script's
+    shown = excerpt(lines, last=2)
+    assert "  what():  [pair.cc:598] Connection closed by peer" in shown
+    assert shown[0] == "step 13" and shown[-1] == lines[-1]  # 20 lines before the launcher's traceback
