@@ -77,10 +77,26 @@ def cancel(opts: argparse.Namespace) -> int:
         stop.request(run_dir, stop.CANCELLED_NOW)
         print(f"asked {opts.run} again: its job is stopped now (rayfleet logs --run {opts.run} -f to watch)")
         return 0
+    if state == "QUEUED" and _cancel_waiting_for_a_slot(run_dir, opts.outputs):
+        print(f"cancelled {opts.run}: it waited for a driver slot and never started")
+        return 0
     stop.request(run_dir, stop.CANCELLED)
     what = "it leaves the queue" if state == "QUEUED" else "it checkpoints, then ends (cancel again: at once)"
     print(f"asked {opts.run} to stop: {what} (rayfleet logs --run {opts.run} -f to watch)")
     return 0
+
+
+def _cancel_waiting_for_a_slot(run_dir, outputs: str | None) -> bool:
+    """An ECS run whose trainer waits for a driver slot (rayfleet/core/launch_queue.py) leaves that queue."""
+    from rayfleet.core.launch_queue import Launches
+    from rayfleet.ecs.outputs import MissingOutputs, Outputs
+    from rayfleet.targets.ecs_slot import cancel_waiting
+
+    try:
+        bucket = Outputs.load(outputs).results_bucket
+    except MissingOutputs:  # nothing deployed: a local run
+        return False
+    return bool(bucket) and cancel_waiting(Launches.of_bucket(bucket), run_dir)
 
 
 def _tracking(opts: argparse.Namespace, module, extra: list[str]) -> int:

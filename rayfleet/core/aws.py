@@ -42,7 +42,12 @@ class ClusterNotFound(RayfleetError):
 
 
 class PlacementFailed(RayfleetError):
-    pass
+    """ECS placed no task; `request` is the RunTask that failed, `slots_full` whether it was for want of the
+    head instance's driver shares (rayfleet/ecs/launch.py)."""
+
+    def __init__(self, message: str, request: dict | None = None, slots_full: bool = False):
+        super().__init__(message)
+        self.request, self.slots_full = request, slots_full
 
 
 class PluginMissing(RayfleetError):

@@ -20,7 +20,7 @@ from rayfleet.core.aws import STARTED_BY, Aws, PlacementFailed, run_cli
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.ecs import image_policy
-from rayfleet.ecs.logs import follow_task
+from rayfleet.ecs.logs import follow_task, log_stream
 from rayfleet.ecs.outputs import Outputs
 
 OVERRIDES_LIMIT = 8192  # RunTask: the JSON of all container overrides
@@ -47,6 +47,9 @@ def build_command(job: str, args: list[str], bucket: str, run_name: str) -> list
     return [job, f"storage={runs_root(bucket)}", f"run_name={run_name}", *args]
 
 
+SLOTS_FULL = ("RESOURCE:MEMORY", "RESOURCE:CPU")  # the trainer is placed on the head instance only: its shares
+
+
 def launch(
     aws: Aws,
     out: Outputs,
@@ -59,9 +62,36 @@ def launch(
     task_definition: str | None = None,
 ) -> dict:
     """RunTask of the trainer; `command`, `environment` and `task_definition` replace the job's defaults
-    (a recipe run passes its own, rayfleet/targets/run.py)."""
+    (a recipe run passes its own, rayfleet/targets/run.py). PlacementFailed carries the request, and whether
+    every driver share of the head instance was taken (`slots_full`): a recipe run then waits for one."""
     run_name = run_name or f"{job}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     aws.check_cluster(out.cluster_name)
+    request = run_task_request(out, job, args, run_name, command, environment, task_definition)
+    response = aws.client("ecs").run_task(**request)
+    if response.get("failures") or not response.get("tasks"):
+        failures = response.get("failures", [])
+        why = explain(failures)
+        full = any(f.get("reason") in SLOTS_FULL for f in failures)
+        if full:
+            why += (
+                f" (the head instance holds {out.concurrent_runs} run driver(s) at once, Terraform's concurrent_runs:"
+                " wait for a run to end (make queue), cancel one (make cancel RUN=...), or deploy a larger"
+                " concurrent_runs: 2 needs an m5.2xlarge head or larger)"
+            )
+        raise PlacementFailed(why, request=request, slots_full=full)
+    return placed(aws, out, job, args, run_name, response["tasks"][0]["taskArn"])
+
+
+def run_task_request(
+    out: Outputs,
+    job: str,
+    args: list[str],
+    run_name: str,
+    command: list[str] | None = None,
+    environment: dict[str, str] | None = None,
+    task_definition: str | None = None,
+) -> dict:
+    """RunTask's keyword arguments for this run's trainer (kept as they are when it waits for a driver slot)."""
     network = {
         "awsvpcConfiguration": {
             "subnets": list(out.private_subnet_ids),
@@ -82,34 +112,27 @@ def launch(
             f"the task overrides are {len(json.dumps(overrides))} bytes, over ECS's {OVERRIDES_LIMIT}; "
             "shorten args and env (put large settings in a file in the code directory)"
         )
-    response = aws.client("ecs").run_task(
-        cluster=out.cluster_name,
-        taskDefinition=task_definition or out.trainer_task_definition,
-        count=1,
-        startedBy=STARTED_BY,
-        enableExecuteCommand=True,
-        networkConfiguration=network,
-        overrides=overrides,
-        tags=[{"key": "rayfleet:run", "value": run_name}, {"key": "rayfleet:job", "value": job}],
-    )
-    if response.get("failures") or not response.get("tasks"):
-        failures = response.get("failures", [])
-        why = explain(failures)
-        if any(f.get("reason") == "RESOURCE:MEMORY" for f in failures):  # the head instance's driver shares
-            why += (
-                f" (the head instance holds {out.concurrent_runs} run driver(s) at once, Terraform's concurrent_runs:"
-                " wait for a run to end (make queue), cancel one (make cancel RUN=...), or deploy a larger"
-                " concurrent_runs: 2 needs an m5.2xlarge head or larger)"
-            )
-        raise PlacementFailed(why)
-    task_arn = response["tasks"][0]["taskArn"]
+    return {
+        "cluster": out.cluster_name,
+        "taskDefinition": task_definition or out.trainer_task_definition,
+        "count": 1,
+        "startedBy": STARTED_BY,
+        "enableExecuteCommand": True,
+        "networkConfiguration": network,
+        "overrides": overrides,
+        "tags": [{"key": "rayfleet:run", "value": run_name}, {"key": "rayfleet:job", "value": job}],
+    }
+
+
+def placed(aws: Aws, out: Outputs, job: str, args: list[str], run_name: str, task_arn: str) -> dict:
+    """The launch record of a trainer ECS has placed, sent to the run's record as an event."""
     record = {
         "run_name": run_name,
         "job": job,
         "args": args,
         "task_arn": task_arn,
         "log_group": out.trainer_log_group,
-        "log_stream": f"{out.trainer_log_stream_prefix}/{out.trainer_container_name}/{task_arn.rsplit('/', 1)[-1]}",
+        "log_stream": log_stream(out, task_arn),
         "results": f"{runs_root(out.results_bucket)}/{run_name}/",
         "launched_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }

@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 from rayfleet.core.aws import Aws
 from rayfleet.core.errors import RayfleetError
+from rayfleet.core.launch_queue import Launches
 from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.ecs.outputs import Outputs
 
@@ -34,10 +35,20 @@ def parse_since(text: str | None) -> int | None:
     return int(moment.timestamp() * 1000)
 
 
+def log_stream(out: Outputs, task_arn: str) -> str:
+    """The trainer container's CloudWatch stream in that task (awslogs: prefix/container/task id)."""
+    return f"{out.trainer_log_stream_prefix}/{out.trainer_container_name}/{task_arn.rsplit('/', 1)[-1]}"
+
+
 def run_record(out: Outputs, run: str) -> dict:
     """The run's record (run.json) in the deployment's results bucket; says so when there is none."""
     record = RunDir(runs_root(out.results_bucket), run, region=out.region).record()
-    if not record.get("task_arn"):
+    if not record.get("task_arn"):  # a detached run the control task started (rayfleet/core/launch_queue.py)?
+        pending = Launches.of_bucket(out.results_bucket).get(run)
+        if pending is not None and pending.task_arn:
+            return {**record, "task_arn": pending.task_arn, "log_stream": log_stream(out, pending.task_arn)}
+        if pending is not None:
+            raise RayfleetError(f"run {run} waits for a driver slot, so it has no log yet ({pending.why}; make queue)")
         raise RayfleetError(f"no run {run} in {runs_root(out.results_bucket)}/ (rayfleet runs lists them)")
     return record
 

@@ -4,7 +4,8 @@ The control task, `ray-control` (rayfleet/node/head_snapshot.py), asks the head 
 with each snapshot it asks `Autostop.tick` too. The cluster is busy while Ray has a job that is not finished
 (a recipe's submission or a job's driver), a Serve application is up or `make serve` kept one (a head that
 started again without it gets it back: rayfleet/serve/kept.py), or a trainer task of this cluster runs
-(it may still be pulling its image, not yet a Ray job); a run the hang watchdog holds hung does not count.
+(it may still be pulling its image, not yet a Ray job), or a run waits for a driver slot; a run the hang
+watchdog holds hung does not count.
 Once the cluster has been idle for
 RAYFLEET_AUTOSTOP_IDLE_MIN minutes (default 30; 0 turns autostop off) the worker service goes to zero, and
 the head service too when RAYFLEET_AUTOSTOP_HEAD is true; the capacity providers then remove the instances.
@@ -44,6 +45,9 @@ def busy_because(snapshot: dict, trainer_tasks: int) -> str | None:
         return f"maybe serving (the kept Serve config is unreadable: {kept['error']})"
     if trainer_tasks > hung:
         return f"{trainer_tasks - hung} trainer task(s) running"
+    waiting = (snapshot.get("launches") or {}).get("waiting")
+    if waiting:  # behind a hung run's trainer, say (rayfleet/node/driver_dispatch.py): work that will start
+        return f"{waiting} run(s) waiting for a driver slot"
     return None
 
 

@@ -13,7 +13,8 @@ dashboard and GCS never leave the cluster's security group).
 
 Each round it also applies the Serve configuration `make serve` kept (rayfleet/serve/kept.py) to a head that
 runs none of its applications (one that started again without them), raises the worker service to what the
-run queue needs (rayfleet/node/queue_capacity.py), and
+run queue needs (rayfleet/node/queue_capacity.py), starts the trainer of a run that waits for a driver slot
+once the head instance has one (rayfleet/node/driver_dispatch.py), and
 takes out the instance of a worker that left as suspect (a bad GPU: its drain message
 names the instance, rayfleet/node/suspect.py): ECS container instance DRAINING, Auto Scaling health
 Unhealthy, once per instance, with this task's role (RAYFLEET_CLUSTER_NAME names the ECS cluster).
@@ -33,8 +34,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rayfleet.core import hung_runs
+from rayfleet.core.launch_queue import Launches
 from rayfleet.core.run_queue import Queue
 from rayfleet.node import autostop, queue_capacity, suspect
+from rayfleet.node.driver_dispatch import DriverDispatch
 from rayfleet.serve import kept
 from rayfleet.serve.summary import summarize
 
@@ -162,14 +165,15 @@ def decide(stopper: autostop.Autostop | None, taken: dict) -> dict | None:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def follow_queue(follower: queue_capacity.QueueCapacity | None) -> dict | None:
-    """What the queue asked of the worker service this round (None: not on ECS); a failure is shown, never fatal."""
-    if follower is None:
+def guarded(name: str, round_of) -> dict | None:
+    """One round of the queue's capacity or the driver dispatch (None: not on ECS, or nothing to do); a
+    failure is shown, never fatal."""
+    if round_of is None:
         return None
     try:
-        return follower.tick()
+        return round_of.tick()
     except Exception as exc:  # S3 or ECS away: say so, try again next round
-        say(f"queue: {type(exc).__name__}: {exc}")
+        say(f"{name}: {type(exc).__name__}: {exc}")
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
@@ -179,6 +183,11 @@ def queue_follower(env: dict, bucket: str, ecs) -> queue_capacity.QueueCapacity 
     if shape is None or not cluster or not service:
         return None
     return queue_capacity.QueueCapacity(Queue(f"s3://{bucket}"), shape, ecs, cluster, service, say=say)
+
+
+def driver_dispatch(env: dict, bucket: str, ecs) -> DriverDispatch | None:
+    cluster = env.get("RAYFLEET_CLUSTER_NAME")
+    return DriverDispatch(Launches.of_bucket(bucket), ecs, cluster, say=say) if cluster else None
 
 
 def replace_suspects(taken: dict, cluster: str | None, aws, done: set[str]) -> list[str]:
@@ -217,6 +226,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     ecs = aws.client("ecs")
     stopper = autostop.Autostop(settings, ecs, say=say) if settings else None
     follower = queue_follower(env, args.bucket, ecs)
+    dispatcher = driver_dispatch(env, args.bucket, ecs)
     if settings:
         say(
             f"autostop after {settings.idle_s / 60:g} idle minutes: {settings.worker_service}"
@@ -227,7 +237,8 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
         try:
             taken = snapshot(dashboard, auth)
             taken["serve_kept"] = restore_serve(s3, args.bucket, dashboard, auth, taken)
-            taken["queue_capacity"] = follow_queue(follower)
+            taken["queue_capacity"] = guarded("queue", follower)
+            taken["launches"] = guarded("launches", dispatcher)
             taken["autostop"] = decide(stopper, taken)
             taken["replaced"] = replace_suspects(taken, env.get("RAYFLEET_CLUSTER_NAME"), aws, replaced)
             body = json.dumps(taken, indent=2).encode()

@@ -3,7 +3,8 @@
     python -m rayfleet.ops.queued [--json] [--outputs FILE]        # make queue, rayfleet queue
 
 Each waiting run's job keeps its own entry (rayfleet/core/run_queue.py, rayfleet/recipes/admission.py), so this
-only reads: `<local cluster state>/queue/` and, once deployed, s3://<results bucket>/queue/.
+only reads: `<local cluster state>/queue/` and, once deployed, s3://<results bucket>/queue/, and after them the
+runs whose trainer waits for a driver slot (s3://<results bucket>/cluster/launches/, state `no-slot`).
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from rayfleet.core.aws import run_cli
 from rayfleet.core.errors import RayfleetError
+from rayfleet.core.launch_queue import Launches, Pending
 from rayfleet.core.run_queue import ADMITTED, RUNNING, WAITING, Entry, Queue, waiting
 from rayfleet.ecs.outputs import MissingOutputs, Outputs
 from rayfleet.local.cluster import state_dir
+
+NO_SLOT = "no-slot"  # an ECS run whose trainer waits for a driver slot on the head instance
 
 
 def rows(entries: list[Entry], where: str, now: float) -> list[dict]:
@@ -60,6 +64,20 @@ def projected(entries: list[Entry], now: float) -> dict[str, float | None]:
     return starts
 
 
+def slot_rows(launches: list[Pending], now: float) -> list[dict]:
+    """The runs waiting for a driver slot on ECS (rayfleet/core/launch_queue.py), after the queue's: their
+    trainers have not started, so they have not joined it yet; `position` counts among them."""
+    out = []
+    for position, pending in enumerate(launches, start=1):
+        shown = {"state": NO_SLOT, "reason": f"waiting for a driver slot: {pending.why}"}
+        try:
+            entry = Entry(**{**pending.entry, **shown})
+        except TypeError:  # written by another version: what the launch itself says
+            entry = Entry(pending.run, pending.priority, pending.submitted_at, 0, 0.0, **shown)
+        out.extend({**row, "position": position} for row in rows([entry], "ecs", now))
+    return out
+
+
 def _start(row: dict, now: float) -> str:
     if row["state"] != WAITING:
         return "-"
@@ -94,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
         out = Outputs.load(opts.outputs)
         if out.results_bucket:
             found += rows(Queue(f"s3://{out.results_bucket}").entries(now), "ecs", now)
+            found += slot_rows(Launches.of_bucket(out.results_bucket).waiting(), now)
     except MissingOutputs:
         pass  # nothing deployed: the local queue only
     except (RayfleetError, BotoCoreError, ClientError) as exc:

@@ -16,15 +16,17 @@ from rayfleet.core.config import ConfigError
 from rayfleet.core.errors import EXIT_FAILED
 from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.ecs import start
-from rayfleet.ecs.launch import launch, trainer_with_image
+from rayfleet.ecs.launch import launch, placed, trainer_with_image
 from rayfleet.ecs.logs import follow_task
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.recipes import cost
 from rayfleet.recipes import secrets as recipe_secrets
+from rayfleet.recipes.admission import EXIT_CANCELLED, entry_for
 from rayfleet.recipes.fit import Capacity, check_fits, nodes_needed
 from rayfleet.recipes.job import STOPPED_BY_A_SIGNAL, SUBMITTER_STOPPED
 from rayfleet.recipes.schema import LoadedRecipe, load
 from rayfleet.recipes.stage import stage
+from rayfleet.targets import ecs_slot
 from rayfleet.targets.base import package_into
 from rayfleet.train import stop
 
@@ -83,23 +85,13 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
         **({"RAYFLEET_DATA": data} if data else {}),
     }
 
-    def start_trainer() -> dict:
-        record = launch(
-            aws,
-            out,
-            recipe.name,
-            extra_args,
-            run_name,
-            command=["recipe"],
-            environment=environment,
-            task_definition=task_definition,
-        )
+    def announce(record: dict) -> dict:
         fields = {
             "task_arn": record["task_arn"],
             "task_definition": task_definition or out.trainer_task_definition,
             "log_stream": record["log_stream"],
         }
-        if run_dir.record().get("state") in ("PENDING", "LOST"):  # the trainer may have written RUNNING: keep it
+        if run_dir.record().get("state") in ("PENDING", "LOST", "QUEUED"):  # the trainer may have written RUNNING
             fields["state"] = "SUBMITTED"
         run_dir.send("submitted", **fields)  # the trainer's driver owns run.json
         print(f"run {run_name}: task {record['task_arn']}")
@@ -107,11 +99,23 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
         print(f"  log       {record['log_group']} {record['log_stream']}  (make logs RUN={run_name})")
         return record
 
+    def start_trainer() -> dict:
+        kwargs = {"command": ["recipe"], "environment": environment, "task_definition": task_definition}
+        return announce(launch(aws, out, recipe.name, extra_args, run_name, **kwargs))
+
     try:
         record = start_trainer()
-    except PlacementFailed as exc:  # the record says why, not LOST: nothing of the run started
-        run_dir.send("not-started", state="FAILED", message=str(exc), ended_at=datetime.now(UTC).isoformat())
-        raise
+    except PlacementFailed as exc:
+        if not exc.slots_full:  # the record says why, not LOST: nothing of the run started
+            run_dir.send("not-started", state="FAILED", message=str(exc), ended_at=datetime.now(UTC).isoformat())
+            raise
+        launches = ecs_slot.queue_for_slot(out, run_dir, entry_for(recipe, run_name, held["usd_per_hour"]), exc)
+        if detach:
+            return 0
+        task_arn = ecs_slot.wait_for_slot(launches, run_dir)
+        if task_arn is None:
+            return EXIT_CANCELLED  # as a queued run cancelled on the local cluster
+        record = announce(placed(aws, out, recipe.name, extra_args, run_name, task_arn))
     if detach:
         return 0
     return follow_relaunching(aws, out, run_dir, recipe, record, start_trainer)

@@ -140,3 +140,29 @@ def test_no_role_a_job_runs_under_can_scale_the_services_or_write_the_snapshot(s
             assert _allows(document, "s3:PutObject", f"arn:aws:s3:::{bucket}/runs/r/run.json")  # the check bites
     assert all(any(_allows(d, "ecs:UpdateService", arn) for d in policies[control]) for arn in service_arns)
     assert any(_allows(d, "s3:PutObject", snapshot) for d in policies[control])
+
+
+def test_the_control_role_starts_waiting_trainers_and_nothing_else_and_no_job_can_queue_one(state):
+    """Runs waiting for a driver slot (rayfleet/node/driver_dispatch.py): the control role may RunTask the
+    trainer's task definition on its own cluster, passing only the roles a trainer has, never its own (a
+    trainer with the control role would hand it to jobs) nor the head's or the workers' definitions; and
+    no role a job runs under may write the RunTask requests it sends (cluster/launches/)."""
+    picture = rendered.picture(state)
+    policies = role_policies(state)
+    bucket = picture["bucket"]["name"]
+    definitions = picture["taskDefinitions"]
+    control = definitions["control"]["taskRoleArn"]
+    family = picture["taskDefinitionArns"]
+    assert any(_allows(d, "ecs:RunTask", family["trainer"]) for d in policies[control])
+    for other in ("head", "worker", "control"):
+        assert not any(_allows(d, "ecs:RunTask", family[other]) for d in policies[control]), other
+    trainer_roles = {definitions["trainer"]["taskRoleArn"], definitions["trainer"]["executionRoleArn"]}
+    assert all(any(_allows(d, "iam:PassRole", arn) for d in policies[control]) for arn in trainer_roles)
+    assert not any(_allows(d, "iam:PassRole", control) for d in policies[control])
+    launch = f"arn:aws:s3:::{bucket}/cluster/launches/r.json"
+    assert any(_allows(d, "s3:PutObject", launch) for d in policies[control])
+    job_roles = {d["taskRoleArn"] for key, d in definitions.items() if key != "control"}
+    for role in job_roles:
+        for document in policies[role]:
+            assert not _allows(document, "s3:PutObject", launch), role
+            assert not _allows(document, "ecs:RunTask", family["trainer"]), role

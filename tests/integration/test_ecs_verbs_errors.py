@@ -87,6 +87,8 @@ def test_placement_failure_says_which_reason_ecs_gave(aws_stack, monkeypatch):
     assert "RESOURCE:GPU: no registered container instance has a free GPU" in str(err.value)
     assert "make status" in str(err.value) and "no container instances registered" in str(silent.value)
     assert "holds 1 run driver(s) at once, Terraform's concurrent_runs" in str(full.value)
+    assert full.value.slots_full and not err.value.slots_full  # only a full head instance makes a run wait
+    assert full.value.request["overrides"]["containerOverrides"][0]["command"][0] == "ddp"  # kept to send again
     assert "\n" not in str(full.value)
 
 

@@ -217,6 +217,38 @@ resource "aws_iam_role_policy" "control" {
         Resource = "${var.bucket_arn}/${var.queue_prefix}*"
       },
       {
+        # Runs waiting for a driver slot (rayfleet/node/driver_dispatch.py): the RunTask `make run` kept under
+        # cluster/launches/, which only the deployer and this role write, sent again once the head instance
+        # has a slot. Only the trainer's task definitions (a recipe's image is a revision of the same family),
+        # only on this cluster, and only this deployment's two roles passed to ECS tasks: no other role.
+        Sid       = "StartWaitingTrainers"
+        Effect    = "Allow"
+        Action    = "ecs:RunTask"
+        Resource  = "arn:${local.partition}:ecs:${local.region}:${local.account}:task-definition/${var.name}-trainer:*"
+        Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
+      },
+      {
+        Sid       = "TagStartedTrainers"
+        Effect    = "Allow"
+        Action    = "ecs:TagResource"
+        Resource  = "arn:${local.partition}:ecs:${local.region}:${local.account}:task/${var.name}/*"
+        Condition = { StringEquals = { "ecs:CreateAction" = "RunTask" } }
+      },
+      {
+        Sid       = "PassTrainerRoles"
+        Effect    = "Allow"
+        Action    = "iam:PassRole"
+        Resource  = [aws_iam_role.task.arn, aws_iam_role.execution.arn]
+        Condition = { StringEquals = { "iam:PassedToService" = "ecs-tasks.amazonaws.com" } }
+      },
+      {
+        Sid       = "ListWaitingLaunches"
+        Effect    = "Allow"
+        Action    = "s3:ListBucket"
+        Resource  = var.bucket_arn
+        Condition = { StringLike = { "s3:prefix" = ["${var.control_prefix}launches/*"] } }
+      },
+      {
         Sid      = "WriteTheSnapshot"
         Effect   = "Allow"
         Action   = ["s3:GetObject", "s3:PutObject"]

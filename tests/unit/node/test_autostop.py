@@ -57,6 +57,13 @@ SETTINGS = Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=30 * 60)
             "maybe serving (the kept Serve config is unreadable: ClientError: x)",
         ),
         ({**IDLE, "serve_kept": None}, 0, None),
+        # a run waiting for a driver slot (behind a hung run's trainer, say) is work that will start
+        (
+            {**IDLE, "hung_runs": ["r1"], "launches": {"first": "r2", "waiting": 1}},
+            1,
+            "1 run(s) waiting for a driver slot",
+        ),
+        ({**IDLE, "launches": None}, 0, None),
     ],
 )
 def test_what_counts_as_busy(snapshot, trainers, why):
