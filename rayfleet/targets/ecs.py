@@ -51,6 +51,18 @@ def worker_spot_price(aws: Aws, out: Outputs) -> float | None:
     return cost.spot_usd_per_hour(aws.client("ec2"), out.worker_instance_type, now - timedelta(hours=1), now)
 
 
+def trainer_environment(recipe, code: dict, storage: str, extra_args: list[str], data: str | None) -> dict:
+    """What the trainer's driver reads (rayfleet/node/driver.py): the recipe, its code and where runs live."""
+    return {
+        "RAYFLEET_RECIPE": recipe.model_dump_json(exclude_none=True),  # references only, never secret values
+        "RAYFLEET_CODE_URI": code["url"],
+        "RAYFLEET_CODE_SHA256": code["sha256"],  # the trainer runs the zip only if it still has this hash
+        "RAYFLEET_STORAGE": storage,
+        "RAYFLEET_EXTRA_ARGS": json.dumps(extra_args),
+        **({"RAYFLEET_DATA": data} if data else {}),
+    }
+
+
 def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs: str | None, detach: bool) -> int:
     recipe = loaded.recipe
     out = Outputs.load(outputs)
@@ -76,14 +88,7 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
         held = cost.held_ecs(recipe, out.worker_instance_type, capacity, worker_spot_price(aws, out))
         code = package_into(loaded, run_dir, Path(tmp), "ecs", extra_args, held)
     task_definition = trainer_with_image(aws, out, recipe.image) if recipe.image else None
-    environment = {
-        "RAYFLEET_RECIPE": recipe.model_dump_json(exclude_none=True),  # references only, never secret values
-        "RAYFLEET_CODE_URI": code["url"],
-        "RAYFLEET_CODE_SHA256": code["sha256"],  # the trainer runs the zip only if it still has this hash
-        "RAYFLEET_STORAGE": storage,
-        "RAYFLEET_EXTRA_ARGS": json.dumps(extra_args),
-        **({"RAYFLEET_DATA": data} if data else {}),
-    }
+    environment = trainer_environment(recipe, code, storage, extra_args, data)
 
     def announce(record: dict) -> dict:
         fields = {
