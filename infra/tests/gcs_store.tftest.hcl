@@ -146,8 +146,9 @@ run "head_on_the_store" {
 
   assert {
     condition = alltrue([for td in [aws_ecs_task_definition.head, aws_ecs_task_definition.worker, aws_ecs_task_definition.trainer] :
-    contains(jsondecode(td.container_definitions)[0].environment, { name = "RAY_gcs_rpc_server_reconnect_timeout_s", value = "600" })])
-    error_message = "Every Ray node, the trainer's driver included, waits up to 10 minutes for a replaced head."
+      contains(jsondecode(td.container_definitions)[0].environment, { name = "RAY_gcs_rpc_server_reconnect_timeout_s", value = "600" }) &&
+    contains(jsondecode(td.container_definitions)[0].environment, { name = "RAYFLEET_GCS_STORE", value = "1" })])
+    error_message = "Every Ray node, the trainer's driver included, waits up to 10 minutes for a replaced head and keeps its raylet."
   }
 
   assert {
@@ -175,7 +176,8 @@ run "no_store" {
     condition = (
       length(aws_secretsmanager_secret.gcs_store_token) == 0 && output.gcs_store_secret_arn == null &&
       !strcontains(aws_ecs_task_definition.head.container_definitions, "RAY_REDIS_ADDRESS") &&
-      !strcontains(aws_ecs_task_definition.worker.container_definitions, "reconnect_timeout")
+      !strcontains(aws_ecs_task_definition.worker.container_definitions, "reconnect_timeout") &&
+      !strcontains(aws_ecs_task_definition.worker.container_definitions, "RAYFLEET_GCS_STORE")
     )
     error_message = "Without a store the GCS stays in the head's memory: no secret, no address, Ray's default wait."
   }

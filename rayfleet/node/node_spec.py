@@ -23,6 +23,9 @@ def ports(env: dict) -> dict[str, dict]:
 
 # The GCS store's token (infra/modules/ray: the head's `secrets`), beside RAY_REDIS_ADDRESS in its environment.
 GCS_STORE_PASSWORD_ENV = "RAYFLEET_GCS_STORE_PASSWORD"
+# Every node's, with a GCS store: a replaced head takes the cluster back, so a node keeps its raylet (Ray
+# reconnects to the head's name, resolved again) instead of leaving to rejoin (infra/modules/ray).
+GCS_STORE_ENV = "RAYFLEET_GCS_STORE"
 HEAD_PORTS = ("gcs", "dashboard", "client", *NODE_PORTS)
 
 

@@ -25,7 +25,9 @@ that the control task has it replaced.
 the port is open. A worker never pins the head's IP: it joins by
 the Cloud Map name, and when its raylet exits because the GCS is gone (Ray gives up after
 gcs_rpc_server_reconnect_timeout_s, 60 s by default) or the name answers at a new address (checked every
-5 s), it resolves the name again and rejoins a replaced head without the task restarting. Five exits within
+5 s), it resolves the name again and rejoins a replaced head without the task restarting. With a GCS store
+(RAYFLEET_GCS_STORE) it does not leave when the name moves: its raylet reconnects to the replaced head,
+which takes the cluster back, and the run's actors on it live on. Five exits within
 30 s of joining end the task (exit 1), so ECS replaces it.
 """
 
@@ -42,7 +44,7 @@ from rayfleet.core import ray_drain
 from rayfleet.core.errors import EXIT_HEAD_LOST
 from rayfleet.node import drain, health, suspect
 from rayfleet.node.head_wait import Stopped, head_moved, wait_for_head
-from rayfleet.node.node_spec import head_command, join_command, ports, trainer_resource
+from rayfleet.node.node_spec import GCS_STORE_ENV, head_command, join_command, ports, trainer_resource
 from rayfleet.node.say import say
 
 
@@ -166,6 +168,7 @@ def run_worker(env: dict, host: str, port: int, wait_s: float, watch_s: float = 
     resolve the name again and rejoin, in the same container. A stop signal or a Spot interruption notice
     drains the node first (drain_first); it then ends with 0."""
     gcs: dict[str, str] = {}
+    keeps_raylet = bool(env.get(GCS_STORE_ENV))
     node = Node(before_stop=drain_first(env, gcs))
     node.install()
     notices = Path(env.get("RAYFLEET_SPOT_NOTICE_FILE") or drain.SPOT_NOTICE_FILE)
@@ -183,7 +186,9 @@ def run_worker(env: dict, host: str, port: int, wait_s: float, watch_s: float = 
             say(f"{why}: draining this node")
             node.stop_for(why)
             return None
-        return head_moved(host, port, joined)
+        # With a GCS store the raylet reconnects to the replaced head by itself and keeps the run's actors;
+        # leaving to rejoin would kill them. Without one, the new head knows nothing of this node: rejoin.
+        return None if keeps_raylet else head_moved(host, port, joined)
 
     joins = quick = 0
     while not node.stopping:

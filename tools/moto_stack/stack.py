@@ -179,8 +179,9 @@ def _kms(moto, picture: dict, ids: dict) -> None:
         kms.create_alias(AliasName=key["alias"], TargetKeyId=created["KeyId"])
 
 
-def _secrets(moto, picture: dict, ids: dict) -> str | None:
-    token = None
+def _secrets(moto, picture: dict, ids: dict) -> dict[str, str]:
+    """Every rendered secret, seeded as `make deploy` seeds it: rendered ARN -> its value."""
+    values = {}
     client = moto.client("secretsmanager")
     for secret in picture["secrets"]:
         kwargs = {"Description": secret["description"]} if secret.get("description") else {}
@@ -191,8 +192,8 @@ def _secrets(moto, picture: dict, ids: dict) -> str | None:
         created = client.create_secret(Name=secret["name"], **kwargs)  # as Terraform leaves it: no value
         ids[secret["arn"]] = created["ARN"]
         seed_token(client, created["ARN"], say=lambda *_: None)  # as `make deploy` seeds it
-        token = client.get_secret_value(SecretId=created["ARN"])["SecretString"]
-    return token
+        values[secret["arn"]] = client.get_secret_value(SecretId=created["ARN"])["SecretString"]
+    return values
 
 
 def _logs(moto, picture: dict, ids: dict) -> None:
@@ -401,7 +402,9 @@ def create(
     ids: dict[str, str] = {}
     _kms(moto, picture, ids)
     _network(moto, picture, ids)
-    token = _secrets(moto, picture, ids)
+    secrets = _secrets(moto, picture, ids)
+    token = secrets.get(picture["outputs"].get("ray_token_secret_arn"))
+    store = picture["outputs"].get("gcs_store") or {}
     _logs(moto, picture, ids)
     _cloud_map(moto, picture, ids)
     _bucket(moto, picture, ids)
@@ -415,6 +418,7 @@ def create(
         **outputs,
         "ids": ids,
         "token": token,
+        "gcs_store_token": secrets.get(store.get("secret_arn")),  # the store's AUTH token (gcs_store enabled)
         "picture": picture,
         "cluster": cluster,
         "task_definitions": definitions,

@@ -37,6 +37,7 @@ from rayfleet.core.aws import STARTED_BY
 from tools.rehearsal import admission, podman
 from tools.rehearsal.host import Adaptation
 from tools.rehearsal.log_shipper import LogShipper
+from tools.rehearsal.store import GcsStore
 
 SERVICE_STARTED_BY = "ecs-svc/rehearsal"
 BACKOFF_S = (0, 5, 10, 20, 40, 60)
@@ -106,6 +107,7 @@ class Agent:
         network: dict,
         extra_env: dict,
         log_dir,
+        stand_in: GcsStore | None = None,
     ):
         self.moto = moto
         self.ecs = moto.client("ecs")
@@ -117,6 +119,7 @@ class Agent:
         self.network = network
         self.extra_env = extra_env
         self.log_dir = log_dir
+        self.stand_in = stand_in  # the GCS store: its endpoint's name in every pod, its CA in the head's bundle
         self.tasks: dict[str, TaskRun] = {}
         self.refused: set[str] = set()  # task ARNs whose definitions the rehearsal did not render
         self.failures: dict[str, int] = {}
@@ -285,6 +288,8 @@ class Agent:
             ]
             for alias in run.aliases:
                 args += ["--network-alias", alias]
+            for name, address in (self.stand_in.hosts if self.stand_in else {}).items():
+                args += ["--add-host", f"{name}:{address}"]
             podman.podman(*args)
             for source in run.volumes.values():
                 if not source.startswith("/"):
@@ -421,6 +426,9 @@ class Agent:
             source = run.volumes.get(mount["sourceVolume"])
             if source is not None:
                 args += ["--volume", f"{source}:{mount['containerPath']}{':ro' if mount.get('readOnly') else ''}"]
+        ca_at = next((e["value"] for e in d.get("environment", []) if e["name"] == "RAY_REDIS_CA_CERT"), None)
+        if self.stand_in and ca_at in self.stand_in.mounts:
+            args += ["--volume", f"{self.stand_in.mounts[ca_at]}:{ca_at}:ro"]
         if d.get("entryPoint"):
             args += ["--entrypoint", json.dumps(d["entryPoint"])]
         args.append(d["image"])

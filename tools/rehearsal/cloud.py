@@ -34,7 +34,7 @@ CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing
 IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # Linux: bind an address its interface does not have yet
 
 
-def _listen(host: str, port: int) -> socket.socket:
+def listen(host: str, port: int) -> socket.socket:
     """A listening socket on host:port; EADDRINUSE (OSError) when the port is taken there."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -65,11 +65,11 @@ class Moto:
                 pass
 
         app = DomainDispatcherApplication(create_backend_app)
-        sockets = [_listen("127.0.0.1", port)]
+        sockets = [listen("127.0.0.1", port)]
         try:
             self.port = sockets[0].getsockname()[1]
             if gateway:
-                sockets.append(_listen(gateway, self.port))
+                sockets.append(listen(gateway, self.port))
         except OSError:
             for sock in sockets:
                 sock.close()
@@ -162,7 +162,7 @@ def deploy(moto: Moto, picture: dict, directory: Path) -> dict:
     """Create the picture in moto with the one moto stack (tools/moto_stack/stack.py), as `make deploy` would in
     AWS, without starting the services' tasks (the agent schedules them). Writes directory/outputs.json.
     Returns what the agent and the verbs need: {"outputs", "outputs_file", "services", "task_definitions",
-    "cluster", "token", "secret_arn"}."""
+    "cluster", "token", "secret_arn", "gcs_store_token"}."""
     from tools.moto_stack import stack
     from tools.moto_stack.stack import mapped
 
@@ -184,7 +184,6 @@ def deploy(moto: Moto, picture: dict, directory: Path) -> dict:
         for service in picture["services"]
     }
     outputs = {k: v["value"] for k, v in document.items()}
-    secret_arns = [ids[s["arn"]] for s in picture["secrets"] if s["arn"] in ids]
     return {
         "outputs": outputs,
         "outputs_file": str(outputs_file),
@@ -192,5 +191,6 @@ def deploy(moto: Moto, picture: dict, directory: Path) -> dict:
         "task_definitions": created["task_definitions"],
         "cluster": created["cluster"],
         "token": created["token"],
-        "secret_arn": secret_arns[0] if secret_arns else None,
+        "secret_arn": outputs.get("ray_token_secret_arn"),
+        "gcs_store_token": created["gcs_store_token"],  # None without a store
     }

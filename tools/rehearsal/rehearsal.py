@@ -23,6 +23,7 @@ from tools.rehearsal import podman
 from tools.rehearsal.agent import Agent, say
 from tools.rehearsal.cloud import CREDENTIALS, Moto, deploy
 from tools.rehearsal.host import Adaptation, Host
+from tools.rehearsal.store import GcsStore, store_of
 
 ROOT = Path(__file__).resolve().parents[2]
 STATE_DIR = ROOT / ".rayfleet" / "rehearsal"
@@ -80,6 +81,7 @@ class Rehearsal:
         self.opts = opts
         self.rid = uuid.uuid4().hex[:6]
         self.moto: Moto | None = None
+        self.store: GcsStore | None = None
         self.agent: Agent | None = None
         self.network: dict | None = None
         self.state_path = opts.state_dir / "state.json"
@@ -165,7 +167,15 @@ class Rehearsal:
         log_dir = opts.state_dir / "logs"  # each container's output, as shipped to CloudWatch Logs
         shutil.rmtree(log_dir, ignore_errors=True)
         log_dir.mkdir()
-        self.agent = Agent(self.moto, deployed, adaptation, self.rid, self.network, extra_env, log_dir)
+        found = store_of(opts.picture)
+        if found:
+            name, port, bundle_at = found
+            token = deployed["gcs_store_token"] or ""
+            self.store = GcsStore(name, port, bundle_at, self.network["gateway"], token, opts.state_dir / "store")
+            say(self.store.line())
+        self.agent = Agent(
+            self.moto, deployed, adaptation, self.rid, self.network, extra_env, log_dir, stand_in=self.store
+        )
         self.deployed = deployed
 
     def _check_reachable(self, endpoint: str) -> None:
@@ -278,6 +288,8 @@ class Rehearsal:
         removed = podman.remove_everything(self.rid) if podman.installed() else []
         if self.moto is not None:
             self.moto.stop()
+        if self.store is not None:
+            self.store.stop()
         state = read_state(self.opts.state_dir)
         if state and state.get("rid") == self.rid:
             self.state_path.unlink(missing_ok=True)
@@ -286,7 +298,9 @@ class Rehearsal:
             containers = sum(1 for r in removed if r.startswith("container"))
             network = "the network" if any(r.startswith("network") for r in removed) else "no network"
             say(
-                f"stopped: {pods} task(s), {containers} container(s), {network}, moto; "
+                f"stopped: {pods} task(s), {containers} container(s), {network}, moto"
+                + (", the GCS store" if self.store is not None else "")
+                + "; "
                 "nothing of this rehearsal is left running"
             )
 

@@ -47,6 +47,7 @@ REGION_NAMES = {
     "eu-west-1": "Europe (Ireland)",
     "eu-central-1": "Europe (Frankfurt)",
 }
+_ZONE_ID = {"us-east-1": "use1", "us-west-2": "usw2", "eu-west-1": "euw1", "eu-central-1": "euc1"}  # the endpoints'
 S3_HOSTED_ZONES = {"us-east-1": "Z3AQBSTGFYJSTF", "us-west-2": "Z3BJ6K6RIION7M", "eu-west-1": "Z1BKCTXD74EZPE"}
 ALPHANUM = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 RANDOM_SPECIAL = "!@#$%&*()-_=+[]{}<>:?"  # random_password's default special characters
@@ -446,6 +447,23 @@ class Renderer:
     def _aws_service_discovery_service(self, v, get, s, name):
         sid = "srv-" + s.chars("abcdefghijklmnopqrstuvwxyz234567", 16, "id")
         return {"id": sid, "arn": self.arn("servicediscovery", f"service/{sid}")}
+
+    # ElastiCache (the GCS store): endpoints as AWS names them, <role>.<group id>.<6 chars>.<zone id>.cache.<suffix>
+    def _aws_elasticache_replication_group(self, v, get, s, name):
+        group = get("replication_group_id") or s.hex("id", 12)
+        where = f"{s.chars('abcdefghijklmnopqrstuvwxyz0123456789', 6, 'endpoint')}.{_ZONE_ID.get(self.region, 'use1')}"
+        count = get("num_cache_clusters") or 1
+        return {
+            "id": group,
+            "arn": self.arn("elasticache", f"replicationgroup:{group}"),
+            "primary_endpoint_address": f"master.{group}.{where}.cache.{self.dns_suffix}",
+            "reader_endpoint_address": f"replica.{group}.{where}.cache.{self.dns_suffix}",
+            "member_clusters": [f"{group}-{n:03d}" for n in range(1, count + 1)],
+            "engine_version_actual": f"{get('engine_version') or '8.0'}.0",
+        }
+
+    def _aws_elasticache_subnet_group(self, v, get, s, name):
+        return {"id": name, "arn": self.arn("elasticache", f"subnetgroup:{name}")}
 
     # Secrets Manager and random
     def _aws_secretsmanager_secret(self, v, get, s, name):

@@ -6,7 +6,11 @@ locals {
     { name = "RAYFLEET_RAY_PORTS", value = jsonencode(var.ray_ports) },
     # With a GCS store a replaced head takes the cluster back: every node and driver waits for it (Ray's
     # default, 60 s, is shorter than ECS takes to start a new head task).
-  ], var.gcs_store == null ? [] : [{ name = "RAY_gcs_rpc_server_reconnect_timeout_s", value = "600" }])
+    # A node then keeps its raylet when the head's name moves (rayfleet/node/ray_node.py): Ray reconnects.
+    ], var.gcs_store == null ? [] : [
+    { name = "RAY_gcs_rpc_server_reconnect_timeout_s", value = "600" },
+    { name = "RAYFLEET_GCS_STORE", value = "1" },
+  ])
   # Per role: the object store `ray start` gets (it must fit the shared memory above), CPUs and GPUs.
   head_environment = concat(
     [{ name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.head_object_store_mib) }],

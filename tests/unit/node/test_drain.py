@@ -7,10 +7,12 @@ cluster: tests/integration/test_preemption_on_local_cluster.py (check_the_node).
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -594,3 +596,36 @@ def test_an_empty_or_half_written_suspect_file_is_no_verdict(tmp_path, content):
     (tmp_path / suspect.FILE).write_text(content)
     assert suspect.read(tmp_path) is None
     assert suspect.read(None) is None and suspect.read(tmp_path / "absent") is None
+
+
+@pytest.mark.parametrize("store", [False, True])
+def test_with_a_gcs_store_a_worker_keeps_its_raylet_when_the_heads_name_moves(
+    gcs, waits, worker, monkeypatch, store, capsys, tmp_path
+):
+    """The head's name answers at a new address (a replaced head task). Without a store the new head knows
+    nothing of this node: it leaves and rejoins. With one (RAYFLEET_GCS_STORE, infra/modules/ray) Ray's raylet
+    reconnects to the replaced head by itself and keeps the run's actors: it must not leave, which would kill
+    them. Either way a Spot notice ends the loop."""
+    asked = []
+
+    def moved(host, port, joined):
+        asked.append(joined)
+        if len(asked) > 1 or store:
+            worker.notices.write_text(json.dumps({"action": "terminate", "time": imds_time(5)}))
+        return "10.0.0.9"
+
+    monkeypatch.setattr(ray_node, "head_moved", moved)
+    if store:  # nothing asks where the head is: a timer writes the notice instead
+        threading.Timer(1.0, moved, args=("head.rf.local", 6379, "-")).start()
+    env = {"RAYFLEET_GCS_STORE": "1"} if store else {}
+    bin_dir = tmp_path / "bin"  # the `ray stop --force` before a rejoin: nothing to stop here
+    bin_dir.mkdir()
+    (bin_dir / "ray").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "ray").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    assert worker.run(**env) == 0
+    out = capsys.readouterr().out
+    if store:
+        assert asked == ["-"] and "now answers at" not in out  # only the timer's call: the loop never asked
+    else:
+        assert "the head's name head.rf.local now answers at 10.0.0.9, not 10.0.0.5: left" in out
