@@ -150,7 +150,8 @@ run "iam" {
 
   # issue 27 item 4: the control task's role (head snapshot, autostop) alone scales the deployment's three
   # services, in this cluster, and alone writes cluster/ (the snapshot `make start`/`make status` trust);
-  # it reads the run queue (issue 30: capacity follows the queue) and writes nothing there.
+  # it reads the run queue (issue 30: capacity follows the queue) and writes nothing there; it starts the
+  # trainers of runs waiting for a driver slot (the trainer's definitions only, passing the trainer's roles only).
   assert {
     condition = (
       jsonencode({ for s in jsondecode(aws_iam_role_policy.control.policy).Statement : s.Sid => [s.Action, s.Resource, lookup(s, "Condition", null)] }) == jsonencode({
@@ -165,6 +166,10 @@ run "iam" {
         SeeOwnTrainerTasks        = ["ecs:ListTasks", "*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
         ListTheQueue              = ["s3:ListBucket", "arn:aws:s3:::rayfleet-results-20250601", { StringLike = { "s3:prefix" = ["queue/", "queue/*"] } }]
         ReadTheQueue              = ["s3:GetObject", "arn:aws:s3:::rayfleet-results-20250601/queue/*", null]
+        StartWaitingTrainers      = ["ecs:RunTask", "arn:aws:ecs:us-east-1:123456789012:task-definition/rayfleet-trainer:*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
+        TagStartedTrainers        = ["ecs:TagResource", "arn:aws:ecs:us-east-1:123456789012:task/rayfleet/*", { StringEquals = { "ecs:CreateAction" = "RunTask" } }]
+        PassTrainerRoles          = ["iam:PassRole", [aws_iam_role.task.arn, aws_iam_role.execution.arn], { StringEquals = { "iam:PassedToService" = "ecs-tasks.amazonaws.com" } }]
+        ListWaitingLaunches       = ["s3:ListBucket", "arn:aws:s3:::rayfleet-results-20250601", { StringLike = { "s3:prefix" = ["cluster/launches/*"] } }]
         WriteTheSnapshot          = [["s3:GetObject", "s3:PutObject"], "arn:aws:s3:::rayfleet-results-20250601/cluster/*", null]
         BucketKey                 = [["kms:Decrypt", "kms:GenerateDataKey"], aws_kms_key.this.arn, { StringEquals = { "kms:ViaService" = "s3.us-east-1.amazonaws.com" } }]
       }) &&

@@ -6,8 +6,8 @@ auth through the secret; a DDP recipe run goes through the trainer image to SUCC
 S3 and `status` reads it back, while each worker's gpu-metrics sidecar sees it training on its node through
 the task's current-run volume (and nothing once it ends); the control task's ray-control container puts Ray's view
 (nodes, resources, jobs) where `status` prints it; a worker container stopped mid-run is replaced by the
-service and the job resumes from its last checkpoint; the head container stopped is replaced with a
-new IP and the same worker containers rejoin it; a worker
+service and the job resumes from its last checkpoint; the head container killed mid-run is replaced with a
+new IP on the deployment's GCS store (a TLS redis-server stand-in) and the run goes on; a worker
 started with another token is kept out, and `make
 rotate-ray-token` brings every node back; `make stop` twice;
 Ctrl-C leaves nothing. Before it, bad input: one line each, nothing left running.
@@ -33,6 +33,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from rayfleet.recipes import jobs_api
 from tests.images.helpers import wait_for_background_build
 from tests.integration import helpers
 from tests.integration.helpers import REPO
@@ -168,7 +169,10 @@ def rehearsal(images, tmp_path_factory):
     synthetic += ["--train", subsets["train_subset"], "--test", subsets["test_subset"]]
     subprocess.run(synthetic, cwd=REPO, check=True, timeout=300)
     started = time.monotonic()
-    running = Rehearsal(scratch / "state")  # nothing of this host mounted: the recipe's data is staged to S3
+    # With the GCS store (off by default: it bills every hour): its stand-in is tools/rehearsal/store.py.
+    store = scratch / "store.tfvars"
+    store.write_text("gcs_store = { enabled = true }\n")
+    running = Rehearsal(scratch / "state", "--var-file", str(store))  # nothing of this host mounted: data goes to S3
     running.data = data
     try:
         running.wait_for("cluster formed", timeout=600)
@@ -501,45 +505,82 @@ def ray_status_nodes(head: str) -> list[str]:
     return [line.strip() for line in result.stdout.splitlines() if line.strip().startswith(("1 node_", "node_"))]
 
 
-def test_a_replaced_head_is_rejoined_by_the_same_workers(rehearsal, aws):
-    """The head container stops (its instance lost): the service starts a new head with a new IP, and the same
-    worker containers (same IDs, never restarted) resolve the head's Cloud Map name again and rejoin it. No run
-    is on the cluster: without Ray's GCS fault tolerance (an external Redis) a running job does not survive
-    its head, and what rayfleet does then is tested without containers: the trainer whose head went away is
-    relaunched and resumes (tests/integration/test_recipe_run_on_ecs.py), and a run resubmitted under its name
-    resumes from its last checkpoint (tests/integration/test_recipe_run_on_local_cluster.py's retries run)."""
-    rid = rehearsal.rid
+def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehearsal, aws):
+    """The head container is SIGKILLed (its instance lost) while a DDP recipe run trains through the trainer
+    task; the service starts a new head with a new IP on the same GCS store (TLS, the AUTH token from the
+    secret, this deployment's namespace). What no other test shows, with the task definitions Terraform
+    renders: the same worker containers (never restarted) and their raylets (never left: RAYFLEET_GCS_STORE)
+    reconnect to the new head by its Cloud Map name, the trainer task is never relaunched, Ray's new head
+    takes the job back and the run goes on without a resubmission or a restart (each epoch once, Ray Train's
+    attempt unchanged) to SUCCEEDED, and `make runs` lists it once. One known Ray fault is allowed, as on the
+    local cluster: the new head's job monitor may fail the job on an RPC error of its own (ray-project/ray#65025)
+    and rayfleet submits it once more, from its checkpoint. Without a store (the default) a worker resolves the
+    name again and rejoins instead (tests/unit/node/test_drain.py, test_ray_node.py), and the trainer whose
+    head went away is relaunched (tests/integration/test_recipe_run_on_ecs.py)."""
+    rid, run, epochs = rehearsal.rid, "rehearsal-headloss", 6
+    assert "GCS store: redis-server" in rehearsal.output
     old_head = head_container(rid)
     old_ip = podman("exec", old_head, "hostname", "-I").stdout.split()
     workers = {
         name: podman("inspect", "--format", "{{.Id}}", name).stdout.strip() for name in containers(rid, "-ray-worker")
     }
     assert len(workers) == 2 and ray_nodes_alive(old_head) == 3
-    stopped_at = time.monotonic()
-    # StopTask's SIGTERM, with time for Ray's 30 s drain (the task definition's stopTimeout is 120 s)
-    podman("stop", "-t", "60", old_head, timeout=180)
-    deadline = time.monotonic() + 600  # the new head, and the same workers in it
-    while True:
-        heads = [h for h in containers(rid, "-ray-head") if h != old_head]
-        with contextlib.suppress(AssertionError, ValueError, subprocess.TimeoutExpired):
-            if heads and ray_nodes_alive(heads[0]) == 3:  # fails while its dashboard starts
-                break
-        assert time.monotonic() < deadline, rehearsal.output[-4000:]
-        time.sleep(4)
-    print(f"head stopped -> new head with both workers in Ray: {time.monotonic() - stopped_at:.0f}s")
+    args = ["recipes/ddp.yaml", "--target", "ecs", "--run-name", run, *data_of(rehearsal), "--", f"epochs={epochs}"]
+    follow = start_verb(aws["env"], "rayfleet.targets.run", *args, *SMALL[1:])
+    try:
+        deadline = time.monotonic() + 400
+        while not (rows := rows_of(aws, run)):
+            assert time.monotonic() < deadline and follow.poll() is None, "no first epoch"
+            time.sleep(0.5)
+        killed_at, before = time.monotonic(), len(rows)
+        podman("kill", old_head, timeout=60)  # SIGKILL: nothing of Ray's own shutdown runs
+        next_epoch_s = new_head_s = None
+        deadline = time.monotonic() + 600
+        while new_head_s is None or next_epoch_s is None:
+            if next_epoch_s is None and len(rows_of(aws, run)) > before:
+                next_epoch_s = time.monotonic() - killed_at
+            heads = [h for h in containers(rid, "-ray-head") if h != old_head]
+            with contextlib.suppress(AssertionError, ValueError, subprocess.TimeoutExpired):
+                if new_head_s is None and heads and ray_nodes_alive(heads[0]) == 3:  # fails while it starts
+                    new_head_s = time.monotonic() - killed_at
+            assert time.monotonic() < deadline, rehearsal.output[-4000:]
+            time.sleep(2)
+        output, _ = follow.communicate(timeout=900)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+    print(f"head killed -> next epoch's row {next_epoch_s:.0f}s, new head with both workers {new_head_s:.0f}s")
+    assert follow.returncode == 0, output[-8000:]
     new_head = heads[0]
-    assert f"task head {old_head.split('-head-')[1][:8]}: container ray-head exited (0)" in rehearsal.output  # stopped
     new_ip = podman("exec", new_head, "hostname", "-I").stdout.split()
     assert new_ip and new_ip != old_ip, (old_ip, new_ip)
     assert {
         n: podman("inspect", "--format", "{{.Id}}", n).stdout.strip() for n in containers(rid, "-ray-worker")
     } == workers
+    assert "now answers at" not in log_text(aws, "ray-worker")  # their raylets stayed: Ray reconnected them
     deadline = time.monotonic() + 60  # `ray status` reads the autoscaler's view, refreshed every few seconds
     while len(nodes := ray_status_nodes(new_head)) != 3 and time.monotonic() < deadline:
         time.sleep(5)
     assert len(nodes) == 3, nodes  # `ray status` on the new head: itself and the two workers
-    worker_log = wait_for_log(aws, "ray-worker", "again")
-    assert "resolving" in worker_log and "again" in worker_log, worker_log[-3000:]
+    assert "relaunching it with the same overrides" not in output  # the trainer task lived on
+    record = run_record(aws, run)
+    assert record["state"] == "SUCCEEDED" and record["exit_code"] == 0, record
+    rows = rows_of(aws, run)
+    assert [r["epoch"] for r in rows] == list(range(1, epochs + 1)), rows  # each epoch once
+    if len(record["attempts"]) == 1:  # the path Ray means: nothing restarted
+        assert all(r["attempt"] == 0 and r["steps_redone"] == 0 for r in rows), rows
+    else:  # ray-project/ray#65025: one more submission, from the checkpoint, and no other
+        assert [a["why"].startswith(jobs_api.MONITOR_RPC_FAILED) for a in record["attempts"]] == [True, False]
+    listed = run_verb(aws["env"], "rayfleet.ops.runs", "--json", timeout=120)
+    assert [r["state"] for r in json.loads(listed.stdout) if r["run"] == run] == ["SUCCEEDED"]
+
+
+def rows_of(aws, run: str) -> list[dict]:
+    """metrics.jsonl of the run, [] before its first epoch ends."""
+    try:
+        return metrics(aws, run)
+    except aws["client"]("s3").exceptions.NoSuchKey:
+        return []
 
 
 def test_a_worker_with_another_token_is_kept_out(rehearsal, aws):
