@@ -6,10 +6,12 @@ picture.py   the deployment picture in AWS API shapes, from Terraform's rendered
 cloud.py     moto in this process, and the picture created in it (network, cluster, instances, secret...)
 host.py      what changes to fit one host (sizes, CPUs, GPUs, ulimits), said in one line
 agent.py     the ECS agent and service scheduler: moto's tasks as pods and containers, logs, health
+store.py     the GCS store (gcs_store enabled): a TLS redis-server as ElastiCache at the rendered endpoint
 rehearsal.py up (foreground; Ctrl-C or `down` stops everything) and down
 
 What it adds that ECS does not have: AWS_ENDPOINT_URL (moto) and test credentials in every container (ECS
-gives the task role's). Nothing of this host is mounted: a recipe's data reaches the jobs as on ECS, staged
+gives the task role's); with a GCS store, the store's endpoint name in every pod's hosts file and the
+stand-in's CA in the head's CA bundle (AWS's CA is in the image's own). Nothing of this host is mounted: a recipe's data reaches the jobs as on ECS, staged
 by `make run` to the bucket (rayfleet/recipes/stage.py).
 
 What moto cannot record, and the rehearsal writes into moto's backend instead (cloud.Moto): a task's

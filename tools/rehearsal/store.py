@@ -7,8 +7,8 @@ Amazon's CA), its AUTH token from the task's secrets. Here:
   * a redis-server of this host (the Debian package), TLS only, with that AUTH token (the secret's value in
     moto, seeded as `make deploy` sets it) and no persistence, on 127.0.0.1 at a free port;
   * reached by the containers at the endpoint's name, which every task's pod resolves to the rehearsal
-    network's gateway (`--add-host`), where a byte forwarder of this process listens on the store's port
-    and passes the TLS stream through to redis-server untouched;
+    network's gateway (`--add-host`), where a byte forwarder (a process of its own) listens on the store's
+    port and passes the TLS stream through to redis-server untouched;
   * its certificate, for the endpoint's name, signed by a CA made for this rehearsal; that CA is added to a
     copy of the image's own bundle, mounted read-only at RAY_REDIS_CA_CERT in the containers that name it
     (AWS signs ElastiCache's certificates with a CA the image already trusts).
@@ -26,6 +26,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -110,9 +111,8 @@ class Forwarder:
 
     def __init__(self, host: str, port: int, target: int):
         self.sock, self.target, self.closed = listen(host, port), target, False
-        threading.Thread(target=self._accept, name=f"store-forward-{host}", daemon=True).start()
 
-    def _accept(self) -> None:
+    def serve(self) -> None:
         while not self.closed:
             try:
                 client, _ = self.sock.accept()
@@ -126,10 +126,6 @@ class Forwarder:
                 continue
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=_pipe, args=(a, b), daemon=True).start()
-
-    def close(self) -> None:
-        self.closed = True
-        self.sock.close()
 
 
 class GcsStore:
@@ -158,7 +154,12 @@ class GcsStore:
             preexec_fn=_die_with_parent,  # a rehearsal killed outright leaves no store running
         )  # fmt: skip
         self._wait()
-        self.forwarder = Forwarder(gateway, port, self.local_port)
+        # A process of its own: in the rehearsal's, the GCS's traffic would contend for one GIL with moto's.
+        self.forwarder = subprocess.Popen(
+            [sys.executable, "-m", "tools.rehearsal.store", gateway, str(port), str(self.local_port)],
+            stdout=subprocess.DEVNULL,
+            preexec_fn=_die_with_parent,
+        )
 
     def _wait(self) -> None:
         deadline = time.monotonic() + 30
@@ -188,13 +189,13 @@ class GcsStore:
         )
 
     def stop(self) -> None:
-        self.forwarder.close()
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
+        for process in (self.forwarder, self.process):
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    process.kill()
 
 
 def _die_with_parent() -> None:
@@ -216,3 +217,7 @@ def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+if __name__ == "__main__":  # the forwarder's own process: python -m tools.rehearsal.store HOST PORT TARGET
+    Forwarder(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])).serve()

@@ -169,6 +169,9 @@ def main() -> None:
     write(f"{run_dir}/ranks/rank-{rank}.json", json.dumps(seen).encode())
     if trainer.is_world_process_zero() and losses:
         print(f"done: {len(losses)} steps, loss {losses[0]:.4f} -> {losses[-1]:.4f}", flush=True)
+    if torch.distributed.is_initialized():  # no rank leaves while another may still talk to it (gloo aborts)
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
