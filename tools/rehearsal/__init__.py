@@ -11,8 +11,8 @@ rehearsal.py up (foreground; Ctrl-C or `down` stops everything) and down
 
 What it adds that ECS does not have: AWS_ENDPOINT_URL (moto) and test credentials in every container (ECS
 gives the task role's); with a GCS store, the store's endpoint name in every pod's hosts file and the
-stand-in's CA in the head's CA bundle (AWS's CA is in the image's own). Nothing of this host is mounted: a recipe's data reaches the jobs as on ECS, staged
-by `make run` to the bucket (rayfleet/recipes/stage.py).
+stand-in's CA in the head's CA bundle (AWS's CA is in the image's own). Nothing of this host is mounted: a
+recipe's data reaches the jobs as on ECS, staged by `make run` to the bucket (rayfleet/recipes/stage.py).
 
 What moto cannot record, and the rehearsal writes into moto's backend instead (cloud.Moto): a task's
 status (moto says RUNNING from RunTask on, not PENDING until the containers run), health and, once
