@@ -77,7 +77,7 @@ def cancel(opts: argparse.Namespace) -> int:
         stop.request(run_dir, stop.CANCELLED_NOW)
         print(f"asked {opts.run} again: its job is stopped now (rayfleet logs --run {opts.run} -f to watch)")
         return 0
-    if state == "QUEUED" and _cancel_waiting_for_a_slot(run_dir, opts.outputs):
+    if state == "QUEUED" and run_dir.is_s3 and _cancel_waiting_for_a_slot(run_dir, opts.outputs):
         print(f"cancelled {opts.run}: it waited for a driver slot and never started")
         return 0
     stop.request(run_dir, stop.CANCELLED)
