@@ -169,6 +169,7 @@ run "iam" {
         StartWaitingTrainers      = ["ecs:RunTask", "arn:aws:ecs:us-east-1:123456789012:task-definition/rayfleet-trainer:*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
         TagStartedTrainers        = ["ecs:TagResource", "arn:aws:ecs:us-east-1:123456789012:task/rayfleet/*", { StringEquals = { "ecs:CreateAction" = "RunTask" } }]
         PassTrainerRoles          = ["iam:PassRole", [aws_iam_role.task.arn, aws_iam_role.execution.arn], { StringEquals = { "iam:PassedToService" = "ecs-tasks.amazonaws.com" } }]
+        MoveStartedLaunches       = ["s3:DeleteObject", "arn:aws:s3:::rayfleet-results-20250601/cluster/launches/*", null]
         ListWaitingLaunches       = ["s3:ListBucket", "arn:aws:s3:::rayfleet-results-20250601", { StringLike = { "s3:prefix" = ["cluster/launches/*"] } }]
         WriteTheSnapshot          = [["s3:GetObject", "s3:PutObject"], "arn:aws:s3:::rayfleet-results-20250601/cluster/*", null]
         BucketKey                 = [["kms:Decrypt", "kms:GenerateDataKey"], aws_kms_key.this.arn, { StringEquals = { "kms:ViaService" = "s3.us-east-1.amazonaws.com" } }]

@@ -10,7 +10,8 @@ first, then the earlier submission; only the first one is tried (no backfill).
 
 Kept in cluster/, which the deployer and the control task write and no task a job can reach may write: a job
 cannot forge a RunTask request that the control task's role would send. The control task writes only
-`task_arn`, `started_at`, `tries` and `why` of a request it tried; `make cancel` removes one not started yet.
+`tries` and `why` of a request it tried, and moves a placed one, with `task_arn` and `started_at`, to
+`launches/started/`; `make cancel` removes one not started yet.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from rayfleet.core.run_dir import RunDir
 
 FOLDER = "launches"  # in the control prefix, cluster/
+STARTED = "started"  # in it: the launches ECS has placed
 
 
 @dataclass
@@ -40,10 +42,12 @@ class Pending:
 
 
 class Launches:
-    """The pending launches of one deployment (`bucket`, or any storage root for tests)."""
+    """The pending launches of one deployment (`bucket`, or any storage root for tests). A placed one moves to
+    `started/`, so each round of the control task reads only the launches that still wait."""
 
     def __init__(self, root: str):
         self.folder = RunDir(f"{root.rstrip('/')}/cluster", FOLDER)
+        self.started = RunDir(self.folder.url, STARTED)
 
     @classmethod
     def of_bucket(cls, bucket: str) -> Launches:
@@ -57,7 +61,12 @@ class Launches:
         self.folder.write(f"{pending.run}.json", json.dumps(asdict(pending), indent=2))
 
     def get(self, run: str) -> Pending | None:
-        return parse(self.folder.read(f"{run}.json"))
+        return parse(self.folder.read(f"{run}.json")) or parse(self.started.read(f"{run}.json"))
+
+    def placed(self, pending: Pending) -> None:
+        """ECS placed its trainer (`task_arn` set): kept under started/, where `make logs` finds the task."""
+        self.started.write(f"{pending.run}.json", json.dumps(asdict(pending), indent=2))
+        self.remove(pending.run)
 
     def remove(self, run: str) -> None:
         self.folder.remove([f"{run}.json"])

@@ -1,10 +1,10 @@
 """Runs waiting for a driver slot get one, decided beside the head (the control task, rayfleet/node/head_snapshot.py).
 
 Each round it sends the first pending launch's RunTask again (rayfleet/core/launch_queue.py: the request `make
-run` made when every driver share of the head instance was taken), and when ECS places it, writes the task's
-ARN into the launch, where the submitter (`make run`, `make logs`) finds it. Only the first one is tried, so
-the order is the queue's; one that names another cluster is never sent. The role's RunTask is limited to the
-deployment's trainer task definitions on its cluster (infra/modules/iam).
+run` made when every driver share of the head instance was taken), and when ECS places it, moves the launch
+with the task's ARN to `started/`, where the submitter (`make run`, `make logs`) finds it. Only the first one
+is tried, so the order is the queue's; one that names another cluster is never sent. The role's RunTask is
+limited to the deployment's trainer task definitions on its cluster (infra/modules/iam).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ class DriverDispatch:
         if not tasks:
             return {**summary, "why": self.refuse(first, refusal(response))}
         first.task_arn, first.started_at, first.why = tasks[0]["taskArn"], self.clock(), ""
-        self.launches.put(first)
+        self.launches.placed(first)
         waited = round(first.started_at - first.submitted_at)
         self.say(f"launches: {first.run}'s trainer placed after {waited} s and {first.tries} tries: {first.task_arn}")
         return {**summary, "started": first.task_arn, "waiting": len(line) - 1}

@@ -521,9 +521,7 @@ def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehe
     assert "GCS store: redis-server" in rehearsal.output
     old_head = head_container(rid)
     old_ip = podman("exec", old_head, "hostname", "-I").stdout.split()
-    workers = {
-        name: podman("inspect", "--format", "{{.Id}}", name).stdout.strip() for name in containers(rid, "-ray-worker")
-    }
+    workers = worker_ids(rid)
     assert len(workers) == 2 and ray_nodes_alive(old_head) == 3
     args = ["recipes/ddp.yaml", "--target", "ecs", "--run-name", run, *data_of(rehearsal), "--", f"epochs={epochs}"]
     follow = start_verb(aws["env"], "rayfleet.targets.run", *args, *SMALL[1:])
@@ -554,9 +552,7 @@ def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehe
     new_head = heads[0]
     new_ip = podman("exec", new_head, "hostname", "-I").stdout.split()
     assert new_ip and new_ip != old_ip, (old_ip, new_ip)
-    assert {
-        n: podman("inspect", "--format", "{{.Id}}", n).stdout.strip() for n in containers(rid, "-ray-worker")
-    } == workers
+    assert worker_ids(rid) == workers
     assert "now answers at" not in log_text(aws, "ray-worker")  # their raylets stayed: Ray reconnected them
     deadline = time.monotonic() + 60  # `ray status` reads the autoscaler's view, refreshed every few seconds
     while len(nodes := ray_status_nodes(new_head)) != 3 and time.monotonic() < deadline:
@@ -573,6 +569,13 @@ def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehe
         assert [a["why"].startswith(jobs_api.MONITOR_RPC_FAILED) for a in record["attempts"]] == [True, False]
     listed = run_verb(aws["env"], "rayfleet.ops.runs", "--json", timeout=120)
     assert [r["state"] for r in json.loads(listed.stdout) if r["run"] == run] == ["SUCCEEDED"]
+
+
+def worker_ids(rid: str) -> dict[str, str]:
+    """The worker containers by name, with their ids: the same ones, never restarted, keep theirs."""
+    return {
+        name: podman("inspect", "--format", "{{.Id}}", name).stdout.strip() for name in containers(rid, "-ray-worker")
+    }
 
 
 def rows_of(aws, run: str) -> list[dict]:

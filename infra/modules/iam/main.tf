@@ -242,6 +242,13 @@ resource "aws_iam_role_policy" "control" {
         Condition = { StringEquals = { "iam:PassedToService" = "ecs-tasks.amazonaws.com" } }
       },
       {
+        # A placed launch moves to cluster/launches/started/: each round then reads only those that wait.
+        Sid      = "MoveStartedLaunches"
+        Effect   = "Allow"
+        Action   = "s3:DeleteObject"
+        Resource = "${var.bucket_arn}/${var.control_prefix}launches/*"
+      },
+      {
         Sid       = "ListWaitingLaunches"
         Effect    = "Allow"
         Action    = "s3:ListBucket"
