@@ -1,4 +1,5 @@
-"""A container's output into its CloudWatch Logs stream, as ECS's awslogs driver ships it: `podman logs -f`.
+"""A container's output into its CloudWatch Logs stream, as ECS's awslogs driver ships it: `podman logs -f`,
+stdout and stderr both (a driver's own error line is on its stderr).
 
 podman 4.3's follower sometimes ends while its container runs on ("Waiting for container to exit:
 unexpected end of JSON input", seen under load); the shipper then follows again from the log's start and
@@ -9,13 +10,16 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import re
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 from tools.rehearsal import podman
+
+# What `podman logs` itself writes to its stderr, beside the container's own stderr lines.
+PODMAN_SAYS = re.compile(r"(Error: |Waiting for container to exit|time=\"[^\"]*\" level=)")
 
 
 class LogShipper(threading.Thread):
@@ -33,7 +37,7 @@ class LogShipper(threading.Thread):
     def run(self) -> None:
         with contextlib.suppress(Exception):
             self.logs.create_log_stream(logGroupName=self.group, logStreamName=self.stream)
-        sent = 0
+        sent = {"out": 0, "err": 0}
         while True:
             sent, problem = self._follow(skip=sent)
             if self.closing or not self.running():
@@ -42,42 +46,46 @@ class LogShipper(threading.Thread):
             print(f"[rehearsal] following {self.podman_name}'s output again ({problem})", file=sys.stderr, flush=True)
             time.sleep(1)
 
-    def _follow(self, skip: int) -> tuple[int, str]:
-        """One `podman logs -f` until it ends; the first `skip` lines went out before. (lines seen, podman's
-        last error line)."""
-        with tempfile.TemporaryFile("w+") as errors:
-            self.proc = proc = subprocess.Popen(
-                ["podman", "logs", "-f", self.podman_name],
-                env=podman.env(),
-                stdout=subprocess.PIPE,
-                stderr=errors,
-                text=True,
-                errors="replace",
-                start_new_session=True,
-            )
-            seen = self._ship(proc.stdout, skip)
-            proc.wait()
-            errors.seek(0)
-            said = [line.strip() for line in errors if line.strip()]
+    def _follow(self, skip: dict[str, int]) -> tuple[dict[str, int], str]:
+        """One `podman logs -f` until it ends; the first `skip` lines of each stream went out before. (lines
+        seen per stream, podman's last error line)."""
+        self.proc = proc = subprocess.Popen(
+            ["podman", "logs", "-f", self.podman_name],
+            env=podman.env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            errors="replace",
+            start_new_session=True,
+        )
+        lines: queue.Queue[tuple[str, str | None]] = queue.Queue()
+        for tag, stream in (("out", proc.stdout), ("err", proc.stderr)):
+            threading.Thread(target=_read_lines, args=(stream, tag, lines), daemon=True).start()
+        seen, said = self._ship(lines, skip)
+        proc.wait()
         return seen, said[-1] if said else f"podman logs exited {proc.returncode}"
 
-    def _ship(self, stdout, skip: int) -> int:
-        lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=_read_lines, args=(stdout, lines), daemon=True).start()
+    def _ship(self, lines: queue.Queue, skip: dict[str, int]) -> tuple[dict[str, int], list[str]]:
+        """The container's stdout and stderr, both, as awslogs ships them (podman logs writes the container's
+        stderr to its own stderr); podman's own complaints there are kept apart, not shipped."""
         batch: list[dict] = []
-        seen = 0
-        while True:
+        seen, said, open_streams = {"out": 0, "err": 0}, [], 2
+        while open_streams:
             # A quiet container's last lines go out within half a second, not with its next line.
             try:
-                line = lines.get(timeout=0.5)
+                tag, line = lines.get(timeout=0.5)
             except queue.Empty:
                 self._put(batch)
                 batch = []
                 continue
             if line is None:
-                break
-            seen += 1
-            if seen <= skip:
+                open_streams -= 1
+                continue
+            if tag == "err" and PODMAN_SAYS.match(line):
+                said.append(line.strip())
+                continue
+            seen[tag] += 1
+            if seen[tag] <= skip[tag]:
                 continue
             if self.local_file is not None:
                 self.local_file.write(line)
@@ -87,7 +95,7 @@ class LogShipper(threading.Thread):
                 self._put(batch)
                 batch = []
         self._put(batch)
-        return seen
+        return seen, said
 
     def close(self) -> None:
         """End `podman logs -f` (podman 4.3's can outlive a container removed under it)."""
@@ -111,7 +119,7 @@ def container_running(name: str) -> bool:
     return bool((podman.state(name) or {}).get("Running"))
 
 
-def _read_lines(stream, lines: queue.Queue[str | None]) -> None:
+def _read_lines(stream, tag: str, lines: queue.Queue) -> None:
     for line in stream:
-        lines.put(line)
-    lines.put(None)
+        lines.put((tag, line))
+    lines.put((tag, None))

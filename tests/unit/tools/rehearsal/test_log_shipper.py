@@ -64,3 +64,30 @@ def test_a_follower_that_ends_with_its_container_is_not_restarted(tmp_path, monk
     shipper = LogShipper(logs, "c1", "group", "stream", None, running=lambda: False)
     shipper.run()
     assert logs.events == ["one", "two", "three"] and shipper.restarts == 0
+
+
+# A container that writes to both streams: the second follower sees its whole log again.
+BOTH_STREAMS = """#!/bin/sh
+calls="$(cat "$CALLS" 2>/dev/null || echo 0)"; echo $((calls + 1)) > "$CALLS"
+printf 'out one\\n'; echo 'error: run x failed (exit 1)' >&2
+if [ "$calls" = 0 ]; then
+  echo 'Error: no container with name or ID "c1" found: no such container' >&2
+  exit 125
+fi
+printf 'out two\\n'; echo 'Traceback (most recent call last):' >&2
+"""
+
+
+def test_the_containers_stderr_is_shipped_too_and_podmans_own_complaints_are_not(tmp_path, monkeypatch, capsys):
+    """awslogs ships a container's stderr with its stdout: a driver's one-line error is on its stderr."""
+    fake_podman(tmp_path, monkeypatch)
+    (tmp_path / "bin" / "podman").write_text(BOTH_STREAMS)
+    states = iter([True, False])
+    logs = Logs()
+    shipper = LogShipper(logs, "c1", "group", "stream", None, running=lambda: next(states))
+    shipper.run()
+    assert sorted(logs.events) == sorted(
+        ["out one", "error: run x failed (exit 1)", "out two", "Traceback (most recent call last):"]
+    )
+    assert logs.events.index("out one") < logs.events.index("out two")
+    assert shipper.restarts == 1 and "no such container" in capsys.readouterr().err
