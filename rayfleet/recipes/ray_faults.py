@@ -13,6 +13,11 @@ from rayfleet.recipes.schema import Recipe
 
 SETUP_FAULT = "Ray could not set up the job's code on the cluster (its traceback is above)"
 MONITOR_FAULT = "Ray's job monitor failed the job on an RPC error of its own, not the run's (ray-project/ray#65025)"
+CONTROLLER_FAULT = "Ray Train's controller failed on a GCS request that timed out, not on the run's code"
+
+# Ray Train's wrapper of a controller failure, and the core worker's words for a GCS request that timed out.
+CONTROLLER_FAILED = "Training failed due to controller error"
+GCS_TIMED_OUT = "because GCS server is dead or there's a high load there"
 
 
 def fault(recipe: Recipe, record: dict) -> str | None:
@@ -20,12 +25,18 @@ def fault(recipe: Recipe, record: dict) -> str | None:
     - the job's environment failed while it held only what rayfleet ships (the code zip, variables), seen on a
       loaded 2-core CI host. With `pip` the recipe's own packages may be what failed, and that fails again;
     - the job monitor of a head that took the job back after a replacement got a transient RPC error, marked
-      the job FAILED and killed its supervisor with the run's driver (Ray 2.60 does not retry it)."""
+      the job FAILED and killed its supervisor with the run's driver (Ray 2.60 does not retry it);
+    - Ray Train's controller, tearing down the workers after a node was lost (a stopped worker task, a Spot
+      interruption), timed out removing their placement group on the GCS, which was still waiting on the lost
+      node. Ray Train 2.60 retries only its startup errors, so the run failed though a restart would have
+      resumed it (seen on the loaded 2-core CI host)."""
     message = str(record.get("message", ""))
     if not recipe.pip and message.startswith(jobs_api.SETUP_FAILED):
         return SETUP_FAULT
     if message.startswith(jobs_api.MONITOR_RPC_FAILED):
         return MONITOR_FAULT
+    if CONTROLLER_FAILED in message and GCS_TIMED_OUT in message:
+        return CONTROLLER_FAULT
     return None
 
 

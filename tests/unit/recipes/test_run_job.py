@@ -1,6 +1,7 @@
 """run_job's resubmissions: the recipe's `retries`, and the one try more when Ray, not the recipe, failed the
 job (its setup of only what rayfleet ships, the code zip; its job monitor's own RPC error after a head
-replacement). The jobs are stand-ins for `_run_once`: each writes the record a real one would."""
+replacement; Ray Train's controller timing out on the GCS after a node was lost). The jobs are stand-ins
+for `_run_once`: each writes the record a real one would."""
 
 from __future__ import annotations
 
@@ -49,6 +50,29 @@ def test_a_job_failed_by_rays_own_job_monitor_is_submitted_once_more_and_only_on
     assert code == 1 and len(attempts) == 2  # one such try in all, as for a setup failure
     code, attempts = attempts_of(monkeypatch, tmp_path / "c", recipe, [(1, "RPC error: CANCELLED in my code")])
     assert code == 1 and len(attempts) == 1  # the user's own message is the user's failure
+
+
+# What the landed CI's stopped-worker DDP run ended with (the job's message, cut to its tail).
+CONTROLLER = (
+    "Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\n"
+    "(PlacementGroupCleaner pid=528) Monitor thread did not exit within 12.00 seconds\n"
+    "error: run r failed: ControllerError: Training failed due to controller error:\n"
+    "There was timeout in removing the placement group of id eb0b23. It is probably because GCS server is dead "
+    "or there's a high load there.\n"
+)
+
+
+def test_a_run_failed_by_ray_trains_controller_on_a_gcs_timeout_is_submitted_once_more(monkeypatch, tmp_path, capsys):
+    """The controller timed out removing the lost node's placement group; Ray Train retries no such error."""
+    recipe = Recipe(name="r", entrypoint="t.py")
+    code, attempts = attempts_of(monkeypatch, tmp_path, recipe, [(1, CONTROLLER), (0, "")])
+    assert code == 0 and [a["state"] for a in attempts] == ["FAILED", "SUCCEEDED"]
+    assert "Ray Train's controller failed on a GCS request that timed out" in capsys.readouterr().out
+    code, attempts = attempts_of(monkeypatch, tmp_path / "b", recipe, [(1, CONTROLLER), (1, CONTROLLER)])
+    assert code == 1 and len(attempts) == 2  # one such try in all
+    own = "error: run r failed: ControllerError: Training failed due to controller error:\nValueError: my callback"
+    code, attempts = attempts_of(monkeypatch, tmp_path / "c", recipe, [(1, own)])
+    assert code == 1 and len(attempts) == 1  # a controller error of the run's own (its callback) is its failure
 
 
 def test_a_second_setup_failure_fails_the_run_and_the_retries_still_count_in_full(monkeypatch, tmp_path):
