@@ -8,6 +8,7 @@ tests/integration/test_preemption_on_local_cluster.py."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -118,8 +119,19 @@ def test_every_rank_of_a_torchrun_gets_the_file_and_the_signal_and_saves_at_one_
     try:
         lines_until(launcher, "all-reduce ok", 2, timeout=120)
         lines_until(launcher, "step 10/", 1, timeout=60)  # the ranks are in their loop
+        # The ranks are held still while the notice goes out: a rank that reads the file first saves and exits,
+        # and on a loaded CI host both once did before the signal followed (signalled 0). Held, each rank has
+        # both the file and a pending signal when it resumes, whichever it notices first.
+        ranks = preempt_notice.ranks_below(launcher.proc.pid)
+        assert len(ranks) == 2, ranks
         asked = time.time()
-        told = launcher.notice(asked + 30, node_rank=1, ray_node_id="cd" * 28)
+        for pid in ranks:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            told = launcher.notice(asked + 30, node_rank=1, ray_node_id="cd" * 28)
+        finally:
+            for pid in ranks:
+                os.kill(pid, signal.SIGCONT)
         took = time.time() - asked  # seconds on a loaded CI machine: the deadline left shrinks by as much
         code, _ = launcher.wait()
     finally:
