@@ -160,7 +160,11 @@ def ray_nodes_alive(head_container: str, token_env: str = "RAY_AUTH_TOKEN") -> i
         "d=json.load(urllib.request.urlopen(r,timeout=5));"
         "print(sum(n.get('raylet',{}).get('state')=='ALIVE' for n in d['data']['summary']))"
     )
-    result = podman("exec", head_container, "python", "-c", script, timeout=60)
+    for _ in range(3):  # the dashboard of a loaded head answers 500 now and then (seen in CI): ask again
+        result = podman("exec", head_container, "python", "-c", script, timeout=60)
+        if result.returncode == 0:
+            break
+        time.sleep(2)
     assert result.returncode == 0, result.stderr
     return int(result.stdout.strip().splitlines()[-1])
 

@@ -1,6 +1,6 @@
 """run_job's resubmissions: the recipe's `retries`, and the one try more when Ray, not the recipe, failed the
 job (its setup of only what rayfleet ships, the code zip; its job monitor's own RPC error after a head
-replacement; Ray Train's controller timing out on the GCS after a node was lost). The jobs are stand-ins
+replacement; Ray Train's controller failing on an error of its own). The jobs are stand-ins
 for `_run_once`: each writes the record a real one would."""
 
 from __future__ import annotations
@@ -52,27 +52,39 @@ def test_a_job_failed_by_rays_own_job_monitor_is_submitted_once_more_and_only_on
     assert code == 1 and len(attempts) == 1  # the user's own message is the user's failure
 
 
-# What the landed CI's stopped-worker DDP run ended with (the job's message, cut to its tail).
-CONTROLLER = (
+# What the stopped-worker DDP runs of two CI runs ended with (the job's message, cut to its tail).
+CONTROLLER_GCS = (
     "Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\n"
     "(PlacementGroupCleaner pid=528) Monitor thread did not exit within 12.00 seconds\n"
     "error: run r failed: ControllerError: Training failed due to controller error:\n"
     "There was timeout in removing the placement group of id eb0b23. It is probably because GCS server is dead "
     "or there's a high load there.\n"
 )
+CONTROLLER_S3 = (
+    "Job entrypoint command failed with exit code 1, last available logs (truncated to 20,000 chars):\n"
+    "error: run r failed: ControllerError: Training failed due to controller error:\n"
+    "When initiating multiple part upload for key 'runs/r/checkpoint_manager_snapshot.json' in bucket 'b': AWS "
+    "Error NETWORK_CONNECTION during CreateMultipartUpload operation: curlCode: 28, Timeout was reached\n"
+)
 
 
-def test_a_run_failed_by_ray_trains_controller_on_a_gcs_timeout_is_submitted_once_more(monkeypatch, tmp_path, capsys):
-    """The controller timed out removing the lost node's placement group; Ray Train retries no such error."""
+def test_a_run_failed_by_ray_trains_controller_is_submitted_once_more(monkeypatch, tmp_path, capsys):
+    """Ray Train 2.60 retries none of its controller's own errors but start-up ones; the training function's
+    errors are worker errors, and stay the run's."""
     recipe = Recipe(name="r", entrypoint="t.py")
-    code, attempts = attempts_of(monkeypatch, tmp_path, recipe, [(1, CONTROLLER), (0, "")])
-    assert code == 0 and [a["state"] for a in attempts] == ["FAILED", "SUCCEEDED"]
-    assert "Ray Train's controller failed on a GCS request that timed out" in capsys.readouterr().out
-    code, attempts = attempts_of(monkeypatch, tmp_path / "b", recipe, [(1, CONTROLLER), (1, CONTROLLER)])
+    for n, message in enumerate((CONTROLLER_GCS, CONTROLLER_S3)):
+        code, attempts = attempts_of(monkeypatch, tmp_path / str(n), recipe, [(1, message), (0, "")])
+        assert code == 0 and [a["state"] for a in attempts] == ["FAILED", "SUCCEEDED"]
+        assert "Ray Train's controller failed on an error of its own" in capsys.readouterr().out
+    code, attempts = attempts_of(monkeypatch, tmp_path / "b", recipe, [(1, CONTROLLER_S3), (1, CONTROLLER_GCS)])
     assert code == 1 and len(attempts) == 2  # one such try in all
-    own = "error: run r failed: ControllerError: Training failed due to controller error:\nValueError: my callback"
+    own = (
+        "(TrainController) [FailurePolicy] RETRY\n"  # a start-up error Ray Train retried, then the run's own
+        "Error: Training failed due to controller error:\nWorkerGroupStartupTimeoutError\n"
+        "error: run r failed: WorkerGroupError: Training failed due to worker errors:\n[Rank 0] ValueError: x"
+    )
     code, attempts = attempts_of(monkeypatch, tmp_path / "c", recipe, [(1, own)])
-    assert code == 1 and len(attempts) == 1  # a controller error of the run's own (its callback) is its failure
+    assert code == 1 and len(attempts) == 1  # the training function's own failure is the run's
 
 
 def test_a_second_setup_failure_fails_the_run_and_the_retries_still_count_in_full(monkeypatch, tmp_path):
