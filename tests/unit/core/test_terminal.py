@@ -1,0 +1,8 @@
+from rayfleet.core.terminal import printable
+
+
+def test_escape_sequences_and_newlines_never_reach_the_terminal():
+    assert printable("run\x1b]0;pwned\x07-1\nrow") == "run?]0;pwned?-1?row"
+    assert printable("\x9b31m") == "?31m"  # C1 CSI
+    assert printable("ddp-20261204 ok") == "ddp-20261204 ok"
+    assert printable(3) == "3"
