@@ -45,12 +45,15 @@ check "efa_supported" {
 }
 
 module "iam" {
-  source          = "./modules/iam"
-  name            = var.name
-  bucket_arn      = module.storage.bucket_arn
-  bucket_prefixes = module.storage.prefixes
-  control_prefix  = module.storage.control_prefix
-  queue_prefix    = module.storage.queue_prefix
+  source             = "./modules/iam"
+  name               = var.name
+  bucket_arn         = module.storage.bucket_arn
+  bucket_prefixes    = module.storage.prefixes
+  read_only_prefixes = module.storage.read_only_prefixes
+  control_prefix     = module.storage.control_prefix
+  queue_prefix       = module.storage.queue_prefix
+  # The control task replaces bad worker instances only: every group but the head's, by exact name.
+  worker_autoscaling_group_names = [for k, n in module.cluster.autoscaling_group_names : n if k != "head"]
   # tls_secret_arn is null unless serving is on with TLS
   serve_tls_secret_arn = var.serve.enabled ? var.serve.tls_secret_arn : null
   scaled_services      = values(module.ray.service_names)

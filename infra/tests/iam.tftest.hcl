@@ -7,14 +7,18 @@ mock_provider "aws" {
 }
 
 variables {
-  name             = "rayfleet"
-  bucket_arn       = "arn:aws:s3:::rayfleet-results-20250601"
-  bucket_prefixes  = ["runs/", "data/"]
-  control_prefix   = "cluster/"
-  queue_prefix     = "queue/"
-  scaled_services  = ["rayfleet-ray-head", "rayfleet-ray-worker", "rayfleet-ray-control"]
-  repository_arns  = ["arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/ray-head", "arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/trainer"]
-  metric_namespace = "Rayfleet/GPU"
+  name            = "rayfleet"
+  bucket_arn      = "arn:aws:s3:::rayfleet-results-20250601"
+  bucket_prefixes = ["runs/", "data/"]
+  # issue 54 R1: staged data (make run's `data:`), which the deployer writes and the tasks only read
+  read_only_prefixes = ["staged/"]
+  control_prefix     = "cluster/"
+  queue_prefix       = "queue/"
+  scaled_services    = ["rayfleet-ray-head", "rayfleet-ray-worker", "rayfleet-ray-control"]
+  repository_arns    = ["arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/ray-head", "arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/trainer"]
+  metric_namespace   = "Rayfleet/GPU"
+  # issue 54 R3: the worker groups' Auto Scaling groups by their exact names (the head's is not among them)
+  worker_autoscaling_group_names = ["rayfleet-worker-20250601000000000000000001"]
 }
 
 run "iam" {
@@ -51,6 +55,8 @@ run "iam" {
       } == {
       ListOwnPrefixes                = var.bucket_arn
       ReadWriteOwnPrefixes           = ["arn:aws:s3:::rayfleet-results-20250601/runs/*", "arn:aws:s3:::rayfleet-results-20250601/data/*"]
+      ListReadOnlyPrefixes           = var.bucket_arn
+      ReadOnlyPrefixes               = ["arn:aws:s3:::rayfleet-results-20250601/staged/*"]
       BucketKey                      = aws_kms_key.this.arn
       GpuMetrics                     = "*"
       EcsExecChannel                 = "*"
@@ -87,6 +93,26 @@ run "iam" {
       [for s in jsondecode(aws_iam_role_policy.task.policy).Statement : s.Condition if s.Sid == "ListOwnPrefixes"] == [{ StringLike = { "s3:prefix" = ["runs/", "data/", "runs/*", "data/*"] } }]
     )
     error_message = "Metrics only into the module's namespace; listing only under the deployment's prefixes."
+  }
+
+  # issue 54 R1: the tasks read staged data (rayfleet/train/data/staged.py lists and gets staged/<hash>/) and
+  # cannot write it: a job must not pre-stage content under a hash another run will trust. Only the deployer
+  # writes staged/ (rayfleet/recipes/stage.py).
+  assert {
+    condition = jsonencode([
+      for s in jsondecode(aws_iam_role_policy.task.policy).Statement : [s.Action, lookup(s, "Condition", null)] if contains(["ListReadOnlyPrefixes", "ReadOnlyPrefixes"], s.Sid)
+      ]) == jsonencode([
+      ["s3:ListBucket", { StringLike = { "s3:prefix" = ["staged/", "staged/*"] } }],
+      ["s3:GetObject", null],
+    ])
+    error_message = "Task role: staged/ listed and read, nothing else: ${aws_iam_role_policy.task.policy}"
+  }
+
+  assert {
+    condition = alltrue([
+      for s in jsondecode(aws_iam_role_policy.task.policy).Statement : !strcontains(jsonencode(s.Resource), "/staged/") || flatten([s.Action]) == ["s3:GetObject"]
+    ])
+    error_message = "No statement of the task role writes or deletes under staged/."
   }
 
   assert {
@@ -162,7 +188,7 @@ run "iam" {
         ], { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
         FindOwnContainerInstance  = ["ecs:ListContainerInstances", "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet", null]
         DrainOwnContainerInstance = [["ecs:DescribeContainerInstances", "ecs:UpdateContainerInstancesState"], "arn:aws:ecs:us-east-1:123456789012:container-instance/rayfleet/*", null]
-        ReplaceBadInstance        = ["autoscaling:SetInstanceHealth", "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/rayfleet-*", null]
+        ReplaceBadInstance        = ["autoscaling:SetInstanceHealth", ["arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/rayfleet-worker-20250601000000000000000001"], null]
         SeeOwnTrainerTasks        = ["ecs:ListTasks", "*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
         ListTheQueue              = ["s3:ListBucket", "arn:aws:s3:::rayfleet-results-20250601", { StringLike = { "s3:prefix" = ["queue/", "queue/*"] } }]
         ReadTheQueue              = ["s3:GetObject", "arn:aws:s3:::rayfleet-results-20250601/queue/*", null]
@@ -177,6 +203,18 @@ run "iam" {
       aws_iam_role_policy.control.role == aws_iam_role.control.id && aws_iam_role.control.assume_role_policy == aws_iam_role.task.assume_role_policy
     )
     error_message = "Control role: ${aws_iam_role_policy.control.policy}"
+  }
+
+  # issue 54 R3: SetInstanceHealth names the worker groups' Auto Scaling groups exactly. A name pattern
+  # (autoScalingGroupName/<name>-*) also matched every group of another deployment named <name>-x, and this
+  # deployment's head group.
+  assert {
+    condition = alltrue(flatten([
+      for s in jsondecode(aws_iam_role_policy.control.policy).Statement : [
+        for r in flatten([s.Resource]) : !strcontains(r, "*:autoScalingGroupName/rayfleet-*") && !endswith(r, "-*") && !strcontains(r, "-head")
+      ] if s.Sid == "ReplaceBadInstance"
+    ]))
+    error_message = "ReplaceBadInstance: ${aws_iam_role_policy.control.policy}"
   }
 
   assert {

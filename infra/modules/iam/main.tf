@@ -10,6 +10,33 @@ locals {
     }]
   }) }
   prefix_arns = [for p in var.bucket_prefixes : "${var.bucket_arn}/${p}*"]
+  # Read-only prefixes (staged/: make run's `data:`): the deployer writes them, the tasks only list and read.
+  # A job that could write there could pre-stage content under a hash another run trusts.
+  read_only_statements = [for s in [
+    {
+      Sid       = "ListReadOnlyPrefixes"
+      Effect    = "Allow"
+      Action    = "s3:ListBucket"
+      Resource  = var.bucket_arn
+      Condition = { StringLike = { "s3:prefix" = concat(var.read_only_prefixes, [for p in var.read_only_prefixes : "${p}*"]) } }
+    },
+    {
+      Sid      = "ReadOnlyPrefixes"
+      Effect   = "Allow"
+      Action   = "s3:GetObject"
+      Resource = [for p in var.read_only_prefixes : "${var.bucket_arn}/${p}*"]
+    },
+  ] : s if length(var.read_only_prefixes) > 0]
+  # The worker groups' Auto Scaling groups by their exact names: a name pattern (<name>-*) would also match
+  # every group of another deployment named <name>-x, and the head's group.
+  replace_statements = [for s in [{
+    # A worker whose GPU went bad drains its Ray node (rayfleet/node/suspect.py); the control task marks
+    # that instance unhealthy and its group replaces it. No change of size or configuration.
+    Sid      = "ReplaceBadInstance"
+    Effect   = "Allow"
+    Action   = "autoscaling:SetInstanceHealth"
+    Resource = [for n in var.worker_autoscaling_group_names : "arn:${local.partition}:autoscaling:${local.region}:${local.account}:autoScalingGroup:*:autoScalingGroupName/${n}"]
+  }] : s if length(var.worker_autoscaling_group_names) > 0]
 }
 
 # Execution role: what ECS itself does before the containers start.
@@ -63,7 +90,8 @@ resource "aws_iam_role_policy" "execution" {
 }
 
 # Task role: what the head, workers, trainer and sidecars do at run time, and so what any job can do. No
-# account-wide read, no write outside its prefixes (runs/, data/), no change to the deployment.
+# account-wide read, no write outside its prefixes (runs/, data/, queue/), read only under read_only_prefixes
+# (staged/), no change to the deployment. The bucket's layout and who uses each prefix: rayfleet/core/bucket.py.
 resource "aws_iam_role" "task" {
   name               = "${var.name}-task"
   assume_role_policy = local.assume["ecs-tasks"]
@@ -75,7 +103,7 @@ resource "aws_iam_role_policy" "task" {
   role = aws_iam_role.task.id
   policy = jsonencode({
     Version = "2012-10-17"
-    Statement = [
+    Statement = concat([
       {
         Sid       = "ListOwnPrefixes"
         Effect    = "Allow"
@@ -143,7 +171,7 @@ resource "aws_iam_role_policy" "task" {
         Action   = "ssm:GetParameter"
         Resource = "arn:${local.partition}:ssm:${local.region}:${local.account}:parameter/${var.name}/recipes/*"
       },
-    ]
+    ], local.read_only_statements)
   })
 }
 
@@ -162,7 +190,7 @@ resource "aws_iam_role_policy" "control" {
   role = aws_iam_role.control.id
   policy = jsonencode({
     Version = "2012-10-17"
-    Statement = [
+    Statement = concat([
       {
         # Autostop scales these to 0, nothing else: no other service, and (ECS has no condition on the new
         # size or network) only this role may call it.
@@ -187,12 +215,7 @@ resource "aws_iam_role_policy" "control" {
         Action   = ["ecs:DescribeContainerInstances", "ecs:UpdateContainerInstancesState"]
         Resource = "arn:${local.partition}:ecs:${local.region}:${local.account}:container-instance/${var.name}/*"
       },
-      {
-        Sid      = "ReplaceBadInstance"
-        Effect   = "Allow"
-        Action   = "autoscaling:SetInstanceHealth"
-        Resource = "arn:${local.partition}:autoscaling:${local.region}:${local.account}:autoScalingGroup:*:autoScalingGroupName/${var.name}-*"
-      },
+      ], local.replace_statements, [
       {
         # Read-only: a trainer task still pulling its image is activity too. ListTasks names no task; the
         # condition keeps it to this cluster.
@@ -268,7 +291,7 @@ resource "aws_iam_role_policy" "control" {
         Resource  = aws_kms_key.this.arn
         Condition = { StringEquals = { "kms:ViaService" = "s3.${local.region}.amazonaws.com" } }
       },
-    ]
+    ])
   })
 }
 

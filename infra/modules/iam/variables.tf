@@ -13,6 +13,18 @@ variable "bucket_prefixes" {
   type        = list(string)
 }
 
+variable "read_only_prefixes" {
+  description = "Prefixes of the bucket the tasks may list and read but never write (staged/: the deployer stages a recipe's data there)."
+  type        = list(string)
+  default     = []
+}
+
+variable "worker_autoscaling_group_names" {
+  description = "Exact names of the worker groups' Auto Scaling groups (not the head's), whose instances the control task may mark unhealthy; empty: none."
+  type        = list(string)
+  default     = []
+}
+
 variable "queue_prefix" {
   description = "The bucket prefix of the run queue (written by the runs' jobs, within bucket_prefixes), which the control task reads to scale the workers."
   type        = string

@@ -13,6 +13,11 @@ output "prefixes" {
   value       = ["runs/", "data/", local.queue_prefix]
 }
 
+output "read_only_prefixes" {
+  description = "Prefixes the Ray tasks may list and read but not write: staged/ (a recipe's data:, which the deployer stages by content hash; a job that could write there could plant content another run trusts)."
+  value       = ["staged/"]
+}
+
 output "queue_prefix" {
   description = "The run queue's prefix (one of prefixes): the control task reads it to scale the workers."
   value       = local.queue_prefix
