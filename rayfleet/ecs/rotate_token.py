@@ -1,4 +1,4 @@
-"""Rotate the ECS cluster's Ray auth token: a new secret version, then head, then workers restarted.
+"""Rotate the ECS cluster's Ray auth token: a new secret version, then the head, then every other holder restarted.
 
     python -m rayfleet.ecs.rotate_token [--force] [--outputs FILE]      # make rotate-ray-token
 
@@ -8,9 +8,14 @@
    logged or stored anywhere else).
 3. Forces a new deployment of the head service and waits until every head task is a new one: ECS hands new
    tasks the current secret version at start.
-4. Only then does the same for the workers, which join the new head with the new token.
-Trainer tasks started afterwards read the new version too. Old versions stay as AWSPREVIOUS until the next
-rotation; nothing running uses them.
+4. Only then does the same for every other service whose task definition reads the token (its `secrets`):
+   the workers, which join the new head with the new token, and the control task (`ray-control`), which
+   reads it once at start for the head's dashboard (rayfleet/node/head_snapshot.py): left running, its
+   snapshot, autostop, the queue's capacity and driver dispatch would all be refused by the new head.
+The holders come from the cluster's services and their task definitions, not from a list kept here, so a
+service that starts reading the token is restarted too. Trainer tasks started afterwards read the new
+version. Old versions stay as AWSPREVIOUS until the next rotation; nothing running uses them (with --force,
+a running job's trainer keeps the old one and fails with its head).
 """
 
 from __future__ import annotations
@@ -73,18 +78,58 @@ def seed_store_token(secretsmanager, elasticache, secret_arn: str, group_id: str
     return version
 
 
-def wait_replaced(ecs, out: Outputs, role: str, old: set[str], desired: int, poll: float, timeout: float, say) -> None:
+def reads_secret(definition: dict, secret_arn: str) -> bool:
+    """Whether a task definition hands `secret_arn` to any of its containers (a JSON key of it included:
+    `<arn>:<key>::`)."""
+    return any(
+        s.get("valueFrom") == secret_arn or str(s.get("valueFrom", "")).startswith(secret_arn + ":")
+        for c in definition.get("containerDefinitions", [])
+        for s in c.get("secrets") or []
+    )
+
+
+def token_holders(ecs, out: Outputs, secret_arn: str) -> list[str]:
+    """The cluster's services whose task definition reads the token, the head first (the others need the
+    new head to take the new token), then the rest in name order."""
+    pages = ecs.get_paginator("list_services").paginate(cluster=out.cluster_name)
+    arns = [arn for page in pages for arn in page["serviceArns"]]
+    holders = []
+    for start in range(0, len(arns), 10):  # DescribeServices takes at most 10
+        for service in ecs.describe_services(cluster=out.cluster_name, services=arns[start : start + 10])["services"]:
+            if service.get("status") != "ACTIVE":
+                continue
+            definition = ecs.describe_task_definition(taskDefinition=service["taskDefinition"])["taskDefinition"]
+            if reads_secret(definition, secret_arn):
+                holders.append(service["serviceName"])
+    return sorted(holders, key=lambda name: (name != out.head_service_name, name))
+
+
+def service_tasks(ecs, cluster: str, service: str) -> list[dict]:
+    """The service's running tasks: ECS gives each the group `service:<name>`."""
+    pages = ecs.get_paginator("list_tasks").paginate(cluster=cluster, desiredStatus="RUNNING")
+    arns = [arn for page in pages for arn in page["taskArns"]]
+    tasks = []
+    for start in range(0, len(arns), 100):  # DescribeTasks takes at most 100
+        described = ecs.describe_tasks(cluster=cluster, tasks=arns[start : start + 100])["tasks"]
+        tasks += [t for t in described if t.get("group") == f"service:{service}"]
+    return tasks
+
+
+def wait_replaced(
+    ecs, out: Outputs, service: str, old: set[str], desired: int, poll: float, timeout: float, say
+) -> None:
+    """Until none of the `service`'s `old` tasks runs and `desired` new ones do."""
     deadline = time.monotonic() + timeout
     while True:
-        tasks = running_tasks(ecs, out)[role]
+        tasks = service_tasks(ecs, out.cluster_name, service)
         remaining = [t for t in tasks if t["taskArn"] in old]
         new = [t for t in tasks if t["taskArn"] not in old and t.get("lastStatus") == "RUNNING"]
         if not remaining and len(new) >= desired:
-            say(f"  {role}: {len(new)} new task(s) running")
+            say(f"  {service}: {len(new)} new task(s) running")
             return
         if time.monotonic() > deadline:
             raise RayfleetError(
-                f"{role} not replaced after {timeout:.0f}s ({len(remaining)} old, {len(new)} new running); "
+                f"{service} not replaced after {timeout:.0f}s ({len(remaining)} old, {len(new)} new running); "
                 "check `make status`; the new token is already current, so new tasks will use it"
             )
         time.sleep(poll)
@@ -110,13 +155,13 @@ def rotate(aws: Aws, out: Outputs, force: bool = False, say=print, poll: float =
     )["VersionId"]
     say(f"new token written: {out.ray_token_secret_arn} version {version}")
     services = {}
-    for role, service in (("head", out.head_service_name), ("worker", out.worker_service_name)):
+    for service in token_holders(ecs, out, out.ray_token_secret_arn):
         desired = ecs.describe_services(cluster=out.cluster_name, services=[service])["services"][0]["desiredCount"]
-        old = {t["taskArn"] for t in running_tasks(ecs, out)[role]}
+        old = {t["taskArn"] for t in service_tasks(ecs, out.cluster_name, service)}
         ecs.update_service(cluster=out.cluster_name, service=service, forceNewDeployment=True)
         say(f"restarting {service} ({desired} task(s)) ...")
-        wait_replaced(ecs, out, role, old, desired, poll, timeout, say)
-        services[role] = {"service": service, "tasks": desired}
+        wait_replaced(ecs, out, service, old, desired, poll, timeout, say)
+        services[service] = {"service": service, "tasks": desired}
     return {"secret_version": version, "restarted": services}
 
 
@@ -128,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     out = Outputs.load(args.outputs)
     result = rotate(Aws(out.region), out, force=args.force, poll=args.poll)
-    print(f"rotated: secret version {result['secret_version']}; head, then workers, restarted with it")
+    restarted = ", ".join(result["restarted"]) or "no service"
+    print(f"rotated: secret version {result['secret_version']}; restarted with it, in this order: {restarted}")
     return 0
 
 

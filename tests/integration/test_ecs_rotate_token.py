@@ -1,5 +1,6 @@
-"""make rotate-ray-token on a real moto_server: a new secret version, the head replaced before the workers
-are restarted, jobs protected, the token never printed.
+"""make rotate-ray-token on a real moto_server: a new secret version, the head replaced before every other
+service that holds the token (the workers, the control task) is restarted, jobs protected, the token never
+printed, and afterwards no running task holds an old version.
 
 moto accepts UpdateService(forceNewDeployment) but replaces no task, so a small stand-in for the ECS
 service scheduler does it: when the verb announces a restart, it stops the service's tasks and starts new
@@ -90,17 +91,56 @@ def run_rotation(deployed, *args: str, delay: float = 2.0):
     return proc.wait(timeout=60), "".join(lines), stderr, events
 
 
+def settle(ecs, cluster: str, services) -> None:
+    """moto moves tasks on describe; make the initial service tasks RUNNING as ECS would have."""
+    for service in services:
+        for task in service_tasks(ecs, service, cluster):
+            for _ in range(3):
+                ecs.describe_tasks(cluster=cluster, tasks=[task["taskArn"]])
+
+
+def rendered_holders(out: dict) -> set[str]:
+    """The registered task definitions whose rendered containers read the Ray token (their `secrets`)."""
+    picture, arn = out["picture"], out["picture"]["outputs"]["ray_token_secret_arn"]
+    return {
+        out["task_definitions"][key]
+        for key, spec in picture["taskDefinitions"].items()
+        if any(s["valueFrom"] == arn for c in spec["containerDefinitions"] for s in c.get("secrets") or [])
+    }
+
+
+def running(ecs, cluster: str) -> list[dict]:
+    arns = ecs.list_tasks(cluster=cluster, desiredStatus="RUNNING")["taskArns"]
+    return ecs.describe_tasks(cluster=cluster, tasks=arns)["tasks"] if arns else []
+
+
+def test_after_a_rotation_no_running_task_holds_an_old_token(deployed):
+    """Every task whose definition reads the token (from Terraform's rendering, not a list kept here: the head,
+    the workers and the control task, which reads it once at start) was started after the new version was
+    written, so ECS handed it that version; a task left from before would hold the old one."""
+    ecs, out = deployed["moto"].client("ecs"), deployed["outputs"]
+    cluster = out["cluster_name"]
+    holders = rendered_holders(out)
+    settle(ecs, cluster, [s["serviceName"] for s in out["picture"]["services"]])
+    before = {t["taskArn"] for t in running(ecs, cluster) if t["taskDefinitionArn"] in holders}
+    assert {t["group"] for t in running(ecs, cluster) if t["taskArn"] in before} == {
+        f"service:{s['serviceName']}" for s in out["picture"]["services"]
+    }  # every service of the picture holds the token, the control task's included
+    code, stdout, stderr, _ = run_rotation(deployed)
+    assert code == 0, stderr
+    after = [t for t in running(ecs, cluster) if t["taskDefinitionArn"] in holders]
+    assert after and not before & {t["taskArn"] for t in after}, "a task started before the rotation still runs"
+    assert out["control_service_name"] in stdout.splitlines()[-1]
+
+
 def test_rotation_writes_a_new_version_and_restarts_head_then_workers(deployed):
     sm, ecs = deployed["moto"].client("secretsmanager"), deployed["moto"].client("ecs")
     out = deployed["outputs"]
     cluster, head, worker = out["cluster_name"], out["head_service_name"], out["worker_service_name"]
     arn = out["ray_token_secret_arn"]
     before = sm.get_secret_value(SecretId=arn)
-    # moto moves tasks on describe; make the initial service tasks RUNNING as ECS would have
-    for service in (head, worker):
-        for task in service_tasks(ecs, service, cluster):
-            for _ in range(3):
-                ecs.describe_tasks(cluster=cluster, tasks=[task["taskArn"]])
+    control = out["control_service_name"]
+    settle(ecs, cluster, (head, worker, control))
     old_head = {t["taskArn"] for t in service_tasks(ecs, head, cluster)}
     code, stdout, stderr, events = run_rotation(deployed)
     assert code == 0, stderr
@@ -109,10 +149,12 @@ def test_rotation_writes_a_new_version_and_restarts_head_then_workers(deployed):
     assert len(after["SecretString"]) == 64
     assert after["SecretString"] not in stdout + stderr and before["SecretString"] not in stdout + stderr
     order = [(kind, service) for kind, service, _ in events]
-    assert order == [("restarting", head), ("replaced", head), ("restarting", worker), ("replaced", worker)]
+    assert order[:2] == [("restarting", head), ("replaced", head)]  # the head first: the others need it
+    later = [(kind, service) for kind, service in order[2:]]
+    assert sorted(later) == sorted([(k, s) for s in (worker, control) for k in ("restarting", "replaced")])
+    assert all(later.index(("restarting", s)) < later.index(("replaced", s)) for s in (worker, control))
     head_replaced = events[1][2]
-    workers_restarting = events[2][2]
-    assert workers_restarting >= head_replaced  # the workers wait for the new head
+    assert all(when >= head_replaced for _, _, when in events[2:])  # the workers and the control task wait
     assert not old_head & {t["taskArn"] for t in service_tasks(ecs, head, cluster)}
     assert len(service_tasks(ecs, worker, cluster)) == 2
 
