@@ -26,7 +26,7 @@ from tests.integration.helpers import (
     run_fsdp,
     verbs_env,
 )
-from tools.moto_stack import stack
+from tools.moto_stack import iam, stack
 
 
 @pytest.fixture(scope="session")
@@ -41,9 +41,9 @@ def cluster_env(tmp_path_factory, aws_stack) -> dict:
         "RAYFLEET_DASHBOARD_PORT": str(DASHBOARD_PORT),
         "RAY_AUTH_MODE": "token",
         "RAY_AUTH_TOKEN_PATH": str(token),
-        # moto accepts any credentials; the worker nodes read them from their own environment.
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
+        # The ranks read the bucket as the task role (IAM enforced in aws_stack's moto); the worker nodes read
+        # the credentials from their own environment, as ECS's task role credentials reach a container.
+        **aws_stack["server"].as_identity("task"),
         "AWS_DEFAULT_REGION": "us-east-1",
         # S3 only (not ECS or CloudWatch): Ray's runtime-env agents fetch a recipe's code zip from the moto
         # bucket the way ECS nodes fetch it from the results bucket. Jobs name their own endpoint otherwise.
@@ -52,6 +52,7 @@ def cluster_env(tmp_path_factory, aws_stack) -> dict:
     }
     env.pop("RAY_ADDRESS", None)
     env.pop("RAY_AUTH_TOKEN", None)
+    env.pop("AWS_PROFILE", None)
     cli = [sys.executable, "-m", "rayfleet.local"]
     subprocess.run([*cli, "up", "--workers", "2", "--cpus-per-worker", "1"], env=env, cwd=REPO, check=True)
     try:
@@ -69,6 +70,11 @@ def session_cluster_stopped(cluster_env) -> dict:
     env = {k: v for k, v in cluster_env.items() if k != "RAY_ADDRESS"}
     subprocess.run(cli, env=env, cwd=REPO, check=True, timeout=120)
     return cluster_env
+
+
+def default_iam() -> iam.Spec:
+    """The default deployment's roles, rendered policies and operator (the rendering is cached per process)."""
+    return iam.Spec(**stack.default_picture()["iam"])
 
 
 @pytest.fixture(scope="session")
@@ -93,22 +99,28 @@ def moto() -> MotoServer:
 @pytest.fixture(scope="session")
 def aws_stack(tmp_path_factory):
     """A moto server holding what `make deploy` creates, as Terraform renders infra/ with its default
-    variables (tools/moto_stack/stack.py), and the env that points the verbs at it. "outputs": the outputs file's values
-    (moto's ids) and its path; "picture": the rendered deployment picture (tools/rendered.py)."""
+    variables (tools/moto_stack/stack.py), IAM enforced with the rendered policies (tools/moto_stack/iam.py),
+    and the env that points the verbs at it, as the operator. "outputs": the outputs file's values (moto's
+    ids) and its path; "picture": the rendered deployment picture (tools/rendered.py); "roles": the env of
+    each identity ("task": a job's, "control": the control task's, "operator"): `{**env, **roles["task"]}`."""
     picture = stack.default_picture()
     server = EcsMotoServer().start()
     try:
         outputs = stack.create(server, tmp_path_factory.mktemp("aws"), picture)
         env = verbs_env(server.url, outputs["outputs_file"], stack.REGION)
-        yield {"server": server, "outputs": outputs, "env": env, "picture": picture}
+        roles = {name: server.as_identity(name) for name in server.identities}
+        yield {"server": server, "outputs": outputs, "env": env, "picture": picture, "roles": roles}
     finally:
         server.stop()
 
 
 @pytest.fixture(scope="session")
 def ecs_moto_server() -> EcsMotoServer:
-    """One moto with the ECS patches per test process: starting one takes seconds, emptying it a moment."""
+    """One moto with the ECS patches per test process: starting one takes seconds, emptying it a moment. IAM
+    is enforced with the default deployment's identities from the start, and again after every reset (a
+    stack.create of another shape updates the roles' policies to its own)."""
     server = EcsMotoServer().start()
+    server.enforce(default_iam())
     try:
         yield server
     finally:

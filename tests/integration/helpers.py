@@ -38,13 +38,21 @@ def free_port() -> int:
 
 
 class MotoServer:
-    """A real `moto_server` process on 127.0.0.1 that a test can stop and start again on the same port."""
+    """A real `moto_server` process on 127.0.0.1 that a test can stop and start again on the same port.
+
+    IAM: `enforce(spec)` (or tools.moto_stack.stack.create) makes the deployment's identities and turns moto's
+    IAM enforcement on (tools/moto_stack/iam.py); `reset` wipes IAM with everything else and makes them again
+    (new keys). `as_identity(name)` is the AWS_* env of one of them: "operator" for the verbs, "task" for a
+    job, "control" for the control task; `inspector(service)` is the tests' own all-allowed client."""
 
     def __init__(self, port: int | None = None):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc: subprocess.Popen | None = None
-        self.clients: dict[str, object] = {}
+        self.clients: dict[tuple, object] = {}
+        self.identities: dict | None = None
+        self.iam_spec = None  # what `enforce` made: made again after every reset
+        _SERVERS[self.url] = self
 
     def command(self) -> list[str]:
         return [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(self.port)]
@@ -55,17 +63,34 @@ class MotoServer:
         while True:
             try:
                 urllib.request.urlopen(self.url, timeout=1)
-                return self
+                break
             except OSError:
                 if time.monotonic() > deadline or self.proc.poll() is not None:
                     raise RuntimeError("moto_server did not start") from None
                 time.sleep(0.2)
+        if self.iam_spec is not None:  # a restart forgets IAM, as a reset does
+            self.identities = None
+            self.enforce(self.iam_spec)
+        return self
+
+    def enforce(self, spec) -> dict:
+        """Make `spec`'s identities (tools.moto_stack.iam.Spec) and turn IAM enforcement on."""
+        from tools.moto_stack import iam
+
+        return iam.enforce(self, spec)
 
     def reset(self) -> MotoServer:
-        """Empty every service's store, as a fresh server would start (moto's own reset endpoint)."""
+        """Empty every service's store, as a fresh server would start (moto's own reset endpoint); IAM is made
+        again and enforced (new keys: take envs after the reset)."""
         if self.proc is None or self.proc.poll() is not None:
             return self.start()
+        from tools.moto_stack import iam
+
+        iam.set_enforcement(self.url, on=False)
         urllib.request.urlopen(urllib.request.Request(f"{self.url}/moto-api/reset", method="POST"), timeout=30).close()
+        self.identities, self.clients = None, {}
+        if self.iam_spec is not None:
+            self.enforce(self.iam_spec)
         return self
 
     def stop(self) -> None:
@@ -74,22 +99,49 @@ class MotoServer:
             self.proc.wait(timeout=10)
             self.proc = None
 
-    def client(self, service: str):
-        """One client per service (making one costs 0.5-1 s of CPU, and tests poll through these)."""
-        if service not in self.clients:
-            self.clients[service] = self._client(service)
-        return self.clients[service]
+    def as_identity(self, name: str) -> dict[str, str]:
+        """The AWS_* credentials of one of the deployment's identities ("testing" while IAM is not enforced)."""
+        if not self.identities:
+            return dict(TEST_CREDENTIALS)
+        return {"AWS_SESSION_TOKEN": "", **self.identities[name].env()}
 
-    def _client(self, service: str):
+    def inspector(self, service: str):
+        """The tests' own client, all allowed (what the console shows the account's root): a test inspecting or
+        arranging moto's state uses it, never a product call. One per service (making one costs 0.5-1 s of CPU,
+        and tests poll through these)."""
+        credentials = self.as_identity("inspector")
+        key = (service, credentials["AWS_ACCESS_KEY_ID"])
+        if key not in self.clients:
+            self.clients[key] = self._client(service, credentials)
+        return self.clients[key]
+
+    client = inspector  # the name the older tests use: the same all-allowed inspector
+
+    def client_as(self, service: str, identity: str):
+        """A client with one identity's credentials (for a test's call made as the operator, a job ...)."""
+        return self._client(service, self.as_identity(identity))
+
+    def _client(self, service: str, credentials: dict):
         import boto3
 
         return boto3.client(
             service,
             endpoint_url=self.url,
             region_name="us-east-1",
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
+            aws_access_key_id=credentials["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=credentials["AWS_SECRET_ACCESS_KEY"],
+            aws_session_token=credentials.get("AWS_SESSION_TOKEN") or None,
         )
+
+
+TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+_SERVERS: dict[str, MotoServer] = {}  # url -> server: verbs_env finds the operator's keys of an endpoint
+
+
+def identity_env(endpoint: str, identity: str) -> dict[str, str]:
+    """The AWS_* credentials of `identity` at the moto server at `endpoint` ("testing" where none enforces)."""
+    server = _SERVERS.get(endpoint)
+    return server.as_identity(identity) if server is not None else dict(TEST_CREDENTIALS)
 
 
 class EcsMotoServer(MotoServer):
@@ -153,14 +205,15 @@ def run_record(env: dict, bucket: str, run: str, **owner_writes) -> dict:
         return run_dir.update(**owner_writes) if owner_writes else run_dir.record()
 
 
-def verbs_env(endpoint: str, outputs_file: str, region: str, **extra: str) -> dict:
-    """The environment that points the verbs at a moto stack: its endpoint, test credentials, the outputs."""
-    env = {k: v for k, v in os.environ.items() if k != "AWS_PROFILE"}
+def verbs_env(endpoint: str, outputs_file: str, region: str, *, identity: str = "operator", **extra: str) -> dict:
+    """The environment that points the verbs at a moto stack: its endpoint, the operator's credentials (the
+    verbs run on the laptop as the operator; `identity` another: "task" for a job, "control" for the control
+    task's code), the outputs."""
+    env = {k: v for k, v in os.environ.items() if k not in ("AWS_PROFILE", "AWS_SESSION_TOKEN")}
     return {
         **env,
         "AWS_ENDPOINT_URL": endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
+        **identity_env(endpoint, identity),
         "AWS_DEFAULT_REGION": region,
         "RAYFLEET_OUTPUTS": outputs_file,
         "PYTHONUNBUFFERED": "1",

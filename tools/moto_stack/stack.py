@@ -30,9 +30,10 @@ What moto does not hold or cannot represent (the rendered picture keeps it; noth
     nor enableExecuteCommand (describe_services does not show them), and starts no task: the tasks are
     started here;
   * capacity providers do not scale their Auto Scaling groups; no launch template, Auto Scaling group,
-    internet or NAT gateway, route table, VPC endpoint, flow log, IAM role or policy, ECR repository,
+    internet or NAT gateway, route table, VPC endpoint, flow log, ECR repository,
     secret policy, bucket policy or lifecycle, dashboard or alarm is created (the verbs use none of them;
-    task definitions name the rendered role ARNs, which moto does not check);
+    task definitions name the rendered role ARNs, which moto does not check); the IAM roles and their
+    rendered policies are created last, with the operator and an inspector, and enforced (iam.py);
   * instances boot moto's stock AMI, not the SSM parameter's ECS-optimized one;
   * trainer capacity: Terraform sizes the head instance for the head and one trainer (60% / 40% of its
     memory), so a second `make launch` while one trainer runs would be refused (RESOURCE:MEMORY). The
@@ -44,11 +45,13 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from dataclasses import asdict
 from pathlib import Path
 
 from rayfleet.core.catalog import INSTANCE_TYPES
 from rayfleet.ecs.rotate_token import seed_token
 from tools import rendered
+from tools.moto_stack import iam
 from tools.terraform_standin.render import rendered_state
 
 REGION = "us-east-1"  # the default variables' region
@@ -62,7 +65,10 @@ def default_picture(*, var_files=(), variables: dict | None = None, infra: Path 
     kwargs = {"infra": infra} if infra is not None else {}
     state = rendered_state(var_files=var_files, variables=variables, **kwargs)
     label = " ".join(["infra/" if infra is None else str(infra), *map(str, var_files)])
-    return rendered.picture(state, source=f"{label} rendered by Terraform (stand-in providers, render mode)")
+    picture = rendered.picture(state, source=f"{label} rendered by Terraform (stand-in providers, render mode)")
+    # The roles and their rendered policies, which the picture does not carry: what create() enforces.
+    picture["iam"] = asdict(iam.from_state(state, picture["taskDefinitions"]))
+    return picture
 
 
 def mapped(value, ids: dict):
@@ -383,12 +389,20 @@ def _write_outputs(picture: dict, state_outputs: dict, ids: dict, directory: Pat
 
 
 def create(
-    moto, directory: Path, picture: dict | None = None, *, trainer_slots: int = TRAINER_SLOTS, start_services=True
+    moto,
+    directory: Path,
+    picture: dict | None = None,
+    *,
+    trainer_slots: int = TRAINER_SLOTS,
+    start_services=True,
+    enforce_iam=True,
 ) -> dict:
     """Create the rendered deployment in `moto` (moto with the ECS patches); write the outputs file the verbs
     read into `directory` and return its values, plus "outputs_file", "ids" (rendered id -> moto's), "token",
-    "picture", "cluster" and "task_definitions" (key -> the registered ARN). start_services=False leaves the
-    services' tasks to a scheduler of the caller's (the rehearsal's agent)."""
+    "picture", "cluster", "task_definitions" (key -> the registered ARN) and "identities" (iam.py). Created with
+    IAM enforcement off, as Terraform's apply; then the rendered roles, the operator and the inspector are
+    made and enforcement is turned on (enforce_iam, the default; the picture needs default_picture's "iam").
+    start_services=False leaves the services' tasks to a scheduler of the caller's (the rehearsal's agent)."""
     if not getattr(moto, "places_like_ecs", False):
         raise TypeError(
             "stack.create needs moto with tools/moto_stack/ecs.py's patches (the tests' EcsMotoServer, the "
@@ -398,6 +412,9 @@ def create(
     picture = picture or default_picture()
     if picture["region"] != REGION:
         raise ValueError(f"the picture's region is {picture['region']}; the stack's clients use {REGION}")
+    if enforce_iam and "iam" not in picture:
+        raise ValueError('stack.create enforces IAM: build the picture with default_picture() (it has "iam")')
+    iam.set_enforcement(moto.url, on=False)  # as Terraform's apply; the identities come last
     _keep_tasks_running(moto)
     ids: dict[str, str] = {}
     _kms(moto, picture, ids)
@@ -414,6 +431,7 @@ def create(
     _services(moto, picture, ids, cluster, registered, start_services)
     outputs = _write_outputs(picture, picture.get("outputTypes", {}), ids, directory)
     definitions = {key: d["taskDefinitionArn"] for key, d in registered.items()}
+    identities = iam.enforce(moto, iam.Spec(**picture["iam"])) if enforce_iam else {}
     return {
         **outputs,
         "ids": ids,
@@ -422,4 +440,5 @@ def create(
         "picture": picture,
         "cluster": cluster,
         "task_definitions": definitions,
+        "identities": identities,
     }
