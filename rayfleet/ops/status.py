@@ -1,6 +1,8 @@
-"""One screen on the ECS cluster: services, tasks, why capacity is not coming (the Auto Scaling groups'
-failed launches and the services' placement events of the last hour: rayfleet/ecs/capacity.py), Ray's view,
-recent runs, and what it costs per hour.
+"""One screen on the ECS cluster: services (head, workers and the control task), tasks, why capacity is not
+coming (the Auto Scaling groups' failed launches and the services' placement events of the last hour:
+rayfleet/ecs/capacity.py), Ray's view (flagged stale when the control task has not written it for
+STALE_AFTER_S), recent runs, and what it costs per hour. Fields a job could have written (run names, states,
+reasons, job ids, Serve names) go through rayfleet/core/terminal.py printable() before they reach the terminal.
 
 python -m rayfleet.ops.status [--json] [--runs 5]        # make status
 """
@@ -17,6 +19,7 @@ from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.catalog import PRICES_AS_OF, gpus_of, hourly_cost
 from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.core.run_queue import HELD, WAITING, Queue
+from rayfleet.core.terminal import printable
 from rayfleet.ecs import capacity
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import running_tasks
@@ -83,6 +86,38 @@ def _tasks(aws: Aws, out: Outputs, instances: dict) -> list[dict]:
     return rows
 
 
+# The control task writes Ray's view every SNAPSHOT_INTERVAL_S (its `--interval`, infra/modules/ray); a view
+# older than STALE_ROUNDS rounds means it has stopped (stopped by autostop, crashing, or refused by a head
+# whose token it does not hold) and what it shows is history, not the cluster now.
+SNAPSHOT_INTERVAL_S = 30
+STALE_ROUNDS = 4
+STALE_AFTER_S = STALE_ROUNDS * SNAPSHOT_INTERVAL_S
+
+
+def ray_age_s(ray: dict | None, now: datetime) -> float | None:
+    """Seconds since the snapshot was taken; None without a snapshot or with a time that does not parse."""
+    try:
+        taken = datetime.fromisoformat(str((ray or {})["taken_at"]))
+    except (KeyError, ValueError):
+        return None
+    return (now - (taken if taken.tzinfo else taken.replace(tzinfo=UTC))).total_seconds()
+
+
+def ray_section(ray: dict | None, now: datetime) -> dict:
+    """The snapshot with its age and whether it is stale (older than STALE_AFTER_S, or of unknown age)."""
+    age = ray_age_s(ray, now)
+    return {
+        "ray": ray,
+        "ray_age_s": None if age is None else round(age),
+        "ray_stale": ray is not None and (age is None or age > STALE_AFTER_S),
+    }
+
+
+def service_names(out: Outputs) -> list[str]:
+    """The services `status` lists: the head, the workers and the control task (absent before issue 27)."""
+    return [out.head_service_name, out.worker_service_name] + [s for s in [out.control_service_name] if s]
+
+
 def _ray_view(aws: Aws, out: Outputs) -> dict | None:
     s3 = aws.client("s3")
     try:
@@ -113,9 +148,7 @@ def status(aws: Aws, out: Outputs, runs: int = 5, why=capacity.reasons) -> dict:
     """`why` (aws, out, since) -> [capacity.Reason]: the capacity reasons (the tests pass recorded ones)."""
     ecs = aws.client("ecs")
     aws.check_cluster(out.cluster_name)
-    services = ecs.describe_services(
-        cluster=out.cluster_name, services=[out.head_service_name, out.worker_service_name]
-    )["services"]
+    services = ecs.describe_services(cluster=out.cluster_name, services=service_names(out))["services"]
     instances = _instances(aws, out.cluster_name)
     cost, unknown = hourly_cost([i["instance_type"] for i in instances.values()])
     spent, since = spend_usd(aws.client("ec2"), list(instances.values()), datetime.now(UTC))
@@ -135,7 +168,7 @@ def status(aws: Aws, out: Outputs, runs: int = 5, why=capacity.reasons) -> dict:
         "instances": [{k: v for k, v in i.items() if k != "launch_time"} for i in instances.values()],
         "tasks": _tasks(aws, out, instances),
         "capacity": [{"reason": r.text, "fatal": r.fatal} for r in reasons],
-        "ray": _ray_view(aws, out),
+        **ray_section(_ray_view(aws, out), datetime.now(UTC)),
         "runs": _runs(out, runs),
         "queue": _queue(out),
         "cost_per_hour_usd": round(cost, 3),
@@ -163,7 +196,8 @@ def queue_line(queue: list[dict]) -> str:
     running = len(queue) - len(waiting) - len(held)
     line = f"  {running} running, {len(waiting)} waiting" + (f", {len(held)} held by the budget" if held else "")
     first = (waiting or held or [None])[0]
-    return line + (f"; next: {first['run']} ({first['reason']})" if first else "") + "; `make queue` for all"
+    shown = f"; next: {printable(first['run'])} ({printable(first['reason'])})" if first else ""
+    return line + shown + "; `make queue` for all"
 
 
 def _amount(name: str, value: float) -> str:
@@ -192,11 +226,12 @@ def render_ray(ray: dict, jobs: int = 5) -> list[str]:
     for n in alive:
         resources = ", ".join(f"{k} {_amount(k, v)}" for k, v in n.get("resources", {}).items() if k in ("CPU", "GPU"))
         lines.append(
-            f"    {'head' if n.get('head') else 'worker':<8}{n.get('node_id', '?'):<14}{n.get('address') or '?':<16}"
+            f"    {'head' if n.get('head') else 'worker':<8}{printable(n.get('node_id', '?')):<14}"
+            f"{printable(n.get('address') or '?'):<16}"
             f"{resources}"
         )
-    if "serve" in ray:
-        lines.append("  serve: " + "\n    ".join(serve_lines(ray["serve"])))
+    if "serve" in ray:  # application and deployment names and messages come from the jobs that deployed them
+        lines.append("  serve: " + "\n    ".join(printable(line) for line in serve_lines(ray["serve"])))
     if ray.get("serve_kept"):
         lines.append(f"  serve kept: {kept_line(ray['serve_kept'])}")
     if "autostop" in ray:
@@ -208,16 +243,17 @@ def render_ray(ray: dict, jobs: int = 5) -> list[str]:
     for j in listed[:jobs]:
         started = j.get("start_time")
         when = datetime.fromtimestamp(started / 1000, UTC).strftime("%Y-%m-%d %H:%M") if started else "-"
-        lines.append(f"    {j.get('submission_id') or j.get('job_id') or '?':<28}{j.get('status') or '?':<11}{when}")
+        name, state = printable(j.get("submission_id") or j.get("job_id") or "?"), printable(j.get("status") or "?")
+        lines.append(f"    {name:<28}{state:<11}{when}")
     return lines
 
 
 def kept_line(kept: dict) -> str:
     """The Serve config `make serve` keeps, as the control task found it (rayfleet/serve/kept.py)."""
     if "error" in kept:
-        return f"unreadable ({kept['error']})"
-    again = f"; applied again to this head: {', '.join(kept['reapplied'])}" if kept.get("reapplied") else ""
-    return f"run {kept['run']} (a restarted head gets it back; make serve-down ends it){again}"
+        return f"unreadable ({printable(kept['error'])})"
+    again = f"; applied again to this head: {printable(', '.join(kept['reapplied']))}" if kept.get("reapplied") else ""
+    return f"run {printable(kept['run'])} (a restarted head gets it back; make serve-down ends it){again}"
 
 
 def autostop_line(decided: dict | None) -> str:
@@ -226,8 +262,8 @@ def autostop_line(decided: dict | None) -> str:
         return "off"
     if "error" in decided:
         return f"cannot decide ({decided['error']})"
-    if "busy" in decided:
-        return f"not idle ({decided['busy']}); stops after {decided['idle_min']:g} idle minutes"
+    if "busy" in decided:  # names the run or job that keeps the cluster busy
+        return f"not idle ({printable(decided['busy'])}); stops after {decided['idle_min']:g} idle minutes"
     what = " and ".join(decided["stops"])
     if decided["stopped"]:
         return f"{what} scaled to 0 at {decided['stops_at']} (idle since {decided['idle_since']}); `make start`"
@@ -239,8 +275,17 @@ def queue_capacity_line(decided: dict) -> str:
     if "error" in decided:
         return f"cannot read it ({decided['error']})"
     raised = f", raised from {decided['raised_from']}" if "raised_from" in decided else ""
+    why = printable(decided["why"])
+    return f"needs {decided['wanted']} worker node(s): {why} (the service wants {decided['desired']}{raised})"
+
+
+def stale_line(age_s: float | None) -> str:
+    """The warning over a Ray view the control task has stopped refreshing."""
+    age = "of unknown age" if age_s is None else f"{age_s:.0f} s old"
     return (
-        f"needs {decided['wanted']} worker node(s): {decided['why']} (the service wants {decided['desired']}{raised})"
+        f"  STALE: this view is {age} (the control task writes one every {SNAPSHOT_INTERVAL_S} s; stale after "
+        f"{STALE_AFTER_S} s): the ray-control service is stopped or cannot read the head (its log says why); "
+        "what follows is the cluster as it was"
     )
 
 
@@ -256,13 +301,21 @@ def render(s: dict) -> str:
         lines += ["", "capacity (the last hour: why instances are not coming)"]
         lines += [f"  {'cannot come: ' if r['fatal'] else ''}{r['reason']}" for r in s["capacity"]]
     ray = s["ray"]
-    lines += ["", "ray (as the head reports it" + (f", {ray['taken_at']})" if ray else ")")]
-    lines += render_ray(ray) if ray else ["  no snapshot yet: the ray-control task writes one every 30 s"]
+    lines += ["", "ray (as the head reports it" + (f", {printable(ray.get('taken_at'))})" if ray else ")")]
+    if ray and s.get("ray_stale"):
+        lines.append(stale_line(s.get("ray_age_s")))
+    lines += (
+        render_ray(ray)
+        if ray
+        else [f"  no snapshot yet: the ray-control task writes one every {SNAPSHOT_INTERVAL_S} s"]
+    )
     if "queue" in s:
         lines += ["", "queue", queue_line(s["queue"])]
     lines += ["", "recent runs"]
     lines += [
-        f"  {r['run']:<28}{r['state']:<20}{r['last_checkpoint'] or '-':<22}{r['results']}" for r in s["runs"]
+        f"  {printable(r['run']):<28}{printable(r['state']):<20}{printable(r['last_checkpoint'] or '-'):<22}"
+        f"{printable(r['results'])}"
+        for r in s["runs"]
     ] or ["  (none)"]
     unknown = f" (+ unpriced: {', '.join(s['cost_unknown_types'])})" if s["cost_unknown_types"] else ""
     lines += [

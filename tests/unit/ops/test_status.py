@@ -173,3 +173,52 @@ def test_status_says_in_one_line_what_the_queue_holds():
         "  1 running, 1 waiting, 1 held by the budget; next: c (first of 1 in the queue); `make queue` for all"
     )
     assert "queue\n  empty" in render({**empty_status(), "queue": []})
+
+
+def test_a_ray_view_older_than_the_stale_threshold_says_so():
+    """After a rotation the control task could not read the head and the snapshot stopped: `status` must not show
+    the old view as the cluster now."""
+    from datetime import UTC, datetime, timedelta
+
+    from rayfleet.ops.status import STALE_AFTER_S, ray_section
+
+    now = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+    old = {"taken_at": (now - timedelta(seconds=STALE_AFTER_S + 1)).isoformat(), "nodes": []}
+    fresh = {"taken_at": (now - timedelta(seconds=STALE_AFTER_S - 1)).isoformat(), "nodes": []}
+    assert ray_section(old, now)["ray_stale"] and not ray_section(fresh, now)["ray_stale"]
+    assert ray_section({"taken_at": "garbage", "nodes": []}, now)["ray_stale"]  # unknown age is not fresh
+    assert not ray_section(None, now)["ray_stale"]
+    text = render({**empty_status(), **ray_section(old, now)})
+    assert f"STALE: this view is {STALE_AFTER_S + 1} s old" in text and f"stale after {STALE_AFTER_S} s" in text
+    assert "STALE" not in render({**empty_status(), **ray_section(fresh, now)})
+
+
+def test_status_lists_the_control_service_beside_the_head_and_workers():
+    from rayfleet.ecs.outputs import Outputs
+    from rayfleet.ops.status import service_names
+
+    names = dict(head_service_name="c-ray-head", worker_service_name="c-ray-worker")
+    out = Outputs("r", "c", [], "sg", "td", results_bucket="b", trainer_log_group="g", **names)
+    assert service_names(out) == ["c-ray-head", "c-ray-worker"]  # a deployment from before the control task
+    with_control = Outputs(**{**out.__dict__, "control_service_name": "c-ray-control"})
+    assert service_names(with_control) == ["c-ray-head", "c-ray-worker", "c-ray-control"]
+
+
+def test_job_written_fields_reach_the_terminal_without_control_characters():
+    escape = "\x1b]0;owned\x07\x1b[2J\x1b[1A"
+    ray = {
+        "taken_at": "2026-11-23T12:00:00+00:00",
+        "nodes": [],
+        "jobs": [{"submission_id": f"job{escape}", "status": f"RUNNING{escape}", "start_time": None}],
+        "serve": [
+            {"name": f"app{escape}", "status": "RUNNING", "route_prefix": "/", "message": escape, "deployments": []}
+        ],
+        "serve_kept": {"run": f"kept{escape}", "reapplied": [f"a{escape}"]},
+        "autostop": {"busy": f"run{escape}", "idle_min": 30},
+        "queue_capacity": {"wanted": 1, "why": f"run{escape}", "desired": 0},
+    }
+    runs = [{"run": f"r{escape}", "state": f"RUNNING{escape}", "last_checkpoint": escape, "results": escape}]
+    queue = [{"run": f"q{escape}", "state": "waiting", "reason": f"why{escape}"}]
+    text = render({**empty_status(), "ray": ray, "runs": runs, "queue": queue})
+    assert "job?]0;owned??[2J?[1A" in text and "r?]0;owned" in text and "q?]0;owned" in text
+    assert not [c for c in text if c != "\n" and (ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F)]
