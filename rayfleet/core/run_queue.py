@@ -20,15 +20,26 @@ The policy (`verdict`), the same for every run, so no dispatcher is needed to ap
   HELD, it steps aside, so the runs behind it may go, and it is judged again as the spending changes (a new
   month). Against the budget: the ledger its runs write when they end (`spent`), plus each running run's
   projected cost (reserved while it runs; what it has spent if more).
+
+Every job may write under queue/, so a reader takes nothing there on trust (rayfleet/core/run_queue_checks.py):
+an entry or ledger item its writer could not have written is ignored with its reason (one warning per reader;
+`scan` returns them for `rayfleet queue`), an entry counts only while the run it names is alive (`Alive`, when
+the reader knows), and a priority above the deployment's RAYFLEET_MAX_PRIORITY is clamped. A queue holding
+garbage degrades to "that entry is ignored", never to "nothing runs".
 """
 
 from __future__ import annotations
 
 import json
+import sys
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
+from rayfleet.core import run_queue_checks as checks
 from rayfleet.core.run_dir import RunDir
+from rayfleet.core.run_queue_checks import DEFAULT_MAX_PRIORITY, Alive
+from rayfleet.core.terminal import printable
 
 FOLDER = "queue"
 LEDGER = "spent"  # inside the queue's folder (the task role may write there): one file per run that ended
@@ -38,7 +49,7 @@ STALE_S = 30.0  # an entry's job refreshes it every HEARTBEAT_S; this long witho
 HEARTBEAT_S = 5.0
 PLACE_TIMEOUT_S = 180.0  # an admitted run that has placed no workers by then blocks nobody
 
-WAITING, HELD, ADMITTED, RUNNING = "waiting", "held", "admitted", "running"
+WAITING, HELD, ADMITTED, RUNNING = checks.STATES
 
 
 @dataclass(frozen=True)
@@ -107,13 +118,32 @@ class Entry:
         return self.usd_per_hour * max(0.0, now - max(self.admitted_at, since)) / 3600
 
 
-class Queue:
-    """The entries of one cluster's queue (`root`: a local directory or s3://bucket[/prefix])."""
+@dataclass(frozen=True)
+class Ignored:
+    name: str  # the object's name under queue/
+    reason: str  # why no reader counts it (one line)
 
-    def __init__(self, root: str, budget: Budget | None = None):
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+class Queue:
+    """The entries of one cluster's queue (`root`: a local directory or s3://bucket[/prefix]). `max_priority`:
+    the highest priority a reader lets an entry have (rayfleet/core/run_queue_checks.py); `warn`: where an
+    ignored entry is said, once per reader."""
+
+    def __init__(
+        self,
+        root: str,
+        budget: Budget | None = None,
+        max_priority: int = DEFAULT_MAX_PRIORITY,
+        warn: Callable[[str], None] = _stderr,
+    ):
         self.folder = RunDir(root, FOLDER)
         self.ledger = RunDir(f"{root.rstrip('/')}/{FOLDER}", LEDGER)  # {run, usd, admitted_at, ended_at} each
-        self.budget = budget
+        self.budget, self.max_priority, self.warn = budget, max_priority, warn
+        self._warned: set[Ignored] = set()
 
     @property
     def url(self) -> str:
@@ -126,13 +156,66 @@ class Queue:
         self.folder.remove([f"{run}.json"])
 
     def get(self, run: str) -> Entry | None:
-        return _parse(self.folder.read(f"{run}.json"))
+        """The run's entry as stored (checked, its times not against the clock); None: none, or not an entry."""
+        try:
+            return self._read(f"{run}.json", None)
+        except checks.Invalid:
+            return None
 
-    def entries(self, now: float) -> list[Entry]:
-        """The live entries (refreshed within STALE_S), in queue order: running and admitted runs first."""
-        found = [_parse(self.folder.read(name)) for name in self.folder.entries() if name.endswith(".json")]
-        live = [e for e in found if e is not None and now - e.heartbeat_at <= STALE_S]
-        return sorted(live, key=lambda e: (e.state in (WAITING, HELD), e.key()))
+    def entries(self, now: float, alive: Alive | None = None) -> list[Entry]:
+        """The entries that count (refreshed within STALE_S, valid, and of a live run when `alive` is given),
+        in queue order: running and admitted runs first."""
+        return self.scan(now, alive)[0]
+
+    def scan(self, now: float, alive: Alive | None = None) -> tuple[list[Entry], list[Ignored]]:
+        """`entries`, and the entries ignored with why (a stale entry is not among them: its job ended)."""
+        live, ignored = [], []
+        for name in self.folder.entries():
+            if not name.endswith(".json"):
+                continue
+            try:
+                entry = self._read(name, now)
+            except checks.Invalid as exc:
+                ignored.append(Ignored(name, str(exc)))
+                continue
+            if entry is not None and now - entry.heartbeat_at <= STALE_S:
+                live.append(entry)
+        for item in ignored:
+            self._warn_once(item)
+        live, dead = self._split(live, alive)
+        return sorted(live, key=lambda e: (e.state in (WAITING, HELD), e.key())), ignored + dead
+
+    def counting(self, entries: list[Entry], alive: Alive | None) -> list[Entry]:
+        """Of `entries`, those of a live run (all of them when `alive` is None: not known); the others said."""
+        return self._split(entries, alive)[0]
+
+    def _split(self, entries: list[Entry], alive: Alive | None) -> tuple[list[Entry], list[Ignored]]:
+        live, dead = [], []
+        for entry in entries:
+            why = alive.why_not(entry.run, entry.submission_id) if alive is not None else None
+            if why:
+                dead.append(Ignored(f"{entry.run}.json", why))
+                self._warn_once(dead[-1])
+            else:
+                live.append(entry)
+        return live, dead
+
+    def _read(self, name: str, now: float | None) -> Entry | None:
+        try:
+            text = self.folder.read(name)
+        except (ValueError, OSError):  # not UTF-8, a folder of that name
+            raise checks.Invalid("not a readable file") from None
+        if text is None:
+            return None
+        fields, note = checks.entry_fields(text, name, now, self.max_priority)
+        if note:
+            self._warn_once(Ignored(name, note))
+        return Entry(**fields)
+
+    def _warn_once(self, item: Ignored) -> None:
+        if item not in self._warned:
+            self._warned.add(item)
+            self.warn(printable(f"[rayfleet] queue: {self.url}/{item.name} ignored: {item.reason}"))
 
     def record_spent(self, entry: Entry, now: float) -> None:
         """At a run's end, what it held, into the ledger (one file per run and admission: one writer each)."""
@@ -143,26 +226,25 @@ class Queue:
         self.ledger.write(f"{entry.run}-{int(entry.admitted_at)}.json", json.dumps(body))
 
     def spent(self, since: float, now: float, entries: list[Entry] | None = None) -> float:
-        """Dollars spent since `since`: the ledger's runs that ended since, and the live runs so far."""
+        """Dollars spent since `since`: the ledger's runs that ended since, and the live runs so far. A ledger
+        item the budget code could not have written (checks.ledger_item) counts for nothing."""
         total = 0.0
         for name in self.ledger.entries():
             try:
-                item = json.loads(self.ledger.read(name) or "{}")
-                if float(item["ended_at"]) >= since:
-                    total += float(item["usd"])
-            except (ValueError, KeyError, TypeError):  # not a ledger item: counts for nothing
+                usd, ended_at = checks.ledger_item(self._ledger_text(name), name, now)
+            except checks.Invalid as exc:
+                self._warn_once(Ignored(f"{LEDGER}/{name}", str(exc)))
                 continue
+            if ended_at >= since:
+                total += usd
         live = self.entries(now) if entries is None else entries
         return total + sum(e.spent_usd(now, since) for e in live)
 
-
-def _parse(text: str | None) -> Entry | None:
-    if not text:
-        return None
-    try:
-        return Entry(**json.loads(text))
-    except (ValueError, TypeError):  # a file that is not an entry: ignored, never fatal to a listing
-        return None
+    def _ledger_text(self, name: str) -> str | None:
+        try:
+            return self.ledger.read(name)
+        except (ValueError, OSError):
+            raise checks.Invalid("not a readable file") from None
 
 
 def waiting(entries: list[Entry]) -> list[Entry]:

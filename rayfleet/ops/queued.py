@@ -5,6 +5,9 @@
 Each waiting run's job keeps its own entry (rayfleet/core/run_queue.py, rayfleet/recipes/admission.py), so this
 only reads: `<local cluster state>/queue/` and, once deployed, s3://<results bucket>/queue/, and after them the
 runs whose trainer waits for a driver slot (s3://<results bucket>/cluster/launches/, state `no-slot`).
+Every job may write under queue/: an object there that is not an entry its run's job could have written is
+listed as `ignored` with the reason (no reader counts it: rayfleet/core/run_queue_checks.py), and every field a
+job wrote reaches the terminal through rayfleet/core/terminal.py `printable()`.
 """
 
 from __future__ import annotations
@@ -20,11 +23,13 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rayfleet.core.aws import run_cli
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.launch_queue import Launches, Pending
-from rayfleet.core.run_queue import ADMITTED, RUNNING, WAITING, Entry, Queue, waiting
+from rayfleet.core.run_queue import ADMITTED, RUNNING, WAITING, Entry, Ignored, Queue, waiting
+from rayfleet.core.terminal import printable
 from rayfleet.ecs.outputs import MissingOutputs, Outputs
 from rayfleet.local.cluster import state_dir
 
 NO_SLOT = "no-slot"  # an ECS run whose trainer waits for a driver slot on the head instance
+IGNORED = "ignored"  # an object under queue/ that no reader counts
 
 
 def rows(entries: list[Entry], where: str, now: float) -> list[dict]:
@@ -46,6 +51,33 @@ def rows(entries: list[Entry], where: str, now: float) -> list[dict]:
             }
         )
     return out
+
+
+def ignored_rows(ignored: list[Ignored], where: str) -> list[dict]:
+    """One row per object under queue/ that no reader counts, named by its file, with why."""
+    return [
+        {
+            "run": item.name.removesuffix(".json"),
+            "where": where,
+            "state": IGNORED,
+            "position": None,
+            "priority": None,
+            "resources": "",
+            "since_s": None,
+            "start_at": None,
+            "cost_usd": 0.0,
+            "who": "",
+            "reason": item.reason,
+        }
+        for item in ignored
+    ]
+
+
+def listed(queue: Queue, where: str, now: float) -> list[dict]:
+    """The queue's rows, then the objects in it that no reader counts (said here, not warned about)."""
+    queue.warn = lambda _line: None
+    entries, ignored = queue.scan(now)
+    return rows(entries, where, now) + ignored_rows(ignored, where)
 
 
 def projected(entries: list[Entry], now: float) -> dict[str, float | None]:
@@ -93,10 +125,11 @@ def table(found: list[dict], now: float) -> str:
     head = f"{'POS':<5}{'RUN':<34}{'WHERE':<7}{'STATE':<10}{'PRIO':<6}{'RESOURCES':<22}{'SINCE':<8}{'START':<8}"
     lines = [f"{head}{'COST':<10}{'WHO':<24}WHY"]
     for r in found:
+        shown = {k: printable("-" if r[k] is None else r[k]) for k in ("run", "state", "priority", "since_s", "who")}
         lines.append(
-            f"{r['position'] or '-'!s:<5}{r['run']:<34}{r['where']:<7}{r['state']:<10}{r['priority']:<6}"
-            f"{r['resources']:<22}{r['since_s']:<8}{_start(r, now):<8}{'$' + format(r['cost_usd'], '.2f'):<10}"
-            f"{r['who'][:23]:<24}{r['reason']}"
+            f"{r['position'] or '-'!s:<5}{shown['run']:<34}{r['where']:<7}{shown['state']:<10}{shown['priority']:<6}"
+            f"{r['resources']:<22}{shown['since_s']:<8}{_start(r, now):<8}{'$' + format(r['cost_usd'], '.2f'):<10}"
+            f"{shown['who'][:23]:<24}{printable(r['reason'])}"
         )
     return "\n".join(lines)
 
@@ -107,11 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
     opts = parser.parse_args(argv)
     now = time.time()
-    found = rows(Queue(str(state_dir())).entries(now), "local", now)
+    found = listed(Queue(str(state_dir())), "local", now)
     try:
         out = Outputs.load(opts.outputs)
         if out.results_bucket:
-            found += rows(Queue(f"s3://{out.results_bucket}").entries(now), "ecs", now)
+            found += listed(Queue(f"s3://{out.results_bucket}"), "ecs", now)
             found += slot_rows(Launches.of_bucket(out.results_bucket).waiting(), now)
     except MissingOutputs:
         pass  # nothing deployed: the local queue only

@@ -12,6 +12,12 @@ the run's entry (priority, submission time, workers and their size). The job the
    group created since the admission), so the next run never races it for the same workers;
 5. removes its entry when the command ends, is stopped, or is cancelled while it waits (`rayfleet cancel`:
    exit 130, the run recorded CANCELLED); a run that cost money writes what it held into the queue's ledger.
+
+Every job may write under queue/, so the entries of the others are checked as they are read (rayfleet/core/
+run_queue_checks.py): one that is not an entry is ignored with one warning, and one counts only while the run
+it names has a live Ray job (Ray's job list: rayfleet/recipes/run_queue_liveness.py), so a forged or left-over
+entry cannot hold every run behind it. RAYFLEET_MAX_PRIORITY of the job's environment (the trainer task's on
+ECS) clamps the priorities it reads, as the control task does.
 """
 
 from __future__ import annotations
@@ -44,7 +50,9 @@ from rayfleet.core.run_queue import (
     over_budget,
     verdict,
 )
+from rayfleet.core.run_queue_checks import Alive, max_priority_from
 from rayfleet.recipes.placement import groups_once_reachable, placed_after, probe
+from rayfleet.recipes.run_queue_liveness import Liveness
 from rayfleet.train import stop
 
 EXIT_CANCELLED = 130
@@ -67,7 +75,7 @@ def parse(text: str, env: dict) -> tuple[Queue, Entry]:
     entry = Entry(**value["entry"])
     entry.submission_id = env.get("RAY_JOB_SUBMISSION_ID") or entry.submission_id
     budget = Budget(**value["budget"]) if value.get("budget") else None
-    return Queue(value["root"], budget), entry
+    return Queue(value["root"], budget, max_priority=max_priority_from(env)), entry
 
 
 def budget_from(env: dict, entry: Entry) -> Budget | None:
@@ -88,8 +96,10 @@ def wait_turn(
     try_place: Callable[[Entry], bool] = probe,
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
+    alive: Callable[[set[str]], Alive | None] | None = None,
 ) -> str | None:
-    """Wait until the run is admitted (returns None) or cancelled (returns the reason); the entry stays."""
+    """Wait until the run is admitted (returns None) or cancelled (returns the reason); the entry stays.
+    `alive`: the runs with a live job, given the names the entries have (None: every fresh entry counts)."""
     said = None
     held_by = _Spending(queue, clock)
     while True:
@@ -97,7 +107,7 @@ def wait_turn(
         if cancelled:
             return cancelled
         now = clock()
-        others = _others(queue, entry, now)
+        others = _others(queue, entry, now, alive)
         if entry.state == HELD:
             reason = held_by(entry, others)
             if reason is None:
@@ -123,8 +133,11 @@ def wait_turn(
         sleep(1.0)
 
 
-def _others(queue: Queue, entry: Entry, now: float) -> list[Entry]:
-    return [e for e in queue.entries(now) if e.run != entry.run]
+def _others(queue: Queue, entry: Entry, now: float, alive: Callable[[set[str]], Alive | None] | None) -> list[Entry]:
+    found = [e for e in queue.entries(now) if e.run != entry.run]
+    if alive is None or not found:
+        return found
+    return queue.counting(found, alive({e.run for e in found}))
 
 
 class _Spending:
@@ -202,7 +215,7 @@ def admit(queue: Queue, entry: Entry, run_dir: RunDir) -> Callable[[], bool] | s
     try:
         with bare_driver():
             waited = time.monotonic()
-            cancelled = wait_turn(queue, entry, run_dir)
+            cancelled = wait_turn(queue, entry, run_dir, alive=Liveness(say))
             if cancelled:
                 queue.remove(entry.run)
                 return cancelled
