@@ -142,6 +142,16 @@ run "serve_ray" {
     error_message = "The API key reaches the serve-gate container alone, which starts before the head: ${aws_ecs_task_definition.head.container_definitions}"
   }
 
+  # issue 54 R11: a gate restarted in place would leave the Serve port free for a job on the head to bind;
+  # essential and without a restart policy, a gate that exits takes the head task (and its jobs) with it.
+  assert {
+    condition = (
+      jsondecode(aws_ecs_task_definition.head.container_definitions)[1].essential == true &&
+      try(jsondecode(aws_ecs_task_definition.head.container_definitions)[1].restartPolicy.enabled, false) == false
+    )
+    error_message = "The serve gate is essential and never restarted in place: ${aws_ecs_task_definition.head.container_definitions}"
+  }
+
   assert {
     condition = (
       aws_secretsmanager_secret.serve_api_key[0].kms_key_id == var.kms_key_arn &&

@@ -17,9 +17,12 @@ locals {
   # Serve's own proxy listens on 127.0.0.1 here (rayfleet/serve/config.py GATED_PROXY_PORT); only the gate
   # reaches it, from inside the head task's network namespace.
   serve_gate_container = var.serve == null ? null : merge(local.locked_down, {
-    name        = "serve-gate"
-    image       = var.images["ray-head"]
-    essential   = false # the head and its jobs outlive the gate; ECS restarts it in place
+    name  = "serve-gate"
+    image = var.images["ray-head"]
+    # Essential, with no restart policy: while a gate restarted in place, the Serve port would be free in the
+    # head task's network namespace, where any job can bind it and collect callers' keys. A gate that exits
+    # stops the whole head task instead (with a GCS store a replaced head takes the cluster back).
+    essential   = true
     entryPoint  = ["python", "-m", "rayfleet.node.serve_gate"]
     command     = ["--host", "0.0.0.0", "--port", tostring(var.serve.port)]
     memory      = local.sidecar_memory_mib
@@ -33,7 +36,6 @@ locals {
       ],
     )
     linuxParameters  = merge(local.no_capabilities, { initProcessEnabled = true })
-    restartPolicy    = { enabled = true, restartAttemptPeriod = 60 }
     logConfiguration = local.logging["ray-head"] # stream ray-head/serve-gate/<task id>
     stopTimeout      = 10
   })
