@@ -22,9 +22,15 @@ import os
 import sys
 
 from rayfleet.cli import verbs
+from rayfleet.core.arg_bounds import float_in, int_in
 from rayfleet.core.aws import run_cli
+from rayfleet.core.run_name import run_name_arg
 
 ON = ("auto", "local", "ecs")
+# Every number a verb takes is bounded here, so a bad one is refused by the parser (exit 2, one line), never
+# passed on to fail later (exit 1). The local cluster's own limits (at most 50 workers) stay with it
+# (rayfleet/local/cluster.py), which refuses with exit 2 too.
+WEEK_S = 7 * 24 * 3600.0
 
 
 def _outputs(p: argparse.ArgumentParser) -> None:
@@ -44,7 +50,7 @@ def _runs(sub) -> None:
     p.add_argument("recipe", help="the recipe file (recipes/ddp.yaml, or your own)")
     p.add_argument("--on", choices=ON, default="auto", help="auto: ecs once `rayfleet deploy` ran, else local")
     p.add_argument("--local-recipe", help="the recipe to run instead when the run goes to the local cluster")
-    p.add_argument("--name", help="the new run's name (default: <recipe name>-<UTC time>)")
+    p.add_argument("--name", type=run_name_arg, help="the new run's name (default: <recipe name>-<UTC time>)")
     _sets(p, "recipe")
     p.add_argument(
         "-d",
@@ -60,7 +66,7 @@ def _runs(sub) -> None:
     p = sub.add_parser("launch", help="run a job module (ddp, fsdp, ...) on ECS directly, without a recipe")
     p.add_argument("job", help="ddp, fsdp, or any module the trainer image runs")
     p.add_argument("args", nargs="*", metavar="key=value", help="passed to the job")
-    p.add_argument("--name", help="the new run's name; an existing run's name resumes it")
+    p.add_argument("--name", type=run_name_arg, help="the new run's name; an existing run's name resumes it")
     p.add_argument("-d", "--detach", action="store_true", help="return once the task has started")
     p.add_argument("--json", action="store_true", help="print the launch record as JSON")
     _bucket(p)
@@ -68,13 +74,13 @@ def _runs(sub) -> None:
     p.set_defaults(handler=verbs.launch)
 
     p = sub.add_parser("runs", help="recent runs, local and in S3: state, duration, cost, where the results are")
-    p.add_argument("--limit", type=int, default=20)
+    p.add_argument("--limit", type=int_in(1, 10_000), default=20)
     p.add_argument("--json", action="store_true")
     _outputs(p)
     p.set_defaults(handler=verbs.runs)
 
     p = sub.add_parser("logs", help="a run's driver log (local or CloudWatch)")
-    p.add_argument("--run", required=True, help="the run (rayfleet runs lists them)")
+    p.add_argument("--run", type=run_name_arg, required=True, help="the run (rayfleet runs lists them)")
     p.add_argument("--since", help="only events after this: 30s, 10m, 2h, 1d or an ISO time")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing until the run ends")
     _outputs(p)
@@ -86,21 +92,21 @@ def _runs(sub) -> None:
     p.set_defaults(handler=verbs.queue)
 
     p = sub.add_parser("cancel", help="cancel a run: a queued one never starts; a running one checkpoints, then ends")
-    p.add_argument("--run", required=True, help="the run (rayfleet runs lists them)")
+    p.add_argument("--run", type=run_name_arg, required=True, help="the run (rayfleet runs lists them)")
     _outputs(p)
     p.set_defaults(handler=verbs.cancel)
 
     p = sub.add_parser("plot", help="draw runs' curves into plots/<run>.png")
-    p.add_argument("--run", action="append", required=True, help="a run (repeat to compare runs)")
+    p.add_argument("--run", type=run_name_arg, action="append", required=True, help="a run (repeat to compare runs)")
     p.add_argument("--runs-dir", help="local directory or s3://bucket/prefix (default: where the runs live)")
     p.add_argument("--out", help="the PNG (default: plots/<first run>.png)")
     _bucket(p)
     p.set_defaults(handler=verbs.plot)
 
     p = sub.add_parser("tensorboard", help="serve runs' TensorBoard on 127.0.0.1")
-    p.add_argument("--run", action="append", required=True, help="a run (repeat to compare runs)")
+    p.add_argument("--run", type=run_name_arg, action="append", required=True, help="a run (repeat to compare runs)")
     p.add_argument("--runs-dir", help="local directory or s3://bucket/prefix (default: where the runs live)")
-    p.add_argument("--port", type=int, default=6006)
+    p.add_argument("--port", type=int_in(1, 65535), default=6006)
     _bucket(p)
     p.set_defaults(handler=verbs.tensorboard)
 
@@ -128,7 +134,7 @@ def _deployment(sub) -> None:
 
     p = sub.add_parser("status", help="one screen on the deployment: services, tasks, GPUs, Ray, runs, cost")
     p.add_argument("--json", action="store_true")
-    p.add_argument("--runs", type=int, default=5, help="how many recent runs to show")
+    p.add_argument("--runs", type=int_in(0, 1000), default=5, help="how many recent runs to show")
     _outputs(p)
     p.set_defaults(handler=verbs.status)
 
@@ -144,7 +150,8 @@ def _deployment(sub) -> None:
     p.set_defaults(handler=verbs.stop)
 
     p = sub.add_parser("start", help="bring a stopped deployment back and wait until Ray sees it")
-    p.add_argument("--timeout", type=float, default=1800, help="seconds to wait for Ray to see the workers")
+    wait = float_in(0, WEEK_S, low_open=True)
+    p.add_argument("--timeout", type=wait, default=1800, help="seconds to wait for Ray to see the workers")
     p.add_argument("--recipe", help="start as many worker nodes as this recipe needs (default: the group's maximum)")
     _outputs(p)
     p.set_defaults(handler=verbs.start)
@@ -167,20 +174,20 @@ def _deployment(sub) -> None:
 def _cluster_and_serving(sub) -> None:
     p = sub.add_parser("cluster", help="the local Ray cluster: up, down, status, env, or run a command on it")
     p.add_argument("action", choices=["up", "down", "status", "env", "run", "replace-head"])
-    p.add_argument("--workers", type=int, help="worker nodes (default 2)")
+    p.add_argument("--workers", type=int_in(1, 10_000), help="worker nodes (default 2)")
     p.add_argument("--gcs-store", action="store_true", help="the GCS in a local redis-server (replace-head)")
-    p.add_argument("--cpus-per-worker", type=float)
-    p.add_argument("--gpus-per-worker", type=int)
+    p.add_argument("--cpus-per-worker", type=float_in(0, 1024, low_open=True))
+    p.add_argument("--gpus-per-worker", type=int_in(0, 64))
     p.add_argument("command", nargs="*", metavar="-- CMD", help="run: the command (a cluster is started if none)")
     p.set_defaults(handler=verbs.cluster)
 
     p = sub.add_parser("serve", help="a run's model as a Ray Serve application: up, status, down")
     p.add_argument("action", choices=["up", "status", "down"])
-    p.add_argument("--run", help="up: the run to serve (rayfleet runs lists them)")
+    p.add_argument("--run", type=run_name_arg, help="up: the run to serve (rayfleet runs lists them)")
     p.add_argument("--on", choices=ON, default="auto")
     p.add_argument("--config", help="the serving config (default: recipes/serve.yaml)")
     _sets(p, "serving-config")
-    p.add_argument("--timeout", type=float, help="up: seconds to wait for the replicas")
+    p.add_argument("--timeout", type=float_in(0, WEEK_S, low_open=True), help="up: seconds to wait for the replicas")
     _bucket(p)
     _outputs(p)
     p.set_defaults(handler=verbs.serve)

@@ -7,6 +7,8 @@ import os
 import sys
 
 from rayfleet.core import ray_auth
+from rayfleet.core.arg_bounds import float_in, int_in
+from rayfleet.core.errors import EXIT_BAD_INPUT
 from rayfleet.local import cluster, head_loss
 from rayfleet.local.host import ClusterError, shell_exports
 
@@ -18,9 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     up_p = sub.add_parser("up", help="start head + workers")
     run_p = sub.add_parser("run", help="run a command on the cluster (starting and stopping one if none runs)")
     for p in (up_p, run_p):
-        p.add_argument("--workers", type=int)
-        p.add_argument("--cpus-per-worker", type=float)
-        p.add_argument("--gpus-per-worker", type=int)
+        # bounded in the parser (exit 2); the cluster's own limits (cluster.ClusterSpec.validate) also exit 2
+        p.add_argument("--workers", type=int_in(1, 10_000))
+        p.add_argument("--cpus-per-worker", type=float_in(0, 1024, low_open=True))
+        p.add_argument("--gpus-per-worker", type=int_in(0, 64))
         p.add_argument(
             "--gcs-store",
             action="store_true",
@@ -36,12 +39,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         if args.verb in ("up", "run"):
-            spec = cluster.ClusterSpec.from_env(
-                workers=args.workers,
-                cpus_per_worker=args.cpus_per_worker,
-                gpus_per_worker=args.gpus_per_worker,
-                gcs_store=args.gcs_store,
-            )
+            try:
+                spec = cluster.ClusterSpec.from_env(
+                    workers=args.workers,
+                    cpus_per_worker=args.cpus_per_worker,
+                    gpus_per_worker=args.gpus_per_worker,
+                    gcs_store=args.gcs_store,
+                )
+            except ClusterError as exc:  # a shape the cluster refuses: bad input, before anything started
+                print(f"error: rayfleet cluster {args.verb}: {exc}", file=sys.stderr)
+                return EXIT_BAD_INPUT
             if args.verb == "run":
                 return cluster.run(args.command, spec)
             cluster.up(spec)

@@ -17,6 +17,8 @@ from rayfleet.core import ray_auth
 from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.errors import EXIT_INTERRUPTED, RayfleetError
 from rayfleet.core.run_dir import LOCAL_RUNS, RunDir
+from rayfleet.core.run_name import run_name_arg
+from rayfleet.core.terminal import printable
 from rayfleet.ecs.logs import LogReader, follow_task, parse_since, run_record
 from rayfleet.ecs.outputs import Outputs
 
@@ -54,7 +56,7 @@ def local_run_log(run: str, follow: bool, runs_dir: str = LOCAL_RUNS) -> int | N
     text = run_dir.read("driver.log")
     if text is None:
         raise RayfleetError(
-            f"run {run} has no driver.log yet and its job is not reachable (state {record.get('state')})"
+            f"run {run} has no driver.log yet and its job is not reachable (state {printable(record.get('state'))})"
         )
     print(text, end="")
     return 0
@@ -81,7 +83,7 @@ ACTIVE = ("PENDING", "QUEUED", "RUNNING")
 def main(argv: list[str] | None = None) -> int:
     ray_auth.use_token_auth()  # first: Ray reads its auth mode once, when it is imported
     parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.logs", description=__doc__.split("\n")[0])
-    parser.add_argument("run", help="run name (printed by the launch verb)")
+    parser.add_argument("run", type=run_name_arg, help="run name (printed by the launch verb)")
     parser.add_argument("--since", help="only events after this: 30s, 10m, 2h, 1d or an ISO time")
     parser.add_argument("--follow", "-f", action="store_true", help="keep printing until the task stops")
     parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +27,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rayfleet.core.aws import Aws, MissingOutputs, run_cli
 from rayfleet.core.errors import ConfigError, RayfleetError
 from rayfleet.core.run_dir import LOCAL_RUNS, RunDir, list_runs, runs_root
+from rayfleet.core.run_name import RULE, valid
+from rayfleet.core.terminal import printable
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import task_state
 from rayfleet.recipes.cost import attempt_started, cost_usd, spent_s
@@ -37,7 +40,10 @@ def _duration(record: dict) -> float | None:
     if record.get("state") in ("RUNNING", "SUBMITTED"):
         start = attempt_started(record)
         return (datetime.now(UTC) - start).total_seconds() if start else None
-    return float(record["duration_s"]) if record.get("duration_s") is not None else None
+    try:  # the record is job-writable: a value that is no number shows as "-"
+        return float(record["duration_s"]) if record.get("duration_s") is not None else None
+    except (TypeError, ValueError):
+        return None
 
 
 def _cost(record: dict) -> float | None:
@@ -55,7 +61,7 @@ def _row(run: str, where: str, record: dict, results: str) -> dict:
         "run": run,
         "where": where,
         "state": record.get("state", "?"),
-        "started": record.get("submitted_at") or record.get("created_at") or record.get("launched_at") or "",
+        "started": str(record.get("submitted_at") or record.get("created_at") or record.get("launched_at") or ""),
         "duration_s": _duration(record),
         "cost_usd": _cost(record),
         "results": results,
@@ -139,7 +145,9 @@ def s3_runs(out: Outputs) -> list[dict]:
 
 def locate(run: str, outputs: str | None = None, local_dir: str = LOCAL_RUNS) -> RunDir:
     """Where a run lives: ./runs/<run> when it ran here, else the deployment's s3://<bucket>/runs/<run>.
-    ConfigError (exit 2) when neither has it."""
+    ConfigError (exit 2) when neither has it, or when `run` is no run name (`..` would be ./runs itself)."""
+    if not valid(run):
+        raise ConfigError(f"{printable(run)!r} is no run name: {RULE}")
     local = Path(local_dir).resolve()
     if (local / run).is_dir():
         return RunDir(str(local), run)
@@ -163,18 +171,22 @@ def fmt_duration(seconds: float | None) -> str:
 
 
 def fmt_cost(usd: float | None) -> str:
-    return "-" if usd is None else f"${usd:,.2f}"
+    if usd is None:
+        return "-"
+    return f"${usd:,.2f}" if isinstance(usd, int | float) and math.isfinite(usd) else "?"  # a forged record
 
 
 def table(rows: list[dict]) -> str:
+    """The rows for a terminal. A run's name (an S3 prefix), state and times come from what its job could
+    write (runs/ is the task role's), so each field is shown without control characters: an escape sequence
+    there would otherwise reach the operator's terminal (rayfleet/core/terminal.py)."""
     if not rows:
         return "no runs yet: make run RECIPE=recipes/ddp.yaml (or make demo)"
     lines = [f"{'RUN':<34}{'WHERE':<7}{'STATE':<18}{'STARTED':<27}{'DURATION':<10}{'COST':<10}RESULTS"]
-    lines += [
-        f"{r['run']:<34}{r['where']:<7}{r['state']:<18}{r['started']:<27}{fmt_duration(r['duration_s']):<10}"
-        f"{fmt_cost(r['cost_usd']):<10}{r['results']}"
-        for r in rows
-    ]
+    for r in rows:
+        run, state, started, results = (printable(r[k]) for k in ("run", "state", "started", "results"))
+        when, cost = fmt_duration(r["duration_s"]), fmt_cost(r["cost_usd"])
+        lines.append(f"{run:<34}{r['where']:<7}{state:<18}{started:<27}{when:<10}{cost:<10}{results}")
     return "\n".join(lines)
 
 

@@ -7,10 +7,12 @@ from pathlib import Path
 
 from rayfleet.core.errors import ConfigError
 from rayfleet.core.run_dir import LOCAL_RUNS, RunDir
+from rayfleet.core.run_name import run_name_arg
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("runs", nargs="+", metavar="RUN", help="run names (several: one figure / one TensorBoard)")
+    what = "run names (several: one figure / one TensorBoard)"
+    parser.add_argument("runs", nargs="+", type=run_name_arg, metavar="RUN", help=what)
     parser.add_argument("--runs-dir", default=LOCAL_RUNS, help="local directory or s3://bucket/prefix (default: runs)")
 
 

@@ -31,6 +31,8 @@ from rayfleet.core.catalog import INSTANCE_TYPES
 from rayfleet.core.config import ConfigError, load_config
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.run_dir import LOCAL_RUNS, RunDir, runs_root
+from rayfleet.core.run_name import run_name_arg
+from rayfleet.core.terminal import printable
 from rayfleet.ecs.launch import launch
 from rayfleet.ecs.logs import follow_task
 from rayfleet.ecs.outputs import Outputs
@@ -48,7 +50,10 @@ DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "recipes" / "serve.yaml"
 
 
 def say(message: str) -> None:
-    print(f"[rayfleet] {message}", flush=True)
+    """Also what Serve reports while it deploys (an application's message, a run's folder): text a job can
+    shape, so each line is shown without control characters (rayfleet/core/terminal.py)."""
+    text = "\n".join(printable(line) for line in str(message).splitlines())
+    print(f"[rayfleet] {text}", flush=True)
 
 
 def check_fits(cfg: ServeConfig, cpus: float, gpus: int, where: str) -> None:
@@ -165,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     ray_auth.use_token_auth()  # first: Ray reads its auth mode once, when it is imported
     parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.serve", description=__doc__.split("\n")[0])
     parser.add_argument("action", choices=["up", "status", "down"])
-    parser.add_argument("run", nargs="?", help="up: the run to serve (make runs lists them)")
+    parser.add_argument("run", nargs="?", type=run_name_arg, help="up: the run to serve (make runs lists them)")
     parser.add_argument("--config", default=str(DEFAULT_CONFIG), help="the serving config (recipes/serve.yaml)")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
     parser.add_argument("--target", choices=["auto", "local", "ecs"], default="auto")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+from rayfleet.core.terminal import printable
+
 
 def summarize(details: dict) -> list[dict]:
     rows = []
@@ -27,14 +29,16 @@ def summarize(details: dict) -> list[dict]:
 
 
 def lines(apps: list[dict]) -> list[str]:
+    """For a terminal. Applications, deployments, their states and messages are what Serve reports of code a
+    job deployed (any job can run serve.run), so every field is shown without control characters."""
     if not apps:
         return ["no Serve applications"]
     out = []
     for app in apps:
-        out.append(f"{app['name']}  {app['status']}  route {app['route_prefix']}")
+        out.append(printable(f"{app['name']}  {app['status']}  route {app['route_prefix']}"))
         for dep in app["deployments"]:
             replicas = ", ".join(f"{n} {state}" for state, n in dep["replicas"].items()) or "no replicas"
-            out.append(f"  {dep['name']}: {dep['status']} ({replicas})")
+            out.append(printable(f"  {dep['name']}: {dep['status']} ({replicas})"))
         if app["message"] and app["status"] != "RUNNING":
-            out.append("  " + app["message"].splitlines()[-1][:300])
+            out.append("  " + printable(app["message"].splitlines()[-1][:300]))
     return out

@@ -113,14 +113,36 @@ def test_run_passes_options_after_the_command_to_the_command(running_cluster):
     [
         (["run"], "error: run needs a command"),
         (["run", "--"], "error: run needs a command"),
-        (["run", "--workers", "0", "--", "true"], "error: workers must be at least 1, got 0"),
-        (["run", "--cpus-per-worker", "-1", "--", "true"], "error: cpus_per_worker must be positive"),
     ],
 )
 def test_run_refuses_bad_input_with_one_line_and_starts_nothing(calls, capsys, argv, message):
     assert local_cli.main(argv) == 1
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1
+    assert calls == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["run", "--workers", "0", "--", "true"], "argument --workers: 0 is out of range"),
+        (["run", "--cpus-per-worker", "-1", "--", "true"], "argument --cpus-per-worker: -1 is out of range"),
+        (["run", "--cpus-per-worker", "nan", "--", "true"], "argument --cpus-per-worker: nan is out of range"),
+        (["up", "--gpus-per-worker", "-1"], "argument --gpus-per-worker: -1 is out of range"),
+    ],
+)
+def test_numbers_out_of_bounds_are_refused_by_the_parser_with_exit_2(calls, capsys, argv, message):
+    """Issue 54 R10: these were exit 1 (or, for nan, not refused at all) from the cluster's own checks."""
+    with pytest.raises(SystemExit) as exc:
+        local_cli.main(argv)
+    assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert calls == []
+
+
+def test_the_clusters_own_limits_are_bad_input_with_one_line(calls, capsys):
+    assert local_cli.main(["up", "--workers", "51"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: rayfleet cluster up: at most 50 local workers") and err.count("\n") == 1
     assert calls == []
 
 
