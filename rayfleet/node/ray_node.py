@@ -44,7 +44,14 @@ from rayfleet.core import ray_drain
 from rayfleet.core.errors import EXIT_HEAD_LOST
 from rayfleet.node import drain, health, suspect
 from rayfleet.node.head_wait import Stopped, head_moved, wait_for_head
-from rayfleet.node.node_spec import GCS_STORE_ENV, head_command, join_command, ports, trainer_resource
+from rayfleet.node.node_spec import (
+    GCS_STORE_ENV,
+    GCS_STORE_PASSWORD_ENV,
+    head_command,
+    join_command,
+    ports,
+    trainer_resource,
+)
 from rayfleet.node.say import say
 
 
@@ -76,11 +83,14 @@ class Node:
         if not self.stopping:
             self.stopping, self.reason, self.left_s = True, reason, left_s
 
-    def run(self, command: list[str], watch=None, every: float = 5.0) -> tuple[int | None, object]:
-        """Run `command` until it exits, the task is stopped, or `watch()` returns something (checked every
-        `every` seconds; the node is then stopped). Returns (exit code, what watch returned or None)."""
-        say(" ".join(command))
-        self.child = subprocess.Popen(command)
+    def run(
+        self, command: list[str], watch=None, every: float = 5.0, env: dict | None = None
+    ) -> tuple[int | None, object]:
+        """Run `command` (in `env`, else this process's environment) until it exits, the task is stopped, or
+        `watch()` returns something (checked every `every` seconds; the node is then stopped). Returns (exit
+        code, what watch returned or None)."""
+        say(" ".join(_masked(command)))
+        self.child = subprocess.Popen(command, env=env)
         next_watch = time.monotonic() + every
         while self.child.poll() is None and not self.stopping:
             time.sleep(0.2)
@@ -147,10 +157,23 @@ def run_driver(command: list[str], env: dict) -> int:
     return child.wait()
 
 
+def _masked(command: list[str]) -> list[str]:
+    """The command as logged: the GCS store's token never reaches the log."""
+    return ["--redis-password=***" if arg.startswith("--redis-password=") else arg for arg in command]
+
+
+def without_store_token(env: dict) -> dict:
+    """The head's environment for `ray start`, less the GCS store's token: `ray start` gets it on its command
+    line, and every process Ray starts (a job's actors and tasks placed on the head included) inherits this
+    environment. Ray itself still hands the token on in its processes' argv (gcs_server, raylet and each
+    worker's --redis-password): see docs/DESIGN.md "What a job can reach"."""
+    return {k: v for k, v in env.items() if k != GCS_STORE_PASSWORD_ENV}
+
+
 def run_head(env: dict) -> int:
     node = Node()
     node.install()
-    code, _ = node.run(head_command(env))
+    code, _ = node.run(head_command(env), env=without_store_token(env))
     if node.stopping:
         say(f"stopped (ray exited {code})")
         return 0

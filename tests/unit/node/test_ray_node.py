@@ -334,3 +334,37 @@ def test_a_worker_follows_the_heads_name_to_a_new_address(monkeypatch):
     assert head_wait.head_moved("head.rf.local", 6379, "10.0.0.5") == "10.0.0.9"
     monkeypatch.setattr(head_wait, "gcs_problem", lambda address, port, timeout=30: "not yet")
     assert head_wait.head_moved("head.rf.local", 6379, "10.0.0.5") is None  # the new head must answer first
+
+
+def test_the_heads_ray_processes_inherit_no_store_token_and_the_log_never_shows_it(monkeypatch, capsys):
+    """Issue 54 R5: `ray start` gets the store's token on its command line (Ray needs it there); the environment
+    it starts with, which every Ray process on the head (a job's actors there included) inherits, does not
+    carry it, and the logged command line masks it."""
+    started = []
+
+    class Exited:
+        returncode = 0
+
+        def __init__(self, command, env=None):
+            started.append((command, env))
+
+        def poll(self):
+            return 0
+
+        def wait(self, timeout=None):
+            return 0
+
+    monkeypatch.setattr(ray_node.subprocess, "Popen", Exited)
+    monkeypatch.setattr(ray_node.Node, "install", lambda self: None)
+    env = {
+        "RAYFLEET_RAY_PORTS": json.dumps(PORTS),
+        "RAYFLEET_OBJECT_STORE_MIB": "100",
+        "RAYFLEET_GCS_STORE_PASSWORD": "s3cret-store-token",
+        "RAY_AUTH_TOKEN": "ray-token",
+    }
+    assert ray_node.run_head(env) == 0
+    (command, child_env), *_ = started
+    assert "--redis-password=s3cret-store-token" in command
+    assert child_env is not None and "RAYFLEET_GCS_STORE_PASSWORD" not in child_env
+    assert "s3cret-store-token" not in json.dumps(child_env) and child_env["RAY_AUTH_TOKEN"] == "ray-token"
+    assert "s3cret-store-token" not in capsys.readouterr().out
