@@ -52,7 +52,16 @@ SENSITIVE = (
     ".netrc",
     ".pgpass",
     "credentials",
+    "*.tfvars",
+    "*.tfvars.json",
+    ".pypirc",
+    ".npmrc",
+    ".git-credentials",
+    "kubeconfig",
+    "*.kubeconfig",
 )
+# The same, as a file in a tool's own folder: any depth, the name alone being too common ("config").
+SENSITIVE_PATHS = (".kube/config", ".aws/config", ".docker/config.json")
 MAX_BYTES = 500 * 1024**2
 FIXED_TIME = (2020, 1, 1, 0, 0, 0)
 
@@ -80,6 +89,11 @@ def _excluded(rel: str, patterns: tuple[str, ...]) -> bool:
         elif fnmatch.fnmatch(rel, pattern) or any(fnmatch.fnmatch(part, pattern) for part in parts):
             return True
     return False
+
+
+def looks_sensitive(rel: str) -> bool:
+    """State or keys by name (SENSITIVE, SENSITIVE_PATHS): left out of the code package and of staged data."""
+    return _excluded(rel, SENSITIVE) or any(rel == p or rel.endswith("/" + p) for p in SENSITIVE_PATHS)
 
 
 def _git_files(code_dir: Path) -> set[str] | None:
@@ -122,7 +136,7 @@ def walk(code_dir: Path, exclude: list[str] | tuple[str, ...] = ()) -> tuple[lis
                 continue
             if tracked is not None and rel not in tracked:
                 continue  # ignored by the project's .gitignore
-            (secret if _excluded(rel, SENSITIVE) else found).append(rel)
+            (secret if looks_sensitive(rel) else found).append(rel)
     return sorted(found), sorted(secret)
 
 

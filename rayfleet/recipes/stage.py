@@ -5,38 +5,65 @@ The ECS workers cannot read the laptop's data/ (the code package leaves data out
 changes less often than code). Staging by content hash means the first run uploads, later runs with the same
 files upload nothing, and an edited file is a new prefix, so a running job never sees its data change under
 it. A prefix counts as staged only once its manifest is written, last: an interrupted upload is done again.
+The manifest lists each file's sha256 and size and the prefix is named by their hash (rayfleet/core/
+staged_data.py), so a node checks every copy it makes or reuses against it. Only this process (the
+operator's credentials) writes `staged/`; the task role reads it.
+
+What is staged is the data folder's own files: a link that leads out of it is refused (a shared recipe must
+not ship the operator's ~/.aws), and files that look like state or keys (rayfleet/recipes/package.py
+SENSITIVE) are left out and named, as the code package does.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
+import os
 import time
 from pathlib import Path
 
 from rayfleet.core.aws import Aws
 from rayfleet.core.config import ConfigError
-from rayfleet.train.data.staged import MANIFEST  # the reader's completeness mark: one name, its owner's
+from rayfleet.core.staged_data import (
+    MANIFEST,
+    StagedFile,
+    file_sha256,
+    manifest_body,
+    prefix_of,
+)
+from rayfleet.recipes.package import looks_sensitive
 
 SAY_EVERY_S = 5.0
 
 
-def files_of(local: Path) -> list[tuple[str, Path]]:
-    """(name relative to the staged prefix, path) of every file: a folder's files, or the one file."""
+def walk(local: Path) -> tuple[list[tuple[str, Path]], list[str]]:
+    """(name relative to the staged prefix, path) of every file to stage, and the names left out because they
+    look like state or keys. A folder's files (links to folders are not followed), or the one file."""
+    local = local.resolve()
     if local.is_file():
-        return [(local.name, local)]
-    return sorted((p.relative_to(local).as_posix(), p) for p in local.rglob("*") if p.is_file())
+        if looks_sensitive(local.name):
+            raise ConfigError(f"data: {local} looks like state or keys; rayfleet does not stage it")
+        return [(local.name, local)], []
+    found, left_out = [], []
+    for root, dirs, names in os.walk(local):
+        for name in [*dirs, *names]:
+            path = Path(root) / name
+            if path.is_symlink() and not path.resolve().is_relative_to(local):
+                rel = path.relative_to(local).as_posix()
+                raise ConfigError(f"data: {rel} is a link to {path.resolve()}, outside {local}; copy it in")
+        for name in names:
+            path = Path(root) / name
+            rel = path.relative_to(local).as_posix()
+            if path.is_file():
+                (left_out if looks_sensitive(rel) else found).append((rel, path))
+    return sorted(found), sorted(rel for rel, _ in left_out)
 
 
-def content_hash(files: list[tuple[str, Path]]) -> str:
-    digest = hashlib.sha256()
-    for name, path in files:
-        digest.update(name.encode() + b"\0")
-        with path.open("rb") as handle:
-            for block in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(block)
-        digest.update(b"\0")
-    return digest.hexdigest()
+def files_of(local: Path) -> list[tuple[str, Path]]:
+    return walk(local)[0]
+
+
+def listing(files: list[tuple[str, Path]]) -> list[StagedFile]:
+    """What the manifest says of each file: its name, sha256 and size."""
+    return [StagedFile(name, file_sha256(path), path.stat().st_size) for name, path in files]
 
 
 def stage(local: Path, storage: str, region: str | None = None, say=print, clock=time.monotonic) -> str:
@@ -46,13 +73,16 @@ def stage(local: Path, storage: str, region: str | None = None, say=print, clock
         raise ConfigError(f"data: staging needs s3:// storage, not {storage}")
     if not local.exists():
         raise ConfigError(f"data: {local} does not exist (`make data` and `make text-data` write the built-in sets)")
-    files = files_of(local)
+    files, left_out = walk(local)
+    if left_out:
+        say(f"[rayfleet] left out of data (they look like state or keys): {', '.join(left_out)}")
     if not files:
         raise ConfigError(f"data: {local} has no files")
+    described = listing(files)
     bucket = storage.removeprefix("s3://").split("/", 1)[0]
-    prefix = f"staged/{content_hash(files)[:16]}"
+    prefix = prefix_of(described)
     url = f"s3://{bucket}/{prefix}" + (f"/{files[0][0]}" if local.is_file() else "")
-    total = sum(p.stat().st_size for _, p in files)
+    total = sum(f.bytes for f in described)
     what = f"data {local} ({len(files)} file{'s' * (len(files) != 1)}, {total / 1e6:,.1f} MB)"
     s3 = Aws(region).client("s3")
     try:
@@ -71,7 +101,6 @@ def stage(local: Path, storage: str, region: str | None = None, say=print, clock
         if clock() - said >= SAY_EVERY_S and number < len(files):
             said = clock()
             say(f"[rayfleet]   {number}/{len(files)} files, {sent / 1e6:,.1f}/{total / 1e6:,.1f} MB")
-    manifest = {"files": [n for n, _ in files], "bytes": total, "source": str(local)}
-    s3.put_object(Bucket=bucket, Key=f"{prefix}/{MANIFEST}", Body=json.dumps(manifest).encode())
+    s3.put_object(Bucket=bucket, Key=f"{prefix}/{MANIFEST}", Body=manifest_body(described, str(local)))
     say(f"[rayfleet] staged {what} in {clock() - began:.1f} s; the job reads {url}")
     return url

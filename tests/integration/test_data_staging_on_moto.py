@@ -11,6 +11,7 @@ import boto3
 import pytest
 
 from rayfleet.core.config import ConfigError
+from rayfleet.core.staged_data import prefix_of
 from rayfleet.recipes import stage as stager
 from rayfleet.train.data import fashion_mnist, staged
 from rayfleet.train.data.synthetic import generate
@@ -89,7 +90,7 @@ def test_an_interrupted_upload_is_not_staged_and_workers_refuse_half_a_copy(s3, 
     data = tmp_path / "data"
     generate(data, train=60, test=20, seed=4)
     files = stager.files_of(data)
-    prefix = f"staged/{stager.content_hash(files)[:16]}"
+    prefix = prefix_of(stager.listing(files))
     s3.upload_file(str(files[0][1]), BUCKET, f"{prefix}/{files[0][0]}")  # what a Ctrl-C after one file leaves
     with pytest.raises(FileNotFoundError, match="is not a complete staged copy"):
         staged.local_copy(f"s3://{BUCKET}/{prefix}")

@@ -3,19 +3,39 @@
 `make run` on ECS stages a recipe's `data:` to s3://<bucket>/staged/<hash>/; every Ray worker calls
 `local_copy` before loading. The copy lands in a per-hash folder under the node's cache, complete or not at
 all (downloaded beside it, then renamed), so workers sharing a node download it once and never read half.
+
+Every job on the node can write that cache, so no copy is trusted for being there: each call reads the
+manifest from S3 (which only the deployer writes), checks that it hashes to the prefix's name, and checks the
+copy against it, every file's sha256 and size and no file more, whether it has just been downloaded or was
+already there (rayfleet/core/staged_data.py). A copy that does not match is discarded and downloaded again.
+What remains: a job running on the node at the same time can change the files after they were checked (it
+runs as the same user as the reader, and holds the Ray token anyway: docs/DESIGN.md "What a job can reach").
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
+import sys
 import tempfile
+import uuid
 from pathlib import Path
 
 from rayfleet.core.aws import Aws
+from rayfleet.core.run_dir import inside
+from rayfleet.core.staged_data import (
+    FOLDER,
+    MANIFEST,
+    StagedDataError,
+    StagedFile,
+    file_sha256,
+    parse_manifest,
+    staged_prefix,
+)
 
 CACHE_ENV = "RAYFLEET_DATA_CACHE"
-MANIFEST = ".rayfleet-staged.json"  # written last by the stager: a prefix without it is not complete
+PLACING_TRIES = 3  # a copy another worker placed first is checked, not trusted; then one more round
 
 
 def cache_root() -> Path:
@@ -23,30 +43,104 @@ def cache_root() -> Path:
 
 
 def local_copy(source: str, endpoint_url: str | None = None) -> Path:
-    """`source` itself when it is a local path; for s3://bucket/prefix, a complete local copy of the prefix."""
+    """`source` itself when it is a local path; for s3://bucket/staged/<hash>, a checked local copy of it."""
     if not source.startswith("s3://"):
         return Path(source)
-    bucket, _, prefix = source.removeprefix("s3://").partition("/")
-    prefix = prefix.strip("/")
-    target = cache_root() / bucket / prefix
-    if (target / MANIFEST).is_file():
-        return target
+    bucket, _, key = source.removeprefix("s3://").partition("/")
+    prefix = staged_prefix(key)
+    if prefix is None or key.strip("/") != prefix:
+        raise StagedDataError(f"data: {source} is not a staged prefix (s3://<bucket>/{FOLDER}/<hash>: rayfleet run)")
+    target = inside(cache_root(), f"{bucket}/{prefix}", source)
     s3 = Aws().client("s3", endpoint_url=endpoint_url)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=f".{target.name}-", dir=target.parent))
-    try:
-        for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
-            for item in page.get("Contents", []):
-                name = item["Key"][len(prefix) + 1 :]
-                (partial / name).parent.mkdir(parents=True, exist_ok=True)
-                s3.download_file(bucket, item["Key"], str(partial / name))
-        if not (partial / MANIFEST).is_file():
-            raise FileNotFoundError(f"data: {source} is not a complete staged copy (no {MANIFEST})")
+    body = manifest_of(s3, bucket, prefix, source)
+    files = parse_manifest(body, prefix, source)
+    for _ in range(PLACING_TRIES):
+        if os.path.lexists(target):
+            problem = problem_with(target, files, body)
+            if problem is None:
+                return target
+            print(f"[rayfleet] data: the node's copy of {source} {problem}; downloading it again", file=sys.stderr)
+            _discard(target)
+        partial = _download(s3, bucket, prefix, files, body, target.parent, source)
         try:
             partial.rename(target)
-        except OSError:  # another worker on this node finished first: its copy is the same content
-            if not (target / MANIFEST).is_file():
-                raise
-    finally:
+            return target
+        except OSError:  # another worker on this node placed one first: checked at the next round
+            shutil.rmtree(partial, ignore_errors=True)
+    raise StagedDataError(f"data: no copy of {source} on this node matched its manifest after {PLACING_TRIES} tries")
+
+
+def manifest_of(s3, bucket: str, prefix: str, source: str) -> bytes:
+    try:
+        return s3.get_object(Bucket=bucket, Key=f"{prefix}/{MANIFEST}")["Body"].read()
+    except s3.exceptions.NoSuchKey:
+        raise FileNotFoundError(f"data: {source} is not a complete staged copy (no {MANIFEST})") from None
+
+
+def problem_with(folder: Path, files: list[StagedFile], body: bytes) -> str | None:
+    """What makes `folder` not a copy of the manifest (`body`, listing `files`), or None when it is one: the
+    same files and no more, regular files only, each with its sha256 and size."""
+    if folder.is_symlink() or not folder.is_dir():
+        return "is not a folder"
+    found = set()
+    for root, dirs, names in os.walk(folder):
+        for name in [*dirs, *names]:
+            if (Path(root) / name).is_symlink():
+                return "holds a link"  # names a job wrote are not echoed: they reach the operator's terminal
+        found.update((Path(root) / name).relative_to(folder).as_posix() for name in names)
+    expected = {f.name for f in files} | {MANIFEST}
+    if found != expected:
+        return f"holds other files than its manifest lists ({len(found ^ expected)} differ)"
+    if (folder / MANIFEST).read_bytes() != body:
+        return "holds another manifest"
+    for item in files:
+        path = folder / item.name
+        if path.stat().st_size != item.bytes or file_sha256(path) != item.sha256:
+            return f"has a changed {item.name}"
+    return None
+
+
+def check_object(s3, bucket: str, key: str, body: bytes, source: str) -> bytes:
+    """`body`, read from s3://bucket/key, once it matches its manifest's line when the key is a staged file
+    (a single file's `data:`, read without a node copy); any other object is the user's own, read as it is."""
+    prefix = staged_prefix(key)
+    if prefix is None:
+        return body
+    name = key.strip("/")[len(prefix) + 1 :]
+    listed = {f.name: f for f in parse_manifest(manifest_of(s3, bucket, prefix, source), prefix, source)}
+    item = listed.get(name)
+    if item is None or len(body) != item.bytes or hashlib.sha256(body).hexdigest() != item.sha256:
+        raise StagedDataError(f"data: {source} does not match its staged manifest; refusing it")
+    return body
+
+
+def _download(s3, bucket: str, prefix: str, files: list[StagedFile], body: bytes, parent: Path, source: str) -> Path:
+    """A complete, checked copy in a new folder beside the target; nothing left behind when it fails."""
+    parent.mkdir(parents=True, exist_ok=True)
+    partial = Path(tempfile.mkdtemp(prefix=f".{prefix.rsplit('/', 1)[-1]}-", dir=parent))
+    try:
+        for item in files:
+            key = f"{prefix}/{item.name}"
+            local = inside(partial, item.name, f"s3://{bucket}/{key}")  # a name may not leave the copy
+            local.parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file(bucket, key, str(local))
+            if local.stat().st_size != item.bytes or file_sha256(local) != item.sha256:
+                raise StagedDataError(f"data: s3://{bucket}/{key} does not match {source}'s manifest; refusing it")
+        (partial / MANIFEST).write_bytes(body)
+    except BaseException:
         shutil.rmtree(partial, ignore_errors=True)
-    return target
+        raise
+    return partial
+
+
+def _discard(target: Path) -> None:
+    """Out of the way in one rename (a worker checking it at the same time sees it whole or not at all)."""
+    trash = target.parent / f".{target.name}-discarded-{uuid.uuid4().hex[:8]}"
+    try:
+        target.rename(trash)
+    except FileNotFoundError:  # another worker discarded it first
+        return
+    if trash.is_symlink() or not trash.is_dir():
+        trash.unlink()
+    else:
+        shutil.rmtree(trash, ignore_errors=True)

@@ -19,10 +19,12 @@ from rayfleet.train.data.order import epoch_shard
 def read_text(source: str, s3_endpoint_url: str | None = None) -> str:
     if source.startswith("s3://"):
         from rayfleet.core.aws import Aws
+        from rayfleet.train.data.staged import check_object
 
         bucket, _, key = source.removeprefix("s3://").partition("/")
         s3 = Aws().client("s3", endpoint_url=s3_endpoint_url)  # the same store as the run's storage
-        return s3.get_object(Bucket=bucket, Key=key)["Body"].read().decode()
+        body = s3.get_object(Bucket=bucket, Key=key)["Body"].read()
+        return _decoded(check_object(s3, bucket, key, body, source), source)  # a staged file: as its manifest says
     if source.startswith("hf://"):
         from huggingface_hub import hf_hub_download
 
@@ -35,7 +37,14 @@ def read_text(source: str, s3_endpoint_url: str | None = None) -> str:
     path = Path(source)
     if not path.is_file():
         raise FileNotFoundError(f"data: {source} does not exist (make text-data writes a generated corpus)")
-    return path.read_text()
+    return _decoded(path.read_bytes(), source)
+
+
+def _decoded(body: bytes, source: str) -> str:
+    try:
+        return body.decode()
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"data: {source} is not UTF-8 text (byte {exc.start}: {body[exc.start]:#04x})") from None
 
 
 def pack(token_ids: list[int], seq_len: int) -> torch.Tensor:

@@ -1,0 +1,124 @@
+"""A node's copy of staged data (rayfleet/train/data/staged.py) is checked against the manifest in S3 every time,
+because every job on the node can write the cache: a planted or altered copy is discarded and downloaded again,
+a manifest that does not hash to its prefix's name is refused, and no name in it lands outside the copy.
+The staging side (rayfleet/recipes/stage.py) runs as the deployer against moto in this process."""
+
+from __future__ import annotations
+
+import json
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from rayfleet.core.run_dir import UnsafeKey
+from rayfleet.core.staged_data import MANIFEST, StagedDataError, StagedFile, manifest_body, prefix_of
+from rayfleet.recipes import stage as stager
+from rayfleet.train.data import staged
+from rayfleet.train.data.text import read_text
+
+BUCKET = "results"
+SHA_OF_NOTHING = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+
+@pytest.fixture
+def s3(monkeypatch, tmp_path):
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        staged.CACHE_ENV: str(tmp_path / "node-cache"),
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws():
+        client = boto3.client("s3", region_name="us-east-1")
+        client.create_bucket(Bucket=BUCKET)
+        yield client
+
+
+def _data(tmp_path):
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    (data / "train.txt").write_text("the real training text\n")
+    (data / "sub" / "labels.txt").write_text("1 2 3\n")
+    return data
+
+
+def test_a_copy_a_job_altered_or_added_to_is_discarded_and_downloaded_again(s3, tmp_path):
+    url = stager.stage(_data(tmp_path), f"s3://{BUCKET}/runs", say=lambda _: None)
+    copy = staged.local_copy(url)
+    assert (copy / "train.txt").read_text() == "the real training text\n"
+    (copy / "train.txt").write_text("poisoned\n")  # what a job on the node can do once the copy exists
+    assert (staged.local_copy(url) / "train.txt").read_text() == "the real training text\n"
+    (copy / "extra.pt").write_bytes(b"planted")
+    assert not (staged.local_copy(url) / "extra.pt").exists()
+    (copy / "sub" / "labels.txt").unlink()
+    (copy / "sub" / "labels.txt").symlink_to(tmp_path / "elsewhere")
+    assert not (staged.local_copy(url) / "sub" / "labels.txt").is_symlink()
+    assert sorted(p.name for p in copy.parent.iterdir()) == [copy.name]  # nothing discarded left behind
+
+
+def test_a_copy_planted_before_the_first_download_with_its_own_manifest_is_not_trusted(s3, tmp_path):
+    url = stager.stage(_data(tmp_path), f"s3://{BUCKET}/runs", say=lambda _: None)
+    planted = staged.cache_root() / url.removeprefix("s3://")
+    (planted / "sub").mkdir(parents=True)
+    (planted / "train.txt").write_text("poisoned\n")
+    (planted / "sub" / "labels.txt").write_text("9 9 9\n")
+    (planted / MANIFEST).write_text(json.dumps({"files": ["train.txt", "sub/labels.txt"]}))
+    copy = staged.local_copy(url)
+    assert (copy / "train.txt").read_text() == "the real training text\n"
+    assert (copy / "sub" / "labels.txt").read_text() == "1 2 3\n"
+
+
+def test_a_manifest_that_does_not_hash_to_its_prefix_is_refused(s3, tmp_path):
+    url = stager.stage(_data(tmp_path), f"s3://{BUCKET}/runs", say=lambda _: None)
+    prefix = url.removeprefix(f"s3://{BUCKET}/")
+    other = [StagedFile("train.txt", SHA_OF_NOTHING, 0)]  # well formed, but not what the name says
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/{MANIFEST}", Body=manifest_body(other, "forged"))
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/train.txt", Body=b"")
+    with pytest.raises(StagedDataError, match="does not hash to the prefix's name"):
+        staged.local_copy(url)
+    assert not (staged.cache_root() / BUCKET / prefix).exists()
+
+
+def test_an_object_that_differs_from_its_manifest_is_refused_and_nothing_is_left(s3, tmp_path):
+    url = stager.stage(_data(tmp_path), f"s3://{BUCKET}/runs", say=lambda _: None)
+    prefix = url.removeprefix(f"s3://{BUCKET}/")
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/train.txt", Body=b"changed in the bucket\n")
+    with pytest.raises(StagedDataError, match="does not match"):
+        staged.local_copy(url)
+    assert not any((staged.cache_root() / BUCKET / "staged").iterdir())  # no partial copy either
+
+
+def test_a_key_that_would_leave_the_copy_is_refused(s3, tmp_path):
+    """R7: the same inside() check as run directories: `..` in a staged name never writes outside the copy."""
+    escape = [StagedFile("../../escaped.txt", SHA_OF_NOTHING, 0)]
+    prefix = prefix_of(escape)
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/../../escaped.txt", Body=b"")
+    s3.put_object(Bucket=BUCKET, Key=f"{prefix}/{MANIFEST}", Body=manifest_body(escape, "forged"))
+    with pytest.raises(UnsafeKey, match="would leave"):
+        staged.local_copy(f"s3://{BUCKET}/{prefix}")
+    assert not list(staged.cache_root().rglob("escaped.txt"))
+
+
+def test_only_a_staged_prefix_is_copied_and_local_paths_are_read_where_they_are(s3, tmp_path):
+    for source in (f"s3://{BUCKET}/runs/x", f"s3://{BUCKET}/staged/../../etc", "s3://../staged/0123456789abcdef"):
+        with pytest.raises((StagedDataError, UnsafeKey)):
+            staged.local_copy(source)
+    assert staged.local_copy(str(tmp_path)) == tmp_path
+
+
+def test_a_staged_text_file_is_read_only_as_its_manifest_says(s3, tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("to be or not to be\n")
+    url = stager.stage(corpus, f"s3://{BUCKET}/runs", say=lambda _: None)
+    assert read_text(url) == "to be or not to be\n"
+    s3.put_object(Bucket=BUCKET, Key=url.removeprefix(f"s3://{BUCKET}/"), Body=b"poisoned\n")
+    with pytest.raises(StagedDataError, match="does not match its staged manifest"):
+        read_text(url)
+    s3.put_object(Bucket=BUCKET, Key="mine/corpus.txt", Body=b"a user's own object\n")
+    assert read_text(f"s3://{BUCKET}/mine/corpus.txt") == "a user's own object\n"  # not staged: read as is
+    s3.put_object(Bucket=BUCKET, Key="mine/latin1.txt", Body=b"caf\xe9\n")
+    with pytest.raises(ValueError, match=r"is not UTF-8 text \(byte 3: 0xe9\)"):
+        read_text(f"s3://{BUCKET}/mine/latin1.txt")
