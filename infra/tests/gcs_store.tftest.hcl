@@ -92,6 +92,35 @@ run "store" {
   }
 }
 
+# issue 54 R5: the store is the cluster's memory across head replacements; a write that leaves it unloadable
+# (a job holding the token can write it) is undone from a daily snapshot, so snapshots cannot be turned off.
+run "store_keeps_snapshots" {
+  command = plan
+
+  module {
+    source = "./modules/gcs_store"
+  }
+
+  assert {
+    condition     = aws_elasticache_replication_group.store.snapshot_retention_limit == 7
+    error_message = "By default a week of daily snapshots."
+  }
+}
+
+run "store_snapshots_cannot_be_turned_off" {
+  command = plan
+
+  module {
+    source = "./modules/gcs_store"
+  }
+
+  variables {
+    snapshot_retention_days = 0
+  }
+
+  expect_failures = [var.snapshot_retention_days]
+}
+
 run "store_with_a_replica" {
   command = plan
 

@@ -48,9 +48,14 @@ variable "port" {
 }
 
 variable "snapshot_retention_days" {
-  description = "Days of daily snapshots ElastiCache keeps."
+  description = "Days of daily snapshots ElastiCache keeps: the way back from a store that no longer loads (docs/operations.md). 1 to 35; 0 (no snapshots) is refused."
   type        = number
-  default     = 1
+  default     = 7
+
+  validation {
+    condition     = var.snapshot_retention_days >= 1 && var.snapshot_retention_days <= 35
+    error_message = "snapshot_retention_days must be 1 to 35: without snapshots a store that no longer loads cannot be restored."
+  }
 }
 
 variable "tags" {
