@@ -16,8 +16,10 @@ runs none of its applications (one that started again without them), raises the 
 run queue needs (rayfleet/node/queue_capacity.py), starts the trainer of a run that waits for a driver slot
 once the head instance has one (rayfleet/node/driver_dispatch.py), and
 takes out the instance of a worker that left as suspect (a bad GPU: its drain message
-names the instance, rayfleet/node/suspect.py): ECS container instance DRAINING, Auto Scaling health
-Unhealthy, once per instance, with this task's role (RAYFLEET_CLUSTER_NAME names the ECS cluster).
+names the instance, rayfleet/node/suspect.py), only when ECS says that instance is the one behind the dead
+node's address and runs a task of the worker service (RAYFLEET_WORKER_SERVICE): ECS container instance
+DRAINING, Auto Scaling health Unhealthy, once per instance, with this task's role (RAYFLEET_CLUSTER_NAME
+names the ECS cluster). When the queue's capacity raised the workers, autostop re-arms (follow_queue).
 
 A failed round (the head restarting, S3 away) is logged as one line and retried at the next interval.
 """
@@ -119,7 +121,10 @@ def snapshot(dashboard: str, auth: str) -> dict:
             available[name] = max(0.0, value - used[0])
     jobs = [{k: job.get(k) for k in JOB_FIELDS} for job in _get(dashboard, "/api/jobs/", auth)]
     alive = "/api/v0/actors?limit=10000&filter_keys=state&filter_predicates=%3D&filter_values=ALIVE"
-    hung = hung_runs.runs([a.get("name") for a in _get(dashboard, alive, auth)["data"]["result"]["result"]])
+    # Markers with the job Ray records as their maker: autostop takes one only for that job (hung_runs.held).
+    markers = hung_runs.markers(_get(dashboard, alive, auth)["data"]["result"]["result"])
+    unfinished = [j for j in jobs if j.get("status") in autostop.UNFINISHED_JOBS]
+    hung = sorted(m["run"] for m in hung_runs.held(markers, unfinished))
     jobs.sort(key=lambda j: j.get("start_time") or 0, reverse=True)
     try:  # Serve's applications (make serve); the dashboard answers with none when Serve never started
         serve = summarize(_get(dashboard, "/api/serve/applications/", auth))
@@ -132,6 +137,7 @@ def snapshot(dashboard: str, auth: str) -> dict:
         "available": available,
         "jobs": jobs,
         "hung_runs": hung,
+        "hung_markers": markers,
         "serve": serve,
     }
 
@@ -190,19 +196,45 @@ def driver_dispatch(env: dict, bucket: str, ecs) -> DriverDispatch | None:
     return DriverDispatch(Launches.of_bucket(bucket), ecs, cluster, say=say) if cluster else None
 
 
-def replace_suspects(taken: dict, cluster: str | None, aws, done: set[str]) -> list[str]:
-    """Take out the instances that dead nodes' messages name as suspect, each once (`done` remembers);
-    what was done, one line per action, also said in the log."""
+MOST_SUSPECTS_PER_ROUND = 4  # dead nodes looked up in ECS in one round: a job can leave many behind
+
+
+def replace_suspects(taken: dict, cluster: str | None, aws, done: set[str], workers: list[str]) -> list[str]:
+    """Take out the instances of dead worker nodes that drained as suspect, each once (`done` remembers the
+    dead nodes judged and the instances taken out): only when ECS says the instance the message names is the
+    one behind the node's own address and runs a task of the `workers` services (suspect.worker_instance_at).
+    What was done or refused, one line per action, also said in the log."""
     lines = []
+    looked = 0
     for node in taken["nodes"]:
         instance = suspect.named_instance(node.get("message"))
-        if instance is None or instance in done or not cluster:
+        key = f"node:{node.get('node_id')}"
+        if instance is None or node.get("alive") or not cluster or key in done or instance in done:
+            continue
+        if looked >= MOST_SUSPECTS_PER_ROUND:
+            break  # the rest next round
+        looked += 1
+        done.add(key)
+        if node.get("head"):
+            accepted, why = False, "it is the head"
+        else:
+            accepted, why = suspect.worker_instance_at(node.get("address"), instance, cluster, workers, aws)
+        if not accepted:
+            line = f"suspect node {node['node_id']} names {instance}: not taken out: {why}"
+            say(line)
+            lines.append(line)
             continue
         done.add(instance)
         for line in suspect.take_out(instance, cluster, aws):
             say(f"suspect node {node['node_id']}: {line}")
             lines.append(line)
     return lines
+
+
+def follow_queue(stopper: autostop.Autostop | None, capacity: dict | None) -> None:
+    """The queue's capacity raised the workers: autostop re-arms, so it stops them again once idle."""
+    if stopper is not None and capacity and "raised_from" in capacity:
+        stopper.rearm(f"the queue raised the workers from {capacity['raised_from']} to {capacity.get('desired')}")
 
 
 def main(argv: list[str] | None = None, env: dict | None = None) -> int:
@@ -220,6 +252,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     aws = Aws()
     s3 = aws.client("s3")
     replaced: set[str] = set()
+    workers = [s for s in [env.get("RAYFLEET_WORKER_SERVICE")] if s]  # whose instances may be taken out
     auth = token(env)
     say(f"every {args.interval:g}s: {dashboard} -> s3://{args.bucket}/{KEY}")
     settings = autostop.Settings.from_env(env)
@@ -238,9 +271,10 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
             taken = snapshot(dashboard, auth)
             taken["serve_kept"] = restore_serve(s3, args.bucket, dashboard, auth, taken)
             taken["queue_capacity"] = guarded("queue", follower)
+            follow_queue(stopper, taken["queue_capacity"])
             taken["launches"] = guarded("launches", dispatcher)
             taken["autostop"] = decide(stopper, taken)
-            taken["replaced"] = replace_suspects(taken, env.get("RAYFLEET_CLUSTER_NAME"), aws, replaced)
+            taken["replaced"] = replace_suspects(taken, env.get("RAYFLEET_CLUSTER_NAME"), aws, replaced, workers)
             body = json.dumps(taken, indent=2).encode()
             s3.put_object(Bucket=args.bucket, Key=KEY, Body=body, ContentType="application/json")
             if written == 0:

@@ -16,6 +16,13 @@ stops Ray once the node's work is gone or the deadline passes. The control task 
 node dead with that message and takes the instance out (`take_out`): its ECS container instance goes
 DRAINING (ECS places no task there) and its Auto Scaling group is told it is Unhealthy (the group terminates
 and replaces it). Locally there is no instance: the drain alone keeps new work off the node.
+
+Any job can drain any node with any message (it holds the cluster's token), so the message is a request,
+never the instance to act on. The control task takes out an instance only when ECS says it is the one behind
+the dead node's own address (Ray's record of the node, not the message) and runs a task of a worker service
+(`worker_instance_at`): the head's instance, another deployment's, or a worker the node never ran on is
+refused with one line. A job can so get a worker instance of this deployment replaced, no other instance
+(its role's SetInstanceHealth names the worker groups' Auto Scaling groups only: infra/modules/iam).
 """
 
 from __future__ import annotations
@@ -71,6 +78,81 @@ def container_instances_of(ecs, cluster: str, instance: str) -> list[str]:
             found = described["containerInstances"]
             arns += [c["containerInstanceArn"] for c in found if c["ec2InstanceId"] == instance]
     return arns
+
+
+def _described_tasks(ecs, cluster: str, services: list[str]) -> list[dict]:
+    """The worker services' tasks, running and recently stopped (the dead node's own task has usually stopped):
+    only those whose group ECS gives as the service's (moto ignores ListTasks' serviceName filter)."""
+    found = []
+    for service in services:
+        arns = []
+        for status in ("RUNNING", "STOPPED"):
+            pages = ecs.get_paginator("list_tasks").paginate(cluster=cluster, serviceName=service, desiredStatus=status)
+            arns += [arn for page in pages for arn in page["taskArns"]]
+        for start in range(0, len(arns), 100):  # describe takes 100 at a time
+            tasks = ecs.describe_tasks(cluster=cluster, tasks=arns[start : start + 100])["tasks"]
+            found += [t for t in tasks if t.get("group") == f"service:{service}" and t.get("containerInstanceArn")]
+    return found
+
+
+def _task_addresses(task: dict) -> set[str]:
+    """The task's own addresses (awsvpc: its network interface); empty in host mode, where the node has the
+    instance's address."""
+    return {
+        detail["value"]
+        for attachment in task.get("attachments") or []
+        if attachment.get("type") == "ElasticNetworkInterface"
+        for detail in attachment.get("details") or []
+        if detail.get("name") == "privateIPv4Address" and detail.get("value")
+    }
+
+
+def _instance_addresses(aws, instances: list[str]) -> dict[str, set[str]]:
+    """EC2 instance -> its private addresses (host mode: the Ray node listens on the instance's)."""
+    found: dict[str, set[str]] = {}
+    if not instances:
+        return found
+    for reservation in aws.client("ec2").describe_instances(InstanceIds=instances)["Reservations"]:
+        for instance in reservation["Instances"]:
+            ips = {instance.get("PrivateIpAddress")} | {
+                a.get("PrivateIpAddress")
+                for n in instance.get("NetworkInterfaces") or []
+                for a in n.get("PrivateIpAddresses") or []
+            }
+            found[instance["InstanceId"]] = {ip for ip in ips if ip}
+    return found
+
+
+def worker_instance_at(address: str | None, named: str, cluster: str, services: list[str], aws) -> tuple[bool, str]:
+    """Whether `named` (the instance a dead node's message names) is, by ECS, the instance of a worker service's
+    task at the node's `address`; and why not (one line)."""
+    if not address or not services:
+        return False, "the dead node has no address" if not address else "no worker service to look in"
+    ecs = aws.client("ecs")
+    tasks = _described_tasks(ecs, cluster, services)
+    arns = sorted({t["containerInstanceArn"] for t in tasks})
+    ec2_of: dict[str, str] = {}
+    for start in range(0, len(arns), 100):
+        described = ecs.describe_container_instances(cluster=cluster, containerInstances=arns[start : start + 100])
+        ec2_of.update({c["containerInstanceArn"]: c["ec2InstanceId"] for c in described["containerInstances"]})
+    host_mode = sorted(
+        {
+            ec2_of[t["containerInstanceArn"]]
+            for t in tasks
+            if not _task_addresses(t) and t["containerInstanceArn"] in ec2_of
+        }
+    )
+    by_ip = _instance_addresses(aws, host_mode)
+    behind = {
+        ec2_of.get(t["containerInstanceArn"])
+        for t in tasks
+        if address in (_task_addresses(t) or by_ip.get(ec2_of.get(t["containerInstanceArn"]), set()))
+    } - {None}
+    if not behind:
+        return False, f"no task of {', '.join(services)} has address {address}: not a worker of this deployment"
+    if named not in behind:
+        return False, f"the message names {named}, but the worker at {address} ran on {', '.join(sorted(behind))}"
+    return True, ""
 
 
 def take_out(instance: str, cluster: str, aws) -> list[str]:

@@ -12,6 +12,11 @@ class Ecs:
     def __init__(self) -> None:
         self.trainers: list[str] = []
         self.updates: list[tuple[str, int]] = []
+        self.desired: dict[str, int] = {}
+
+    def describe_services(self, cluster: str, services: list[str]) -> dict:
+        assert cluster == "rf"
+        return {"services": [{"serviceName": s, "desiredCount": self.desired.get(s, 1)} for s in services]}
 
     def list_tasks(self, cluster: str, startedBy: str, desiredStatus: str) -> dict:
         assert (cluster, startedBy, desiredStatus) == ("rf", "rayfleet", "RUNNING")
@@ -19,6 +24,7 @@ class Ecs:
 
     def update_service(self, cluster: str, service: str, desiredCount: int) -> None:
         self.updates.append((service, desiredCount))
+        self.desired[service] = desiredCount
 
 
 class Clock:
@@ -29,6 +35,9 @@ class Clock:
 
 
 IDLE = {"jobs": [{"status": "SUCCEEDED"}, {"status": "FAILED"}], "serve": []}
+RUN_1 = {"job_id": "02000000", "status": "RUNNING", "metadata": {"rayfleet_run": "r1"}}
+RUN_2 = {"job_id": "03000000", "status": "RUNNING", "metadata": {"rayfleet_run": "r2"}}
+MARK_1 = {"run": "r1", "job_id": "02000000"}  # the marker job 02000000's hang watchdog made (hung_runs.markers)
 SETTINGS = Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=30 * 60)
 
 
@@ -42,9 +51,10 @@ SETTINGS = Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=30 * 60)
         (IDLE, 0, None),
         ({"jobs": [], "serve": [{"name": "old", "status": "DELETING"}]}, 0, None),
         # a run the hang watchdog holds hung is no work: its job, and its trainer task on ECS
-        ({"jobs": [{"status": "RUNNING"}], "hung_runs": ["r1"]}, 1, None),
-        ({"jobs": [{"status": "RUNNING"}] * 2, "hung_runs": ["r1"]}, 0, "1 Ray job(s) running (1 more hung)"),
-        ({**IDLE, "hung_runs": ["r1"]}, 2, "1 trainer task(s) running"),
+        ({"jobs": [RUN_1], "hung_markers": [MARK_1]}, 1, None),
+        ({"jobs": [RUN_1, RUN_2], "hung_markers": [MARK_1]}, 0, "1 Ray job(s) running (1 more hung)"),
+        ({**IDLE, "hung_markers": [MARK_1]}, 2, "2 trainer task(s) running"),  # no unfinished job it holds
+        ({"jobs": [{**RUN_1, "status": "SUCCEEDED"}, RUN_2], "hung_markers": [MARK_1]}, 1, "1 Ray job(s) running"),
         # `make serve` kept a config: serving, also on a head that started again without the application
         (
             {**IDLE, "serve_kept": {"run": "clf", "reapplied": ["rayfleet"]}},
@@ -59,7 +69,7 @@ SETTINGS = Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=30 * 60)
         ({**IDLE, "serve_kept": None}, 0, None),
         # a run waiting for a driver slot (behind a hung run's trainer, say) is work that will start
         (
-            {**IDLE, "hung_runs": ["r1"], "launches": {"first": "r2", "waiting": 1}},
+            {"jobs": [RUN_1], "hung_markers": [MARK_1], "launches": {"first": "r2", "waiting": 1}},
             1,
             "1 run(s) waiting for a driver slot",
         ),
@@ -118,3 +128,90 @@ def test_settings_from_the_task_environment(env, expected):
     full = env if expected is None and not env else {**names, **env}
     settings = Settings.from_env(full)
     assert (settings and (settings.idle_s, settings.stop_head)) == expected
+
+
+@pytest.mark.parametrize(
+    ("markers", "why"),
+    [
+        # another job (03000000) names a marker after run r1: it holds nothing, neither r1 nor itself
+        ([{"run": "r1", "job_id": "03000000"}], "2 Ray job(s) running"),
+        # a job's marker under another run's name does not hold the job that names its run r2
+        ([{"run": "r1", "job_id": "03000000"}, {"run": "r9", "job_id": "03000000"}], "2 Ray job(s) running"),
+        # markers of finished or unknown jobs, and as many as a job likes of one job: one job each at most
+        ([{"run": "r1", "job_id": "09000000"}], "2 Ray job(s) running"),
+        ([MARK_1, MARK_1, {"run": "r1", "job_id": "02000000"}], "1 Ray job(s) running (1 more hung)"),
+    ],
+)
+def test_a_hung_marker_counts_only_for_the_unfinished_job_that_made_it(markers, why):
+    """R4: actors named rayfleet-hung-* by a job cannot make a busy cluster look idle (on the old code every
+    such name subtracted one job, whoever made it, whatever run it named)."""
+    snapshot = {"jobs": [RUN_1, RUN_2], "hung_markers": markers, "hung_runs": ["r1", "r2", "x"]}
+    assert busy_because(snapshot, 2) == why
+
+
+def test_a_plain_driver_job_is_held_by_its_own_marker():
+    """A job that names no run (a plain driver: `python -m rayfleet.train.ddp` on ECS) is held by a marker its
+    own job made, under any run name."""
+    driver = {"job_id": "04000000", "status": "RUNNING", "metadata": {}}
+    assert busy_because({"jobs": [driver], "hung_markers": [{"run": "ddp-9", "job_id": "04000000"}]}, 0) is None
+    assert busy_because({"jobs": [driver], "hung_markers": [MARK_1]}, 0) == "1 Ray job(s) running"
+
+
+def apps(status: str) -> dict:
+    return {**IDLE, "serve": [{"name": "chat", "status": status}]}
+
+
+def test_a_failed_serve_application_does_not_keep_the_gpus():
+    """DEPLOY_FAILED is no work at once; UNHEALTHY is work for the grace (Serve replaces replicas by itself),
+    then no more; an application kept by `make serve` whose applications all failed does not keep them
+    either. On the old code both counted as serving for as long as they stayed so."""
+    ecs, clock = Ecs(), Clock()
+    stopper = Autostop(Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=600), ecs, clock=clock, say=print)
+    kept = {"serve_kept": {"run": "clf", "applications": ["chat"], "reapplied": []}}
+    decided = stopper.tick({**apps("DEPLOY_FAILED"), **kept})
+    assert "busy" not in decided and decided["not_work"] == ["Serve application chat: failed or unhealthy too long"]
+    clock.now += 600
+    assert stopper.tick(apps("DEPLOY_FAILED"))["stopped"] and ecs.updates == [("rf-ray-worker", 0)]
+
+    ecs, clock = Ecs(), Clock()
+    stopper = Autostop(Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=600), ecs, clock=clock, say=print)
+    assert stopper.tick(apps("UNHEALTHY"))["busy"] == "serving chat"
+    clock.now += 14 * 60
+    assert stopper.tick(apps("UNHEALTHY"))["busy"] == "serving chat"
+    clock.now += 60
+    assert "busy" not in stopper.tick({**apps("UNHEALTHY"), **kept})  # 15 min unhealthy: no more work
+    assert stopper.tick(apps("RUNNING"))["busy"] == "serving chat"  # recovered
+    assert stopper.tick(apps("UNHEALTHY"))["busy"] == "serving chat"  # a new spell gets its own grace
+
+
+def test_a_service_raised_after_autostop_stopped_it_is_stopped_again_once_idle():
+    """Autostop re-arms: after it scaled the workers to 0, the queue's capacity (or anyone) raises them; on the
+    old code `stopped` stayed true and nothing ever stopped them again."""
+    ecs, clock = Ecs(), Clock()
+    said: list[str] = []
+    stopper = Autostop(Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=600), ecs, clock=clock, say=said.append)
+    stopper.tick(IDLE)
+    clock.now += 600
+    assert stopper.tick(IDLE)["stopped"] and ecs.updates == [("rf-ray-worker", 0)]
+    clock.now += 60
+    assert stopper.tick(IDLE)["stopped"]  # still at zero: nothing to do
+    ecs.desired["rf-ray-worker"] = 2  # a forged queue entry, say: the follower raised the workers
+    clock.now += 60
+    decided = stopper.tick(IDLE)
+    assert not decided["stopped"] and "rf-ray-worker at 2 since it stopped them" in said[-1]
+    clock.now += 599
+    assert not stopper.tick(IDLE)["stopped"]
+    clock.now += 1
+    assert stopper.tick(IDLE)["stopped"] and ecs.updates == [("rf-ray-worker", 0)] * 2
+
+
+def test_rearm_from_the_queue_follower_is_said_once():
+    ecs, clock = Ecs(), Clock()
+    said: list[str] = []
+    stopper = Autostop(Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=60), ecs, clock=clock, say=said.append)
+    stopper.tick(IDLE)
+    clock.now += 60
+    stopper.tick(IDLE)
+    stopper.rearm("the queue raised rf-ray-worker 0 -> 1")
+    stopper.rearm("again")  # not stopped any more: nothing to say
+    assert not stopper.stopped and said[-1].startswith("autostop: the queue raised rf-ray-worker 0 -> 1: stops again")

@@ -52,12 +52,12 @@ JOBS = [
     },
     {
         "submission_id": "ddp-2",
-        "job_id": None,
+        "job_id": "03000000",
         "type": "SUBMISSION",
         "status": "RUNNING",
         "start_time": 5,
         "end_time": None,
-        "metadata": {},
+        "metadata": {"rayfleet_run": "ddp-2"},
         "entrypoint": "python -m y",
     },
 ]
@@ -76,10 +76,14 @@ SERVE = {
 
 
 # Alive actors (the snapshot asks for those only): a run the hang watchdog holds hung has its marker among them.
+# Each with the job Ray records as its maker: only the run's own job's marker holds it hung.
 ACTORS = [
-    {"name": "rayfleet-hung-ddp-2", "state": "ALIVE"},
-    {"name": "", "state": "ALIVE"},
-    {"name": "rayfleet-hang-watch-ddp-2"},
+    {"name": "rayfleet-hung-ddp-2", "state": "ALIVE", "job_id": "03000000"},
+    {"name": "rayfleet-hung-ddp-1", "state": "ALIVE", "job_id": "03000000"},  # another run's name: ignored
+    {"name": "rayfleet-hung-x", "state": "ALIVE", "job_id": "02000000"},  # a finished job's: ignored
+    {"name": "rayfleet-hung-../..", "state": "ALIVE", "job_id": "03000000"},  # no run name: dropped
+    {"name": "", "state": "ALIVE", "job_id": "03000000"},
+    {"name": "rayfleet-hang-watch-ddp-2", "job_id": "03000000"},
 ]
 
 
@@ -129,6 +133,11 @@ def test_snapshot_reads_nodes_resources_and_jobs_over_http_with_the_token(dashbo
     assert [j["submission_id"] for j in snap["jobs"]] == ["ddp-2", "ddp-1"]  # newest first
     assert all("entrypoint" not in j and "runtime_env" not in j for j in snap["jobs"])  # no command lines, no env
     assert snap["hung_runs"] == ["ddp-2"]
+    assert snap["hung_markers"] == [
+        {"run": "ddp-1", "job_id": "03000000"},
+        {"run": "ddp-2", "job_id": "03000000"},
+        {"run": "x", "job_id": "02000000"},
+    ]
     actors = next(path for path, _ in Dashboard.seen if path.startswith("/api/v0/actors"))
     assert "filter_keys=state&filter_predicates=%3D&filter_values=ALIVE" in actors
     assert snap["serve"] == [
