@@ -102,8 +102,25 @@ run "store_keeps_snapshots" {
   }
 
   assert {
-    condition     = aws_elasticache_replication_group.store.snapshot_retention_limit == 7
-    error_message = "By default a week of daily snapshots."
+    condition     = aws_elasticache_replication_group.store.snapshot_retention_limit == 7 && aws_elasticache_replication_group.store.snapshot_name == null
+    error_message = "By default a week of daily snapshots, and an empty store."
+  }
+}
+
+run "store_restored_from_a_snapshot" {
+  command = plan
+
+  module {
+    source = "./modules/gcs_store"
+  }
+
+  variables {
+    restore_snapshot = "rayfleet-gcs-2026-11-23"
+  }
+
+  assert {
+    condition     = aws_elasticache_replication_group.store.snapshot_name == "rayfleet-gcs-2026-11-23"
+    error_message = "The store is seeded from the named snapshot."
   }
 }
 

@@ -78,6 +78,7 @@ resource "aws_elasticache_replication_group" "store" {
   transit_encryption_enabled = true
   transit_encryption_mode    = "required"
   snapshot_retention_limit   = var.snapshot_retention_days
+  snapshot_name              = var.restore_snapshot # a new store from a good snapshot; the token is set anew
   auto_minor_version_upgrade = true
   tags                       = local.tags
 }

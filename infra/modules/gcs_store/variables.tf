@@ -58,6 +58,12 @@ variable "snapshot_retention_days" {
   }
 }
 
+variable "restore_snapshot" {
+  description = "Name of an ElastiCache snapshot to seed the store from (recovery from a store that no longer loads: docs/operations.md). Changing it replaces the store. null: an empty store."
+  type        = string
+  default     = null
+}
+
 variable "tags" {
   description = "Tags for every resource."
   type        = map(string)
