@@ -2,6 +2,14 @@
 # requirements/train.txt (the one version source; the Ray release in BASE_IMAGE matches its ray pin,
 # tests/images/test_dockerfiles.py checks it), a non-root user, and the node entry point.
 # Built as <registry>/ray-base:<revision> by `make build`; never pushed on its own.
+# Not pinned by digest (issue 54): the digest of rayproject/ray:2.60.0-py311-cu128 on Docker Hub could not be
+# obtained where this was written (no registry reachable there), and a value copied from elsewhere would be
+# trusted without being checked. To pin it, read it from the registry:
+#   docker buildx imagetools inspect rayproject/ray:2.60.0-py311-cu128 --format '{{.Manifest.Digest}}'
+# and append it, BASE_IMAGE=rayproject/ray:2.60.0-py311-cu128@sha256:<digest>: the engine then refuses any other
+# content under that tag. Then delete the exception line below (tests/images/test_image_pins.py requires one of
+# the two, and refuses a stale exception). Tests and air-gapped builds pass a local base instead (localhost/...).
+# unpinned-base: BASE_IMAGE
 ARG BASE_IMAGE=rayproject/ray:2.60.0-py311-cu128
 FROM ${BASE_IMAGE}
 

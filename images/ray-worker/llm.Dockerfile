@@ -3,6 +3,15 @@
 # instead of the training set; it serves, it does not train. Build it on a machine with the CUDA base:
 #   docker build -f images/ray-worker/llm.Dockerfile -t <registry>/rayfleet/ray-worker:<tag>-llm .
 # and point the worker service at it. Not built by the test suite (the vLLM wheel alone is 316 MB).
+# As in images/base/ray.Dockerfile:
+# Not pinned by digest (issue 54): the digest of rayproject/ray:2.60.0-py311-cu128 on Docker Hub could not be
+# obtained where this was written (no registry reachable there), and a value copied from elsewhere would be
+# trusted without being checked. To pin it, read it from the registry:
+#   docker buildx imagetools inspect rayproject/ray:2.60.0-py311-cu128 --format '{{.Manifest.Digest}}'
+# and append it, BASE_IMAGE=rayproject/ray:2.60.0-py311-cu128@sha256:<digest>: the engine then refuses any other
+# content under that tag. Then delete the exception line below (tests/images/test_image_pins.py requires one of
+# the two, and refuses a stale exception). Tests and air-gapped builds pass a local base instead (localhost/...).
+# unpinned-base: BASE_IMAGE
 ARG BASE_IMAGE=rayproject/ray:2.60.0-py311-cu128
 FROM ${BASE_IMAGE}
 
