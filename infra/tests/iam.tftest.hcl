@@ -190,6 +190,8 @@ run "iam" {
         DrainOwnContainerInstance = [["ecs:DescribeContainerInstances", "ecs:UpdateContainerInstancesState"], "arn:aws:ecs:us-east-1:123456789012:container-instance/rayfleet/*", null]
         ReplaceBadInstance        = ["autoscaling:SetInstanceHealth", ["arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/rayfleet-worker-20250601000000000000000001"], null]
         SeeOwnTrainerTasks        = ["ecs:ListTasks", "*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
+        SeeOwnWorkerTasks         = ["ecs:DescribeTasks", "arn:aws:ecs:us-east-1:123456789012:task/rayfleet/*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
+        SeeWorkerAddresses        = ["ec2:DescribeInstances", "*", null]
         ListTheQueue              = ["s3:ListBucket", "arn:aws:s3:::rayfleet-results-20250601", { StringLike = { "s3:prefix" = ["queue/", "queue/*"] } }]
         ReadTheQueue              = ["s3:GetObject", "arn:aws:s3:::rayfleet-results-20250601/queue/*", null]
         StartWaitingTrainers      = ["ecs:RunTask", "arn:aws:ecs:us-east-1:123456789012:task-definition/rayfleet-trainer:*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]

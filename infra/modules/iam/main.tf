@@ -226,6 +226,22 @@ resource "aws_iam_role_policy" "control" {
         Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
       },
       {
+        # A suspect is taken out only when ECS says it is the instance behind the dead node's own address
+        # (rayfleet/node/suspect.py worker_instance_at): the worker services' tasks and, in host networking,
+        # their instances' addresses. Read-only; DescribeInstances has no resource type.
+        Sid       = "SeeOwnWorkerTasks"
+        Effect    = "Allow"
+        Action    = "ecs:DescribeTasks"
+        Resource  = "arn:${local.partition}:ecs:${local.region}:${local.account}:task/${var.name}/*"
+        Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
+      },
+      {
+        Sid      = "SeeWorkerAddresses"
+        Effect   = "Allow"
+        Action   = "ec2:DescribeInstances"
+        Resource = "*"
+      },
+      {
         # Capacity follows the queue (rayfleet/node/queue_capacity.py): the queue's entries, read only.
         Sid       = "ListTheQueue"
         Effect    = "Allow"
