@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from rayfleet.core import run_name
+
 STATES = ("waiting", "held", "admitted", "running")
-RUN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # the jobs' run-name rule (train/job_config.py)
 SKEW_S = 60.0  # how far another machine's clock may run ahead of the reader's
 MAX_PRIORITY_VAR = "RAYFLEET_MAX_PRIORITY"
 DEFAULT_MAX_PRIORITY = 9  # the recipe schema's highest priority
@@ -116,7 +116,7 @@ def entry_fields(text: str | None, name: str, now: float | None, max_priority: i
     if unknown or missing:
         raise Invalid(f"not a queue entry: {'unknown' if unknown else 'missing'} {_show((unknown or missing)[0])}")
     run = _text(data, "run")
-    if not RUN_NAME.fullmatch(run) or name != f"{run}.json":
+    if not run_name.valid(run) or name != f"{run}.json":
         raise Invalid(f"run {_show(run)} is not a run name, or not the file's name {_show(name)}")
     _number(data, "priority", 0, math.inf, whole=True)
     _time(data, "submitted_at", now)
@@ -153,7 +153,7 @@ def ledger_item(text: str | None, name: str, now: float) -> tuple[float, float]:
     run = _text(data, "run")
     admitted_at = _time(data, "admitted_at", now)
     ended_at = _time(data, "ended_at", now)
-    if admitted_at <= 0 or not RUN_NAME.fullmatch(run) or name != f"{run}-{int(admitted_at)}.json":
+    if admitted_at <= 0 or not run_name.valid(run) or name != f"{run}-{int(admitted_at)}.json":
         raise Invalid(f"run {_show(run)} and its admission do not name the file {_show(name)}")
     if ended_at < admitted_at:
         raise Invalid("ended before it was admitted")
