@@ -1,4 +1,4 @@
-"""The cluster's running tasks by role: head, worker (by their service group) and trainer (by startedBy).
+"""The cluster's running tasks by role: head, worker, control (by their service group) and trainer (by startedBy).
 
 One ListTasks and batched DescribeTasks instead of one call per service: ECS gives every service task the
 group `service:<name>`, and the launch verb starts trainers with startedBy=rayfleet.
@@ -11,11 +11,13 @@ from rayfleet.ecs.outputs import Outputs
 
 
 def running_tasks(ecs, out: Outputs) -> dict[str, list[dict]]:
-    """{"head": [...], "worker": [...], "trainer": [...]}, each oldest first."""
+    """{"head": [...], "worker": [...], "control": [...], "trainer": [...]}, each oldest first."""
     pages = ecs.get_paginator("list_tasks").paginate(cluster=out.cluster_name, desiredStatus="RUNNING")
     arns = [arn for page in pages for arn in page["taskArns"]]
     roles = {f"service:{out.head_service_name}": "head", f"service:{out.worker_service_name}": "worker"}
-    by_role: dict[str, list[dict]] = {"head": [], "worker": [], "trainer": []}
+    if out.control_service_name:
+        roles[f"service:{out.control_service_name}"] = "control"
+    by_role: dict[str, list[dict]] = {"head": [], "worker": [], "control": [], "trainer": []}
     for start in range(0, len(arns), 100):  # DescribeTasks takes at most 100
         for task in ecs.describe_tasks(cluster=out.cluster_name, tasks=arns[start : start + 100])["tasks"]:
             role = roles.get(task.get("group", "")) or ("trainer" if task.get("startedBy") == STARTED_BY else None)

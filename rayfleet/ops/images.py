@@ -37,7 +37,14 @@ IMAGES = ("ray-head", "ray-worker", "trainer", "gpu-metrics")
 RAY_IMAGES = ("ray-head", "ray-worker", "trainer")
 # Passed from the environment as build arguments when set: the bases (tests build on a local one) and the EFA
 # variant of ray-worker (EFA_INSTALLER_VERSION: libfabric and NCCL's OFI plugin, images/ray-worker/Dockerfile).
-BUILD_ARGS_FROM_ENV = ("BASE_IMAGE", "PYTHON_BASE_IMAGE", "EFA_INSTALLER_VERSION")
+BUILD_ARGS_FROM_ENV = (
+    "BASE_IMAGE",
+    "PYTHON_BASE_IMAGE",
+    "EFA_INSTALLER_VERSION",
+    "EFA_INSTALLER_SHA256",
+    "AWS_OFI_NCCL_VERSION",
+    "AWS_OFI_NCCL_SHA512",
+)
 LOCAL_PREFIX = "localhost/rayfleet"
 # The tag that protects an image from the ECR lifecycle (infra/modules/registry: rule 1 selects it, so no later
 # rule can expire it), and how many images per repository may carry it: rule 1's count, which mark_deployed

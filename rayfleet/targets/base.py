@@ -6,9 +6,7 @@ deployment, rayfleet/targets/ecs.py). Runs and serving pick one with `choose_tar
 
 from __future__ import annotations
 
-import argparse
 import json
-import re
 import time
 from functools import partial
 from pathlib import Path
@@ -20,7 +18,6 @@ from rayfleet.recipes.fit import Capacity
 from rayfleet.recipes.package import package
 from rayfleet.recipes.schema import LoadedRecipe
 from rayfleet.recipes.submitter import now, submitter, submitter_gone
-from rayfleet.train.job_config import RUN_NAME_PATTERN
 
 
 class Target(Protocol):
@@ -123,12 +120,3 @@ def refuse_active(run_dir: RunDir) -> dict:
             f"--run-name, or cancel it first (rayfleet cancel --run {run_dir.run_name})"
         )
     return record
-
-
-def run_name_arg(value: str) -> str:
-    """A run name is a folder and an S3 prefix: the jobs' own rule (letters, digits, . _ -; no path)."""
-    if not re.fullmatch(RUN_NAME_PATTERN, value):
-        raise argparse.ArgumentTypeError(
-            f"{value!r}: a run name is up to 100 letters, digits, '.', '_' or '-', starting with a letter or digit"
-        )
-    return value

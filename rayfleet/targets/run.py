@@ -27,11 +27,12 @@ from rayfleet.core import ray_auth
 from rayfleet.core.aws import run_cli
 from rayfleet.core.config import ConfigError
 from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED
+from rayfleet.core.run_name import run_name_arg
 from rayfleet.ecs.outputs import DEFAULT_FILE
 from rayfleet.local import cluster as local_cluster
 from rayfleet.recipes.package import PackageError
 from rayfleet.recipes.schema import load
-from rayfleet.targets.base import Target, run_name_arg
+from rayfleet.targets.base import Target
 from rayfleet.targets.ecs import EcsTarget
 from rayfleet.targets.local import LocalTarget
 

@@ -15,8 +15,7 @@ from pydantic import Field, field_validator, model_validator
 
 from rayfleet.core.config import StrictModel
 from rayfleet.core.run_dir import LOCAL_RUNS
-
-RUN_NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"
+from rayfleet.core.run_name import RUN_NAME_PATTERN
 
 
 class JobConfig(StrictModel):

@@ -68,10 +68,16 @@ def test_locate_refuses_what_is_no_run_name(in_tmp):
         locate("..")
 
 
-def test_the_jobs_config_uses_the_same_rule():
-    from rayfleet.train.job_config import RUN_NAME_PATTERN
+def test_the_jobs_config_refuses_what_the_verbs_refuse():
+    from pydantic import ValidationError
 
-    assert RUN_NAME_PATTERN == run_name.RUN_NAME_PATTERN
+    from rayfleet.train.job_config import JobConfig
+
+    assert JobConfig(run_name="ddp-1.v2").run_name == "ddp-1.v2"
+    for bad in ("..", "a/b", ".hidden", "x" * 101):
+        assert not run_name.valid(bad)
+        with pytest.raises(ValidationError):
+            JobConfig(run_name=bad)
 
 
 @pytest.mark.parametrize(
