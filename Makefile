@@ -183,7 +183,7 @@ stop: setup ## Stop paying for GPUs: services to zero, trainer tasks stopped (id
 start: setup ## Bring a stopped deployment back (make stop, an autostop) and wait until Ray sees it (RECIPE=: as many workers as it needs)
 	$(RF) start $(if $(RECIPE),--recipe $(RECIPE))
 
-rotate-ray-token: setup ## New Ray auth token in Secrets Manager, then restart head, then workers (FORCE=1 during a job)
+rotate-ray-token: setup ## New Ray auth token in Secrets Manager, then restart the head, then every service that reads it (workers, control) (FORCE=1 during a job)
 	$(RF) token rotate $(if $(FORCE),--force)
 
 clean: setup ## Ask once, first; then services to zero, images deleted, terraform destroy (DELETE_RESULTS=1: the results too; AUTO_APPROVE=1; safe twice)
