@@ -5,7 +5,8 @@ A rank stuck in a collective keeps a run RUNNING while its GPUs burn money. Here
   * each rank's loop says where it is: `steps.enter()` before a step, `steps.leave()` after it (two
     counters and a clock read);
   * a thread per rank sends that every BEAT_S to the run's `Coordinator`, a Ray actor the driver starts
-    (`watching`), named after the run, that outlives Ray Train's restarts of the worker group;
+    (`watching`), named after the run, that outlives Ray Train's restarts of the worker group; it takes only
+    well-formed beats from the run's own workers (rayfleet/train/hang_beats.py: any job can find it by name);
   * the coordinator `judge`s: hung when a rank is inside a step and no rank has finished one for
     max(factor x the median step time, floor_s). The ranks that did not arrive are those that entered fewer
     steps than the most advanced rank (one stuck outside the step, in a collective the others never join),
@@ -46,6 +47,7 @@ import ray
 from rayfleet.core import hung_runs, ray_drain
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.run_dir import RunDir
+from rayfleet.train import hang_beats
 
 BEAT_S = 1.0
 HANGS_FILE = "hangs.jsonl"
@@ -104,14 +106,25 @@ class Coordinator:
     """The run's judge, one per run, in the driver's job (create with `ray.remote(Coordinator)`). Counts heals
     across attempts: a new attempt shows itself by new worker processes in the beats."""
 
-    def __init__(self, factor: float, floor_s: float, max_heals: int, clock=time.time):
+    def __init__(self, factor: float, floor_s: float, max_heals: int, clock=time.time, senders=None):
         self.factor, self.floor_s, self.max_heals, self.clock = factor, floor_s, max_heals, clock
+        # Only the run's own workers' beats count (any job can find this actor by its name): hang_beats.py.
+        self.senders = senders if senders is not None else hang_beats.RunWorkers()
         self.beats: dict[int, dict] = {}
         self.workers: dict[int, str] = {}
         self.hang: dict | None = None
         self.heals = 0
+        self.refused: dict[str, int] = {}  # why -> beats refused, for the evidence
 
     def beat(self, beat: dict) -> None:
+        why = hang_beats.well_formed(beat, self.clock())
+        if why is None and not self.senders(beat):
+            why = "not a worker of this run"
+        if why is not None:
+            if why not in self.refused:
+                print(f"hang watch: a beat refused: {why}", flush=True)
+            self.refused[why] = self.refused.get(why, 0) + 1
+            return
         rank = beat["rank"]
         if rank in self.workers and self.workers[rank] != beat["worker"]:  # the group was restarted
             self.beats, self.workers, self.hang = {}, {}, None
@@ -154,9 +167,15 @@ class Steps:
     def where(self) -> dict:
         """This process's node and id, asked of Ray once: they do not change while it lives."""
         if not hasattr(self, "_where"):
-            node_id = ray.get_runtime_context().get_node_id()
-            self._where = {"worker": f"{node_id}:{os.getpid()}", "node_id": node_id,
-                           "node_ip": ray.util.get_node_ip_address()}  # fmt: skip
+            context = ray.get_runtime_context()
+            node_id = context.get_node_id()
+            # actor_id: this Ray Train worker, by which the coordinator checks that the beat is the run's own
+            self._where = {
+                "worker": f"{node_id}:{os.getpid()}",
+                "node_id": node_id,
+                "node_ip": ray.util.get_node_ip_address(),
+                "actor_id": context.get_actor_id() or "",
+            }
         return self._where
 
     def snapshot(self) -> dict:

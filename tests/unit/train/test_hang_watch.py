@@ -9,12 +9,20 @@ import json
 import pytest
 
 from rayfleet.node import suspect
+from rayfleet.train import hang_beats
 from rayfleet.train.hang_watch import Coordinator, Steps, describe, judge, mark_suspect
 
 
 def beat(rank: int, entered: int, done: int, done_at: float, step_s: float | None = 0.1, worker: str = "a") -> dict:
-    return {"rank": rank, "worker": f"{worker}{rank}", "node_id": f"node{rank}" * 8, "node_ip": f"10.0.0.{rank + 5}",
-            "entered": entered, "done": done, "done_at": done_at, "step_s": step_s}  # fmt: skip
+    """Rank `rank`'s beat from process `worker` (a, b: the first and the restarted group's)."""
+    node_id, pid = f"node{rank}" * 8, 1000 * (ord(worker) - ord("a") + 1) + rank
+    return {"rank": rank, "worker": f"{node_id}:{pid}", "node_id": node_id, "node_ip": f"10.0.0.{rank + 5}",
+            "actor_id": f"{pid:032x}", "entered": entered, "done": done, "done_at": done_at,
+            "step_s": step_s}  # fmt: skip
+
+
+def anyone(beat: dict) -> bool:  # the sender check, for tests of the judgement alone
+    return True
 
 
 def test_a_rank_that_never_joins_the_next_step_is_named_once_the_window_passes():
@@ -24,8 +32,8 @@ def test_a_rank_that_never_joins_the_next_step_is_named_once_the_window_passes()
     assert judge(beats, now=108.0, factor=20, floor_s=8) is None  # 7.8 s: not yet
     hang = judge(beats, now=108.5, factor=20, floor_s=8)
     assert hang["laggards"] == [1] and hang["window_s"] == 8 and hang["silent_s"] == 8.3
-    assert hang["ranks"][1] == {"node": "10.0.0.6", "node_id": "node1node1no", "worker": "a1", "entered": 5,
-                                "finished": 5, "since_last_step_s": 8.3}  # fmt: skip
+    assert hang["ranks"][1] == {"node": "10.0.0.6", "node_id": "node1node1no", "worker": f"{'node1' * 8}:1001",
+                                "entered": 5, "finished": 5, "since_last_step_s": 8.3}  # fmt: skip
     assert describe(hang) == (
         "no step finished for 8 s (window 8 s); at step 6 of this attempt: rank 1 on 10.0.0.6 (finished 5)"
     )
@@ -50,19 +58,108 @@ def test_no_hang_between_steps_or_before_the_first_step(beats):
     assert judge(beats, now=10_000.0, factor=20, floor_s=8) is None
 
 
+class Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def test_heals_are_counted_across_attempts_and_the_last_hang_fails():
-    clock = iter([0.0, 100.0, 100.0, 200.0, 200.0, 300.0]).__next__
-    coordinator = Coordinator(factor=20, floor_s=8, max_heals=1, clock=lambda: clock())
+    clock = Clock(0.0)
+    coordinator = Coordinator(factor=20, floor_s=8, max_heals=1, clock=clock, senders=anyone)
     assert coordinator.verdict() is None
+    clock.now = 90.0
     for rank, (entered, done) in enumerate([(6, 5), (5, 5)]):
         coordinator.beat(beat(rank, entered, done, done_at=90.0))
+    clock.now = 100.0
     first = coordinator.verdict()
     assert first["action"] == "heal" and first["heals"] == 1 and first["laggards"] == [1]
     assert coordinator.verdict() is first  # fixed for this attempt: judged once
+    clock.now = 190.0
     for rank, (entered, done) in enumerate([(6, 5), (5, 5)]):  # the restarted group's new processes
         coordinator.beat(beat(rank, entered, done, done_at=190.0, worker="b"))
+    clock.now = 200.0
     second = coordinator.verdict()
     assert second["action"] == "fail" and second["heals"] == 1
+
+
+def actor_table(*beats: dict, job: str = "05000000") -> dict:
+    """Ray's actor table as the GCS gives it (ray._private.state.actors) for the beats' senders."""
+    return {
+        b["actor_id"]: {"JobID": job, "State": "ALIVE", "Address": {"NodeID": b["node_id"]},
+                        "Pid": int(b["worker"].rpartition(":")[2])}
+        for b in beats
+    }  # fmt: skip
+
+
+def test_a_forged_beat_from_another_job_makes_no_hang():
+    """Issue 54 R3: another job finds the coordinator by its name and sends a rank far ahead; on the old code
+    the run's real ranks became laggards: their nodes drained and their instances replaced."""
+    clock = Clock(100.0)
+    real = [beat(0, 6, 6, done_at=95.0), beat(1, 6, 6, done_at=95.0)]
+    forged = {**beat(2, 50, 49, done_at=95.0, worker="x"), "rank": 2}
+    table = {**actor_table(*real), **actor_table(forged, job="09000000")}  # its own actor, of its own job
+    said: list[str] = []
+    senders = hang_beats.RunWorkers(job_id="05000000", lookup=table.get, say=said.append)
+    coordinator = Coordinator(factor=20, floor_s=8, max_heals=1, clock=clock, senders=senders)
+    for each in [*real, forged, {**forged, "actor_id": real[0]["actor_id"]}]:  # the last claims rank 0's actor
+        coordinator.beat(each)
+    clock.now = 1000.0
+    assert coordinator.verdict() is None and sorted(coordinator.beats) == [0, 1]
+    assert coordinator.refused == {"not a worker of this run": 2}
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"rank": -1}, "no rank"),
+        ({"rank": True}, "no rank"),
+        ({"rank": 10**9}, "no rank"),
+        ({"done": 7}, "counters out of bounds"),  # finished a step it never entered
+        ({"entered": 1.5}, "counters out of bounds"),
+        ({"done_at": float("nan")}, "a time in the future"),
+        ({"done_at": 10_000.0}, "a time in the future"),
+        ({"step_s": float("inf")}, "a step time out of bounds"),
+        ({"node_id": "x" * 1000}, "no node_id"),
+        ({"actor_id": "zz"}, "no actor id"),
+        ({"worker": "othernode:12"}, "a worker that is not its node and process"),
+    ],
+)
+def test_a_malformed_beat_is_refused(change, why):
+    assert hang_beats.well_formed(beat(0, 6, 5, done_at=90.0), now=100.0) is None
+    assert hang_beats.well_formed({**beat(0, 6, 5, done_at=90.0), **change}, now=100.0) == why
+    coordinator = Coordinator(factor=20, floor_s=8, max_heals=1, clock=Clock(100.0), senders=anyone)
+    coordinator.beat({**beat(0, 6, 5, done_at=90.0), **change})
+    assert coordinator.beats == {} and coordinator.refused == {why: 1}
+
+
+def test_the_sender_check_wants_the_alive_actor_of_this_job_on_the_claimed_node_and_process():
+    sent = beat(0, 6, 5, done_at=90.0)
+    row = actor_table(sent)[sent["actor_id"]]
+    for changed, taken in [
+        ({}, True),
+        ({"JobID": "09000000"}, False),
+        ({"State": "DEAD"}, False),
+        ({"Address": {"NodeID": "elsewhere"}}, False),
+        ({"Pid": 4242}, False),
+    ]:
+        table = {sent["actor_id"]: {**row, **changed}}
+        assert hang_beats.RunWorkers(job_id="05000000", lookup=table.get)(sent) is taken
+
+    def unknown(actor_id):
+        raise ValueError("no such actor")
+
+    assert hang_beats.RunWorkers(job_id="05000000", lookup=unknown)(sent) is False
+    # judged once, looked up again after RECHECK_S: a worker that died is no sender any more
+    clock, table = Clock(0.0), {sent["actor_id"]: row}
+    senders = hang_beats.RunWorkers(job_id="05000000", lookup=table.get, clock=clock)
+    assert senders(sent)
+    table[sent["actor_id"]] = {**row, "State": "DEAD"}
+    assert senders(sent)
+    clock.now = hang_beats.RECHECK_S
+    assert not senders(sent)
 
 
 def test_a_node_with_the_ecs_entry_point_is_marked_through_its_current_run_directory(tmp_path):
