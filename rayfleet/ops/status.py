@@ -24,7 +24,7 @@ from rayfleet.ecs import capacity
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import running_tasks
 from rayfleet.node.head_snapshot import KEY as RAY_STATUS_KEY
-from rayfleet.ops.queued import rows as queue_rows
+from rayfleet.ops.queued import IGNORED, listed
 from rayfleet.ops.runs import s3_runs
 from rayfleet.recipes.cost import spend_usd
 from rayfleet.serve.summary import lines as serve_lines
@@ -184,7 +184,7 @@ def _queue(out: Outputs) -> list[dict]:
     if not out.results_bucket:
         return []
     now = datetime.now(UTC).timestamp()
-    return queue_rows(Queue(f"s3://{out.results_bucket}").entries(now), "ecs", now)
+    return listed(Queue(f"s3://{out.results_bucket}"), "ecs", now)
 
 
 def queue_line(queue: list[dict]) -> str:
@@ -193,8 +193,10 @@ def queue_line(queue: list[dict]) -> str:
         return "  empty: nothing waits and no queued run runs"
     waiting = [r for r in queue if r["state"] == WAITING]
     held = [r for r in queue if r["state"] == HELD]
-    running = len(queue) - len(waiting) - len(held)
+    ignored = sum(1 for r in queue if r["state"] == IGNORED)
+    running = len(queue) - len(waiting) - len(held) - ignored
     line = f"  {running} running, {len(waiting)} waiting" + (f", {len(held)} held by the budget" if held else "")
+    line += f", {ignored} ignored (forged or unreadable)" if ignored else ""
     first = (waiting or held or [None])[0]
     shown = f"; next: {printable(first['run'])} ({printable(first['reason'])})" if first else ""
     return line + shown + "; `make queue` for all"

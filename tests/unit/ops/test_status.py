@@ -173,6 +173,8 @@ def test_status_says_in_one_line_what_the_queue_holds():
         "  1 running, 1 waiting, 1 held by the budget; next: c (first of 1 in the queue); `make queue` for all"
     )
     assert "queue\n  empty" in render({**empty_status(), "queue": []})
+    forged = {"run": "x", "state": "ignored", "reason": "admitted_at is in the future"}
+    assert queue_line([*queue, forged]).startswith("  1 running, 1 waiting, 1 held by the budget, 1 ignored (forged")
 
 
 def test_a_ray_view_older_than_the_stale_threshold_says_so():
