@@ -219,3 +219,17 @@ def test_replace_bad_instance_names_the_worker_groups_exactly(state, policies):
     statement = next(s for s in policies[bucket.CONTROL] if "autoscaling:SetInstanceHealth" in _listed(s["Action"]))
     names = sorted(r.rsplit("autoScalingGroupName/", 1)[1] for r in _listed(statement["Resource"]))
     assert names == sorted(n for k, n in groups.items() if k != "head"), statement
+
+
+def test_the_committed_operator_policy_is_the_generated_one():
+    """infra/operator-policy.json (docs/install.md) is `python -m tools.operator_policy`'s output; every resource
+    type Terraform renders has its actions mapped (a new type without them fails here)."""
+    from tools import operator_policy
+    from tools.terraform_standin.workspace import INFRA
+
+    types = operator_policy.rendered_types()
+    assert types <= set(operator_policy.TERRAFORM_ACTIONS), sorted(types - set(operator_policy.TERRAFORM_ACTIONS))
+    committed = json.loads((INFRA / "operator-policy.json").read_text())
+    assert committed == operator_policy.policy(types), (
+        "run: python -m tools.operator_policy > infra/operator-policy.json"
+    )
