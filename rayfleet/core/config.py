@@ -2,7 +2,8 @@
 
 Used by the jobs (rayfleet.train.job_config) and the recipes (rayfleet.recipes.schema). Loading is strict: unknown
 keys, wrong types ("10" for an int) and out-of-range values fail before anything starts, and the message
-names the key and what is allowed.
+names the key and what is allowed. A file that is not UTF-8, not YAML, or says a key twice is one line, not a
+traceback; no number is infinite or NaN (`.inf` is YAML for infinity, and a bound of `gt=0` lets it through).
 """
 
 from __future__ import annotations
@@ -20,7 +21,26 @@ T = TypeVar("T", bound="StrictModel")
 
 
 class _Loader(yaml.SafeLoader):
-    """SafeLoader that also reads `1e-3` as a float (YAML 1.1 wants `1.0e-3`; people write `1e-3`)."""
+    """SafeLoader that also reads `1e-3` as a float (YAML 1.1 wants `1.0e-3`; people write `1e-3`), and refuses a
+    key said twice in one mapping (PyYAML keeps the last silently: `max_hours` twice is a mistake either way)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen = set()
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden here
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    duplicate = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: the base class says so
+                    continue
+                if duplicate:
+                    raise yaml.constructor.ConstructorError(
+                        "while reading a mapping", node.start_mark, f"key {key!r} appears twice", key_node.start_mark
+                    )
+        return super().construct_mapping(node, deep=deep)
 
 
 _Loader.add_implicit_resolver(
@@ -34,13 +54,46 @@ def load_yaml(text: str):
     return yaml.load(text, Loader=_Loader)  # a SafeLoader subclass: no arbitrary objects
 
 
-__all__ = ["ConfigError", "StrictModel", "describe_error", "load_config", "load_yaml", "merge", "parse_overrides"]
+def read_yaml_file(path: Path, what: str):
+    """The YAML document in `path` (`what` names it: "recipe", "config file"); ConfigError in one line when the
+    file is missing, not UTF-8 text or not valid YAML (a key said twice included)."""
+    if not path.is_file():
+        raise ConfigError(f"{what} {path} does not exist")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{what} {path} is not UTF-8 text (byte {exc.start}: {raw[exc.start]:#04x})") from None
+    try:
+        return load_yaml(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{what} {path} is not valid YAML: {yaml_problem(exc)}") from None
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """One line: PyYAML's own message spans several, with the context and a caret."""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    mark = getattr(exc, "problem_mark", None)
+    return f"{problem} (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else problem
+
+
+__all__ = [
+    "ConfigError",
+    "StrictModel",
+    "describe_error",
+    "load_config",
+    "load_yaml",
+    "merge",
+    "parse_overrides",
+    "read_yaml_file",
+]
 
 
 class StrictModel(BaseModel):
-    """Unknown keys, wrong types and missing validation are errors; instances are immutable."""
+    """Unknown keys, wrong types and missing validation are errors; no number is infinite or NaN; instances are
+    immutable."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, validate_default=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, validate_default=True, allow_inf_nan=False)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
@@ -56,7 +109,7 @@ def parse_overrides(overrides: list[str]) -> dict:
         try:
             value = load_yaml(raw) if raw else ""
         except yaml.YAMLError as exc:
-            raise ConfigError(f"override {item!r}: value is not valid YAML ({exc})") from exc
+            raise ConfigError(f"override {item!r}: value is not valid YAML ({yaml_problem(exc)})") from None
         node = result
         *parents, leaf = key.split(".")
         for part in parents:
@@ -92,9 +145,7 @@ def load_config(cls: type[T], path: str | Path | None, overrides: list[str] | No
     data: dict = {}
     if path is not None:
         path = Path(path)
-        if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
-        loaded = load_yaml(path.read_text()) or {}
+        loaded = read_yaml_file(path, "config file") or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of keys to values")
         data = loaded

@@ -20,8 +20,10 @@
 
 Validation is as strict as the job configs (rayfleet/core/config.py): unknown keys, wrong types, a missing
 entrypoint, a code directory or script that does not exist and unpinned pip packages are each one clear
-error, before anything is packaged or submitted. Whether the resources fit is checked against the target
-(`check_fits`), also before submission.
+error, before anything is packaged or submitted. So are numbers that are infinite, NaN or past their bound, a
+key said twice, and a file that is not UTF-8 (rayfleet/core/config.py). The recipe's own `code:` and `data:`
+stay inside its project (rayfleet/recipes/recipe_root.py); the command line (--set data=...) may name any.
+Whether the resources fit is checked against the target (`check_fits`), also before submission.
 
 The job sees where it runs through RAYFLEET_* variables (`job_env`), and `${RAYFLEET_...}` in args and
 plain env values is replaced by the same values, so a recipe can say `storage=${RAYFLEET_STORAGE}`.
@@ -41,10 +43,16 @@ import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from rayfleet.core.config import ConfigError, describe_error, load_yaml, merge, parse_overrides
+from rayfleet.core.config import ConfigError, describe_error, merge, parse_overrides, read_yaml_file
 from rayfleet.recipes.launchers import RAYFLEET_SETS, launcher_problem
+from rayfleet.recipes.recipe_root import leaving, project_of
 
 SECRET_SCHEMES = ("secretsmanager:", "ssm:", "env:")
+# Bounds well past any instance or run there is, so a typo (1e300, 10000 hours) is refused, not believed.
+MAX_CPUS = 1024.0  # the largest EC2 instances have 448 vCPUs
+MAX_MEMORY_GIB = 32768.0  # and 24 TiB
+MAX_HOURS = 24.0 * 366  # a year
+MAX_COST_USD = 1e6
 JOB_VARS = (
     "RAYFLEET_RUN_NAME",
     "RAYFLEET_STORAGE",
@@ -60,7 +68,7 @@ JOB_VARS = (
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)  # no .inf, no .nan
 
 
 class SecretRef(_Strict):
@@ -86,9 +94,9 @@ class Resources(_Strict):
 
     workers: int = Field(2, ge=1, le=512, description="Ray Train workers (elastic: the most)")
     min_workers: int | None = Field(None, ge=1, le=512, description="elastic: the fewest it starts and goes on with")
-    cpus_per_worker: float = Field(1.0, gt=0)
+    cpus_per_worker: float = Field(1.0, gt=0, le=MAX_CPUS)
     gpus_per_worker: int = Field(0, ge=0, le=16)
-    memory_per_worker_gib: float | None = Field(None, gt=0)
+    memory_per_worker_gib: float | None = Field(None, gt=0, le=MAX_MEMORY_GIB)
 
     @model_validator(mode="before")
     @classmethod
@@ -125,7 +133,9 @@ class Notify(_Strict):
     """Who hears about the run (rayfleet/recipes/notify.py): the deployment's SNS topic on ECS, and a webhook."""
 
     webhook: SecretRef | None = Field(None, description="a Slack-compatible incoming webhook URL, as a secret")
-    stall_after_s: float = Field(1800, ge=0, description="say so when the run prints nothing this long; 0: never")
+    stall_after_s: float = Field(
+        1800, ge=0, le=MAX_HOURS * 3600, description="say so when the run prints nothing this long; 0: never"
+    )
 
 
 class Retries(_Strict):
@@ -171,9 +181,11 @@ class Recipe(_Strict):
     )
     notify: Notify | None = Field(None, description="notifications; on ECS the deployment's topic without this")
     retries: Retries = Field(default_factory=Retries, description="resubmit a failed run; it resumes")
-    max_hours: float | None = Field(None, gt=0, description="stop cleanly (checkpoint first) after this long")
+    max_hours: float | None = Field(
+        None, gt=0, le=MAX_HOURS, description="stop cleanly (checkpoint first) after this long"
+    )
     max_cost_usd: float | None = Field(
-        None, gt=0, description="stop cleanly once the run's estimated cost reaches this"
+        None, gt=0, le=MAX_COST_USD, description="stop cleanly once the run's estimated cost reaches this"
     )
     priority: int = Field(
         0, ge=0, le=9, description="the cluster's queue: higher first (0-9), then the earlier submission"
@@ -297,18 +309,15 @@ def entry_kind(entrypoint: str) -> Literal["module", "script", "command"]:
     return "command"
 
 
-def load(path: str | Path, overrides: list[str] | None = None) -> LoadedRecipe:
-    """Read, validate and check a recipe file; `overrides` are key=value settings (resources.workers=4)."""
+def load(path: str | Path, overrides: list[str] | None = None, root: str | Path | None = None) -> LoadedRecipe:
+    """Read, validate and check a recipe file; `overrides` are key=value settings (resources.workers=4). The
+    recipe's own `code:` and `data:` stay inside `root` (default: `project_of` the recipe)."""
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"recipe {path} does not exist")
-    try:
-        data = load_yaml(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"recipe {path} is not valid YAML: {exc}") from None
+    data = read_yaml_file(path, "recipe") or {}
     if not isinstance(data, dict):
         raise ConfigError(f"recipe {path}: the top level must be a mapping of keys to values")
-    data = merge(data, parse_overrides(overrides or []))
+    named = parse_overrides(overrides or [])
+    data = merge(data, named)
     if "entrypoint" not in data:
         raise ConfigError(
             f"invalid recipe {path}:\n  entrypoint: missing; say what to run "
@@ -320,6 +329,11 @@ def load(path: str | Path, overrides: list[str] | None = None) -> LoadedRecipe:
         problems = "\n  ".join(describe_error(e) for e in exc.errors())
         raise ConfigError(f"invalid recipe {path}:\n  {problems}") from None
     code_dir = (path.parent / recipe.code).resolve()
+    data_path = (path.parent / recipe.data).resolve() if recipe.data else None
+    root = Path(root).resolve() if root else project_of(path)
+    outside = leaving(root, {"code": (recipe.code, code_dir), "data": (recipe.data, data_path)}, named)
+    if outside:
+        raise ConfigError(f"invalid recipe {path}:\n  {outside}")
     if not code_dir.is_dir():
         raise ConfigError(f"invalid recipe {path}:\n  code: {recipe.code} is not a directory ({code_dir})")
     try:

@@ -97,3 +97,24 @@ def test_resolved_config_round_trips_through_yaml(small_dataset, tmp_path):
     written = tmp_path / "config.yaml"
     written.write_text(cfg.to_yaml())
     assert load_config(DDPConfig, written) == cfg
+
+
+def test_a_config_file_that_is_not_yaml_utf8_or_says_a_key_twice_is_one_line(small_dataset, tmp_path):
+    """Issue 54 R8, R10: the job configs load through the same reader as recipes."""
+    bad = tmp_path / "bad.yaml"
+    for body, expected in (
+        (b"epochs: 1\nepochs: 3\n", "is not valid YAML: key 'epochs' appears twice (line 2, column 1)"),
+        (b"epochs: [1\n", "is not valid YAML: "),
+        (b"epochs: 1 # caf\xe9\n", "is not UTF-8 text (byte 15: 0xe9)"),
+    ):
+        bad.write_bytes(body)
+        with pytest.raises(ConfigError) as err:
+            load(small_dataset, path=bad)
+        assert str(err.value).startswith(f"config file {bad} ") and expected in str(err.value)
+        assert "\n" not in str(err.value)
+
+
+def test_no_config_number_is_infinite_or_nan(small_dataset):
+    for value in (".inf", "-.inf", ".nan"):
+        with pytest.raises(ConfigError, match="lr: Input should be a finite number"):
+            load(small_dataset, f"lr={value}")

@@ -86,3 +86,14 @@ def test_a_git_work_tree_ships_what_git_would(tmp_path):
     assert files_of(code) == [".gitignore", "new.py", "train.py"]
     shutil.rmtree(code / ".git")
     assert "notes.tmp" in files_of(code)  # no work tree: only the recipe's own excludes apply
+
+
+def test_deployment_variables_and_registry_and_cluster_credentials_are_left_out(tmp_path):
+    """Issue 54 R6: the sensitive list (shared with staged data) names Terraform variables, package registry
+    tokens and kubeconfig files too."""
+    code = tmp_path / "code"
+    secrets = ["prod.tfvars", "x.tfvars.json", ".pypirc", "sub/.npmrc", "kubeconfig", "home/.kube/config"]
+    _tree(code, {"train.py": "x=1\n", "config.py": "ok\n", **{name: "secret" for name in secrets}})
+    pkg = package(code, tmp_path / "a.zip")
+    assert sorted(zipfile.ZipFile(pkg.path).namelist()) == ["config.py", "train.py"]
+    assert pkg.left_out == sorted(secrets)

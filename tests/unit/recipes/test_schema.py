@@ -133,3 +133,52 @@ def test_an_elastic_run_fits_when_its_minimum_does_and_asks_for_no_more_nodes_th
     assert nodes_needed(elastic, cluster) == 2
     with pytest.raises(ConfigError, match=r"resources\.workers: 3 workers do not fit the local cluster"):
         check_fits(load(write(tmp_path, {**GOOD, "resources": {"workers": "3-8"}})).recipe, cluster)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("max_hours: .inf\n", "max_hours: Input should be a finite number"),
+        ("max_cost_usd: .nan\n", "max_cost_usd: Input should be a finite number"),
+        ("max_hours: 100000\n", "max_hours: Input should be less than or equal to 8784"),
+        ("resources: {cpus_per_worker: 1e300}\n", "resources.cpus_per_worker: Input should be less than or equal to"),
+        ("resources: {memory_per_worker_gib: .inf}\n", "resources.memory_per_worker_gib: Input should be a finite"),
+        ("notify: {stall_after_s: .inf}\n", "notify.stall_after_s: Input should be a finite number"),
+    ],
+)
+def test_numbers_are_finite_and_bounded(tmp_path, text, expected):
+    """Issue 54 R10: `.inf` is YAML for infinity, and `gt=0` alone let it (and 1e300) through."""
+    path = write(tmp_path, GOOD)  # and train.py
+    path.write_text("name: job\nentrypoint: train.py\n" + text)
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    assert expected in str(err.value) and str(err.value).count("\n  ") == 1
+
+
+def test_a_key_said_twice_and_a_file_that_is_not_utf8_are_one_line_each(tmp_path):
+    """Issue 54 R8 and R10: PyYAML kept the last of two keys silently; bytes that are not UTF-8 gave a traceback."""
+    path = write(tmp_path, GOOD)
+    path.write_text("name: job\nentrypoint: train.py\nmax_hours: 1\nmax_hours: 100\n")
+    with pytest.raises(ConfigError, match=r"is not valid YAML: key 'max_hours' appears twice \(line 4, column 1\)$"):
+        load(path)
+    path.write_text("name: job\nentrypoint: train.py\nresources: {workers: 2, workers: 3}\n")
+    with pytest.raises(ConfigError, match="key 'workers' appears twice"):
+        load(path)
+    path.write_text("base: &b {workers: 2}\nname: job\nentrypoint: train.py\nresources: {<<: *b, workers: 3}\n")
+    with pytest.raises(ConfigError, match="base: unknown key"):  # a merge key's values may be overridden
+        load(path)
+    path.write_bytes(b"name: caf\xe9\nentrypoint: train.py\n")
+    with pytest.raises(ConfigError) as err:
+        load(path)
+    assert str(err.value) == f"recipe {path} is not UTF-8 text (byte 9: 0xe9)"
+
+
+def test_the_cli_says_a_bad_recipe_file_in_one_line_and_exits_2(tmp_path, capsys):
+    from rayfleet.targets import run as target_run
+
+    path = write(tmp_path, GOOD)
+    for body in (b"name: caf\xe9\n", b"name: job\nname: job\n", b"name: [unclosed\n"):
+        path.write_bytes(body)
+        assert target_run.main([str(path), "--target", "local"]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"error: recipe {path} is not ") and err.count("\n") == 1 and "Traceback" not in err

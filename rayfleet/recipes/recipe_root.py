@@ -1,0 +1,34 @@
+"""The folder a recipe's own `code:` and `data:` stay in (issue 54 R6): a shared recipe must not package or
+stage the operator's own files (~/.aws, ~/.ssh) for its job through an absolute path, `../` or a link.
+
+What the recipe file says stays inside its project: the git work tree that holds the recipe (the built-in
+recipes ship the repository with `code: ..`), else the recipe's own folder, never a home folder or one above it
+(a dotfiles repository at ~ would widen it to everything the operator has). What the operator names on the
+command line (`--set data=/big/disk/set`) is the operator's own choice and is not confined. Links inside the
+code and data folders are checked where they are read: rayfleet/recipes/package.py and stage.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def project_of(recipe_file: Path) -> Path:
+    folder = recipe_file.resolve().parent
+    home = Path.home().resolve()
+    for candidate in (folder, *folder.parents):
+        if (candidate / ".git").exists():
+            return folder if home.is_relative_to(candidate) else candidate
+    return folder
+
+
+def leaving(root: Path, paths: dict[str, tuple[str | None, Path | None]], named: dict) -> str | None:
+    """The first of `paths` (key -> (as written, resolved with links followed)) that leads out of `root`, as
+    the line to show, or None; a key in `named` (the command line's overrides) is not checked."""
+    for key, (value, where) in paths.items():
+        if where is not None and key not in named and not where.is_relative_to(root):
+            return (
+                f"{key}: {value} leads to {where}, outside {root}, the folder a recipe's code and data stay in; "
+                f"copy it in, or name it on the command line (--set {key}=PATH)"
+            )
+    return None
