@@ -96,3 +96,10 @@ def within(key: str) -> Prefix:
     if not found:
         raise KeyError(f"{key!r} is under no prefix of the results bucket's layout (rayfleet/core/bucket.py)")
     return max(found, key=lambda p: len(p.key))
+
+
+def below(prefix: str, parent: str) -> str:
+    """A sub-prefix's name inside its parent folder (below(QUEUE_LEDGER, QUEUE) == "spent")."""
+    if not prefix.startswith(parent):
+        raise ValueError(f"{prefix!r} is not below {parent!r}")
+    return prefix.removeprefix(parent).rstrip("/")
