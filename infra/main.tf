@@ -115,6 +115,9 @@ module "gcs_store" {
   kms_key_arn = module.iam.kms_key_arn
   node_type   = var.gcs_store.node_type
   replicas    = var.gcs_store.replicas
+  # docs/operations.md "The GCS store": a store that no longer loads comes back from one of its snapshots
+  snapshot_retention_days = var.gcs_store.snapshot_retention_days
+  restore_snapshot        = var.gcs_store.restore_snapshot
 }
 
 module "ray" {
@@ -143,6 +146,7 @@ module "ray" {
   notify_topic_arn      = module.observability.notifications_topic_arn
   notify_head_stopped   = true
   queue_budget          = var.queue_budget
+  queue_max_priority    = var.queue_max_priority
   concurrent_runs       = var.concurrent_runs
   gcs_store             = var.gcs_store.enabled ? { address = module.gcs_store[0].address, port = module.gcs_store[0].port, client_security_group_id = module.gcs_store[0].client_security_group_id } : null
 }

@@ -230,12 +230,26 @@ variable "queue_budget" {
   default     = ""
 }
 
+variable "queue_max_priority" {
+  description = "The highest run priority the queue obeys (0-9, the recipe schema's range): a higher one in a queue entry, which any job can write, is clamped to it by the control task and every admission (rayfleet/core/run_queue_checks.py). An operator's setting, never a recipe's."
+  type        = number
+  default     = 9
+
+  validation {
+    condition     = var.queue_max_priority >= 0 && var.queue_max_priority <= 9 && floor(var.queue_max_priority) == var.queue_max_priority
+    error_message = "queue_max_priority: a whole number from 0 to 9."
+  }
+}
+
 variable "gcs_store" {
   description = "Keep the Ray head's GCS in a Valkey store (ElastiCache, private, TLS, encrypted at rest, its token set by `make deploy`), so that a replaced head takes back the running jobs, actors and Serve applications: `{ enabled = true }`. Off by default: the store bills every hour, also while autostop has scaled everything else to zero (docs/DESIGN.md, \"A lost head\")."
   type = object({
     enabled   = optional(bool, false)
     node_type = optional(string, "cache.t4g.micro")
     replicas  = optional(number, 0)
+    # Daily snapshots kept (1-35), and a snapshot to start a new store from (docs/operations.md)
+    snapshot_retention_days = optional(number, 7)
+    restore_snapshot        = optional(string)
   })
   default  = {}
   nullable = false

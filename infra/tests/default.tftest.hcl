@@ -165,6 +165,7 @@ run "ray" {
         { name = "RAYFLEET_CONTROL_SERVICE", value = "rayfleet-ray-control" },
         { name = "RAYFLEET_AUTOSTOP_IDLE_MIN", value = "30" },
         { name = "RAYFLEET_AUTOSTOP_HEAD", value = "false" },
+        { name = "RAYFLEET_MAX_PRIORITY", value = "9" },
         { name = "RAYFLEET_WORKER_NODE", value = jsonencode({ vcpus = 4, gpus = 1, memory_mib = 16384, count = 2 }) },
       ]
       secrets = [{ name = "RAY_AUTH_TOKEN", valueFrom = var.token_secret_arn }]

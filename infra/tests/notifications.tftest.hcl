@@ -152,7 +152,18 @@ run "the_trainer_knows_the_topic" {
     results_bucket        = "rayfleet-results-0123456789"
     notify_topic_arn      = "arn:aws:sns:us-east-1:123456789012:rayfleet-notifications"
     queue_budget          = "500/month"
+    queue_max_priority    = 4
     notify_head_stopped   = true
+  }
+
+  # issue 54 R2: the priority ceiling is the operator's, in both readers of the queue (a job cannot change it).
+  assert {
+    condition = alltrue([
+      for d in [aws_ecs_task_definition.trainer, aws_ecs_task_definition.control] : {
+        for e in jsondecode(d.container_definitions)[0].environment : e.name => e.value
+      }["RAYFLEET_MAX_PRIORITY"] == "4"
+    ])
+    error_message = "The control task and the trainer's admissions clamp priorities to the operator's queue_max_priority."
   }
 
   assert {

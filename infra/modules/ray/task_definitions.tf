@@ -29,6 +29,8 @@ locals {
     { name = "RAYFLEET_CLUSTER_NAME", value = var.name },
     { name = "RAYFLEET_METRICS_NAMESPACE", value = var.metric_namespace },
     { name = "AWS_REGION", value = var.region },
+    # Both the control task and the admissions clamp priorities to it, so they order the queue alike.
+    { name = "RAYFLEET_MAX_PRIORITY", value = tostring(var.queue_max_priority) },
     ], var.notify_topic_arn == null ? [] : [{ name = "RAYFLEET_NOTIFY_TOPIC_ARN", value = var.notify_topic_arn }],
   var.queue_budget == "" ? [] : [{ name = "RAYFLEET_QUEUE_BUDGET", value = var.queue_budget }])
   worker_environment = [
@@ -131,6 +133,7 @@ locals {
       { name = "RAYFLEET_CONTROL_SERVICE", value = local.service_names.control },
       { name = "RAYFLEET_AUTOSTOP_IDLE_MIN", value = tostring(var.autostop.idle_minutes) },
       { name = "RAYFLEET_AUTOSTOP_HEAD", value = tostring(var.autostop.head) },
+      { name = "RAYFLEET_MAX_PRIORITY", value = tostring(var.queue_max_priority) },
       # Capacity follows the queue (rayfleet/node/queue_capacity.py): a worker node's shape and the group's maximum.
       { name = "RAYFLEET_WORKER_NODE", value = jsonencode({ vcpus = var.worker_node.vcpus, gpus = var.worker_node.gpus, memory_mib = var.worker_node.memory_mib, count = var.worker_node.count }) },
     ]

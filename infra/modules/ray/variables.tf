@@ -136,6 +136,17 @@ variable "queue_budget" {
   }
 }
 
+variable "queue_max_priority" {
+  description = "The highest run priority the queue obeys (0-9): the control task and the trainer's admissions clamp a higher one (RAYFLEET_MAX_PRIORITY)."
+  type        = number
+  default     = 9
+
+  validation {
+    condition     = var.queue_max_priority >= 0 && var.queue_max_priority <= 9 && floor(var.queue_max_priority) == var.queue_max_priority
+    error_message = "queue_max_priority: a whole number from 0 to 9."
+  }
+}
+
 variable "notify_topic_arn" {
   description = "The notifications topic: the trainer's jobs tell it about runs (rayfleet/recipes/notify.py)."
   type        = string
