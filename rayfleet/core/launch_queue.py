@@ -19,10 +19,11 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from rayfleet.core.bucket import CLUSTER, LAUNCHES, LAUNCHES_STARTED, below, folder
 from rayfleet.core.run_dir import RunDir
 
-FOLDER = "launches"  # in the control prefix, cluster/
-STARTED = "started"  # in it: the launches ECS has placed
+FOLDER = below(LAUNCHES, CLUSTER)  # in the control prefix, cluster/
+STARTED = below(LAUNCHES_STARTED, LAUNCHES)  # in it: the launches ECS has placed
 
 
 @dataclass
@@ -46,7 +47,7 @@ class Launches:
     `started/`, so each round of the control task reads only the launches that still wait."""
 
     def __init__(self, root: str):
-        self.folder = RunDir(f"{root.rstrip('/')}/cluster", FOLDER)
+        self.folder = RunDir(f"{root.rstrip('/')}/{folder(CLUSTER)}", FOLDER)
         self.started = RunDir(self.folder.url, STARTED)
 
     @classmethod

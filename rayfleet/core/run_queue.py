@@ -37,12 +37,14 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 
 from rayfleet.core import run_queue_checks as checks
+from rayfleet.core.bucket import QUEUE, QUEUE_LEDGER, below, folder
 from rayfleet.core.run_dir import RunDir
 from rayfleet.core.run_queue_checks import DEFAULT_MAX_PRIORITY, Alive
 from rayfleet.core.terminal import printable
 
-FOLDER = "queue"
-LEDGER = "spent"  # inside the queue's folder (the task role may write there): one file per run that ended
+FOLDER = folder(QUEUE)
+# inside the queue's folder (the task role may write there): one file per run that ended
+LEDGER = below(QUEUE_LEDGER, QUEUE)
 BUDGET_VAR = "RAYFLEET_QUEUE_BUDGET"  # "500/month" or "2000/total": the submitter's (the trainer task's on ECS)
 PERIODS = ("month", "total")
 STALE_S = 30.0  # an entry's job refreshes it every HEARTBEAT_S; this long without: the job is gone

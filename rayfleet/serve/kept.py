@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import time
 
-KEY = "cluster/serve.json"
+from rayfleet.core.bucket import SERVE_CONFIG
+
+KEY = SERVE_CONFIG
 
 
 def keep(s3, bucket: str, run: str, config: dict) -> None:

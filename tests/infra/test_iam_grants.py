@@ -135,14 +135,8 @@ def test_no_bucket_grant_outside_the_layout(policies, bucket_arn, role):
 # Users of bucket keys that still spell them (issue 54: their owners switch them to bucket.py's constants).
 # Each entry must still be there: remove it when its user imports the constant.
 PENDING = {
-    ("rayfleet/core/launch_queue.py", "launches"),
-    ("rayfleet/core/launch_queue.py", "started"),
-    ("rayfleet/core/launch_queue.py", "/cluster"),
     ("rayfleet/core/run_dir.py", "runs"),
-    ("rayfleet/core/run_queue.py", "queue"),
-    ("rayfleet/core/run_queue.py", "spent"),
     ("rayfleet/node/head_snapshot.py", "cluster/ray-status.json"),
-    ("rayfleet/serve/kept.py", "cluster/serve.json"),
 }
 
 
