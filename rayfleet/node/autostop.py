@@ -111,7 +111,7 @@ class Autostop:
         """Someone raised a service autostop had stopped (the queue's capacity, `make start`, by hand): stop it
         again once idle long enough, counted from now."""
         if self.stopped:
-            self.stopped, self.idle_since = False, None
+            self.stopped, self.idle_since = False, self.clock()
             self.say(f"autostop: {why}: stops again after {self.settings.idle_s / 60:g} idle minutes")
 
     def raised_since_stop(self) -> str | None:

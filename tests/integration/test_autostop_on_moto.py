@@ -247,3 +247,36 @@ def test_capacity_follows_the_queue_up_to_its_need(stack):
     finally:
         for run in ("held", "first", "second", "big"):
             queue.remove(run)
+
+
+def test_autostop_stops_again_what_the_queue_raised_after_it_stopped(stack):
+    """Issue 54: autostop re-arms. It scaled the workers to zero; a queue entry (any job can write one) makes the
+    follower raise them; the control task's round re-arms autostop (head_snapshot.follow_queue), which stops
+    them again once idle. On the old code `stopped` stayed true and the raised workers ran until destroy."""
+    from rayfleet.core.run_queue import Entry, Queue
+    from rayfleet.node.head_snapshot import follow_queue
+    from rayfleet.node.queue_capacity import NODE_VAR, QueueCapacity, shape_from
+
+    out, ecs, clock = stack["out"], stack["ecs"], Clock()
+    stopper = Autostop(Settings(out.cluster_name, out.head_service_name, out.worker_service_name, idle_s=600),
+                       ecs, clock=clock, say=lambda _: None)  # fmt: skip
+    stopper.trainer_tasks = lambda: 0  # other tests' detached runs leave trainer tasks in moto: not this test's
+    stopper.tick(IDLE)
+    clock.now += 600
+    assert stopper.tick(IDLE)["stopped"] and desired(stack)[out.worker_service_name] == 0
+    shape = shape_from({NODE_VAR: json.dumps({"vcpus": 4, "gpus": 1, "memory_mib": 16384, "count": 2})})
+    queue = Queue(f"s3://{out.results_bucket}/rearm-test")
+    follower = QueueCapacity(queue, shape, ecs, out.cluster_name, out.worker_service_name, say=lambda _: None)
+    entry = Entry(run="forged", workers=1, cpus_per_worker=4.0, gpus_per_worker=1, priority=0,
+                  submitted_at=time.time(), heartbeat_at=time.time())  # fmt: skip
+    try:
+        queue.put(entry)
+        raised = follower.tick()
+        assert raised["raised_from"] == 0 and desired(stack)[out.worker_service_name] == 1
+        follow_queue(stopper, raised)
+        clock.now += 599
+        assert not stopper.tick(IDLE)["stopped"] and desired(stack)[out.worker_service_name] == 1
+        clock.now += 1
+        assert stopper.tick(IDLE)["stopped"] and desired(stack)[out.worker_service_name] == 0
+    finally:
+        queue.remove("forged")

@@ -231,3 +231,44 @@ def test_a_head_that_lost_the_kept_application_gets_it_again_and_one_that_has_it
 
         failed = head_snapshot.restore_serve(Away(), "rf-results", dashboard, "tok", {"serve": []})
     assert failed["error"].startswith("EndpointConnectionError") and len(ServePut.put) == 1
+
+
+def test_autostop_re_arms_when_the_queue_raised_the_workers():
+    """The call site of the control task's round: the queue follower's `raised_from` re-arms autostop (on the
+    old code nothing did: a stopped autostop never stopped the raised workers again)."""
+    from rayfleet.node.autostop import Autostop, Settings
+
+    said: list[str] = []
+    stopper = Autostop(Settings("rf", "rf-ray-head", "rf-ray-worker"), ecs=None, say=said.append)
+    stopper.stopped = True
+    head_snapshot.follow_queue(stopper, {"wanted": 2, "desired": 2, "why": "x"})  # not raised this round
+    assert stopper.stopped
+    head_snapshot.follow_queue(stopper, {"wanted": 2, "desired": 2, "why": "x", "raised_from": 0})
+    assert not stopper.stopped and said == [
+        "autostop: the queue raised the workers from 0 to 2: stops again after 30 idle minutes"
+    ]
+    head_snapshot.follow_queue(None, {"raised_from": 0})  # autostop off: nothing to do
+    head_snapshot.follow_queue(stopper, {"error": "ClientError: x"})
+
+
+def test_suspects_are_judged_a_few_a_round_and_each_dead_node_once(monkeypatch):
+    """A job can leave many dead nodes with suspect messages: the ECS look-ups are bounded per round, and a
+    node judged (accepted or not) is not looked up again."""
+    from rayfleet.node import suspect
+
+    asked: list[str] = []
+
+    def judged(address, named, cluster, services, aws):
+        asked.append(address)
+        return False, "not a worker of this deployment"
+
+    monkeypatch.setattr(suspect, "worker_instance_at", judged)
+    message = "Terminated due to preemption: node suspect on i-0{:015x}: hang"
+    nodes = [
+        {"node_id": f"n{i}", "alive": False, "address": f"10.0.0.{i}", "message": message.format(i)} for i in range(10)
+    ]
+    done: set[str] = set()
+    first = head_snapshot.replace_suspects({"nodes": nodes}, "rf", None, done, ["rf-ray-worker"])
+    assert len(first) == head_snapshot.MOST_SUSPECTS_PER_ROUND == len(asked)
+    head_snapshot.replace_suspects({"nodes": nodes}, "rf", None, done, ["rf-ray-worker"])
+    assert asked == [f"10.0.0.{i}" for i in range(8)]  # the next ones, never the same again
