@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import uuid
@@ -87,6 +88,8 @@ def problem_with(folder: Path, files: list[StagedFile], body: bytes) -> str | No
         for name in [*dirs, *names]:
             if (Path(root) / name).is_symlink():
                 return "holds a link"  # names a job wrote are not echoed: they reach the operator's terminal
+        if not all(stat.S_ISREG((Path(root) / name).lstat().st_mode) for name in names):
+            return "holds something that is not a file"  # a pipe would hang the reader
         found.update((Path(root) / name).relative_to(folder).as_posix() for name in names)
     expected = {f.name for f in files} | {MANIFEST}
     if found != expected:

@@ -6,6 +6,7 @@ The staging side (rayfleet/recipes/stage.py) runs as the deployer against moto i
 from __future__ import annotations
 
 import json
+import os
 
 import boto3
 import pytest
@@ -42,6 +43,7 @@ def _data(tmp_path):
     (data / "sub").mkdir(parents=True)
     (data / "train.txt").write_text("the real training text\n")
     (data / "sub" / "labels.txt").write_text("1 2 3\n")
+    (data / "empty.txt").write_bytes(b"")
     return data
 
 
@@ -56,6 +58,9 @@ def test_a_copy_a_job_altered_or_added_to_is_discarded_and_downloaded_again(s3, 
     (copy / "sub" / "labels.txt").unlink()
     (copy / "sub" / "labels.txt").symlink_to(tmp_path / "elsewhere")
     assert not (staged.local_copy(url) / "sub" / "labels.txt").is_symlink()
+    (copy / "empty.txt").unlink()
+    os.mkfifo(copy / "empty.txt")  # of the right size (0), but reading it to check it would hang the worker
+    assert (staged.local_copy(url) / "empty.txt").is_file()
     assert sorted(p.name for p in copy.parent.iterdir()) == [copy.name]  # nothing discarded left behind
 
 
@@ -65,7 +70,8 @@ def test_a_copy_planted_before_the_first_download_with_its_own_manifest_is_not_t
     (planted / "sub").mkdir(parents=True)
     (planted / "train.txt").write_text("poisoned\n")
     (planted / "sub" / "labels.txt").write_text("9 9 9\n")
-    (planted / MANIFEST).write_text(json.dumps({"files": ["train.txt", "sub/labels.txt"]}))
+    (planted / "empty.txt").write_text("")
+    (planted / MANIFEST).write_text(json.dumps({"files": ["empty.txt", "train.txt", "sub/labels.txt"]}))
     copy = staged.local_copy(url)
     assert (copy / "train.txt").read_text() == "the real training text\n"
     assert (copy / "sub" / "labels.txt").read_text() == "1 2 3\n"
