@@ -9,6 +9,7 @@ from __future__ import annotations
 import subprocess
 
 REASON = "DRAIN_NODE_REASON_PREEMPTION"
+MOST_MESSAGE = 1200  # Ray keeps the message as the dead node's state: evidence, not a document
 
 
 def request(gcs: str, node_id: str, message: str, deadline_s: int) -> str | None:
@@ -19,7 +20,7 @@ def request(gcs: str, node_id: str, message: str, deadline_s: int) -> str | None
         f"--address={gcs}",
         f"--node-id={node_id}",
         f"--reason={REASON}",
-        f"--reason-message={message}",
+        f"--reason-message={message[:MOST_MESSAGE]}",
         f"--deadline-remaining-seconds={max(deadline_s, 1)}",
     ]
     try:

@@ -47,10 +47,16 @@ def read(health_dir: str | Path | None) -> dict | None:
     return found if isinstance(found, dict) and found.get("reasons") else None
 
 
+MOST_REASON = 1000  # characters of the reasons in a drain message: a job can write suspect.json on its node
+
+
 def reason(found: dict, instance: str | None = None) -> str:
-    """The drain's message: the reasons, and the instance when known (on ECS), for the control task."""
-    where = f" on {instance}" if instance else ""
-    return f"node suspect{where}: " + "; ".join(str(r) for r in found["reasons"])
+    """The drain's message: the reasons, and the instance when known (on ECS), for the control task. The
+    instance comes first, from the host's identity file; the reasons (a job may have written them) are
+    bounded, and the control task believes neither without ECS (worker_instance_at)."""
+    where = f" on {instance}" if instance and re.fullmatch(r"i-[0-9a-f]{1,32}", instance) else ""
+    reasons = found["reasons"] if isinstance(found["reasons"], list) else [found["reasons"]]
+    return f"node suspect{where}: " + "; ".join(str(r) for r in reasons)[:MOST_REASON]
 
 
 def named_instance(message: str | None) -> str | None:

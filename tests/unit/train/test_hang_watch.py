@@ -201,3 +201,11 @@ def test_a_node_without_the_entry_point_is_drained_through_rays_gcs(monkeypatch,
     assert done == f"drained node {'ab' * 6}: the group restarts elsewhere in {deadline} s"
     monkeypatch.setattr(ray_drain, "request", lambda *args: "Node not found")
     assert mark_suspect("x", {}) == "Node not found"  # Ray's one-line refusal, said as it is
+
+
+def test_a_drain_message_is_bounded_and_names_only_a_well_formed_instance():
+    """suspect.json on a worker's node can be written by a job: its reasons are cut, and the instance comes
+    from the host's identity file only when it looks like one."""
+    long = {"reasons": ["x" * 5000]}
+    assert len(suspect.reason(long, "i-0abc12345")) == len("node suspect on i-0abc12345: ") + suspect.MOST_REASON
+    assert suspect.reason({"reasons": ["GPU 0 lost"]}, "i-0abc12345; rm") == "node suspect: GPU 0 lost"
