@@ -25,6 +25,7 @@ from rayfleet.cli import verbs
 from rayfleet.core.arg_bounds import float_in, int_in
 from rayfleet.core.aws import run_cli
 from rayfleet.core.run_name import run_name_arg
+from rayfleet.recipes.recipe_root import ROOT_HELP
 
 ON = ("auto", "local", "ecs")
 # Every number a verb takes is bounded here, so a bad one is refused by the parser (exit 2, one line), never
@@ -51,6 +52,10 @@ def _runs(sub) -> None:
     p.add_argument("--on", choices=ON, default="auto", help="auto: ecs once `rayfleet deploy` ran, else local")
     p.add_argument("--local-recipe", help="the recipe to run instead when the run goes to the local cluster")
     p.add_argument("--name", type=run_name_arg, help="the new run's name (default: <recipe name>-<UTC time>)")
+    p.add_argument(
+        "--root",
+        help=ROOT_HELP,
+    )
     _sets(p, "recipe")
     p.add_argument(
         "-d",

@@ -28,7 +28,7 @@ def _sets(opts: argparse.Namespace, storage: bool = False) -> list[str]:
 def run(opts: argparse.Namespace) -> int:
     from rayfleet.targets import run as target_run
 
-    argv = [opts.recipe, "--target", opts.on, *_flag("--local-recipe", opts.local_recipe)]
+    argv = [opts.recipe, "--target", opts.on, *_flag("--local-recipe", opts.local_recipe), *_flag("--root", opts.root)]
     argv += [*_flag("--run-name", opts.name), *_sets(opts, storage=True), *_flag("--detach", opts.detach)]
     return target_run.main([*argv, *_flag("--outputs", opts.outputs), "--", *opts.args])
 

@@ -4,13 +4,20 @@ stage the operator's own files (~/.aws, ~/.ssh) for its job through an absolute 
 What the recipe file says stays inside its project: the git work tree that holds the recipe (the built-in
 recipes ship the repository with `code: ..`), else the recipe's own folder, never a home folder or one above it
 (a dotfiles repository at ~ would widen it to everything the operator has). What the operator names on the
-command line (`--set data=/big/disk/set`) is the operator's own choice and is not confined. Links inside the
+command line (`--set data=/big/disk/set`, or a folder given as `rayfleet run --root DIR`) is the operator's own
+choice and is not confined. Links inside the
 code and data folders are checked where they are read: rayfleet/recipes/package.py and stage.py.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+
+# `rayfleet run --root DIR`: the operator widens (or narrows) the folder for one run.
+ROOT_HELP = (
+    "the folder the recipe's code: and data: may use (default: the git work tree holding the recipe, else its "
+    "folder; never your home folder)"
+)
 
 
 def project_of(recipe_file: Path) -> Path:
@@ -29,6 +36,7 @@ def leaving(root: Path, paths: dict[str, tuple[str | None, Path | None]], named:
         if where is not None and key not in named and not where.is_relative_to(root):
             return (
                 f"{key}: {value} leads to {where}, outside {root}, the folder a recipe's code and data stay in; "
-                f"copy it in, or name it on the command line (--set {key}=PATH)"
+                f"copy it in, name it on the command line (--set {key}=PATH), "
+                "or widen the folder (rayfleet run --root DIR)"
             )
     return None

@@ -31,6 +31,7 @@ from rayfleet.core.run_name import run_name_arg
 from rayfleet.ecs.outputs import DEFAULT_FILE
 from rayfleet.local import cluster as local_cluster
 from rayfleet.recipes.package import PackageError
+from rayfleet.recipes.recipe_root import ROOT_HELP
 from rayfleet.recipes.schema import load
 from rayfleet.targets.base import Target
 from rayfleet.targets.ecs import EcsTarget
@@ -73,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--run-name", type=run_name_arg, help="default: <recipe name>-<UTC time>")
     parser.add_argument(
+        "--root",
+        help=ROOT_HELP,
+    )
+    parser.add_argument(
         "--detach",
         action="store_true",
         help="return once the run is submitted (followed in the background locally)",
@@ -86,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         target = choose_target(opts.target, opts.outputs)
         recipe = opts.local_recipe if target == "local" and opts.local_recipe else opts.recipe
-        loaded = load(recipe, [s for item in opts.set for s in item.split()])
+        loaded = load(recipe, [s for item in opts.set for s in item.split()], root=opts.root)
         loaded.require_data()  # before anything is started, packaged or staged
         run_name = opts.run_name or f"{loaded.recipe.name}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
         return target_for(target, opts.outputs, Path.cwd()).submit(loaded, opts.args, run_name, opts.detach)

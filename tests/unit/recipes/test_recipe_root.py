@@ -74,3 +74,30 @@ def test_a_work_tree_at_the_home_folder_does_not_widen_it(tmp_path, home, monkey
     (home / "Downloads").mkdir()
     with pytest.raises(ConfigError, match=rf"outside {home / 'Downloads'}"):
         load(write(home / "Downloads", {**GOOD, "data": "../.aws"}))
+
+
+def test_the_operator_widens_the_folder_with_rayfleet_run_root(tmp_path, monkeypatch, capsys):
+    """`rayfleet run --root DIR` is parsed once by the verb and reaches the recipe's loader: without it the
+    shared recipe's `data: ../datasets` is refused (exit 2, the refusal names --root); with the operator's
+    folder it loads."""
+    from rayfleet.cli import main as cli
+    from rayfleet.targets import run as target_run
+
+    (tmp_path / "datasets").mkdir()
+    (tmp_path / "datasets" / "train.txt").write_text("x\n")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    recipe = write(shared, {**GOOD, "data": "../datasets"})
+    loaded = []
+
+    class Capture:
+        def submit(self, recipe, args, run_name, detach):
+            loaded.append(recipe)
+            return 0
+
+    monkeypatch.setattr(target_run, "target_for", lambda *_: Capture())
+    assert cli.main(["run", str(recipe), "--on", "local"]) == 2
+    err = capsys.readouterr().err
+    assert "data: ../datasets" in err and "--root DIR" in err and "Traceback" not in err and not loaded
+    assert cli.main(["run", str(recipe), "--on", "local", "--root", str(tmp_path)]) == 0
+    assert loaded and str(loaded[0].data_path).endswith("datasets")
