@@ -30,12 +30,13 @@ from urllib.parse import urlparse
 from botocore.exceptions import ClientError
 
 from rayfleet.core.aws import shared_client
+from rayfleet.core.bucket import RUNS, folder
 from rayfleet.core.errors import RayfleetError
 
 RECORD = "run.json"
 EVENTS = "events"  # changes to the record sent by processes that do not own run.json (RunDir.send)
 FOLDED = "events_folded_through"  # in run.json: the last event its owner folded in
-LOCAL_RUNS = "runs"  # where runs live on this machine: ./runs of the directory a run starts from
+LOCAL_RUNS = folder(RUNS)  # where runs live on this machine: ./runs of the directory a run starts from
 
 
 def runs_root(results_bucket: str | None = None, launch_dir: Path | None = None) -> str:

@@ -36,6 +36,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rayfleet.core import hung_runs
+from rayfleet.core.bucket import RAY_STATUS
 from rayfleet.core.launch_queue import Launches
 from rayfleet.core.run_queue import Queue
 from rayfleet.node import autostop, queue_capacity, suspect
@@ -43,7 +44,7 @@ from rayfleet.node.driver_dispatch import DriverDispatch
 from rayfleet.serve import kept
 from rayfleet.serve.summary import summarize
 
-KEY = "cluster/ray-status.json"
+KEY = RAY_STATUS
 JOB_FIELDS = ("submission_id", "job_id", "type", "status", "start_time", "end_time", "metadata")
 
 
@@ -171,13 +172,14 @@ def decide(stopper: autostop.Autostop | None, taken: dict) -> dict | None:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def guarded(name: str, round_of) -> dict | None:
-    """One round of the queue's capacity or the driver dispatch (None: not on ECS, or nothing to do); a
-    failure is shown, never fatal."""
+def guarded(name: str, round_of, *args) -> dict | None:
+    """One round of the queue's capacity or the driver dispatch (None: not on ECS, or nothing to do), given
+    `args` (the queue's: this round's snapshot, whose unfinished jobs are the live runs); a failure is shown,
+    never fatal."""
     if round_of is None:
         return None
     try:
-        return round_of.tick()
+        return round_of.tick(*args)
     except Exception as exc:  # S3 or ECS away: say so, try again next round
         say(f"{name}: {type(exc).__name__}: {exc}")
         return {"error": f"{type(exc).__name__}: {exc}"}
@@ -188,7 +190,8 @@ def queue_follower(env: dict, bucket: str, ecs) -> queue_capacity.QueueCapacity 
     cluster, service = env.get("RAYFLEET_CLUSTER_NAME"), env.get("RAYFLEET_WORKER_SERVICE")
     if shape is None or not cluster or not service:
         return None
-    return queue_capacity.QueueCapacity(Queue(f"s3://{bucket}"), shape, ecs, cluster, service, say=say)
+    # env: the operator's priority ceiling (RAYFLEET_MAX_PRIORITY) is this task's, never a queue entry's
+    return queue_capacity.QueueCapacity(Queue(f"s3://{bucket}"), shape, ecs, cluster, service, say=say, env=env)
 
 
 def driver_dispatch(env: dict, bucket: str, ecs) -> DriverDispatch | None:
@@ -270,7 +273,8 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
         try:
             taken = snapshot(dashboard, auth)
             taken["serve_kept"] = restore_serve(s3, args.bucket, dashboard, auth, taken)
-            taken["queue_capacity"] = guarded("queue", follower)
+            # an entry counts only while its run has an unfinished Ray job in this very snapshot
+            taken["queue_capacity"] = guarded("queue", follower, taken)
             follow_queue(stopper, taken["queue_capacity"])
             taken["launches"] = guarded("launches", dispatcher)
             taken["autostop"] = decide(stopper, taken)

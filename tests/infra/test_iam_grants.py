@@ -132,19 +132,9 @@ def test_no_bucket_grant_outside_the_layout(policies, bucket_arn, role):
     assert not extra, f"{role}'s S3 grants that rayfleet/core/bucket.py does not declare:\n" + "\n".join(extra)
 
 
-# Users of bucket keys that still spell them (issue 54: their owners switch them to bucket.py's constants).
-# Each entry must still be there: remove it when its user imports the constant.
-PENDING = {
-    ("rayfleet/core/run_dir.py", "runs"),
-    ("rayfleet/node/head_snapshot.py", "cluster/ray-status.json"),
-}
-
-
 def test_no_bucket_key_is_spelled_outside_bucket_py():
     literals = iam_scan.bucket_key_literals()
-    found = [f"{path}:{line}: {literal!r}" for path, line, literal in literals if (path, literal) not in PENDING]
-    gone = PENDING - {(path, literal) for path, _, literal in literals}
-    assert not gone, f"these use bucket.py now: remove them from PENDING: {sorted(gone)}"
+    found = [f"{path}:{line}: {literal!r}" for path, line, literal in literals]
     assert not found, (
         "bucket keys spelled outside rayfleet/core/bucket.py (import its constant, so the grant check sees "
         "every prefix):\n" + "\n".join(found)

@@ -272,3 +272,48 @@ def test_suspects_are_judged_a_few_a_round_and_each_dead_node_once(monkeypatch):
     assert len(first) == head_snapshot.MOST_SUSPECTS_PER_ROUND == len(asked)
     head_snapshot.replace_suspects({"nodes": nodes}, "rf", None, done, ["rf-ray-worker"])
     assert asked == [f"10.0.0.{i}" for i in range(8)]  # the next ones, never the same again
+
+
+def test_the_queue_follower_judges_entries_by_this_rounds_jobs_and_the_operators_ceiling():
+    """The control task passes each round's snapshot to the queue follower (an entry counts only while its run
+    has an unfinished Ray job) and builds it with its own environment (RAYFLEET_MAX_PRIORITY, the operator's)."""
+    env = {
+        "RAYFLEET_WORKER_NODE": '{"vcpus": 4, "gpus": 1, "memory_mib": 16384, "count": 2}',
+        "RAYFLEET_CLUSTER_NAME": "c",
+        "RAYFLEET_WORKER_SERVICE": "w",
+        "RAYFLEET_MAX_PRIORITY": "3",
+    }
+    follower = head_snapshot.queue_follower(env, "bucket", ecs=None)
+    assert follower.queue.max_priority == 3
+
+
+def test_each_round_gives_the_queue_follower_that_rounds_snapshot(monkeypatch):
+    """The control task's loop hands the queue follower the snapshot it just took, so an entry of a run with no
+    unfinished Ray job in it counts for nothing (rayfleet/core/run_queue_checks.py Alive)."""
+
+    class S3:
+        def put_object(self, **kwargs):
+            self.body = kwargs["Body"]
+
+    s3 = S3()
+
+    class FakeAws:
+        def client(self, name):
+            return s3
+
+    class Round:
+        def tick(self, *args):
+            self.args = args
+            return {"wanted": None}
+
+    follower = Round()
+    taken = {"nodes": [], "jobs": [{"status": "RUNNING", "metadata": {"rayfleet_run": "a"}}]}
+    monkeypatch.setattr("rayfleet.core.aws.Aws", FakeAws)
+    monkeypatch.setattr(head_snapshot, "snapshot", lambda dashboard, auth: dict(taken))
+    monkeypatch.setattr(head_snapshot, "restore_serve", lambda *a: {})
+    monkeypatch.setattr(head_snapshot, "queue_follower", lambda env, bucket, ecs: follower)
+    code = head_snapshot.main(
+        ["--bucket", "b", "--once", "--dashboard", "http://127.0.0.1:9"], env={"RAY_AUTH_TOKEN": "x"}
+    )
+    assert code == 0 and follower.args[0]["jobs"] == taken["jobs"]
+    assert json.loads(s3.body)["queue_capacity"] == {"wanted": None}
