@@ -79,7 +79,10 @@ def default_iam() -> iam.Spec:
 
 @pytest.fixture(scope="session")
 def moto_endpoint() -> str:
+    """A plain moto_server for the session, IAM enforced with the default deployment's identities (no stack:
+    its tests make their own resources, in the rendered bucket's name, through MotoServer.inspector)."""
     server = MotoServer().start()
+    server.enforce(default_iam())
     try:
         yield server.url
     finally:
@@ -88,12 +91,21 @@ def moto_endpoint() -> str:
 
 @pytest.fixture
 def moto() -> MotoServer:
-    """A moto server of the test's own, stoppable and restartable."""
+    """A moto server of the test's own, stoppable and restartable, IAM enforced with the default deployment's
+    identities (a restart makes them again). Its tests make their own resources through `inspector`; a bucket
+    the roles may use has the rendered bucket's name (`rendered_bucket`)."""
     server = MotoServer().start()
+    server.enforce(default_iam())
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def rendered_bucket() -> str:
+    """The results bucket's name as Terraform renders it: the one the rendered S3 statements name."""
+    return stack.default_picture()["bucket"]["name"]
 
 
 @pytest.fixture(scope="session")

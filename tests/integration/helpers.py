@@ -55,7 +55,8 @@ class MotoServer:
         _SERVERS[self.url] = self
 
     def command(self) -> list[str]:
-        return [str(Path(sys.executable).parent / "moto_server"), "-H", "127.0.0.1", "-p", str(self.port)]
+        # moto_server with S3's DeleteObjects authorized per key, as AWS does (tools/moto_stack/s3.py)
+        return [sys.executable, "-m", "tools.moto_stack.s3", "-H", "127.0.0.1", "-p", str(self.port)]
 
     def start(self) -> MotoServer:
         self.proc = subprocess.Popen(self.command(), cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -5,7 +5,7 @@ provider strategies and scale the workers.
 moto answers GetCallerIdentity, the SSM AMI parameter, DescribeAvailabilityZones, DescribeInstanceTypeOfferings
 and RunInstances with DryRun, the services and capacity providers. What it lacks stands behind the adapters'
 seams, answered here with AWS's recorded responses: EC2's vCPU quotas (its Service Quotas knows only VPC),
-iam:SimulatePrincipalPolicy (unimplemented), a denied dry run (moto enforces no IAM), and the Auto Scaling
+iam:SimulatePrincipalPolicy (unimplemented), a denied dry run (moto's DryRun never refuses), and the Auto Scaling
 groups' scaling activities (DescribeScalingActivities always answers none; the stack has no group either).
 """
 
@@ -131,14 +131,17 @@ def quotas(**values: float):
     return lambda client, code: values.get(code.replace("-", "_"), 512.0)
 
 
+OPERATOR = "arn:aws:iam::123456789012:user/rayfleet-deployer"  # `make check` runs as the operator (IAM enforced)
+
+
 def allowed(iam, principal, actions):
-    assert principal == "arn:aws:iam::123456789012:user/moto"  # moto's caller, as STS names it
+    assert principal == OPERATOR  # the caller, as STS names it
     return dict.fromkeys(actions, "allowed")
 
 
 def test_check_passes_for_a_shape_the_account_can_launch(deployed):
     report = preflight.check(Aws("us-east-1"), SHAPE, quota=quotas(), simulate_policy=allowed)
-    assert report.identity["Arn"] == "arn:aws:sts::123456789012:user/moto"
+    assert report.identity["Arn"] == OPERATOR
     assert report.problems == [] and report.notes == []  # the dry run ran on moto: no note says otherwise
     assert report.lines()[-1] == "ready to deploy"
 
@@ -172,7 +175,7 @@ def test_check_a_denied_dry_run_and_denied_deploy_actions_are_problems(deployed)
     report = preflight.check(Aws("us-east-1"), SHAPE, quota=quotas(), simulate_policy=denied, dry_run=denied_launch)
     assert [p.what for p in report.problems] == [
         "ec2:RunInstances of g5.xlarge denied (UnauthorizedOperation)",
-        "arn:aws:iam::123456789012:user/moto may not iam:CreateRole, kms:CreateKey, which the deploy needs",
+        f"{OPERATOR} may not iam:CreateRole, kms:CreateKey, which the deploy needs",
     ]
 
 

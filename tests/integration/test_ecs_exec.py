@@ -61,7 +61,8 @@ class _Handler(BaseHTTPRequestHandler):
                 "taskArn": request["task"],
             }
             return self._reply(200, "application/x-amz-json-1.1", json.dumps(answer).encode())
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in {"host", "content-length"}}
+        # The Host header as the client signed it: moto checks the signature (IAM enforced, the operator's keys).
+        headers = {k: v for k, v in self.headers.items() if k.lower() != "content-length"}
         try:
             with urllib.request.urlopen(
                 urllib.request.Request(self.server.upstream + self.path, data=body, headers=headers), timeout=30

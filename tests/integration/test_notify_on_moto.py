@@ -16,15 +16,16 @@ pytestmark = pytest.mark.integration
 
 
 def test_a_watched_run_publishes_its_start_and_failure_to_the_topic(moto):
+    """The watched command runs in a task, as the task role; the topic and the inbox are the test's own (made
+    and read by the inspector)."""
     env = {
         **os.environ,
-        "AWS_ACCESS_KEY_ID": "t",
-        "AWS_SECRET_ACCESS_KEY": "t",
+        **moto.as_identity("task"),
         "AWS_DEFAULT_REGION": "us-east-1",
         "AWS_ENDPOINT_URL": moto.url,
     }
-    kms = moto.client("kms").create_key()["KeyMetadata"]["Arn"]
-    sns, sqs = moto.client("sns"), moto.client("sqs")
+    kms = moto.inspector("kms").create_key()["KeyMetadata"]["Arn"]
+    sns, sqs = moto.inspector("sns"), moto.inspector("sqs")
     topic = sns.create_topic(Name="rayfleet-notifications", Attributes={"KmsMasterKeyId": kms})["TopicArn"]
     queue = sqs.create_queue(QueueName="inbox")["QueueUrl"]
     queue_arn = sqs.get_queue_attributes(QueueUrl=queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]

@@ -15,6 +15,7 @@ import zipfile
 import pytest
 import yaml
 
+from rayfleet.train.data import synthetic
 from rayfleet.train.data.text import read_text
 from tests.integration.helpers import DASHBOARD_PORT, REPO, run_record
 
@@ -391,9 +392,10 @@ def test_the_built_in_ddp_recipe_stages_its_data_for_the_trainer(aws_stack, smal
     assert f"already staged at {url}" in second.stdout and "staging data" not in second.stdout
 
 
-def test_a_recipe_needing_more_worker_nodes_than_the_group_is_refused_before_upload(aws_stack, tmp_path, small_dataset):
+def test_a_recipe_needing_more_worker_nodes_than_the_group_is_refused_before_upload(aws_stack, tmp_path):
     """The default deployment's worker group holds 2 x g5.xlarge (1 GPU each): 3 one-GPU workers never fit."""
-    recipe = write_recipe(tmp_path, resources={"workers": 3, "gpus_per_worker": 1}, data=str(small_dataset))
+    synthetic.generate(tmp_path / "data", train=10, test=10)  # inside the recipe's folder, where data: must be
+    recipe = write_recipe(tmp_path, resources={"workers": 3, "gpus_per_worker": 1}, data="data")
     result = run_recipe(aws_stack["env"], str(recipe), "--target", "ecs", "--run-name", "too-many", "--detach")
     assert result.returncode == 2, result.stdout + result.stderr
     assert "3 workers do not fit the ECS workers (g5.xlarge): 2 node(s) of 1 hold 2 of this size" in result.stderr
@@ -420,6 +422,8 @@ def test_the_built_in_fsdp_recipe_stages_its_corpus_and_reads_it_from_s3(aws_sta
     overrides = {e["name"]: e["value"] for e in task["overrides"]["containerOverrides"][0]["environment"]}
     assert overrides["RAYFLEET_DATA"].startswith(f"s3://{bucket}/staged/")
     assert "data=${RAYFLEET_DATA}/tiny_shakespeare.txt" in json.loads(overrides["RAYFLEET_RECIPE"])["args"]
-    for key in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION"):
-        monkeypatch.setenv(key, env[key])
+    # The reader as on a rank: the task role's credentials (IAM enforced), not the operator's that staged it.
+    for key, value in {"AWS_ENDPOINT_URL": env["AWS_ENDPOINT_URL"], **aws_stack["roles"]["task"]}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("AWS_DEFAULT_REGION", env["AWS_DEFAULT_REGION"])
     assert read_text(f"{overrides['RAYFLEET_DATA']}/tiny_shakespeare.txt").startswith("First Citizen:")

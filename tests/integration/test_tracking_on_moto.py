@@ -24,19 +24,15 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
-def s3_run(moto, monkeypatch, tmp_path):
-    env = {
-        **os.environ,
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "AWS_ENDPOINT_URL": moto.url,
-        "RAYFLEET_STATE_DIR": str(tmp_path / "state"),
-    }
-    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL"):
-        monkeypatch.setenv(key, env[key])
-    moto.client("s3").create_bucket(Bucket="results")
-    run_dir = RunDir("s3://results/runs", "s3run")
+def s3_run(moto, monkeypatch, tmp_path, rendered_bucket):
+    """A run's metrics and event files written by this process as the job (the task role); returns the run
+    directory and the env of the verbs that read them on the laptop (the operator)."""
+    base = {"AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": moto.url}
+    env = {**os.environ, **base, **moto.as_identity("operator"), "RAYFLEET_STATE_DIR": str(tmp_path / "state")}
+    for key, value in {**base, **moto.as_identity("task")}.items():
+        monkeypatch.setenv(key, value)
+    moto.inspector("s3").create_bucket(Bucket=rendered_bucket)
+    run_dir = RunDir(f"s3://{rendered_bucket}/runs", "s3run")
     rows = [
         {"epoch": e, "train_loss": 1 / e, "test_loss": 1 / e, "test_accuracy": e / 4, "images_per_s": 5.0}
         for e in (1, 2)
@@ -50,9 +46,9 @@ def s3_run(moto, monkeypatch, tmp_path):
     return run_dir, env
 
 
-def test_event_files_land_in_s3_and_make_tensorboard_serves_them(s3_run, moto, tmp_path):
+def test_event_files_land_in_s3_and_make_tensorboard_serves_them(s3_run, moto, tmp_path, rendered_bucket):
     _, env = s3_run
-    keys = [o["Key"] for o in moto.client("s3").list_objects_v2(Bucket="results")["Contents"]]
+    keys = [o["Key"] for o in moto.inspector("s3").list_objects_v2(Bucket=rendered_bucket)["Contents"]]
     assert [k for k in keys if "/tensorboard/events.out.tfevents." in k]
     port = free_port()
     server = subprocess.Popen(
@@ -62,7 +58,7 @@ def test_event_files_land_in_s3_and_make_tensorboard_serves_them(s3_run, moto, t
             "rayfleet.ops.tensorboard",
             "s3run",
             "--runs-dir",
-            "s3://results/runs",
+            f"s3://{rendered_bucket}/runs",
             "--port",
             str(port),
         ],
@@ -90,15 +86,16 @@ def test_event_files_land_in_s3_and_make_tensorboard_serves_them(s3_run, moto, t
         server.terminate()
         out = server.communicate(timeout=30)[0]
     synced = tmp_path / "state" / "tensorboard" / "s3run" / "tensorboard"
-    assert f"syncing s3://results/runs/s3run/tensorboard -> {synced.parent}" in out
+    assert f"syncing s3://{rendered_bucket}/runs/s3run/tensorboard -> {synced.parent}" in out
     assert len(list(synced.iterdir())) == 1
 
 
-def test_make_plot_draws_a_run_in_s3(s3_run, tmp_path):
+def test_make_plot_draws_a_run_in_s3(s3_run, tmp_path, rendered_bucket):
     _, env = s3_run
     out = tmp_path / "s3run.png"
+    runs = f"s3://{rendered_bucket}/runs"
     result = subprocess.run(
-        [sys.executable, "-m", "rayfleet.ops.plot", "s3run", "--runs-dir", "s3://results/runs", "--out", str(out)],
+        [sys.executable, "-m", "rayfleet.ops.plot", "s3run", "--runs-dir", runs, "--out", str(out)],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -110,15 +107,16 @@ def test_make_plot_draws_a_run_in_s3(s3_run, tmp_path):
 
 
 def test_rank_zeros_scalars_reach_cloudwatch_with_the_run_name(moto, monkeypatch, tmp_path):
-    """What rank 0 does on ECS, against moto's CloudWatch: the driver's Target names the destination."""
-    for key, value in {"AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t", "AWS_ENDPOINT_URL": moto.url}.items():
+    """What rank 0 does on ECS (as the task role), against moto's CloudWatch: the driver's Target names the
+    destination."""
+    for key, value in {**moto.as_identity("task"), "AWS_ENDPOINT_URL": moto.url}.items():
         monkeypatch.setenv(key, value)
     target = Target(tensorboard=False, cloudwatch=cloudwatch.Destination("rayfleet", "prod", "us-east-1"))
     scalars = Scalars(RunDir(str(tmp_path), "ddp-7"), target, purge_step=None)
     scalars.log(10, {"train/loss": 0.9, "throughput/images_per_s": 300.0, "test/accuracy": 0.5})
     scalars.log(20, {"train/loss": 0.6, "throughput/images_per_s": 330.0})
     scalars.close()
-    client = moto.client("cloudwatch")
+    client = moto.inspector("cloudwatch")
     listed = client.list_metrics(Namespace="rayfleet")["Metrics"]
     assert {m["MetricName"] for m in listed} == {"TrainingLoss", "TrainingThroughput"}
     assert all(

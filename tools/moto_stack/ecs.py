@@ -18,6 +18,7 @@ moto 5.2.5's ECS places tasks by CPU and memory against container instances, but
     RESOURCE:GPU, MemberOf placement constraint unsatisfied., DistinctInstance placement constraint
     unsatisfied.).
   * StopTask of a task already stopped gives its resources back a second time; here only once.
+  * (S3) DeleteObjects is authorized against the bucket, not each key: tools/moto_stack/s3.py, applied too.
 
 Everything else is moto's own. Still not modelled: the service scheduler (CreateService starts no task;
 the stack and the tests start service tasks as it would), capacity providers scaling Auto Scaling
@@ -116,6 +117,9 @@ def patch() -> None:
     if _patched:
         return
     _patched = True
+    from tools.moto_stack import s3
+
+    s3.patch()  # DeleteObjects authorized per key, as AWS does (the stack enforces IAM)
     from moto.core.responses import ActionResult
     from moto.ecs import models, responses
 

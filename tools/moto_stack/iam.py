@@ -124,10 +124,22 @@ def _is_s3(action: str) -> bool:
     return action.lower().startswith("s3:")
 
 
+# moto names an action by the service's signing name, not its IAM prefix, where the two differ.
+SIGNING_NAMES = {"cloudwatch:": "monitoring:"}
+
+
+def _as_moto_names(actions: list[str]) -> list[str]:
+    renamed = [
+        name + a[len(prefix) :] for a in actions for prefix, name in SIGNING_NAMES.items() if a.startswith(prefix)
+    ]
+    return actions + renamed
+
+
 def for_moto(document: dict) -> dict:
     """The one transformation a rendered policy goes through to reach moto (see the module docstring): every
     Condition dropped; a statement's non-S3 actions get Resource "*" (a statement with both is split in two:
-    the S3 actions keep the real ARNs)."""
+    the S3 actions keep the real ARNs). An action also gets moto's name for it where moto asks by the
+    service's signing name (SIGNING_NAMES: cloudwatch:PutMetricData is monitoring:PutMetricData to moto)."""
     out = []
     for statement in _statements(document):
         kept = {k: copy.deepcopy(v) for k, v in statement.items() if k != "Condition"}
@@ -140,7 +152,7 @@ def for_moto(document: dict) -> dict:
         if s3:
             out.append({**kept, "Action": s3})
         if other:
-            out.append({**kept, "Action": other, "Resource": "*"})
+            out.append({**kept, "Action": _as_moto_names(other), "Resource": "*"})
     return {**document, "Statement": out}
 
 
@@ -192,8 +204,7 @@ def _user(iam, name: str, policy: dict, known: Identity | None) -> Identity:
 def _role(iam, sts, name: str, role: dict, known: Identity | None) -> Identity:
     try:
         iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(role["trust"]))
-    except iam.exceptions.EntityAlreadyExistsException:
-        iam.update_assume_role_policy(RoleName=name, PolicyDocument=json.dumps(role["trust"]))
+    except iam.exceptions.EntityAlreadyExistsException:  # its trust policy stays: sessions are made with it off
         for old in iam.list_role_policies(RoleName=name)["PolicyNames"]:
             iam.delete_role_policy(RoleName=name, PolicyName=old)
     documents = [*role["policies"].items(), *((f"attached-{n}", d) for n, d in enumerate(role["attached"]))]
