@@ -15,6 +15,7 @@ from rayfleet.core.staged_data import prefix_of
 from rayfleet.recipes import stage as stager
 from rayfleet.train.data import fashion_mnist, staged
 from rayfleet.train.data.synthetic import generate
+from tests.integration.helpers import identity_env
 
 pytestmark = pytest.mark.integration
 BUCKET = "results"
@@ -22,15 +23,22 @@ BUCKET = "results"
 
 @pytest.fixture
 def s3(moto_endpoint, monkeypatch, tmp_path):
+    # IAM enforced: this process stages as the operator (a node's read as the task role is
+    # test_iam_roles_on_moto.py's); the test's own client is the all-allowed inspector.
     for key, value in {
         "AWS_ENDPOINT_URL": moto_endpoint,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
+        **identity_env(moto_endpoint, "operator"),
         "AWS_DEFAULT_REGION": "us-east-1",
         staged.CACHE_ENV: str(tmp_path / "node-cache"),
     }.items():
         monkeypatch.setenv(key, value)
-    client = boto3.client("s3", endpoint_url=moto_endpoint)
+    inspector = identity_env(moto_endpoint, "inspector")
+    client = boto3.client(
+        "s3",
+        endpoint_url=moto_endpoint,
+        aws_access_key_id=inspector["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=inspector["AWS_SECRET_ACCESS_KEY"],
+    )
     client.create_bucket(Bucket=BUCKET)
     yield client
     for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):

@@ -29,7 +29,7 @@ def deployment(moto, monkeypatch) -> dict:
     """A cluster `rf` of two worker instances (group rf-worker-1, each running a worker-service task: awsvpc,
     as the default deployment) and a head instance (group rf-head-1, its task in host mode, as on EFA)."""
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto.url)
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+    for key, value in moto.as_identity("control").items():  # the control task's code, as its role (IAM enforced)
         monkeypatch.setenv(key, value)
     ec2, ecs, autoscaling = moto.client("ec2"), moto.client("ecs"), moto.client("autoscaling")
     template = ec2.create_launch_template(
@@ -146,7 +146,7 @@ def test_a_host_mode_worker_is_found_by_its_instances_address(deployment):
 
 def test_an_instance_ecs_does_not_know_is_said_and_the_group_is_still_told(moto, monkeypatch):
     monkeypatch.setenv("AWS_ENDPOINT_URL", moto.url)
-    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}.items():
+    for key, value in moto.as_identity("control").items():  # the control task's code, as its role (IAM enforced)
         monkeypatch.setenv(key, value)
     moto.client("ecs").create_cluster(clusterName="rf")
     done = suspect.take_out("i-0123456789abcdef0", "rf", Aws("us-east-1"))
