@@ -104,7 +104,10 @@ class MotoServer:
         """The AWS_* credentials of one of the deployment's identities ("testing" while IAM is not enforced)."""
         if not self.identities:
             return dict(TEST_CREDENTIALS)
-        return {"AWS_SESSION_TOKEN": "", **self.identities[name].env()}
+        # moto checks a signature over the body it decompressed: botocore's gzip of a large PutMetricData
+        # would never match (SignatureDoesNotMatch), so the processes that sign for moto send it plain.
+        plain = {"AWS_DISABLE_REQUEST_COMPRESSION": "true"}
+        return {"AWS_SESSION_TOKEN": "", **plain, **self.identities[name].env()}
 
     def inspector(self, service: str):
         """The tests' own client, all allowed (what the console shows the account's root): a test inspecting or
@@ -124,6 +127,7 @@ class MotoServer:
 
     def _client(self, service: str, credentials: dict):
         import boto3
+        from botocore.config import Config
 
         return boto3.client(
             service,
@@ -132,6 +136,7 @@ class MotoServer:
             aws_access_key_id=credentials["AWS_ACCESS_KEY_ID"],
             aws_secret_access_key=credentials["AWS_SECRET_ACCESS_KEY"],
             aws_session_token=credentials.get("AWS_SESSION_TOKEN") or None,
+            config=Config(disable_request_compression=True),  # see as_identity
         )
 
 

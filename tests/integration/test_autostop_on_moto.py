@@ -41,7 +41,10 @@ def stack(aws_stack, monkeypatch):
         s["serviceName"]: s["desiredCount"]
         for s in ecs.describe_services(cluster=out.cluster_name, services=names)["services"]
     }
-    yield {"out": out, "ecs": ecs, "s3": aws_stack["server"].client("s3"), "env": aws_stack["env"]}
+    # "ecs": the test's own inspector; "control_ecs": the control task's client, as its role (IAM enforced).
+    control_ecs = aws_stack["server"].client_as("ecs", "control")
+    s3 = aws_stack["server"].client("s3")
+    yield {"out": out, "ecs": ecs, "control_ecs": control_ecs, "s3": s3, "env": aws_stack["env"]}
     for name, count in before.items():
         ecs.update_service(cluster=out.cluster_name, service=name, desiredCount=count)
 
@@ -96,7 +99,7 @@ class Clock:
 def test_autostop_scales_the_workers_to_zero_after_the_idle_time(stack):
     out, clock = stack["out"], Clock()
     settings = Settings(out.cluster_name, out.head_service_name, out.worker_service_name, idle_s=600)
-    stopper = Autostop(settings, stack["ecs"], clock=clock, say=lambda _: None)
+    stopper = Autostop(settings, stack["control_ecs"], clock=clock, say=lambda _: None)
     deployed = desired(stack)
     assert deployed[out.worker_service_name] >= 1 and deployed[out.head_service_name] == 1
     stopper.tick(IDLE)
@@ -129,7 +132,7 @@ def test_a_running_trainer_task_keeps_the_workers(stack):
             stop_head=True,
             control_service=out.control_service_name,
         )
-        stopper = Autostop(settings, ecs, clock=clock, say=lambda _: None)
+        stopper = Autostop(settings, stack["control_ecs"], clock=clock, say=lambda _: None)
         stopper.tick(IDLE)
         clock.now += 3600
         assert stopper.tick(IDLE)["busy"] == "1 trainer task(s) running"
@@ -225,7 +228,8 @@ def test_capacity_follows_the_queue_up_to_its_need(stack):
     most = int(out.worker_count)
     shape = shape_from({NODE_VAR: json.dumps({"vcpus": 4, "gpus": 1, "memory_mib": 16384, "count": most})})
     queue = Queue(f"s3://{out.results_bucket}/capacity-test")
-    follower = QueueCapacity(queue, shape, ecs, out.cluster_name, out.worker_service_name, say=lambda _: None)
+    control_ecs = stack["control_ecs"]  # its S3 reads are this process's (a folder of its own, outside queue/)
+    follower = QueueCapacity(queue, shape, control_ecs, out.cluster_name, out.worker_service_name, say=lambda _: None)
     now = time.time()
 
     def entry(run: str, workers: int, **fields) -> Entry:
@@ -266,7 +270,8 @@ def test_autostop_stops_again_what_the_queue_raised_after_it_stopped(stack):
     assert stopper.tick(IDLE)["stopped"] and desired(stack)[out.worker_service_name] == 0
     shape = shape_from({NODE_VAR: json.dumps({"vcpus": 4, "gpus": 1, "memory_mib": 16384, "count": 2})})
     queue = Queue(f"s3://{out.results_bucket}/rearm-test")
-    follower = QueueCapacity(queue, shape, ecs, out.cluster_name, out.worker_service_name, say=lambda _: None)
+    control_ecs = stack["control_ecs"]  # its S3 reads are this process's (a folder of its own, outside queue/)
+    follower = QueueCapacity(queue, shape, control_ecs, out.cluster_name, out.worker_service_name, say=lambda _: None)
     entry = Entry(run="forged", workers=1, cpus_per_worker=4.0, gpus_per_worker=1, priority=0,
                   submitted_at=time.time(), heartbeat_at=time.time())  # fmt: skip
     try:

@@ -17,7 +17,8 @@ DIGEST = "@sha256:" + "ab" * 32
 
 @pytest.fixture
 def ecr(moto, monkeypatch):
-    for key, value in {"AWS_ENDPOINT_URL": moto.url, "AWS_ACCESS_KEY_ID": "t", "AWS_SECRET_ACCESS_KEY": "t"}.items():
+    # `make run` checks a recipe's image on the laptop: as the operator (IAM enforced)
+    for key, value in {"AWS_ENDPOINT_URL": moto.url, **moto.as_identity("operator")}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv(image_policy.ALLOW_ENV, raising=False)
     client = moto.client("ecr")

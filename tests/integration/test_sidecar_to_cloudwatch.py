@@ -29,7 +29,8 @@ IDENTITY = Identity("rf-test", "i-0123456789", "p5.48xlarge", run_name="run-42")
 
 
 def sidecar_for(server, gpus=2, max_buffered=20_000, identity=IDENTITY) -> Sidecar:
-    publisher = Publisher(server.client("cloudwatch"), SPEC.namespace, max_buffered=max_buffered, backoff_base_s=0.01)
+    client = server.client_as("cloudwatch", "task")  # the sidecar runs in the task, as the task role (IAM enforced)
+    publisher = Publisher(client, SPEC.namespace, max_buffered=max_buffered, backoff_base_s=0.01)
     return Sidecar(NvmlSampler(FakeNvml(gpus=gpus)), publisher, identity, SPEC)
 
 
@@ -125,12 +126,11 @@ SIDECAR_RUNNER = (
 
 
 def sidecar_process_env(moto, cluster: str, instance: str, **extra: str) -> dict:
-    """A sidecar process's environment: moto's CloudWatch, test credentials, its identity, not on ECS."""
+    """A sidecar process's environment: moto's CloudWatch, the task role's credentials, its identity, not on ECS."""
     env = {
         **os.environ,
         "AWS_ENDPOINT_URL_CLOUDWATCH": moto.url,
-        "AWS_ACCESS_KEY_ID": "testing",
-        "AWS_SECRET_ACCESS_KEY": "testing",
+        **moto.as_identity("task"),  # the sidecar's container runs as the task role (IAM enforced)
         "AWS_DEFAULT_REGION": "us-east-1",
         "RAYFLEET_CLUSTER_NAME": cluster,
         "RAYFLEET_INSTANCE_ID": instance,

@@ -40,6 +40,7 @@ OPERATOR_POLICY_FILE: Path | None = None
 ALLOW_ALL = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
 INSPECTOR = "moto-stack-inspector"
 OPERATOR = "rayfleet-deployer"  # the name when the rendering has no deployer identity
+KEY_SEED = 54  # moto's random seed before the identities are made: a restarted server gives them the same keys
 CREATED_WITH = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}  # any key: enforcement is off
 
 
@@ -225,6 +226,9 @@ def enforce(moto, spec: Spec) -> dict[str, Identity]:
     set_enforcement(moto.url, on=False)
     iam, sts = _client(moto.url, "iam"), _client(moto.url, "sts")
     known = getattr(moto, "identities", None) or {}
+    if not known:  # the same keys on every fresh server (moto's seeded random; s3.py seeds STS's tokens too)
+        request = urllib.request.Request(f"{moto.url}/moto-api/seed?a={KEY_SEED}", data=b"", method="POST")
+        urllib.request.urlopen(request, timeout=10).close()
     identities = {
         "inspector": _user(iam, INSPECTOR, ALLOW_ALL, known.get("inspector")),
         "operator": _user(iam, spec.operator, operator_policy(), known.get("operator")),

@@ -1,4 +1,5 @@
-"""moto_server with S3's DeleteObjects authorized as AWS authorizes it, for the moto stack's IAM enforcement.
+"""moto_server with S3's DeleteObjects authorized as AWS authorizes it, for the moto stack's IAM enforcement,
+and STS session tokens from moto's seeded random (the same identities after a restart).
 
     python -m tools.moto_stack.s3 -H 127.0.0.1 -p PORT    (the tests' MotoServer)
     patch()                                                (tools/moto_stack/ecs.py applies it too)
@@ -43,6 +44,23 @@ def patch() -> None:
         return post(self, request, bucket_name)
 
     response_cls._bucket_response_post = bucket_response_post
+    _seeded_session_tokens()
+
+
+def _seeded_session_tokens() -> None:
+    """STS session tokens from moto's seeded random (/moto-api/seed), not os.urandom: a restarted server whose
+    identities are made again after the same seed (tools/moto_stack/iam.py) gives the same keys, so a client
+    made before an outage still signs as itself after it, as on AWS."""
+    import base64
+
+    from moto.moto_api._internal import mock_random  # noqa: PLC2701 (moto exports it nowhere else)
+    from moto.sts import models, utils
+
+    def random_session_token() -> str:
+        prefix = utils.SESSION_TOKEN_PREFIX
+        return prefix + base64.b64encode(mock_random.randbytes(266))[len(prefix) :].decode()
+
+    models.random_session_token = random_session_token
 
 
 def main(argv: list[str] | None = None) -> None:
