@@ -159,7 +159,7 @@ def test_a_statement_of_s3_and_other_actions_is_split_and_a_deny_only_grows():
     }
     assert iam.for_moto(document)["Statement"] == [
         {"Sid": "Both", "Effect": "Allow", "Action": ["s3:GetObject"], "Resource": [bucket, "k"]},
-        {"Sid": "Both", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": "*"},
+        {"Sid": "BothNotS3", "Effect": "Allow", "Action": ["kms:Decrypt"], "Resource": "*"},
         {"Sid": "No", "Effect": "Deny", "Action": ["ecs:RunTask"], "Resource": "*"},
     ]
 

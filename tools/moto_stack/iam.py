@@ -3,7 +3,7 @@ moto's IAM enforcement on and the policies Terraform renders for that deployment
 
 Identities (`enforce` creates them; each is an `Identity` with its keys and `env()`):
   operator   the IAM user that runs the `rayfleet` verbs on the laptop (`make deploy|run|clean`), named as the
-             rendered deployer (aws_iam_session_context). Its policy: OPERATOR_POLICY_FILE once it exists.
+             rendered deployer (aws_iam_session_context). Its policy: infra/operator-policy.json (OPERATOR_POLICY_FILE).
   <role>     every rendered aws_iam_role by name, with its inline and attached policies, as an assumed-role
              session (sts:AssumeRole, asked while enforcement is off: the trust policies name ECS's service
              principal, which a test is not), also by the task definition that runs under it (Spec.role_of:
@@ -34,9 +34,8 @@ from pathlib import Path
 from tools import rendered
 
 INFRA = Path(__file__).resolve().parents[2] / "infra"
-# TODO(lead, issue 54): the operator's generated policy, once infra/operator-policy.json lands, is this one line:
-# OPERATOR_POLICY_FILE = INFRA / "operator-policy.json"
-OPERATOR_POLICY_FILE: Path | None = None
+# The operator's policy as docs/install.md shows it, generated from the code (python -m tools.operator_policy)
+OPERATOR_POLICY_FILE = INFRA / "operator-policy.json"
 ALLOW_ALL = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
 INSPECTOR = "moto-stack-inspector"
 OPERATOR = "rayfleet-deployer"  # the name when the rendering has no deployer identity
@@ -107,8 +106,8 @@ def from_state(state: dict, task_definitions: dict | None = None) -> Spec:
 
 
 def operator_policy() -> dict:
-    """The operator's policy: the generated file once it is plugged in (OPERATOR_POLICY_FILE), allow-all until."""
-    return json.loads(OPERATOR_POLICY_FILE.read_text()) if OPERATOR_POLICY_FILE else ALLOW_ALL
+    """The operator's policy: the one docs/install.md shows (infra/operator-policy.json)."""
+    return json.loads(OPERATOR_POLICY_FILE.read_text())
 
 
 # -- the one transformation --------------------------------------------------------------------------------------
@@ -152,8 +151,9 @@ def for_moto(document: dict) -> dict:
         other = [a for a in actions if not _is_s3(a)]
         if s3:
             out.append({**kept, "Action": s3})
-        if other:
-            out.append({**kept, "Action": _as_moto_names(other), "Resource": "*"})
+        if other:  # a split statement's second half needs a Sid of its own (a policy's Sids are unique)
+            sid = {"Sid": f"{kept['Sid']}NotS3"} if s3 and "Sid" in kept else {}
+            out.append({**kept, "Action": _as_moto_names(other), "Resource": "*", **sid})
     return {**document, "Statement": out}
 
 
