@@ -44,15 +44,19 @@ def cache_root() -> Path:
 
 
 def local_copy(source: str, endpoint_url: str | None = None) -> Path:
-    """`source` itself when it is a local path; for s3://bucket/staged/<hash>, a checked local copy of it."""
+    """`source` itself when it is a local path; for s3://bucket/staged/<hash>, a checked local copy of it in the
+    node's cache; for any other s3:// prefix (the user's own data, e.g. under data/), a copy of this process's
+    own, never shared: no manifest vouches for it, so no other run may be handed it."""
     if not source.startswith("s3://"):
         return Path(source)
     bucket, _, key = source.removeprefix("s3://").partition("/")
+    s3 = Aws().client("s3", endpoint_url=endpoint_url)
+    if key.strip("/").split("/", 1)[0] != FOLDER:
+        return private_copy(s3, bucket, key.strip("/"), source)
     prefix = staged_prefix(key)
     if prefix is None or key.strip("/") != prefix:
         raise StagedDataError(f"data: {source} is not a staged prefix (s3://<bucket>/{FOLDER}/<hash>: rayfleet run)")
     target = inside(cache_root(), f"{bucket}/{prefix}", source)
-    s3 = Aws().client("s3", endpoint_url=endpoint_url)
     body = manifest_of(s3, bucket, prefix, source)
     files = parse_manifest(body, prefix, source)
     for _ in range(PLACING_TRIES):
@@ -69,6 +73,27 @@ def local_copy(source: str, endpoint_url: str | None = None) -> Path:
         except OSError:  # another worker on this node placed one first: checked at the next round
             shutil.rmtree(partial, ignore_errors=True)
     raise StagedDataError(f"data: no copy of {source} on this node matched its manifest after {PLACING_TRIES} tries")
+
+
+def private_copy(s3, bucket: str, prefix: str, source: str) -> Path:
+    """Every object under s3://bucket/prefix/ in a new folder only this process uses (mkdtemp: mode 0700)."""
+    if not prefix:
+        raise StagedDataError(f"data: {source} names a whole bucket; name the folder of the data")
+    folder = Path(tempfile.mkdtemp(prefix="rayfleet-data-"))
+    found = 0
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=f"{prefix}/"):
+        for item in page.get("Contents", []):
+            name = item["Key"][len(prefix) + 1 :]
+            if not name or name.endswith("/"):
+                continue  # a folder marker
+            local = inside(folder, name, f"s3://{bucket}/{item['Key']}")  # a key may not leave the copy
+            local.parent.mkdir(parents=True, exist_ok=True)
+            s3.download_file(bucket, item["Key"], str(local))
+            found += 1
+    if not found:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise FileNotFoundError(f"data: nothing under {source}")
+    return folder
 
 
 def manifest_of(s3, bucket: str, prefix: str, source: str) -> bytes:

@@ -108,11 +108,30 @@ def test_a_key_that_would_leave_the_copy_is_refused(s3, tmp_path):
     assert not list(staged.cache_root().rglob("escaped.txt"))
 
 
-def test_only_a_staged_prefix_is_copied_and_local_paths_are_read_where_they_are(s3, tmp_path):
-    for source in (f"s3://{BUCKET}/runs/x", f"s3://{BUCKET}/staged/../../etc", "s3://../staged/0123456789abcdef"):
+def test_a_malformed_staged_prefix_is_refused_and_local_paths_are_read_where_they_are(s3, tmp_path):
+    for source in (f"s3://{BUCKET}/staged/../../etc", "s3://../staged/0123456789abcdef", f"s3://{BUCKET}/staged/x"):
         with pytest.raises((StagedDataError, UnsafeKey)):
             staged.local_copy(source)
     assert staged.local_copy(str(tmp_path)) == tmp_path
+
+
+def test_the_users_own_prefix_is_copied_for_this_process_alone_and_never_leaves_it(s3, tmp_path, monkeypatch):
+    """`data_dir=s3://bucket/data/fashion` (a set the operator keeps under data/, not staged by a recipe): read
+    as the user's own, into a folder of this process's own, never the node's shared cache; a key that would
+    leave the copy is refused."""
+    monkeypatch.setenv(staged.CACHE_ENV, str(tmp_path / "cache"))
+    s3.put_object(Bucket=BUCKET, Key="data/fashion/FashionMNIST/raw/t10k-labels-idx1-ubyte", Body=b"labels")
+    s3.put_object(Bucket=BUCKET, Key="data/fashion/README", Body=b"mine")
+    first = staged.local_copy(f"s3://{BUCKET}/data/fashion")
+    second = staged.local_copy(f"s3://{BUCKET}/data/fashion/")
+    assert first != second and not (tmp_path / "cache").exists()
+    assert (first / "FashionMNIST/raw/t10k-labels-idx1-ubyte").read_bytes() == b"labels"
+    assert (first / "README").read_bytes() == b"mine" and (first.stat().st_mode & 0o077) == 0
+    with pytest.raises(FileNotFoundError, match="nothing under"):
+        staged.local_copy(f"s3://{BUCKET}/data/none")
+    s3.put_object(Bucket=BUCKET, Key="data/evil/../../../escaped", Body=b"x")
+    with pytest.raises(UnsafeKey):
+        staged.local_copy(f"s3://{BUCKET}/data/evil")
 
 
 def test_a_staged_text_file_is_read_only_as_its_manifest_says(s3, tmp_path):
