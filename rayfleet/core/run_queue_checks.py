@@ -59,7 +59,11 @@ def _number(data: dict, key: str, low: float, high: float, whole: bool = False) 
     value = data[key]
     if isinstance(value, bool) or not isinstance(value, int | float) or (whole and not isinstance(value, int)):
         raise Invalid(f"{key} {_show(value)} is not {'a whole number' if whole else 'a number'}")
-    if (isinstance(value, float) and not math.isfinite(value)) or not low <= value <= high:
+    try:
+        number = float(value)  # a whole number past a float's range (10**400) is refused here, not in a format
+    except OverflowError:
+        raise Invalid(f"{key} {_show(value)} is outside {low:g}..{high:g}") from None
+    if not math.isfinite(number) or not low <= number <= high:
         raise Invalid(f"{key} {_show(value)} is outside {low:g}..{high:g}")
     return value
 
@@ -155,8 +159,8 @@ def ledger_item(text: str | None, name: str, now: float) -> tuple[float, float]:
     ended_at = _time(data, "ended_at", now)
     if admitted_at <= 0 or not run_name.valid(run) or name != f"{run}-{int(admitted_at)}.json":
         raise Invalid(f"run {_show(run)} and its admission do not name the file {_show(name)}")
-    if ended_at < admitted_at:
-        raise Invalid("ended before it was admitted")
+    if not 0 <= ended_at - admitted_at <= MAX_HOURS * 3600:  # a run lasts at most the schema's max_hours
+        raise Invalid("ended before it was admitted, or ran longer than any run may")
     most = MAX_USD_PER_HOUR * (ended_at - admitted_at) / 3600
     usd = _number(data, "usd", 0.0, most + 1e-6)  # written rounded to 6 places
     return usd, ended_at

@@ -78,6 +78,8 @@ def test_a_clock_a_little_ahead_is_allowed(tmp_path):
         ({"reason": ["a", "list"]}, "reason ['a', 'list'] is not a line of text"),
         ({"placed": "yes"}, "placed 'yes' is not true or false"),
         ({"evil": 1}, "not a queue entry: unknown 'evil'"),
+        ({"submitted_at": 10**400}, f"submitted_at {str(10**400)[:37]}... is outside 0..inf"),  # past any float
+        ({"workers": 10**400}, f"workers {str(10**400)[:37]}... is outside 1..512"),
     ],
 )
 def test_an_entry_of_the_wrong_type_or_out_of_bounds_is_ignored_with_its_reason(tmp_path, forged, reason):
@@ -180,6 +182,7 @@ def ledger(tmp_path, name: str, body) -> None:
         ("late-1000.json", {"run": "late", "usd": 1.0, "admitted_at": 1000.0, "ended_at": NOW * 9}, "in the future"),
         ("x-1000.json", {"run": "other", "usd": 1.0, "admitted_at": 1000.0, "ended_at": 4600.0}, "do not name"),
         ("back-5000.json", {"run": "back", "usd": 1.0, "admitted_at": 5000.0, "ended_at": 4600.0}, "ended before"),
+        ("inf-1000.json", {"run": "inf", "usd": 1.0, "admitted_at": 1000.0, "ended_at": 10**400}, "ended_at 1000"),
         ("more-1000.json", {"run": "more", "usd": 1.0, "admitted_at": 1000.0, "ended_at": 4600.0, "x": 1}, "keys"),
     ],
 )
@@ -203,3 +206,15 @@ def test_the_runs_own_entries_still_read_back_as_written(tmp_path):
     queue.put(mine)
     assert queue.get("mine") == mine and queue.entries(NOW) == [mine] and said == []
     assert queue.get("mine").state == ADMITTED != WAITING
+
+
+def test_a_ledger_item_longer_than_any_run_counts_for_nothing():
+    """$10,000 an hour over a made-up lifetime since 1970 would be a plausible rate and a budget held forever."""
+    from rayfleet.core.run_queue_checks import MAX_HOURS, Invalid, ledger_item
+
+    now = 1_790_000_000.0
+    item = {"run": "old", "usd": 4e8, "admitted_at": 1, "ended_at": now - 5}
+    with pytest.raises(Invalid, match="ran longer than any run may"):
+        ledger_item(json.dumps(item), "old-1.json", now)
+    fine = {"run": "old", "usd": 5.0, "admitted_at": now - MAX_HOURS * 3600, "ended_at": now}
+    assert ledger_item(json.dumps(fine), f"old-{int(now - MAX_HOURS * 3600)}.json", now) == (5.0, now)
