@@ -75,7 +75,11 @@ def parse(text: str, env: dict) -> tuple[Queue, Entry]:
     entry = Entry(**value["entry"])
     entry.submission_id = env.get("RAY_JOB_SUBMISSION_ID") or entry.submission_id
     budget = Budget(**value["budget"]) if value.get("budget") else None
-    return Queue(value["root"], budget, max_priority=max_priority_from(env)), entry
+    ceiling = max_priority_from(env)
+    if entry.priority > ceiling:  # as every other reader sees it: two runs that each put themselves first would race
+        say(f"queue: priority {entry.priority} is above this deployment's highest ({ceiling}): queued at {ceiling}")
+        entry.priority = ceiling
+    return Queue(value["root"], budget, max_priority=ceiling), entry
 
 
 def budget_from(env: dict, entry: Entry) -> Budget | None:

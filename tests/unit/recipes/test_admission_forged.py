@@ -5,6 +5,7 @@ only while its run has a live Ray job."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -119,3 +120,15 @@ def test_the_jobs_priority_ceiling_comes_from_its_environment():
     spec = admission.spec("/q", me())
     assert admission.parse(spec, {"RAYFLEET_MAX_PRIORITY": "3"})[0].max_priority == 3
     assert admission.parse(spec, {})[0].max_priority == 9
+
+
+def test_a_runs_own_entry_is_clamped_as_every_other_reader_sees_it(capsys):
+    """With a ceiling of 3, a run of priority 9 that kept 9 for itself would see itself first while every other
+    run sees it at 3: two runs would each place their workers first."""
+    queue, entry = admission.parse(admission.spec("/q", replace(me(), priority=9)), {"RAYFLEET_MAX_PRIORITY": "3"})
+    assert entry.priority == 3 and queue.max_priority == 3
+    assert "priority 9 is above this deployment's highest (3)" in capsys.readouterr().out
+    assert (
+        admission.parse(admission.spec("/q", replace(me(), priority=2)), {"RAYFLEET_MAX_PRIORITY": "3"})[1].priority
+        == 2
+    )
