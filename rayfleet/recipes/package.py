@@ -91,9 +91,12 @@ def _excluded(rel: str, patterns: tuple[str, ...]) -> bool:
     return False
 
 
-def looks_sensitive(rel: str) -> bool:
-    """State or keys by name (SENSITIVE, SENSITIVE_PATHS): left out of the code package and of staged data."""
-    return _excluded(rel, SENSITIVE) or any(rel == p or rel.endswith("/" + p) for p in SENSITIVE_PATHS)
+def looks_sensitive(rel: str, where: Path | None = None) -> bool:
+    """State or keys by name (SENSITIVE, SENSITIVE_PATHS): left out of the code package and of staged data.
+    `where`: the file's absolute path, so a tool's folder named as the code or data folder itself (`data:
+    ~/.kube`, whose file is just `config`) is seen too."""
+    places = [rel] + ([where.as_posix()] if where is not None else [])
+    return _excluded(rel, SENSITIVE) or any(s == p or s.endswith("/" + p) for s in places for p in SENSITIVE_PATHS)
 
 
 def _git_files(code_dir: Path) -> set[str] | None:
@@ -136,7 +139,7 @@ def walk(code_dir: Path, exclude: list[str] | tuple[str, ...] = ()) -> tuple[lis
                 continue
             if tracked is not None and rel not in tracked:
                 continue  # ignored by the project's .gitignore
-            (secret if looks_sensitive(rel) else found).append(rel)
+            (secret if looks_sensitive(rel, Path(root, name).resolve()) else found).append(rel)
     return sorted(found), sorted(secret)
 
 

@@ -39,7 +39,7 @@ def walk(local: Path) -> tuple[list[tuple[str, Path]], list[str]]:
     look like state or keys. A folder's files (links to folders are not followed), or the one file."""
     local = local.resolve()
     if local.is_file():
-        if looks_sensitive(local.name):
+        if looks_sensitive(local.name, local):
             raise ConfigError(f"data: {local} looks like state or keys; rayfleet does not stage it")
         return [(local.name, local)], []
     found, left_out = [], []
@@ -53,7 +53,7 @@ def walk(local: Path) -> tuple[list[tuple[str, Path]], list[str]]:
             path = Path(root) / name
             rel = path.relative_to(local).as_posix()
             if path.is_file():
-                (left_out if looks_sensitive(rel) else found).append((rel, path))
+                (left_out if looks_sensitive(rel, path.resolve()) else found).append((rel, path))
     return sorted(found), sorted(rel for rel, _ in left_out)
 
 

@@ -101,3 +101,37 @@ def test_the_operator_widens_the_folder_with_rayfleet_run_root(tmp_path, monkeyp
     assert "data: ../datasets" in err and "--root DIR" in err and "Traceback" not in err and not loaded
     assert cli.main(["run", str(recipe), "--on", "local", "--root", str(tmp_path)]) == 0
     assert loaded and str(loaded[0].data_path).endswith("datasets")
+
+
+def test_a_recipe_in_the_home_folder_itself_takes_nothing_from_it_unless_named(tmp_path, home, monkeypatch):
+    """A recipe saved straight into ~ (no git tree) would otherwise make ~ its project: `data: .kube` would stage
+    the operator's kubeconfig, whose file is just `config`."""
+    monkeypatch.setenv("HOME", str(home))
+    kube = home / ".kube"
+    kube.mkdir()
+    (kube / "config").write_text("users: [{user: {token: secret}}]\n")
+    recipe = write(home, {**GOOD, "data": ".kube"})
+    with pytest.raises(ConfigError, match=r"code: \. would be taken from your home folder.*--root DIR"):
+        load(recipe)  # its code (the whole home folder) first
+    (home / "proj").mkdir()
+    with pytest.raises(ConfigError, match=r"data: \.kube would be taken from your home folder.*--root DIR"):
+        load(recipe, [f"code={home / 'proj'}"])
+    loaded = load(recipe, root=home)  # the operator's own choice
+    from rayfleet.recipes import stage
+
+    found, left_out = stage.walk(loaded.data_path)
+    assert found == [] and left_out == ["config"]  # still never staged: .kube/config by where it is
+
+
+def test_the_built_in_recipes_load_from_a_copy_without_git(tmp_path):
+    """A tarball or an image's copy of the project has no .git: its pyproject.toml marks the project, so
+    recipes/ddp.yaml's `code: ..` and `data: ../data` still load."""
+    import shutil
+
+    copy = tmp_path / "rayfleet"
+    (copy / "recipes").mkdir(parents=True)
+    (copy / "data").mkdir()
+    shutil.copy(REPO / "pyproject.toml", copy / "pyproject.toml")
+    shutil.copy(REPO / "recipes" / "ddp.yaml", copy / "recipes" / "ddp.yaml")
+    loaded = load(copy / "recipes" / "ddp.yaml")
+    assert loaded.data_path == (copy / "data").resolve()
