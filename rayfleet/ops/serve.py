@@ -49,6 +49,12 @@ from rayfleet.targets.run import choose_target
 DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "recipes" / "serve.yaml"
 
 
+def serve_run_name(run: str, now: datetime | None = None) -> str:
+    """The deploying trainer's run name, `serve-<run>-<HHMMSS>`, within the run-name rule's 100 characters
+    (a served run's own name may have up to 100)."""
+    return f"serve-{run[:86]}-{(now or datetime.now(UTC)):%H%M%S}"
+
+
 def say(message: str) -> None:
     """Also what Serve reports while it deploys (an application's message, a run's folder): text a job can
     shape, so each line is shown without control characters (rayfleet/core/terminal.py)."""
@@ -134,7 +140,7 @@ def up_ecs(run: str, cfg: ServeConfig, outputs: str | None, timeout: float) -> i
     ]
     say(describe(served, run_dir))
     aws = Aws(out.region)
-    record = launch(aws, out, "serve", [], run_name=f"serve-{run}-{datetime.now(UTC):%H%M%S}", command=command)
+    record = launch(aws, out, "serve", [], run_name=serve_run_name(run), command=command)
     say(f"trainer task {record['task_arn'].rsplit('/', 1)[-1]} deploys it; following its log")
     code = follow_task(aws, out, record["task_arn"], record["log_stream"])
     if code == 0:

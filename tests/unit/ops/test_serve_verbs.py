@@ -123,3 +123,13 @@ def test_status_rows_name_each_replica_state_and_the_failure():
     assert shown[1] == "  model: UNHEALTHY (1 RUNNING, 1 STARTING)"
     assert shown[2] == "  OSError: export/config.json is not valid JSON"
     assert lines(summarize({})) == ["no Serve applications"]
+
+
+def test_the_deploying_trainers_run_name_keeps_the_run_name_rule_for_the_longest_run_name():
+    from datetime import UTC, datetime
+
+    from rayfleet.core.run_name import valid
+    from rayfleet.ops.serve import serve_run_name
+
+    name = serve_run_name("r" * 100, datetime(2026, 12, 4, 22, 40, 1, tzinfo=UTC))
+    assert valid(name) and name.startswith("serve-rrr") and name.endswith("-224001")
