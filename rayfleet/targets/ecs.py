@@ -129,7 +129,7 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
 def workers_for(recipe_file: str, outputs: str | None = None) -> int:
     """`make start RECIPE=...`: the worker nodes that recipe needs here, after the same fit check as a run."""
     out = Outputs.load(outputs)
-    recipe = load(recipe_file).recipe
+    recipe = load(recipe_file, root="/").recipe  # only its resources: nothing of code: or data: is read here
     capacity = ecs_capacity(out)
     if capacity is None:
         raise ConfigError(f"worker instance type {out.worker_instance_type or '?'} is not in the catalog")
