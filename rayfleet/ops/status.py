@@ -14,6 +14,7 @@ import json
 import re
 import sys
 from datetime import UTC, datetime, timedelta
+from email.utils import parsedate_to_datetime
 
 from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.catalog import PRICES_AS_OF, gpus_of, hourly_cost
@@ -103,9 +104,11 @@ def ray_age_s(ray: dict | None, now: datetime) -> float | None:
     return (now - (taken if taken.tzinfo else taken.replace(tzinfo=UTC))).total_seconds()
 
 
-def ray_section(ray: dict | None, now: datetime) -> dict:
-    """The snapshot with its age and whether it is stale (older than STALE_AFTER_S, or of unknown age)."""
-    age = ray_age_s(ray, now)
+def ray_section(ray: dict | None, now: datetime, age_s: float | None = None) -> dict:
+    """The snapshot with its age and whether it is stale (older than STALE_AFTER_S, or of unknown age).
+    `age_s`: its age by S3's own clock (see `_ray_view`), which a laptop's wrong clock cannot skew; else the
+    age from the time the snapshot says it was taken."""
+    age = age_s if age_s is not None else ray_age_s(ray, now)
     return {
         "ray": ray,
         "ray_age_s": None if age is None else round(age),
@@ -118,12 +121,19 @@ def service_names(out: Outputs) -> list[str]:
     return [out.head_service_name, out.worker_service_name] + [s for s in [out.control_service_name] if s]
 
 
-def _ray_view(aws: Aws, out: Outputs) -> dict | None:
-    s3 = aws.client("s3")
+def ray_view(s3, bucket: str) -> tuple[dict | None, float | None]:
+    """The head's snapshot and its age by S3's clock alone (when S3 answered, from its Date header, less when
+    the object was written), or (None, None) when there is none."""
     try:
-        return json.loads(s3.get_object(Bucket=out.results_bucket, Key=RAY_STATUS_KEY)["Body"].read())
+        got = s3.get_object(Bucket=bucket, Key=RAY_STATUS_KEY)
     except s3.exceptions.NoSuchKey:
-        return None
+        return None, None
+    ray = json.loads(got["Body"].read())
+    try:
+        answered = parsedate_to_datetime(got["ResponseMetadata"]["HTTPHeaders"]["date"])
+        return ray, (answered - got["LastModified"]).total_seconds()
+    except (KeyError, TypeError, ValueError):
+        return ray, None
 
 
 def last_checkpoint(run_dir: RunDir) -> str | None:
@@ -153,6 +163,7 @@ def status(aws: Aws, out: Outputs, runs: int = 5, why=capacity.reasons) -> dict:
     cost, unknown = hourly_cost([i["instance_type"] for i in instances.values()])
     spent, since = spend_usd(aws.client("ec2"), list(instances.values()), datetime.now(UTC))
     reasons = why(aws, out, datetime.now(UTC) - CAPACITY_LOOKBACK)
+    view, view_age = ray_view(aws.client("s3"), out.results_bucket)
     return {
         "cluster": out.cluster_name,
         "region": aws.region,
@@ -168,7 +179,7 @@ def status(aws: Aws, out: Outputs, runs: int = 5, why=capacity.reasons) -> dict:
         "instances": [{k: v for k, v in i.items() if k != "launch_time"} for i in instances.values()],
         "tasks": _tasks(aws, out, instances),
         "capacity": [{"reason": r.text, "fatal": r.fatal} for r in reasons],
-        **ray_section(_ray_view(aws, out), datetime.now(UTC)),
+        **ray_section(view, datetime.now(UTC), view_age),
         "runs": _runs(out, runs),
         "queue": _queue(out),
         "cost_per_hour_usd": round(cost, 3),

@@ -224,3 +224,32 @@ def test_job_written_fields_reach_the_terminal_without_control_characters():
     text = render({**empty_status(), "ray": ray, "runs": runs, "queue": queue})
     assert "job?]0;owned??[2J?[1A" in text and "r?]0;owned" in text and "q?]0;owned" in text
     assert not [c for c in text if c != "\n" and (ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F)]
+
+
+def test_staleness_is_judged_by_s3s_clock_not_the_laptops():
+    """A laptop whose clock is an hour off must neither call a fresh view stale nor an old one fresh: the age is
+    S3's answer time (its Date header) less when the snapshot was written (LastModified)."""
+    import io
+    from datetime import UTC, datetime, timedelta
+
+    from rayfleet.ops.status import STALE_AFTER_S, ray_section, ray_view
+
+    written = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+    class S3:
+        class exceptions:
+            NoSuchKey = KeyError
+
+        def __init__(self, seconds_later):
+            self.answered = written + timedelta(seconds=seconds_later)
+
+        def get_object(self, Bucket, Key):
+            date = self.answered.strftime("%a, %d %b %Y %H:%M:%S GMT")
+            body = io.BytesIO(b'{"taken_at": "2026-11-23T12:00:00+00:00", "nodes": []}')
+            return {"Body": body, "LastModified": written, "ResponseMetadata": {"HTTPHeaders": {"date": date}}}
+
+    laptop_an_hour_ahead = written + timedelta(hours=1)
+    ray, age = ray_view(S3(30), "b")
+    assert age == 30 and not ray_section(ray, laptop_an_hour_ahead, age)["ray_stale"]
+    ray, age = ray_view(S3(STALE_AFTER_S + 60), "b")
+    assert ray_section(ray, written, age)["ray_stale"]  # the laptop's clock says 0 s; S3's says stale
