@@ -238,7 +238,10 @@ def admit(queue: Queue, entry: Entry, run_dir: RunDir) -> Callable[[], bool] | s
 def bare_driver():
     """A Ray driver of its own for the probes, without the job's runtime_env. A driver with it would install
     that again on every node; where nodes share a disk (the local cluster), one of them unpacks the code and
-    rebuilds the pip environment in place, under the command about to start in them."""
+    rebuilds the pip environment in place, under the command about to start in them. Without that job config
+    (it carries the submission's id in its metadata) it is no driver of the submission either: Ray's job list
+    names one driver per submission, and the control task matches a hung run's marker to that driver's job id
+    (rayfleet/core/hung_runs.py), which must be the training driver's."""
     import ray
 
     job_config = os.environ.pop(JOB_CONFIG_VAR, None)

@@ -5,6 +5,7 @@ only while its run has a live Ray job."""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 
 import pytest
@@ -132,3 +133,20 @@ def test_a_runs_own_entry_is_clamped_as_every_other_reader_sees_it(capsys):
         admission.parse(admission.spec("/q", replace(me(), priority=2)), {"RAYFLEET_MAX_PRIORITY": "3"})[1].priority
         == 2
     )
+
+
+def test_the_probes_driver_is_no_driver_of_the_submission(monkeypatch):
+    """Ray's job list names one driver per submission (the last by the hex spelling of its job id, which flips
+    at each 256th job): the admission's probe driver must not be one, or a hung run's marker (made by the
+    training driver) would not match the job the control task sees. The submission's id reaches a driver in
+    the job config Ray's supervisor sets (its metadata), which the probe's driver starts without."""
+    import ray
+
+    config = '{"runtime_env": {}, "metadata": {"job_submission_id": "raysubmit_abc"}}'
+    seen = []
+    monkeypatch.setenv(admission.JOB_CONFIG_VAR, config)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append(os.environ.get(admission.JOB_CONFIG_VAR)))
+    monkeypatch.setattr(ray, "shutdown", lambda: None)
+    with admission.bare_driver():
+        pass
+    assert seen == [None] and os.environ[admission.JOB_CONFIG_VAR] == config
