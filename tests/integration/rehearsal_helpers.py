@@ -99,9 +99,10 @@ class Rehearsal:
     def state(self) -> dict:
         return json.loads((self.state_dir / "state.json").read_text())
 
-    def env(self) -> dict:
-        """The laptop verbs' environment, from `python -m tools.rehearsal env`."""
-        result = rehearsal_cli("env", "--state-dir", str(self.state_dir))
+    def env(self, identity: str = "operator") -> dict:
+        """The laptop verbs' environment, from `python -m tools.rehearsal env`: the operator's keys (IAM is
+        enforced); identity="inspector" for a test's own all-allowed look at moto."""
+        result = rehearsal_cli("env", "--state-dir", str(self.state_dir), "--identity", identity)
         assert result.returncode == 0, result.stderr
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         env.pop("AWS_PROFILE", None)

@@ -188,17 +188,21 @@ def rehearsal(images, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def aws(rehearsal):
+    """The verbs' environment (the operator's keys: IAM is enforced) and `client`, the test's own look at the
+    rehearsal's AWS as the all-allowed inspector (what the console shows the account's root), never a product
+    call."""
     env = rehearsal.env()
+    inspector = rehearsal.env("inspector")
     outputs = {k: v["value"] for k, v in json.loads(Path(env["RAYFLEET_OUTPUTS"]).read_text()).items()}
 
     @functools.cache  # making a client costs 0.5-1 s of CPU, and the tests poll through these
     def client(service):
         return boto3.client(
             service,
-            endpoint_url=env["AWS_ENDPOINT_URL"],
-            region_name=env["AWS_DEFAULT_REGION"],
-            aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-            aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+            endpoint_url=inspector["AWS_ENDPOINT_URL"],
+            region_name=inspector["AWS_DEFAULT_REGION"],
+            aws_access_key_id=inspector["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=inspector["AWS_SECRET_ACCESS_KEY"],
         )
 
     return {"env": env, "outputs": outputs, "client": client}

@@ -28,7 +28,7 @@ from __future__ import annotations
 import copy
 import json
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from tools import rendered
@@ -103,6 +103,17 @@ def from_state(state: dict, task_definitions: dict | None = None) -> Spec:
     if deployer and ":user/" in deployer[0]:
         spec.operator = deployer[0].rsplit("/", 1)[-1]
     return spec
+
+
+def picture_iam(state: dict, picture: dict) -> dict:
+    """picture["iam"] for a deployment picture made from `state` (tools/rendered.py): the spec as JSON data,
+    what stack.create enforces (stack.default_picture, the rehearsal's picture)."""
+    return asdict(from_state(state, picture["taskDefinitions"]))
+
+
+def role_name(arn: str) -> str:
+    """An IAM role's name from its ARN (a task definition's taskRoleArn): the last part of its path."""
+    return arn.rsplit("/", 1)[-1]
 
 
 def operator_policy() -> dict:

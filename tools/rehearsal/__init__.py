@@ -9,10 +9,12 @@ agent.py     the ECS agent and service scheduler: moto's tasks as pods and conta
 store.py     the GCS store (gcs_store enabled): a TLS redis-server as ElastiCache at the rendered endpoint
 rehearsal.py up (foreground; Ctrl-C or `down` stops everything) and down
 
-What it adds that ECS does not have: AWS_ENDPOINT_URL (moto) and test credentials in every container (ECS
-gives the task role's); with a GCS store, the store's endpoint name in every pod's hosts file and the
-stand-in's CA in the head's CA bundle (AWS's CA is in the image's own). Nothing of this host is mounted: a
-recipe's data reaches the jobs as on ECS, staged by `make run` to the bucket (rayfleet/recipes/stage.py).
+What it adds that ECS does not have: AWS_ENDPOINT_URL (moto) and AWS_DISABLE_REQUEST_COMPRESSION in every
+container, the task role's session keys as environment variables (ECS serves them from its credentials
+endpoint, which botocore reaches only at ECS's own link-local address); with a GCS store, the store's endpoint
+name in every pod's hosts file and the stand-in's CA in the head's CA bundle (AWS's CA is in the image's own).
+Nothing of this host is mounted: a recipe's data reaches the jobs as on ECS, staged by `make run` to the
+bucket (rayfleet/recipes/stage.py).
 
 What moto cannot record, and the rehearsal writes into moto's backend instead (cloud.Moto): a task's
 status (moto says RUNNING from RunTask on, not PENDING until the containers run), health and, once
@@ -21,10 +23,15 @@ stopped, exit code (moto reports 0 for every container); a service's runningCoun
 exit codes of a task's second container (moto keeps only the first container definition), service
 events, and the deployments' own counts (a forced new deployment is followed: its tasks replace the old).
 
-What it cannot show: IAM (roles, the secret's resource policy: moto does not enforce them, and every
-container gets the same credentials), VPC routing, NAT, security groups and VPC endpoints (all tasks share
-one podman bridge network), GPUs and the NVIDIA runtime (dropped without GPUs; untested with them), EFA
-and host networking (the fsdp shape runs on the bridge network), capacity providers and Auto Scaling
-(instances are registered up front), ECS Exec, Cloud Map health checks and TTLs (a podman network alias),
-image pulls from ECR (local images), and real instance sizes (everything is scaled to share this host).
+IAM is enforced as in the moto tier (tools/moto_stack/iam.py, one fixture): each container acts as its task
+definition's task role, the secrets are fetched as its execution role, the verbs act as the operator
+(infra/operator-policy.json); the rehearsal's own ECS and CloudWatch calls as the allow-all inspector.
+
+What it cannot show: what moto's IAM does not judge (conditions, non-S3 resource ARNs, resource and key
+policies: the `for_moto` transformation's list), the instance role (the awslogs driver's), VPC routing, NAT,
+security groups and VPC endpoints (all tasks share one podman bridge network), GPUs and the NVIDIA runtime
+(dropped without GPUs; untested with them), EFA and host networking (the fsdp shape runs on the bridge
+network), capacity providers and Auto Scaling (instances are registered up front), ECS Exec, Cloud Map health
+checks and TTLs (a podman network alias), image pulls from ECR (local images), and real instance sizes
+(everything is scaled to share this host).
 """

@@ -2,7 +2,8 @@
 
     python -m tools.rehearsal up [--tag T] [--var-file F | --state F | --picture F] [--port N]
     python -m tools.rehearsal down [--all]    # stop it; also what a killed one left (--all: any rehearsal's)
-    python -m tools.rehearsal env             # export lines that point the laptop verbs at it
+    python -m tools.rehearsal env [--identity inspector]  # export lines that point the laptop verbs at it
+                                              # (as the operator; the inspector: the account's all-allowed view)
     python -m tools.rehearsal picture         # the deployment picture it runs, as JSON (its input file)
 
 `make rehearse` runs `up` (foreground: Ctrl-C stops everything), `make rehearse-down` runs `down`.
@@ -68,11 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--ready-timeout", type=float, default=600, help="seconds for the Ray cluster to form")
     for p in (
         up,
-        sub.add_parser("env", help="export lines for the laptop verbs"),
+        env := sub.add_parser("env", help="export lines for the laptop verbs"),
         dn := sub.add_parser("down", help="stop it"),
     ):
         p.add_argument("--state-dir", default=str(STATE_DIR), help=argparse.SUPPRESS)
     dn.add_argument("--all", action="store_true", help="also remove what any other rehearsal left behind")
+    env.add_argument(
+        "--identity",
+        choices=("operator", "inspector"),
+        default="operator",
+        help="whose keys (IAM is enforced): the operator's, as `make deploy|run` use (default), or the inspector's, "
+        "allowed everything, to look at the rehearsal's AWS as the account's root would",
+    )
     opts = parser.parse_args(argv)
     state_dir = Path(opts.state_dir) if hasattr(opts, "state_dir") else STATE_DIR
     if opts.verb == "picture":
@@ -80,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(load(opts), indent=2))
         return 0
     if opts.verb == "env":
-        for key, value in environment(read_state(state_dir) or {}).items():
+        for key, value in environment(read_state(state_dir) or {}, opts.identity).items():
             print(f"export {key}={value}")
         print("unset AWS_PROFILE")
         return 0

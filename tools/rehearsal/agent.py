@@ -13,9 +13,11 @@ Every `step()`:
     interval (`podman healthcheck run`: no systemd timers needed) and an essential container that turns
     unhealthy stops its task, as ECS does.
 
-Starting a task, as the ECS agent does: secrets resolved from Secrets Manager by their valueFrom ARN
-(handed to podman as secrets: never on a command line; `podman inspect` shows them, as `docker inspect`
-shows an ECS task's), a pod per task (awsvpc: the task's
+Starting a task, as the ECS agent does: secrets resolved from Secrets Manager by their valueFrom ARN, as the
+task definition's execution role (handed to podman as secrets: never on a command line; `podman inspect` shows
+them, as `docker inspect` shows an ECS task's), the task role's credentials in every container of the task
+(the session keys of its taskRoleArn, as podman secrets too: what ECS's credentials endpoint hands the task;
+none without a task role), a pod per task (awsvpc: the task's
 containers share one network namespace, each keeps its own IPC and /dev/shm), the service's Cloud Map
 names as network aliases of the pod, the task's volumes (one without a host path, or with one this host
 lacks, is an empty podman volume of the task, removed with it; ECS makes an empty task-scoped volume the same
@@ -34,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rayfleet.core.aws import STARTED_BY
+from tools.moto_stack.iam import role_name
 from tools.rehearsal import admission, podman
 from tools.rehearsal.host import Adaptation
 from tools.rehearsal.log_shipper import LogShipper
@@ -85,6 +88,8 @@ class TaskRun:
     reason: str = ""
     deployment: str | None = None  # the service deployment that started it (a forced new one replaces it)
     volumes: dict[str, str] = field(default_factory=dict)  # task volume name -> podman volume or host path
+    task_role: str | None = None  # the role name of the definition's taskRoleArn: its containers' credentials
+    execution_role: str | None = None  # the role name of its executionRoleArn: what fetches its secrets
     started_at: float = field(default_factory=time.monotonic)
     thread: threading.Thread | None = None
 
@@ -256,6 +261,9 @@ class Agent:
                     adapted["environment"] = [{"name": k, "value": v} for k, v in env.items()]
             containers[adapted["name"]] = ContainerRun(adapted, f"{pod}-{adapted['name']}")
         run = TaskRun(task["taskArn"], key, service, pod, containers, aliases)
+        # The definition's roles (launch.py overrides no taskRoleArn; an override here would not be honoured).
+        run.task_role = role_name(definition["taskRoleArn"]) if definition.get("taskRoleArn") else None
+        run.execution_role = role_name(definition["executionRoleArn"]) if definition.get("executionRoleArn") else None
         for volume in definition.get("volumes") or []:
             host = (volume.get("host") or {}).get("sourcePath")
             run.volumes[volume["name"]] = host if host and Path(host).exists() else f"{pod}-{volume['name']}"
@@ -322,9 +330,15 @@ class Agent:
             self.stop_task(run, reason, in_moto=True)
 
     def _resolve_secrets(self, run: TaskRun) -> dict[str, list[str]]:
-        """Each container's `secrets`, fetched by valueFrom as the ECS agent does, as podman secrets."""
-        client = self.moto.client("secretsmanager")
+        """Each container's `secrets`, fetched by valueFrom as the ECS agent does (with the task's execution
+        role), and the task role's credentials, all as podman secrets."""
         result: dict[str, list[str]] = {}
+        role = self._role_credentials(run)
+        for container in run.containers.values():
+            result[container.name] = list(role)
+        if any(c.definition.get("secrets") for c in run.containers.values()) and run.execution_role is None:
+            raise RuntimeError("ResourceInitializationError: unable to pull secrets: the task has no execution role")
+        client = self.moto.client("secretsmanager", run.execution_role) if run.execution_role else None
         for container in run.containers.values():
             for i, secret in enumerate(container.definition.get("secrets", [])):
                 try:
@@ -337,6 +351,18 @@ class Agent:
                 podman.create_secret(name, value)
                 result.setdefault(container.name, []).append(f"{name},type=env,target={secret['name']}")
         return result
+
+    def _role_credentials(self, run: TaskRun) -> list[str]:
+        """The task role's session keys as podman secrets of the task, shared by its containers (sidecars
+        included, as ECS gives every container of a task the task role); none without a task role."""
+        if run.task_role is None:
+            return []
+        specs = []
+        for name, value in self.moto.credentials_of(run.task_role).items():
+            secret = f"{podman.secret_prefix(self.rid)}{run.id[:8]}-role-{name.lower()}"
+            podman.create_secret(secret, value)
+            specs.append(f"{secret},type=env,target={name}")
+        return specs
 
     def _dependencies_met(self, run: TaskRun, container: ContainerRun) -> bool:
         for dep in container.definition.get("dependsOn", []) or []:

@@ -13,10 +13,21 @@ SubmitTaskStateChange / SubmitContainerStateChange, which moto does not implemen
   stack's ECS patches, tools/moto_stack/ecs.py, applied in this process).
 
 Nothing else reaches into moto: the rest goes through the same APIs the laptop verbs use.
+
+IAM is enforced as in the moto tier, by the one fixture (tools/moto_stack/iam.py: the rendered roles and
+policies through its one `for_moto` transformation; /moto-api/reset-auth switches moto's enforcement, a
+setting of moto in this process that its threaded servers all read). Who calls as whom:
+  * the laptop verbs: the operator (infra/operator-policy.json), its keys in the state file (`env`);
+  * each container: its task definition's taskRoleArn (the agent hands it the role's session keys);
+  * the secrets a task definition names: its executionRoleArn, as the ECS agent fetches them;
+  * the rest of the rehearsal itself (`Moto.client`: the agent's ECS scheduling, the log shipper, the
+    rehearsal's own look at the cluster): the allow-all `inspector`, because it plays ECS and CloudWatch
+    themselves, which act with the service's rights, not a role of the deployment.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 import threading
@@ -25,10 +36,15 @@ from pathlib import Path
 import boto3
 from botocore.config import Config
 
+from tools.moto_stack import iam
 from tools.moto_stack.ecs import patch as ecs_patch
 
 ACCOUNT = "123456789012"
+# Until the identities exist (stack.create makes the deployment with enforcement off, as Terraform's apply).
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
+# Every process that signs for this moto (containers, verbs) sends bodies uncompressed: moto checks a signature
+# over the body it decompressed, so botocore's gzip of a large PutMetricData (the GPU sidecar) never matches.
+SIGNED_PLAIN = {"AWS_DISABLE_REQUEST_COMPRESSION": "true"}
 
 
 IP_FREEBIND = getattr(socket, "IP_FREEBIND", 15)  # Linux: bind an address its interface does not have yet
@@ -89,7 +105,8 @@ class Moto:
         for thread in self.threads:
             thread.start()
         self.region = "us-east-1"
-        self._clients: dict[str, object] = {}
+        self._clients: dict[tuple, object] = {}
+        self.identities: dict[str, iam.Identity] = {}  # set by iam.enforce (stack.create)
         # moto's ECS as a rendered deployment needs it: registered resources, GPUs, placement constraints.
         ecs_patch()
         self.places_like_ecs = True
@@ -102,19 +119,41 @@ class Moto:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def client(self, service: str):
-        if service not in self._clients:
-            self._clients[service] = boto3.client(
+    def client(self, service: str, identity: str = "inspector"):
+        """A client of this moto: as `identity` once IAM is enforced (the inspector by default: the rehearsal
+        plays ECS and CloudWatch themselves), with the test keys before (stack.create, as Terraform's apply)."""
+        found = self.identities.get(identity)
+        if self.identities and found is None:
+            raise KeyError(f"no identity {identity!r} in the rehearsal's moto")
+        credentials = (
+            found.client_kwargs()
+            if found
+            else {
+                "aws_access_key_id": CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                "aws_secret_access_key": CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            }
+        )
+        key = (service, credentials["aws_access_key_id"], self.region)
+        if key not in self._clients:
+            self._clients[key] = boto3.client(
                 service,
                 endpoint_url=self.url,
                 region_name=self.region,
-                aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
-                config=Config(retries={"mode": "standard", "max_attempts": 3}),
+                **credentials,
+                # moto checks a signature over the body it decompressed (SIGNED_PLAIN)
+                config=Config(retries={"mode": "standard", "max_attempts": 3}, disable_request_compression=True),
             )
-        return self._clients[service]
+        return self._clients[key]
+
+    def credentials_of(self, identity: str) -> dict[str, str]:
+        """The AWS_* keys that make a process (a container, a laptop verb) `identity` (see SIGNED_PLAIN too)."""
+        return self.identities[identity].env()
 
     def stop(self) -> None:
+        # moto's enforcement is a setting of this process: a process that goes on (a test's) gets moto's default
+        if self.identities:
+            with contextlib.suppress(OSError):
+                iam.set_enforcement(self.url, on=False)
         for server in self.servers:
             server.shutdown()
             server.server_close()
@@ -167,12 +206,10 @@ def deploy(moto: Moto, picture: dict, directory: Path) -> dict:
     from tools.moto_stack.stack import mapped
 
     moto.region = picture.get("region", moto.region)
-    # The head group's instances have room for one trainer beside the head, as Terraform sizes them.
-    # IAM is not enforced here yet (the moto tier enforces it, tools/moto_stack/iam.py): the rehearsal's picture
-    # (tools/rehearsal/picture.py, tools/rendered.py) does not carry the roles' policies, and its containers
-    # are started with the static test keys (CREDENTIALS), not their task role's session keys, which the agent
-    # would have to hand each container as ECS's credentials endpoint does.
-    created = stack.create(moto, directory, picture, trainer_slots=1, start_services=False, enforce_iam=False)
+    # The head group's instances have room for one trainer beside the head, as Terraform sizes them. IAM is
+    # enforced as in the moto tier (the module docstring): stack.create makes the identities and sets
+    # moto.identities; from here on `moto.client` is the inspector.
+    created = stack.create(moto, directory, picture, trainer_slots=1, start_services=False, enforce_iam=True)
     ids = created["ids"]
     outputs_file = Path(created["outputs_file"])
     document = json.loads(outputs_file.read_text())

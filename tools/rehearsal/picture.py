@@ -11,7 +11,9 @@ Cloud Map, bucket, log groups, the token secret, node groups, the root outputs).
     rehearsal maps onto what moto assigns); `make setup` installs both;
   * `--state FILE`: a `terraform show -json` document, such as a real deployment's.
 
-A saved picture (`--picture FILE`, the output of `picture`) is taken as it is.
+A saved picture (`--picture FILE`, the output of `picture`) is taken as it is. Every picture carries "iam" (the
+rendered roles, their policies and which task definition runs under which), built by the moto stack's own
+tools/moto_stack/iam.py from the same state: the rehearsal's moto enforces it.
 
 The images: a task definition names the ECR repositories (`<account>.dkr.ecr.<region>.amazonaws.com/
 rayfleet/<image>:<tag>`) that `make push` fills from the local builds; the rehearsal runs those local
@@ -24,10 +26,12 @@ import json
 from pathlib import Path
 
 from tools import rendered
+from tools.moto_stack import iam
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL_IMAGES = "localhost/rayfleet"
-REQUIRED = ("taskDefinitions", "services", "namespace", "bucket", "secrets", "outputs", "repositories")
+# "iam": the roles, their rendered policies and which role runs what, which the rehearsal's moto enforces
+REQUIRED = ("taskDefinitions", "services", "namespace", "bucket", "secrets", "outputs", "repositories", "iam")
 
 
 class PictureError(ValueError):
@@ -49,16 +53,22 @@ def rendered_picture(var_files: list[str] | tuple = (), image_tag: str = "dev") 
             f"cannot run the pinned Terraform with the stand-in providers ({exc}); run `make setup`"
         ) from None
     source = "Terraform's offline apply of infra/" + (f" with {', '.join(map(str, var_files))}" if var_files else "")
-    return rendered.picture(state, source=f"{source} (stand-in providers, render mode)")
+    return _with_iam(rendered.picture(state, source=f"{source} (stand-in providers, render mode)"), state)
 
 
 def state_picture(path: Path) -> dict:
     """A `terraform show -json` document (a real deployment's state) as a picture."""
     try:
         state = json.loads(Path(path).read_text())
-        return rendered.picture(state, source=f"terraform show -json ({path})")
-    except (OSError, json.JSONDecodeError, rendered.NotAPicture) as exc:
+        return _with_iam(rendered.picture(state, source=f"terraform show -json ({path})"), state)
+    except (OSError, json.JSONDecodeError, rendered.NotAPicture, KeyError) as exc:
         raise PictureError(f"{path}: not the state of an applied infra/ ({exc})") from None
+
+
+def _with_iam(picture: dict, state: dict) -> dict:
+    """The picture with "iam", built as the moto stack's own picture builds it (tools/moto_stack/iam.py)."""
+    picture["iam"] = iam.picture_iam(state, picture)
+    return picture
 
 
 def load_picture(path: Path) -> dict:
@@ -69,7 +79,10 @@ def load_picture(path: Path) -> dict:
         raise PictureError(f"{path}: not a deployment picture ({exc})") from None
     missing = [k for k in REQUIRED if k not in picture]
     if missing:
-        raise PictureError(f"{path}: not a deployment picture (no {', '.join(missing)})")
+        again = " (saved before it carried IAM? save it again: python -m tools.rehearsal picture)" * (
+            missing == ["iam"]
+        )
+        raise PictureError(f"{path}: not a deployment picture (no {', '.join(missing)}){again}")
     return picture
 
 

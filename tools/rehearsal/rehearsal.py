@@ -21,7 +21,7 @@ from pathlib import Path
 from rayfleet.core.errors import RayfleetError
 from tools.rehearsal import podman
 from tools.rehearsal.agent import Agent, say
-from tools.rehearsal.cloud import CREDENTIALS, Moto, deploy
+from tools.rehearsal.cloud import SIGNED_PLAIN, Moto, deploy
 from tools.rehearsal.host import Adaptation, Host
 from tools.rehearsal.store import GcsStore, store_of
 
@@ -147,7 +147,13 @@ class Rehearsal:
         self._check_reachable(endpoint)
         deployed = deploy(self.moto, opts.picture, opts.state_dir)
         outputs_file = Path(deployed["outputs_file"])
-        self._write_state(outputs=str(outputs_file), region=self.moto.region)
+        # The verbs' keys (`env`): the operator's, as on AWS; the inspector's for a test's own look at moto.
+        # moto's keys only, in the state file as the test keys were before (only its owner reads it).
+        self._write_state(
+            outputs=str(outputs_file),
+            region=self.moto.region,
+            credentials={name: self.moto.credentials_of(name) for name in ("operator", "inspector")},
+        )
         say(
             f"deployment picture: {opts.picture.get('source', 'from a file')}; cluster {deployed['cluster']}, "
             f"services {', '.join(deployed['services'])}, Cloud Map {opts.picture['namespace']['name']}, "
@@ -160,10 +166,13 @@ class Rehearsal:
             "AWS_ENDPOINT_URL": endpoint,
             "AWS_REGION": self.moto.region,
             "AWS_DEFAULT_REGION": self.moto.region,
-            **CREDENTIALS,
+            **SIGNED_PLAIN,
         }
         # Nothing of this host is mounted: a recipe's data reaches the containers as on ECS, staged to S3.
-        say(f"added: AWS_ENDPOINT_URL={endpoint} and test credentials in every container (ECS: the task role)")
+        say(
+            f"added: AWS_ENDPOINT_URL={endpoint} in every container; each task gets its task role's keys "
+            "(IAM enforced: the rendered policies; the verbs act as the operator)"
+        )
         log_dir = opts.state_dir / "logs"  # each container's output, as shipped to CloudWatch Logs
         shutil.rmtree(log_dir, ignore_errors=True)
         log_dir.mkdir()
@@ -278,6 +287,7 @@ class Rehearsal:
         self.opts.state_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.state_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=2) + "\n")
+        tmp.chmod(0o600)  # it holds moto's keys of the operator and the inspector
         tmp.replace(self.state_path)
 
     # -- down --------------------------------------------------------------------------------------------
@@ -315,16 +325,19 @@ def interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def environment(state: dict) -> dict[str, str]:
-    """What the laptop verbs need to work against a running rehearsal."""
-    if not state.get("outputs"):
+def environment(state: dict, identity: str = "operator") -> dict[str, str]:
+    """What the laptop verbs need to work against a running rehearsal: the operator's keys (IAM is enforced:
+    infra/operator-policy.json); identity="inspector" for a test's own all-allowed look at moto."""
+    if not state.get("outputs") or identity not in state.get("credentials", {}):
         raise RehearsalError("no rehearsal is running (start one with `make rehearse`)")
     return {
         "RAYFLEET_OUTPUTS": state["outputs"],
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{state['moto_port']}",
         "AWS_DEFAULT_REGION": state.get("region", "us-east-1"),
         "AWS_REGION": state.get("region", "us-east-1"),
-        **CREDENTIALS,
+        "AWS_SESSION_TOKEN": "",  # none for an IAM user: a token of the shell's own would be sent with its keys
+        **SIGNED_PLAIN,
+        **state["credentials"][identity],
     }
 
 

@@ -52,3 +52,36 @@ def test_service_tasks_land_on_their_node_group_with_the_patched_placement(deplo
         assert len(started["tasks"]) == 1, started["failures"]
         wanted = [c["expression"].split("==")[1].strip() for c in info["placement"] if c["type"] == "memberOf"]
         assert [groups[started["tasks"][0]["containerInstanceArn"]]] == wanted or not wanted
+
+
+def test_iam_is_enforced_with_the_rendered_roles(deployed):
+    """The rehearsal's moto enforces IAM as the moto tier does (tools/moto_stack/iam.py): the test keys it was
+    made with are refused from then on, the containers' task role may write runs/ but not staged/ (issue 54
+    R1), the execution role reads the token secret as the ECS agent does, and the verbs' keys are the operator's."""
+    import botocore.exceptions
+
+    moto, out = deployed
+    bucket = out["outputs"]["results_bucket"]
+    test_keys = boto3_client(moto, "s3", {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"})
+    with pytest.raises(botocore.exceptions.ClientError, match=r"InvalidAccessKeyId|AccessDenied|InvalidClientTokenId"):
+        test_keys.list_objects_v2(Bucket=bucket)
+    task = boto3_client(moto, "s3", moto.credentials_of("task"))
+    task.put_object(Bucket=bucket, Key="runs/r1/metrics.jsonl", Body=b"{}")
+    with pytest.raises(botocore.exceptions.ClientError, match="AccessDenied"):
+        task.put_object(Bucket=bucket, Key="staged/0123/manifest.json", Body=b"{}")
+    execution = moto.client("secretsmanager", "execution")
+    assert execution.get_secret_value(SecretId=out["secret_arn"])["SecretString"] == out["token"]
+    assert set(moto.credentials_of("operator")) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+
+
+def boto3_client(moto, service: str, env: dict):
+    import boto3
+
+    return boto3.client(
+        service,
+        endpoint_url=moto.url,
+        region_name=moto.region,
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+        aws_session_token=env.get("AWS_SESSION_TOKEN"),
+    )
