@@ -1,8 +1,10 @@
 """`make rehearse` end to end: the task definitions Terraform renders, run with podman on this host against
 moto, used through the laptop verbs as on ECS.
 
-One rehearsal for the module (the four images of tests/images, tag `test`): the cluster forms with token
-auth through the secret; a DDP recipe run goes through the trainer image to SUCCEEDED with checkpoints in
+One rehearsal for the module (the four images of tests/images, tag `test`), its moto enforcing IAM as the
+moto tier does (each container its task role, the verbs the operator, the tests' own look the inspector): the
+cluster forms with token auth through the secret; each container acts as its task definition's role; a DDP
+recipe run goes through the trainer image to SUCCEEDED with checkpoints in
 S3 and `status` reads it back, while each worker's gpu-metrics sidecar sees it training on its node through
 the task's current-run volume (and nothing once it ends); the control task's ray-control container puts Ray's view
 (nodes, resources, jobs) where `status` prints it; a worker container stopped mid-run is replaced by the
@@ -284,6 +286,59 @@ def test_cluster_forms_as_the_task_definitions_say(rehearsal, aws):
     assert "is using /tmp/ray instead of /dev/shm" not in log_text(aws, "ray-worker")
     assert has_gpu() or "no_gpu_idle" in wait_for_log(aws, "gpu-metrics", "no_gpu_idle")
     assert ray_nodes_alive(head) == 3
+
+
+AS_WHOM = """
+import json, sys
+import boto3, botocore.exceptions
+out = {"arn": boto3.client("sts").get_caller_identity()["Arn"]}
+for key in sys.argv[2:]:
+    try:
+        boto3.client("s3").put_object(Bucket=sys.argv[1], Key=key, Body=b"probe")
+        out[key] = "ok"
+    except botocore.exceptions.ClientError as exc:
+        out[key] = exc.response["Error"]["Code"]
+print(json.dumps(out))
+"""
+
+
+def test_each_container_acts_as_its_task_role_under_enforced_iam(rehearsal, aws):
+    """Issue 54: the rehearsal's moto enforces IAM as the moto tier does. Each container holds its task
+    definition's task role, as ECS's credentials endpoint hands it (the sidecar its task's), not shared test
+    keys: a job's role writes runs/ and is refused staged/ (the deployer's), the control task is the control
+    role; and the laptop verbs' keys are the operator's."""
+    ecs, out = aws["client"]("ecs"), aws["outputs"]
+    roles = {}
+    for key in ("worker", "control"):
+        (service,) = ecs.describe_services(cluster=out["cluster_name"], services=[out[f"{key}_service_name"]])[
+            "services"
+        ]
+        definition = ecs.describe_task_definition(taskDefinition=service["taskDefinition"])["taskDefinition"]
+        roles[key] = definition["taskRoleArn"].rsplit("/", 1)[-1]
+    assert roles["worker"] != roles["control"]
+    bucket = out["results_bucket"]
+    rid = rehearsal.rid
+    probes = {
+        "ray-worker": (containers(rid, "-ray-worker")[0], roles["worker"]),
+        "gpu-metrics": (containers(rid, "-gpu-metrics")[0], roles["worker"]),
+        "ray-control": (containers(rid, "-ray-control")[0], roles["control"]),
+    }
+    for name, (container, role) in probes.items():
+        keys = ["runs/iam-probe/x", "staged/iam-probe/x"] if name == "ray-worker" else []
+        result = podman("exec", container, "python", "-c", AS_WHOM, bucket, *keys, timeout=120)
+        assert result.returncode == 0, (name, result.stderr)
+        seen = json.loads(result.stdout.strip().splitlines()[-1])
+        assert f":assumed-role/{role}/" in seen["arn"], (name, seen)
+        if keys:
+            assert seen["runs/iam-probe/x"] == "ok" and seen["staged/iam-probe/x"] == "AccessDenied", seen
+    sts = boto3.client(
+        "sts",
+        endpoint_url=aws["env"]["AWS_ENDPOINT_URL"],
+        region_name=aws["env"]["AWS_DEFAULT_REGION"],
+        aws_access_key_id=aws["env"]["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=aws["env"]["AWS_SECRET_ACCESS_KEY"],
+    )
+    assert ":user/" in sts.get_caller_identity()["Arn"] and "inspector" not in sts.get_caller_identity()["Arn"]
 
 
 def test_moto_is_closed_to_other_hosts_and_the_agent_runs_only_rendered_definitions(rehearsal, aws):
