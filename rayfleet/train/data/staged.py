@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import stat
 import sys
@@ -24,7 +25,7 @@ import uuid
 from pathlib import Path
 
 from rayfleet.core.aws import Aws
-from rayfleet.core.run_dir import inside
+from rayfleet.core.run_dir import UnsafeKey, inside
 from rayfleet.core.staged_data import (
     FOLDER,
     MANIFEST,
@@ -36,6 +37,7 @@ from rayfleet.core.staged_data import (
 )
 
 CACHE_ENV = "RAYFLEET_DATA_CACHE"
+BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")  # S3's rule for a bucket's name
 PLACING_TRIES = 3  # a copy another worker placed first is checked, not trusted; then one more round
 
 
@@ -54,11 +56,26 @@ def local_copy(source: str, endpoint_url: str | None = None) -> Path:
     if key.strip("/").split("/", 1)[0] != FOLDER:
         return private_copy(s3, bucket, key.strip("/"), source)
     prefix = staged_prefix(key)
+    if not BUCKET_NAME.fullmatch(bucket) or ".." in bucket:  # it names a folder of the node's cache too
+        raise StagedDataError(f"data: {source} names no S3 bucket")
     if prefix is None or key.strip("/") != prefix:
         raise StagedDataError(f"data: {source} is not a staged prefix (s3://<bucket>/{FOLDER}/<hash>: rayfleet run)")
-    target = inside(cache_root(), f"{bucket}/{prefix}", source)
     body = manifest_of(s3, bucket, prefix, source)
     files = parse_manifest(body, prefix, source)
+    try:
+        return shared_copy(s3, bucket, prefix, files, body, source)
+    except (UnsafeKey, OSError) as exc:  # a job left a link or a file where the cache's folders go
+        print(
+            f"[rayfleet] data: the node's cache cannot hold {source} ({type(exc).__name__}); a copy of this "
+            "process's own instead",
+            file=sys.stderr,
+        )
+        return _download(s3, bucket, prefix, files, body, Path(tempfile.mkdtemp(prefix="rayfleet-data-")), source)
+
+
+def shared_copy(s3, bucket: str, prefix: str, files: list[StagedFile], body: bytes, source: str) -> Path:
+    """The node's one checked copy of a staged prefix in the cache every job on the node shares."""
+    target = inside(cache_root(), f"{bucket}/{prefix}", source)
     for _ in range(PLACING_TRIES):
         if os.path.lexists(target):
             problem = problem_with(target, files, body)

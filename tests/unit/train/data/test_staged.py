@@ -147,3 +147,22 @@ def test_a_staged_text_file_is_read_only_as_its_manifest_says(s3, tmp_path):
     s3.put_object(Bucket=BUCKET, Key="mine/latin1.txt", Body=b"caf\xe9\n")
     with pytest.raises(ValueError, match=r"is not UTF-8 text \(byte 3: 0xe9\)"):
         read_text(f"s3://{BUCKET}/mine/latin1.txt")
+
+
+@pytest.mark.parametrize("plant", ["link", "file"])
+def test_a_cache_a_job_broke_for_later_runs_gives_them_a_checked_copy_of_their_own(s3, tmp_path, plant):
+    """A job on the node plants its bucket's cache folder as a link out of the cache, or as a plain file: every
+    later run's data load would fail there; each gets a checked copy of its own instead."""
+    url = stager.stage(_data(tmp_path), f"s3://{BUCKET}/runs", say=lambda _: None)
+    staged.cache_root().mkdir(parents=True)
+    broken = staged.cache_root() / BUCKET
+    if plant == "link":
+        (tmp_path / "elsewhere").mkdir()
+        broken.symlink_to(tmp_path / "elsewhere")
+    else:
+        broken.write_text("in the way\n")
+    copy = staged.local_copy(url)
+    assert (
+        not copy.is_relative_to(staged.cache_root()) and (copy / "train.txt").read_text() == "the real training text\n"
+    )
+    assert not any((tmp_path / "elsewhere").iterdir()) if plant == "link" else broken.is_file()
