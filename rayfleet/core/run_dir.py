@@ -255,7 +255,16 @@ class RunDir:
         bucket, _ = self._key("")
         keys = [{"Key": self._key(name)[1]} for name in names]
         for start in range(0, len(keys), 1000):
-            self._s3().delete_objects(Bucket=bucket, Delete={"Objects": keys[start : start + 1000], "Quiet": True})
+            done = self._s3().delete_objects(
+                Bucket=bucket, Delete={"Objects": keys[start : start + 1000], "Quiet": True}
+            )
+            failed = done.get("Errors") or []  # a batch delete answers 200 and lists each key it refused
+            if failed:
+                first = failed[0]
+                raise RayfleetError(
+                    f"could not delete {len(failed)} file(s) of {self.url}, s3://{bucket}/{first.get('Key')} among "
+                    f"them: {first.get('Code')} ({first.get('Message')})"
+                )
 
     def ray_storage(self) -> tuple[str, object]:
         """Ray Train's `storage_path` (the storage root, no scheme) and `storage_filesystem` (pyarrow)."""

@@ -112,3 +112,21 @@ def test_an_event_sent_after_the_owners_listing_is_kept_for_the_next_read(tmp_pa
     run.update(state="SUCCEEDED")
     monkeypatch.undo()
     assert run.record()["mlflow_run_id"] == "late"  # not removed unseen: the next read still applies it
+
+
+def test_a_batch_delete_that_refused_keys_is_not_taken_as_done(monkeypatch):
+    """S3's DeleteObjects answers 200 and lists each key it refused (AccessDenied, say): folded events left
+    behind would be folded again, so a refusal is an error, not silence."""
+    import pytest
+
+    from rayfleet.core.errors import RayfleetError
+
+    class S3:
+        def delete_objects(self, Bucket, Delete):  # noqa: N803 (boto3's spelling)
+            keys = [o["Key"] for o in Delete["Objects"]]
+            return {"Errors": [{"Key": keys[1], "Code": "AccessDenied", "Message": "Access Denied"}]}
+
+    run_dir = RunDir("s3://bucket/runs", "r1")
+    monkeypatch.setattr(RunDir, "_s3", lambda self: S3())
+    with pytest.raises(RayfleetError, match=r"could not delete 1 file\(s\) .*runs/r1/events/b.json.*AccessDenied"):
+        run_dir.remove(["events/a.json", "events/b.json"])
