@@ -122,7 +122,7 @@ def test_a_batch_delete_that_refused_keys_is_not_taken_as_done(monkeypatch):
     from rayfleet.core.errors import RayfleetError
 
     class S3:
-        def delete_objects(self, Bucket, Delete):  # noqa: N803 (boto3's spelling)
+        def delete_objects(self, Bucket, Delete):
             keys = [o["Key"] for o in Delete["Objects"]]
             return {"Errors": [{"Key": keys[1], "Code": "AccessDenied", "Message": "Access Denied"}]}
 
