@@ -79,6 +79,26 @@ TERRAFORM_ACTIONS: dict[str, list[str]] = {
         "DeleteCapacityProvider",
         "TagResource",
     ),
+    "aws_elasticache_replication_group": _svc(
+        "elasticache",
+        "CreateReplicationGroup",
+        "DescribeReplicationGroups",
+        "DescribeCacheClusters",
+        "ModifyReplicationGroup",
+        "DeleteReplicationGroup",
+        "AddTagsToResource",
+        "ListTagsForResource",
+        "RemoveTagsFromResource",
+    ),
+    "aws_elasticache_subnet_group": _svc(
+        "elasticache",
+        "CreateCacheSubnetGroup",
+        "DescribeCacheSubnetGroups",
+        "ModifyCacheSubnetGroup",
+        "DeleteCacheSubnetGroup",
+        "AddTagsToResource",
+        "ListTagsForResource",
+    ),
     "aws_ecs_cluster": _svc(
         "ecs", "CreateCluster", "DescribeClusters", "UpdateCluster", "DeleteCluster", "TagResource"
     ),
@@ -248,6 +268,9 @@ TERRAFORM_ACTIONS: dict[str, list[str]] = {
         "DescribePrefixLists",
         "CreateTags",
     ),
+    "aws_sns_topic_subscription": _svc(
+        "sns", "Subscribe", "Unsubscribe", "GetSubscriptionAttributes", "SetSubscriptionAttributes"
+    ),
     "aws_vpc_security_group_egress_rule": _svc(
         "ec2", "AuthorizeSecurityGroupEgress", "RevokeSecurityGroupEgress", "DescribeSecurityGroupRules"
     ),
@@ -255,14 +278,24 @@ TERRAFORM_ACTIONS: dict[str, list[str]] = {
         "ec2", "AuthorizeSecurityGroupIngress", "RevokeSecurityGroupIngress", "DescribeSecurityGroupRules"
     ),
 }
-VAR_FILES: list[list[str]] = [[], ["fsdp.tfvars"]]  # the shapes rendered: the default and the FSDP one
+# The deployments rendered: the default, the FSDP shape, and the default with every optional part on (the GCS
+# store, e-mail notifications), so the policy covers what a deployment may turn on.
+RENDERINGS: list[tuple[list[str], dict]] = [
+    ([], {}),
+    (["fsdp.tfvars"], {}),
+    ([], {"gcs_store": "{ enabled = true }", "notify_emails": '["ops@example.com"]'}),  # HCL values
+]
 
 
 def rendered_types() -> set[str]:
     from tools.rendered import resources
     from tools.terraform_standin.render import rendered_state
 
-    return {r["type"] for files in VAR_FILES for r in resources(rendered_state(var_files=files))}
+    return {
+        r["type"]
+        for files, variables in RENDERINGS
+        for r in resources(rendered_state(var_files=files, variables=variables))
+    }
 
 
 def policy(types: set[str] | None = None) -> dict:
