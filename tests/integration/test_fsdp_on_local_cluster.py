@@ -12,7 +12,7 @@ import torch
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train.metrics import read_rows
 from rayfleet.train.tracking.events import read_scalars
-from tests.integration.helpers import FSDP_LEARN, run_fsdp
+from tests.integration.helpers import FSDP_LEARN, identity_env, run_fsdp
 
 pytestmark = pytest.mark.integration
 
@@ -72,27 +72,25 @@ def test_two_workers_learn_hold_their_shard_checkpoint_and_export(fsdp_learned, 
     assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def uninterrupted(cluster_env, tiny, moto_endpoint, tmp_path) -> tuple[list[dict], dict, Path]:
+def uninterrupted(cluster_env, tiny, moto_endpoint, bucket, tmp_path) -> tuple[list[dict], dict, Path]:
     """The session's FSDP run's twin, never interrupted: (its metrics rows, its export's tensors, its run
-    directory). It reads its text from an s3:// object and writes its run to s3:// on a real moto server."""
+    directory). It reads its text from an s3:// object under data/ and writes its run under runs/ on a real
+    moto server with IAM enforced: the ranks hold the task role's keys (cluster_env), as on ECS."""
     import boto3
     from safetensors.torch import load
 
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=moto_endpoint,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
+    s3 = boto3.client(  # the test's own arranging and inspecting: the all-allowed inspector
+        "s3", endpoint_url=moto_endpoint, region_name="us-east-1", **_keys(identity_env(moto_endpoint, "inspector"))
     )
-    s3.create_bucket(Bucket="fsdp-test")
-    s3.put_object(Bucket="fsdp-test", Key="text/corpus.txt", Body=Path(tiny["data"]).read_bytes())
-    s3_tiny = {**tiny, "data": "s3://fsdp-test/text/corpus.txt"}
+    if bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:  # the session's server may hold it
+        s3.create_bucket(Bucket=bucket)
+    s3.put_object(Bucket=bucket, Key="data/text/corpus.txt", Body=Path(tiny["data"]).read_bytes())
+    s3_tiny = {**tiny, "data": f"s3://{bucket}/data/text/corpus.txt"}
     # the workers learn the endpoint from the config alone (s3_endpoint_url)
     args = [*FSDP_LEARN, "strategy=fsdp", "run_name=straight", f"s3_endpoint_url={moto_endpoint}"]
-    result = run_fsdp(cluster_env, s3_tiny, "s3://fsdp-test/runs", *args)
+    result = run_fsdp(cluster_env, s3_tiny, f"s3://{bucket}/runs", *args)
     assert result.returncode == 0, result.stderr[-3000:]
-    keys = {o["Key"] for o in s3.list_objects_v2(Bucket="fsdp-test", Prefix="runs/straight/")["Contents"]}
+    keys = {o["Key"] for o in s3.list_objects_v2(Bucket=bucket, Prefix="runs/straight/")["Contents"]}
     assert {
         "runs/straight/checkpoint_step_0000030/__0_0.distcp",
         "runs/straight/checkpoint_step_0000030/__1_0.distcp",
@@ -101,13 +99,23 @@ def uninterrupted(cluster_env, tiny, moto_endpoint, tmp_path) -> tuple[list[dict
         "runs/straight/export/model.safetensors",
     } <= keys
     assert not any(key.startswith("runs/straight/checkpoint_step_0000010/") for key in keys)  # keep_checkpoints=2
-    body = s3.get_object(Bucket="fsdp-test", Key="runs/straight/metrics.jsonl")["Body"].read().decode()
+    body = s3.get_object(Bucket=bucket, Key="runs/straight/metrics.jsonl")["Body"].read().decode()
     rows = [json.loads(line) for line in body.splitlines() if line.strip()]
-    export = s3.get_object(Bucket="fsdp-test", Key="runs/straight/export/model.safetensors")["Body"].read()
-    return rows, load(export), Path("s3://fsdp-test/runs/straight")
+    export = s3.get_object(Bucket=bucket, Key="runs/straight/export/model.safetensors")["Body"].read()
+    return rows, load(export), Path(f"s3://{bucket}/runs/straight")
 
 
-def test_interrupted_and_resumed_equals_uninterrupted(cluster_env, fsdp_learned, tiny, moto_endpoint, tmp_path):
+def _keys(env: dict) -> dict:
+    return {
+        "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
+        "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
+        "aws_session_token": env.get("AWS_SESSION_TOKEN"),
+    }
+
+
+def test_interrupted_and_resumed_equals_uninterrupted(
+    cluster_env, fsdp_learned, tiny, moto_endpoint, rendered_bucket, tmp_path
+):
     """The session's FSDP run, stopped after step 10 and resumed, equals an uninterrupted twin: the same losses
     and the same exported weights. The twin also proves s3:// text and s3:// sharded checkpoints (per-rank
     files, train state, metrics, export, the ones past keep_checkpoints deleted from the bucket: the DDP job's
@@ -122,7 +130,7 @@ def test_interrupted_and_resumed_equals_uninterrupted(cluster_env, fsdp_learned,
     assert "resuming at step 11 (attempt 1)" in learned["result"].stdout
     b = read_rows(RunDir(str(learned["storage"]), "learn"))
     assert [r["step"] for r in b] == [10, 20, 30] and [r["attempt"] for r in b] == [0, 1, 1]
-    a, pa, _ = uninterrupted(cluster_env, tiny, moto_endpoint, tmp_path)
+    a, pa, _ = uninterrupted(cluster_env, tiny, moto_endpoint, rendered_bucket, tmp_path)
     assert [r["attempt"] for r in a] == [0, 0, 0]
     for x, y in zip(a, b, strict=True):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-5, abs=1e-6)

@@ -147,12 +147,12 @@ def upload(s3, bucket: str, folder: Path, prefix: str) -> None:
 
 
 def test_a_run_in_s3_is_downloaded_by_the_replica_and_served(cluster_env, runs, port, aws_stack):
-    s3 = aws_stack["server"].client("s3")
-    s3.create_bucket(Bucket="served-runs")
-    upload(s3, "served-runs", runs["lm"] / "learn" / "export", "runs/lm-in-s3/export")
-    up = serve(cluster_env, "up", "lm-in-s3", "--runs-dir", "s3://served-runs/runs", "--set", f"port={port}")
+    """The replica reads the run as the task role (the cluster's keys), from the deployment's bucket."""
+    s3, bucket = aws_stack["server"].client("s3"), aws_stack["outputs"]["results_bucket"]
+    upload(s3, bucket, runs["lm"] / "learn" / "export", "runs/lm-in-s3/export")
+    up = serve(cluster_env, "up", "lm-in-s3", "--runs-dir", f"s3://{bucket}/runs", "--set", f"port={port}")
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
-    assert "from s3://served-runs/runs/lm-in-s3/export" in up.stdout
+    assert f"from s3://{bucket}/runs/lm-in-s3/export" in up.stdout
     status, body = post(
         port, "/v1/completions", {"prompt": "The king", "max_tokens": 4, "temperature": 0}, key_of(cluster_env)
     )
