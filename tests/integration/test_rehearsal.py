@@ -471,9 +471,13 @@ def test_ddp_recipe_through_the_trainer_survives_a_stopped_worker_and_status_rea
     assert status.returncode == 0, status.stderr
     shown = json.loads(status.stdout)
     services = {s["name"]: (s["desired"], s["running"]) for s in shown["services"]}
-    assert services == {aws["outputs"]["head_service_name"]: (1, 1), aws["outputs"]["worker_service_name"]: (2, 2)}
+    assert services == {
+        aws["outputs"]["head_service_name"]: (1, 1),
+        aws["outputs"]["worker_service_name"]: (2, 2),
+        aws["outputs"]["control_service_name"]: (1, 1),  # listed beside them (issue 54: every token holder)
+    }
     roles = sorted(t["role"] for t in shown["tasks"])
-    assert roles == ["head", "worker", "worker"]  # the trainer task has stopped, the stopped worker's too
+    assert roles == ["control", "head", "worker", "worker"]  # the trainer task has stopped, the stopped worker's too
     assert [t["health"] for t in shown["tasks"] if t["role"] == "head"] == ["HEALTHY"]  # its health check
     runs = {r["run"]: r for r in shown["runs"]}
     assert runs[run]["state"] == "SUCCEEDED"
