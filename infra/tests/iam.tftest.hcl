@@ -49,11 +49,20 @@ run "iam" {
     error_message = "The execution role decrypts only through Secrets Manager and ECR."
   }
 
+  # Ray Train's HeadBucket is s3:ListBucket with no prefix: granted for that request alone (issue 54)
+  assert {
+    condition = [
+      for s in jsondecode(aws_iam_role_policy.task.policy).Statement : [s.Action, s.Condition] if s.Sid == "FindTheBucket"
+    ] == [["s3:ListBucket", { Null = { "s3:prefix" = "true" } }]]
+    error_message = "The task role may ask whether the bucket exists (HeadBucket), and list only when it names no prefix."
+  }
+
   assert {
     condition = {
       for s in jsondecode(aws_iam_role_policy.task.policy).Statement : s.Sid => s.Resource
       } == {
       ListOwnPrefixes                = var.bucket_arn
+      FindTheBucket                  = var.bucket_arn
       ReadWriteOwnPrefixes           = ["arn:aws:s3:::rayfleet-results-20250601/runs/*", "arn:aws:s3:::rayfleet-results-20250601/data/*"]
       ListReadOnlyPrefixes           = var.bucket_arn
       ReadOnlyPrefixes               = ["arn:aws:s3:::rayfleet-results-20250601/staged/*"]

@@ -82,6 +82,10 @@ LAYOUT: tuple[Prefix, ...] = (
     ),
     Prefix(LAUNCHES_STARTED, "placed launches (make logs finds the task)", {OPERATOR: ALL, CONTROL: _a(WRITE)}),
 )
+# S3's HeadBucket is authorized as s3:ListBucket with no prefix: Ray Train's storage check (pyarrow's create_dir)
+# asks it of the results bucket in every process that writes a run. The roles here are granted it; with it they
+# may list every key's name (never read one) when they ask for no prefix.
+FIND_BUCKET = frozenset({TASK})
 TOP_LEVEL = tuple(p.key for p in LAYOUT if p.key.count("/") == 1 and p.key.endswith("/"))
 
 

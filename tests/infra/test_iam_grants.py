@@ -80,6 +80,8 @@ def allows(statements: list[dict], action: str, resource: str, s3_prefix: str | 
         like = s.get("Condition", {}).get("StringLike", {}).get("s3:prefix")
         if like is not None and (s3_prefix is None or not any(fnmatch.fnmatchcase(s3_prefix, p) for p in like)):
             continue
+        if s.get("Condition", {}).get("Null", {}).get("s3:prefix") == "true" and s3_prefix is not None:
+            continue  # only a request that names no prefix: HeadBucket, a listing of no prefix
         return True
     return False
 
@@ -120,7 +122,9 @@ def test_no_bucket_grant_outside_the_layout(policies, bucket_arn, role):
     extra = []
     for s in policies[role]:
         for action in [a for a in _listed(s["Action"]) if a.startswith("s3:")]:
-            if action == "s3:ListBucket":
+            if action == "s3:ListBucket" and s.get("Condition", {}).get("Null", {}).get("s3:prefix") == "true":
+                grants = [] if role in bucket.FIND_BUCKET else [("<the bucket, no prefix: HeadBucket>", bucket.LIST)]
+            elif action == "s3:ListBucket":
                 like = s.get("Condition", {}).get("StringLike", {}).get("s3:prefix") or ["<no s3:prefix condition>"]
                 grants = [(p.removesuffix("*"), bucket.LIST) for p in like]
             else:
@@ -217,3 +221,12 @@ def test_the_committed_operator_policy_is_the_generated_one():
     assert committed == operator_policy.policy(types), (
         "run: python -m tools.operator_policy > infra/operator-policy.json"
     )
+
+
+@pytest.mark.parametrize("role", sorted(ROLE_POLICY))
+def test_the_roles_that_write_runs_through_ray_train_may_find_the_bucket(policies, bucket_arn, role):
+    """Ray Train's storage check sends HeadBucket, which AWS authorizes as s3:ListBucket with no s3:prefix in the
+    request: a listing grant limited by an s3:prefix condition alone refuses it (a condition key that is absent
+    matches no StringLike), so every run's controller would fail on AWS; moto cannot see it (its policies lose
+    their conditions)."""
+    assert allows(policies[role], "s3:ListBucket", bucket_arn, None) == (role in bucket.FIND_BUCKET)

@@ -90,6 +90,7 @@ DROPPED = {
         "ListOwnPrefixes",
         '{"StringLike": {"s3:prefix": ["runs/", "data/", "queue/", "runs/*", "data/*", "queue/*"]}}',
     ),
+    ("rayfleet-task", "FindTheBucket", '{"Null": {"s3:prefix": "true"}}'),  # moto: lists the whole bucket too
     ("rayfleet-task", "BucketKey", '{"StringEquals": {"kms:ViaService": "s3"}}'),
     ("rayfleet-task", "BucketKey", ("kms:key/22239c97-4471-4b98-bebe-e6687eb9ef9a",)),
     ("rayfleet-task", "NotifyRuns", ("sns:rayfleet-notifications",)),

@@ -1,5 +1,5 @@
-"""moto_server with S3's DeleteObjects authorized as AWS authorizes it, for the moto stack's IAM enforcement,
-and STS session tokens from moto's seeded random (the same identities after a restart).
+"""moto_server with S3's DeleteObjects and HeadBucket authorized as AWS authorizes them, for the moto stack's
+IAM enforcement, and STS session tokens from moto's seeded random (the same identities after a restart).
 
     python -m tools.moto_stack.s3 -H 127.0.0.1 -p PORT    (the tests' MotoServer)
     patch()                                                (tools/moto_stack/ecs.py applies it too)
@@ -25,6 +25,10 @@ def patch() -> None:
     _patched = True
     import xmltodict
     from moto.s3 import responses
+
+    # moto 5.2.5 authorizes HeadBucket as "s3:HeadBucket", which is no IAM action (only s3:* would grant it);
+    # AWS authorizes it as s3:ListBucket on the bucket (Ray Train's storage check asks it: pyarrow's create_dir).
+    responses.ACTION_MAP["BUCKET"]["HEAD"]["DEFAULT"] = "ListBucket"
     from moto.s3.exceptions import BucketAccessDeniedError, S3AccessDeniedError
 
     response_cls = responses.S3Response

@@ -112,6 +112,16 @@ resource "aws_iam_role_policy" "task" {
         Condition = { StringLike = { "s3:prefix" = concat(var.bucket_prefixes, [for p in var.bucket_prefixes : "${p}*"]) } }
       },
       {
+        # Ray Train checks its storage with S3's HeadBucket (pyarrow's create_dir), which AWS authorizes as
+        # s3:ListBucket with no prefix: without this every run's controller is refused. The same grant lets a
+        # job list the names of every key (never read one) when it asks for no prefix.
+        Sid       = "FindTheBucket"
+        Effect    = "Allow"
+        Action    = "s3:ListBucket"
+        Resource  = var.bucket_arn
+        Condition = { Null = { "s3:prefix" = "true" } }
+      },
+      {
         Sid      = "ReadWriteOwnPrefixes"
         Effect   = "Allow"
         Action   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload", "s3:ListMultipartUploadParts"]
