@@ -108,8 +108,7 @@ class Moto:
         self._clients: dict[tuple, object] = {}
         self.identities: dict[str, iam.Identity] = {}  # set by iam.enforce (stack.create)
         # moto's ECS as a rendered deployment needs it: registered resources, GPUs, placement constraints.
-        ecs_patch()
-        _head_bucket_as_list_bucket()
+        ecs_patch()  # with the S3 patch: DeleteObjects per key, HeadBucket asked as s3:ListBucket (as AWS)
         self.places_like_ecs = True
         from moto.moto_api import state_manager
 
@@ -196,16 +195,6 @@ class Moto:
         found = self._ecs().services.get(f"{cluster}:{service}")
         if found is not None:
             found.running_count, found.pending_count = running, pending
-
-
-def _head_bucket_as_list_bucket() -> None:
-    """moto 5.2.5 authorizes S3's HeadBucket as the action "s3:HeadBucket", which is no IAM action (no policy
-    but s3:* grants it); AWS authorizes it as s3:ListBucket on the bucket. Ray Train's storage (pyarrow's
-    create_dir) asks HeadBucket of the results bucket, so every run's controller was refused. Here moto asks
-    what AWS asks. (Belongs with the S3 patch in tools/moto_stack/s3.py, so the moto tier asks the same.)"""
-    from moto.s3 import responses
-
-    responses.ACTION_MAP["BUCKET"]["HEAD"]["DEFAULT"] = "ListBucket"
 
 
 def deploy(moto: Moto, picture: dict, directory: Path) -> dict:
