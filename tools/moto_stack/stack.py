@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import json
 import urllib.request
-from dataclasses import asdict
 from pathlib import Path
 
 from rayfleet.core.catalog import INSTANCE_TYPES
@@ -67,7 +66,7 @@ def default_picture(*, var_files=(), variables: dict | None = None, infra: Path 
     label = " ".join(["infra/" if infra is None else str(infra), *map(str, var_files)])
     picture = rendered.picture(state, source=f"{label} rendered by Terraform (stand-in providers, render mode)")
     # The roles and their rendered policies, which the picture does not carry: what create() enforces.
-    picture["iam"] = asdict(iam.from_state(state, picture["taskDefinitions"]))
+    picture["iam"] = iam.picture_iam(state, picture)
     return picture
 
 
