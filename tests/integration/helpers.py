@@ -144,6 +144,11 @@ TEST_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "te
 _SERVERS: dict[str, MotoServer] = {}  # url -> server: verbs_env finds the operator's keys of an endpoint
 
 
+def inspector_at(endpoint: str, service: str):
+    """The all-allowed inspector's client of the session's moto server at `endpoint` (MotoServer.inspector)."""
+    return _SERVERS[endpoint].inspector(service)
+
+
 def identity_env(endpoint: str, identity: str) -> dict[str, str]:
     """The AWS_* credentials of `identity` at the moto server at `endpoint` ("testing" where none enforces)."""
     server = _SERVERS.get(endpoint)

@@ -12,7 +12,7 @@ import torch
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train.metrics import read_rows
 from rayfleet.train.tracking.events import read_scalars
-from tests.integration.helpers import FSDP_LEARN, identity_env, run_fsdp
+from tests.integration.helpers import FSDP_LEARN, inspector_at, run_fsdp
 
 pytestmark = pytest.mark.integration
 
@@ -76,12 +76,9 @@ def uninterrupted(cluster_env, tiny, moto_endpoint, bucket, tmp_path) -> tuple[l
     """The session's FSDP run's twin, never interrupted: (its metrics rows, its export's tensors, its run
     directory). It reads its text from an s3:// object under data/ and writes its run under runs/ on a real
     moto server with IAM enforced: the ranks hold the task role's keys (cluster_env), as on ECS."""
-    import boto3
     from safetensors.torch import load
 
-    s3 = boto3.client(  # the test's own arranging and inspecting: the all-allowed inspector
-        "s3", endpoint_url=moto_endpoint, region_name="us-east-1", **_keys(identity_env(moto_endpoint, "inspector"))
-    )
+    s3 = inspector_at(moto_endpoint, "s3")  # the test's own arranging and inspecting
     if bucket not in {b["Name"] for b in s3.list_buckets()["Buckets"]}:  # the session's server may hold it
         s3.create_bucket(Bucket=bucket)
     s3.put_object(Bucket=bucket, Key="data/text/corpus.txt", Body=Path(tiny["data"]).read_bytes())
@@ -103,14 +100,6 @@ def uninterrupted(cluster_env, tiny, moto_endpoint, bucket, tmp_path) -> tuple[l
     rows = [json.loads(line) for line in body.splitlines() if line.strip()]
     export = s3.get_object(Bucket=bucket, Key="runs/straight/export/model.safetensors")["Body"].read()
     return rows, load(export), Path(f"s3://{bucket}/runs/straight")
-
-
-def _keys(env: dict) -> dict:
-    return {
-        "aws_access_key_id": env["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": env["AWS_SECRET_ACCESS_KEY"],
-        "aws_session_token": env.get("AWS_SESSION_TOKEN"),
-    }
 
 
 def test_interrupted_and_resumed_equals_uninterrupted(
