@@ -48,7 +48,7 @@ ALL_RUNS = $(ONE_RUN) $(foreach r,$(RUNS),--run $(r)) $(BUCKET_FLAG)
 .DEFAULT_GOAL := help
 .PHONY: help setup data text-data demo run runs logs queue cancel plot tensorboard train-ddp train-ddp-local train-fsdp \
         train-fsdp-local launch cluster-up cluster-down cluster-status plan check deploy build push status exec ray-status \
-        stop start clean rotate-ray-token rehearse rehearse-down serve serve-status serve-down test test-images-early test-quick \
+        stop start clean rotate-ray-token rehearse rehearse-down serve serve-status serve-down test test-system-deps test-images-early test-quick \
         test-unit test-integration lint lint-infra format clean-local dashboard gpu-metrics-once bench-ddp \
         bench-vs-blueprint bench-speed-levers bench-data bench-fsdp bench-recipe bench-launcher bench-tracking \
         bench-serve bench-run-start bench-sidecar bench-gpu bench-checkpoint
@@ -59,10 +59,11 @@ help: ## List every target, grouped, with what it does
 	/^[a-zA-Z_-]+:.*## / {printf "  %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 ##@ Set-up
+CHECK_PYTHON = command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or pass PYTHON=/path/to/python3.11" >&2; exit 1; }
 # The package itself, editable, with every extra (`pip install -e ".[dev]"`); the stamp is newer than
 # pyproject.toml and the requirement sets once they are installed: re-runs do nothing.
 $(VENV)/.installed: pyproject.toml $(wildcard requirements/*.txt)
-	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found; install Python 3.11 or pass PYTHON=/path/to/python3.11" >&2; exit 1; }
+	@$(CHECK_PYTHON)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
 	@# uv installs both, side by side, from pip's own indexes (tools/uv_install.py: a minute, where pip took five);
@@ -216,12 +217,18 @@ serve-down: setup ## Shut Serve down on the cluster: no applications, replicas o
 PYTEST_WORKERS ?= 2
 PYTEST_SPLIT = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder)
 
-# test-images-early, first: on a fresh machine the image tests' base layers build on the core that set-up leaves
-# idle (tests/images/build.py); not a target to call on its own.
+# test-system-deps, first: the system packages the image and cluster tests need (podman, debootstrap, redis-server,
+# ...), installed with apt-get (sudo when not root) or one line naming them, exit 2 (tools/system_deps.py).
+# test-images-early, next: on a fresh machine the image tests' base layers build on the core that set-up leaves
+# idle (tests/images/build.py). Neither is a target to call on its own.
 test: test-images-early setup ## Run all tests: unit, infra, images, integration (a real local Ray cluster, moto, podman), two at a time; what CI runs
 	$(PY) -m pytest $(PYTEST_SPLIT) --durations=20 $(PYTEST_ARGS)
 
-test-images-early:
+test-system-deps:
+	@$(CHECK_PYTHON)
+	@$(PYTHON) -m tools.system_deps
+
+test-images-early: test-system-deps
 	@$(PYTHON) -m tests.images.build --early
 
 # --quick (tests/tiers.py) deselects the local-cluster, image and rehearsal tiers by their fixtures and paths.

@@ -1,7 +1,8 @@
 """Build the four images once per test session, for real, with podman on a local debootstrap base (the
 default bases cannot be pulled here; the Dockerfiles are the same), and hand tests testinfra hosts.
 
-Without podman the image tests skip, unless RAYFLEET_REQUIRE_IMAGES=1 (set by .ci/run), where they fail.
+Without podman the image tests skip (`make test` installs it first: tools/system_deps.py), unless
+RAYFLEET_REQUIRE_IMAGES=1 (set by .ci/run), where they fail.
 podman itself, as a command, is in helpers.py."""
 
 from __future__ import annotations

@@ -17,8 +17,9 @@ from pathlib import Path
 import pytest
 
 from tests.images.build import EXIT_FILE, ROOT, podman_env
+from tools.system_deps import PACKAGES, install_command
 
-INSTALL = "apt-get install podman buildah debootstrap runc"
+INSTALL = f"`make test` installs them: {install_command(list(PACKAGES))}"
 
 
 def podman(*args: str, check: bool = True, timeout: int = 600) -> subprocess.CompletedProcess:
