@@ -56,11 +56,30 @@ def _cost(record: dict) -> float | None:
     return cost_usd(record.get("held"), _duration(record))
 
 
+MAX_ATTEMPTS_SHOWN = 20  # the record is job-writable: a forged list of thousands stays a few lines
+MAX_REASON = 200
+
+
+def _attempts(record: dict) -> list[dict]:
+    """Each attempt of the record's: its number, state and why it was started (rayfleet/recipes/job.py), bounded
+    and without control characters."""
+    listed = record.get("attempts")
+    if not isinstance(listed, list):
+        return []
+    shown = []
+    for n, entry in enumerate(listed[-MAX_ATTEMPTS_SHOWN:], start=max(1, len(listed) - MAX_ATTEMPTS_SHOWN + 1)):
+        entry = entry if isinstance(entry, dict) else {}
+        reason = printable(str(entry.get("reason") or "submitted"))[:MAX_REASON]
+        shown.append({"attempt": n, "state": printable(str(entry.get("state", "?"))), "reason": reason})
+    return shown
+
+
 def _row(run: str, where: str, record: dict, results: str) -> dict:
     return {
         "run": run,
         "where": where,
         "state": record.get("state", "?"),
+        "attempts": _attempts(record),
         "started": str(record.get("submitted_at") or record.get("created_at") or record.get("launched_at") or ""),
         "duration_s": _duration(record),
         "cost_usd": _cost(record),
@@ -182,11 +201,14 @@ def table(rows: list[dict]) -> str:
     there would otherwise reach the operator's terminal (rayfleet/core/terminal.py)."""
     if not rows:
         return "no runs yet: make run RECIPE=recipes/ddp.yaml (or make demo)"
-    lines = [f"{'RUN':<34}{'WHERE':<7}{'STATE':<18}{'STARTED':<27}{'DURATION':<10}{'COST':<10}RESULTS"]
+    lines = [f"{'RUN':<34}{'WHERE':<7}{'STATE':<18}{'TRIES':<6}{'STARTED':<27}{'DURATION':<10}{'COST':<10}RESULTS"]
     for r in rows:
         run, state, started, results = (printable(r[k]) for k in ("run", "state", "started", "results"))
         when, cost = fmt_duration(r["duration_s"]), fmt_cost(r["cost_usd"])
-        lines.append(f"{run:<34}{r['where']:<7}{state:<18}{started:<27}{when:<10}{cost:<10}{results}")
+        tries = str(len(r["attempts"]) or "-")
+        lines.append(f"{run:<34}{r['where']:<7}{state:<18}{tries:<6}{started:<27}{when:<10}{cost:<10}{results}")
+        # Every attempt after the first says why it was started: a resubmission is never silent.
+        lines += [f"  attempt {a['attempt']} ({a['state']}): {a['reason']}" for a in r["attempts"][1:]]
     return "\n".join(lines)
 
 

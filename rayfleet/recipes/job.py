@@ -23,7 +23,7 @@ import uuid
 
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.run_dir import RunDir
-from rayfleet.recipes import admission, budget, cost, jobs_api, ray_faults
+from rayfleet.recipes import admission, attempt_fence, budget, cost, jobs_api, ray_faults
 from rayfleet.recipes.command import command, job_env, plain_env
 from rayfleet.recipes.log_spool import LogSpool
 from rayfleet.recipes.notify import NOTIFY_VAR, TOPIC_VAR
@@ -41,10 +41,16 @@ def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
     """Submit and follow; a failure whose exit code the recipe's `retries` allows is submitted again under the
     same run name, so the job resumes from its checkpoint, up to `retries.count` times. run.json's `attempts`
     lists every submission (and, on ECS, every trainer task that was lost: rayfleet/targets/run.py) with how it
-    ended; they share the one count. A stop (Ctrl-C, SIGTERM, a budget) is never retried."""
+    ended and why it was started (`reason`); they share the one count. A stop (Ctrl-C, SIGTERM, a budget) is
+    never retried. Before any attempt after the first, the previous one's actors have ended
+    (rayfleet/recipes/attempt_fence.py)."""
     attempts = list(run_dir.record().get("attempts") or [])
+    reason = first_reason(run_dir.record(), attempts)
     ray_retried = False
     while True:
+        if attempts:
+            _fence(run_dir, how.get("address"))
+        run_dir.update(attempt_reason=reason)
         exit_code, interrupted = _run_once(recipe, run_dir, **how)
         attempts.append(attempt_of(run_dir.record(), len(attempts) + 1))
         run_dir.update(attempts=attempts)
@@ -53,13 +59,12 @@ def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
             ray_retried = True  # once, and outside `retries`: the user's code did not fail
             if fault == ray_faults.SETUP_FAULT and "working_dir" in how:
                 how = {**how, "working_dir": ray_faults.repackaged(how["working_dir"])}
-            print(
-                f"[rayfleet] run {run_dir.run_name}: {fault}; submitting it once more under the same run name",
-                flush=True,
-            )
+            reason = f"{fault}: submitted once more under the same run name"
+            print(f"[rayfleet] run {run_dir.run_name}: {reason}", flush=True)
             continue
         if interrupted or not recipe.retries.allows(exit_code) or len(attempts) - ray_retried > recipe.retries.count:
             return exit_code
+        reason = f"retries: attempt {len(attempts)} ended with exit {exit_code}"
         print(
             f"[rayfleet] run {run_dir.run_name}: attempt {len(attempts)} ended with exit {exit_code}; retrying "
             f"(attempt {len(attempts) + 1} of {recipe.retries.count + 1 + ray_retried}) under the same run name, "
@@ -68,11 +73,40 @@ def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
         )
 
 
+def first_reason(record: dict, attempts: list[dict]) -> str:
+    """Why this process's first attempt starts: a trainer relaunched for a lost one, a name submitted again, or
+    a first submission."""
+    if attempts and attempts[-1].get("state") == "LOST":
+        return f"relaunched: the trainer task of attempt {len(attempts)} was lost ({attempts[-1].get('why', '')})"
+    submission = int(record.get("submission") or 1)
+    if submission > 1:
+        return f"submission {submission} of the run's name: resumes from its last checkpoint"
+    return "submitted"
+
+
+def _fence(run_dir: RunDir, address: str | None) -> None:
+    """Wait until the previous attempt's actors have ended (attempt_fence); what it waited goes in the record."""
+    previous = run_dir.record().get("job_id")
+    if not previous or not address:
+        return
+    client = jobs_api.client_for(address)
+    ray_job = attempt_fence.ray_job_of(client, previous)
+    waited = attempt_fence.wait_gone(
+        run_dir.run_name, ray_job, lambda job: attempt_fence.live_actors(address, job), echo=_say
+    )
+    run_dir.update(previous_attempt_gone_after_s=waited)
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
 def attempt_of(record: dict, number: int) -> dict:
     """One entry of run.json's `attempts`: the submission and how it ended, from the record it left."""
     keys = ("job_id", "task_arn", "state", "exit_code", "submitted_at", "ended_at", "duration_s")
     return {
         "attempt": number,
+        "reason": record.get("attempt_reason", "submitted"),
         **{k: record[k] for k in keys if record.get(k) is not None},
         "why": record.get("message", ""),
     }

@@ -13,12 +13,14 @@ from rayfleet.recipes.schema import Recipe
 
 SETUP_FAULT = "Ray could not set up the job's code on the cluster (its traceback is above)"
 MONITOR_FAULT = "Ray's job monitor failed the job on an RPC error of its own, not the run's (ray-project/ray#65025)"
-CONTROLLER_FAULT = "Ray Train's controller failed on an error of its own, not the run's code"
+CONTROLLER_FAULT = "Ray Train's controller timed out removing a placement group on the GCS, an error of Ray's own"
 
-# How the job's last error names Ray Train's wrapper of a failure in its controller (placement groups, its own
-# snapshot in storage), never of the training function's, which fails as "Training failed due to worker errors".
-# With the class name: the controller's own log of a start-up error it retried has the words without it.
+# How the job's last error names Ray Train's wrapper of a failure in its controller, never of the training
+# function's, which fails as "Training failed due to worker errors". With the class name: the controller's own
+# log of a start-up error it retried has the words without it.
 CONTROLLER_FAILED = "ControllerError: Training failed due to controller error"
+# ... and the one controller error retried: Ray's own GCS call (ray/util/placement_group.py's removal wait).
+PLACEMENT_GROUP_TIMEOUT = "There was timeout in removing the placement group"
 
 
 def fault(recipe: Recipe, record: dict) -> str | None:
@@ -27,17 +29,17 @@ def fault(recipe: Recipe, record: dict) -> str | None:
       loaded 2-core CI host. With `pip` the recipe's own packages may be what failed, and that fails again;
     - the job monitor of a head that took the job back after a replacement got a transient RPC error, marked
       the job FAILED and killed its supervisor with the run's driver (Ray 2.60 does not retry it);
-    - Ray Train's controller failed on an error that Ray Train 2.60 does not retry (it retries only its
-      start-up errors), though a restart would have resumed the run. Seen on the loaded 2-core CI host after a
-      worker task was stopped: removing the lost node's placement group timed out on the GCS, and writing the
-      controller's own snapshot to S3 could not connect. Its failure is Ray's or the storage's; the training
-      function's own errors fail as worker errors, and a recipe's callback that fails there fails again."""
+    - Ray Train's controller timed out removing a lost node's placement group on the GCS (seen on the loaded
+      2-core CI host after a worker task was stopped). Ray Train 2.60 retries only its start-up errors and
+      documents no recovery for this one, though a restart resumes the run.
+    Nothing else is retried here: any other controller error (its snapshot write to storage failing, say) fails
+    the run, so a fault of rayfleet's own settings shows instead of passing as a resubmission."""
     message = str(record.get("message", ""))
     if not recipe.pip and message.startswith(jobs_api.SETUP_FAILED):
         return SETUP_FAULT
     if message.startswith(jobs_api.MONITOR_RPC_FAILED):
         return MONITOR_FAULT
-    if CONTROLLER_FAILED in message:
+    if CONTROLLER_FAILED in message and PLACEMENT_GROUP_TIMEOUT in message:
         return CONTROLLER_FAULT
     return None
 

@@ -185,6 +185,7 @@ def follow_relaunching(aws: Aws, out: Outputs, run_dir: RunDir, recipe, record: 
         attempts.append(
             {
                 "attempt": len(attempts) + 1,
+                "reason": current.get("attempt_reason", "submitted"),
                 "task_arn": record["task_arn"],
                 "state": "LOST",
                 "exit_code": code,

@@ -90,6 +90,7 @@ def test_make_runs_shows_each_runs_cost(tmp_path):
             "duration_s": 3600,
             "cost_usd": 40.96,
             "results": "s3://b/runs/a/",
+            "attempts": [{"attempt": 1, "state": "STOPPED", "reason": "submitted"}],
         },
         {
             "run": "b",
@@ -99,11 +100,12 @@ def test_make_runs_shows_each_runs_cost(tmp_path):
             "duration_s": None,
             "cost_usd": None,
             "results": "/runs/b",
+            "attempts": [],
         },
     ]
     lines = table(rows).splitlines()
-    assert lines[0].split() == ["RUN", "WHERE", "STATE", "STARTED", "DURATION", "COST", "RESULTS"]
-    assert lines[1].split()[4:6] == ["1h00m", "$40.96"] and lines[2].split()[3:5] == ["-", "-"]
+    assert lines[0].split() == ["RUN", "WHERE", "STATE", "TRIES", "STARTED", "DURATION", "COST", "RESULTS"]
+    assert lines[1].split()[5:7] == ["1h00m", "$40.96"] and lines[2].split()[3:6] == ["-", "-", "-"]
 
 
 def test_a_stop_request_reaches_every_rank_through_one_all_reduce(tmp_path):
