@@ -42,14 +42,13 @@ def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
     same run name, so the job resumes from its checkpoint, up to `retries.count` times. run.json's `attempts`
     lists every submission (and, on ECS, every trainer task that was lost: rayfleet/targets/run.py) with how it
     ended and why it was started (`reason`); they share the one count. A stop (Ctrl-C, SIGTERM, a budget) is
-    never retried. Before any attempt after the first, the previous one's actors have ended
-    (rayfleet/recipes/attempt_fence.py)."""
+    never retried. Before any submission after the run name's first (a retry, a relaunched trainer, the name
+    submitted again), the previous job's actors have ended (rayfleet/recipes/attempt_fence.py)."""
     attempts = list(run_dir.record().get("attempts") or [])
     reason = first_reason(run_dir.record(), attempts)
     ray_retried = False
     while True:
-        if attempts:
-            _fence(run_dir, how.get("address"))
+        _fence(run_dir, how.get("address"))
         run_dir.update(attempt_reason=reason)
         exit_code, interrupted = _run_once(recipe, run_dir, **how)
         attempts.append(attempt_of(run_dir.record(), len(attempts) + 1))
@@ -85,7 +84,8 @@ def first_reason(record: dict, attempts: list[dict]) -> str:
 
 
 def _fence(run_dir: RunDir, address: str | None) -> None:
-    """Wait until the previous attempt's actors have ended (attempt_fence); what it waited goes in the record."""
+    """Wait until the previous job's actors, if the run name had one, have ended (attempt_fence); what it waited
+    goes in the record."""
     previous = run_dir.record().get("job_id")
     if not previous or not address:
         return
