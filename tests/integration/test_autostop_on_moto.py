@@ -8,6 +8,7 @@ cannot show: the capacity providers removing and launching instances, and IAM re
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -57,14 +58,15 @@ def desired(stack) -> dict[str, int]:
     return {s["serviceName"]: s["desiredCount"] for s in found["services"]}
 
 
-def write_snapshot(stack, workers: int) -> None:
-    """What the new head's ray-snapshot container writes once Ray sees its workers."""
+def write_snapshot(stack, workers: int, taken_at: float | None = None) -> None:
+    """What the new head's ray-snapshot container writes once Ray sees its workers (taken now, or `taken_at`)."""
     nodes = [{"node_id": "h", "alive": True, "head": True, "address": "10.0.1.5", "resources": {"CPU": 4.0}}]
     nodes += [
         {"node_id": f"w{i}", "alive": True, "head": False, "address": f"10.0.1.{10 + i}", "resources": {"GPU": 1.0}}
         for i in range(workers)
     ]
-    body = {"taken_at": datetime.now(UTC).isoformat(timespec="seconds"), "nodes": nodes, "jobs": [], "serve": []}
+    taken = datetime.now(UTC) if taken_at is None else datetime.fromtimestamp(taken_at, UTC)
+    body = {"taken_at": taken.isoformat(timespec="seconds"), "nodes": nodes, "jobs": [], "serve": []}
     stack["s3"].put_object(Bucket=stack["out"].results_bucket, Key=KEY, Body=json.dumps(body).encode())
 
 
@@ -145,29 +147,56 @@ def test_a_running_trainer_task_keeps_the_workers(stack):
     assert stopper.tick(IDLE)["stopped"] and set(desired(stack).values()) == {0}  # then all, head and control included
 
 
+class NewHeadOnPolls(Aws):
+    """start()'s AWS, with the new head's ray-snapshot container driven by start's own polls: before its Nth
+    read of the snapshot, the snapshot `workers[N]` shows is written to moto's S3 (None: nothing new yet).
+    What each poll read (the alive workers, or "old": a snapshot from before the start) is kept in order."""
+
+    def __init__(self, stack, workers: list[int | None]) -> None:
+        super().__init__(stack["out"].region)
+        self.stack, self.script, self.read = stack, list(workers), []
+
+    def client(self, service: str, *args, **kwargs):
+        client = super().client(service, *args, **kwargs)
+        return self._watched(client) if service == "s3" else client
+
+    def _watched(self, s3):
+        head = self
+
+        class Watched:
+            def __getattr__(self, name):
+                return getattr(s3, name)
+
+            def get_object(self, **kwargs):
+                if kwargs.get("Key") == KEY and head.script and (workers := head.script.pop(0)) is not None:
+                    write_snapshot(head.stack, workers)
+                answer = s3.get_object(**kwargs)
+                if kwargs.get("Key") == KEY:
+                    body = json.loads(answer["Body"].read())
+                    old = body["taken_at"] < head.began
+                    head.read.append("old" if old else sum(1 for n in body["nodes"] if not n["head"]))
+                    answer["Body"] = io.BytesIO(json.dumps(body).encode())
+                return answer
+
+        return Watched()
+
+
 def test_start_brings_the_services_back_and_waits_until_ray_sees_the_workers(stack):
+    """start() waits through the old head's snapshot and a new one with too few workers, and returns on the
+    first that shows them all. taken_at has whole seconds: start's clock here does too (the new head's first
+    snapshot may come in the second start began; on ECS it comes minutes later)."""
     out, ecs = stack["out"], stack["ecs"]
     for name in (out.worker_service_name, out.head_service_name):
         ecs.update_service(cluster=out.cluster_name, service=name, desiredCount=0)
-    write_snapshot(stack, 0)  # the old head's last word: older than the start, so it does not count
-    time.sleep(1.1)
+    write_snapshot(stack, 0, taken_at=time.time() - 60)  # the old head's last word: older than the start
     said: list[str] = []
-
-    def new_head() -> None:
-        """Snapshots once start() has begun (it says its scalings after it takes its start time): timers from
-        before the call once fired while a loaded machine was still in start()'s preflight, so that both
-        snapshots were older than its start and it waited out its timeout."""
-        deadline = time.monotonic() + 120
-        while len(said) < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.1)  # taken_at has whole seconds
-        write_snapshot(stack, 1)  # the new head, one worker so far
-        time.sleep(2)
-        write_snapshot(stack, out.worker_count)
-
-    threading.Thread(target=new_head, daemon=True).start()
-    result = start(Aws(out.region), out, say=said.append, poll_s=0.5, timeout_s=180)
+    aws = NewHeadOnPolls(stack, [None, 1, out.worker_count, 0])  # the last one must never be read
+    began = float(int(time.time()))
+    aws.began = datetime.fromtimestamp(began, UTC).isoformat(timespec="seconds")
+    clock = lambda: float(int(time.time()))  # noqa: E731
+    result = start(aws, out, say=said.append, poll_s=0.01, timeout_s=180, clock=clock)
     assert result["workers"] == out.worker_count
+    assert aws.read == ["old", 1, out.worker_count]  # each poll, in order: it returned on the first complete one
     assert desired(stack) == {
         out.head_service_name: 1,
         out.worker_service_name: out.worker_count,
@@ -178,7 +207,7 @@ def test_start_brings_the_services_back_and_waits_until_ray_sees_the_workers(sta
         f"scaling {out.control_service_name} to 1 ...",
         f"scaling {out.worker_service_name} to {out.worker_count} ...",
     ]
-    assert any("no snapshot from the new head yet" in line or "Ray sees" in line for line in said[3:])
+    assert "; no snapshot from the new head yet" in said[3]  # the first poll's progress line
     assert said[-1].startswith(f"Ray sees the head and {out.worker_count}/{out.worker_count} workers after")
 
 
