@@ -21,19 +21,17 @@ from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
 
-import ray.train
-import ray.train.torch
 import torch
 import torch.distributed as dist
 
 from rayfleet.core.config import ConfigError, load_config
 from rayfleet.core.errors import EXIT_BAD_INPUT
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train import hang_watch
 from rayfleet.train.data.text import PackedBlocks, pack, read_text, tokenize
 from rayfleet.train.flops import flops_per_token, peak_tflops
 from rayfleet.train.fsdp_config import FSDPConfig
 from rayfleet.train.fsdp_metrics import fsdp_summary, progress_line, step_metrics, step_scalars, window
+from rayfleet.train.fsdp_worker import Worker
 from rayfleet.train.hf_export import write_and_verify
 from rayfleet.train.hf_model import ModelNotFound, resolve_model_dir
 from rayfleet.train.metrics import MetricsLog
@@ -65,12 +63,17 @@ def make_strategy(cfg: FSDPConfig, model_dir: Path, device: torch.device, rank: 
 
 
 def train_loop(loop_config: dict) -> None:
+    """Ray Train's training function, on every worker: the loop, on this worker."""
+    quiet_report_logs()
+    run_loop(loop_config, Worker.of_ray_train())
+
+
+def run_loop(loop_config: dict, worker: Worker) -> None:
+    """The FSDP loop on one rank: resume from the latest checkpoint, train to `last`, checkpoint at the cadence,
+    at a stop request and at a preemption notice (then wait for the restart), export at the end."""
     cfg: FSDPConfig = loop_config["config"]
     run_name, model_dir = loop_config["run_name"], Path(loop_config["model_dir"])
-    quiet_report_logs()
-    ctx = ray.train.get_context()
-    rank, world = ctx.get_world_rank(), ctx.get_world_size()
-    device = ray.train.torch.get_device()
+    rank, world, device = worker.rank, worker.world, worker.device
     torch.manual_seed(cfg.seed)
 
     from transformers import AutoTokenizer
@@ -97,8 +100,8 @@ def train_loop(loop_config: dict) -> None:
     scalars = Scalars(run_dir, loop_config["tracking"], purge_step=start + 1) if rank == 0 else None
     progress = Progress(cfg.max_steps, start, cfg.progress_every_s)
     # A stop request asked for at each logged step, before its checkpoint: a stop saves the step, due or not.
-    watch = hang_watch.Steps.start(run_name, rank)
-    preemption = Preemption(cfg.preemption_check_steps)
+    watch = worker.watch(run_name, rank)
+    preemption = Preemption(cfg.preemption_check_steps, ask=worker.preemption_info, sleep=worker.sleep)
     control = RunControl(run_dir, rank, device, preemption, cfg.checkpoint_every, last, steps=watch)
     for step in range(start, last):
         watch.enter()

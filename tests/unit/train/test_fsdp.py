@@ -1,23 +1,36 @@
-"""The FSDP job's LR schedule, its logged-step metrics read from device tensors once, and the order of its
-checkpoint calls at a logged step (in a plain one-process gloo group: no Ray)."""
+"""The FSDP job's LR schedule, its logged-step metrics read from device tensors once, the order of its
+checkpoint calls at a logged step, and its loop itself (`run_loop`) through a preemption notice and the restart
+after it (in a plain one-process gloo group; Ray Train's worker API stood in for through Ray's local-mode seam)."""
 
 from __future__ import annotations
 
+import itertools
+import json
 import math
+import shutil
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import ray.train
 import torch
 import torch.distributed as dist
+from ray.train import ReportedCheckpoint, ReportedCheckpointStatus
+from ray.train.v2._internal.execution.train_fn_utils import LocalTrainFnUtils, set_train_fn_utils
 
 from rayfleet.core.config import load_config
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train import stop
+from rayfleet.train import fsdp, stop, tiny_lm
 from rayfleet.train.fsdp import _boundary, _train_step, lr_at
 from rayfleet.train.fsdp_config import FSDPConfig
 from rayfleet.train.fsdp_metrics import step_metrics, window
+from rayfleet.train.fsdp_worker import Worker
+from rayfleet.train.hang_watch import Steps
+from rayfleet.train.metrics import read_rows
 from rayfleet.train.preemption import Preemption
 from rayfleet.train.run_control import RunControl
+from rayfleet.train.tracking.scalars import Target
 
 
 def cfg(*overrides: str) -> FSDPConfig:
@@ -132,3 +145,121 @@ def test_the_loop_ends_with_its_checkpoint_written_and_reported(group, tmp_path,
     decision = _boundary(strategy, control(tmp_path), row, {"attempt": 0}, 30)
     assert strategy.calls[-2:] == [("save", row["step"], ["loss", "step"]), ("finish", True)]
     assert bool(decision.stop_reason) == stopped and "checkpoint_write_s" in row and "checkpoint_pause_s" in row
+
+
+class RayTrainStandIn(LocalTrainFnUtils):
+    """Ray Train's worker API in this process, installed through Ray's own seam (set_train_fn_utils, what Ray's
+    local mode uses): a reported checkpoint is copied to `storage/<its name>` as Ray Train uploads it (its local
+    copy removed when the report asks for that) and registered at once, as the controller does when every rank
+    (here the one) has reported it; `get_checkpoint` hands back the latest, as to a restarted worker group."""
+
+    def __init__(self, storage: Path):
+        super().__init__(experiment_name="noticed")
+        self.storage, self.reports, self.kept = storage, [], []
+
+    def report(self, metrics, checkpoint=None, checkpoint_dir_name=None, **kwargs):
+        self.reports.append((checkpoint_dir_name, metrics))
+        if checkpoint is not None:
+            shutil.copytree(checkpoint.path, self.storage / checkpoint_dir_name, dirs_exist_ok=True)
+            if kwargs.get("delete_local_checkpoint_after_upload"):
+                shutil.rmtree(checkpoint.path)
+            self.kept.append(ray.train.Checkpoint.from_directory(self.storage / checkpoint_dir_name))
+
+    def get_checkpoint(self):
+        return self.kept[-1] if self.kept else None
+
+    def get_all_reported_checkpoints(self, consistency_mode=None, timeout_s=None):
+        return [ReportedCheckpoint(c, {}, ReportedCheckpointStatus.COMMITTED) for c in self.kept]
+
+
+@pytest.fixture
+def ray_train(tmp_path):
+    stand_in = RayTrainStandIn(tmp_path / "ray-storage")
+    set_train_fn_utils(stand_in)
+    yield stand_in
+    set_train_fn_utils(None)
+
+
+class Restarted(Exception):
+    """Ray Train ending the worker that waits after a notice's checkpoint (at the drain's deadline)."""
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("tiny")
+    tiny_lm.build(root / "model", tiny_lm.corpus(400))
+    (root / "corpus.txt").write_text(tiny_lm.corpus(400))
+    return root
+
+
+def attempt(loop_config: dict, ray_train: RayTrainStandIn, notice_at: int | None) -> list | None:
+    """One attempt of the FSDP loop on one rank (a Ray Train worker group of one): Ray's answer is a notice from
+    the `notice_at`-th time the loop asks on. Returns what Ray Train had been reported when the worker began to
+    wait for the restart (which ends the attempt, as Ray Train ends the worker at the drain's deadline), or
+    None when the loop ended without waiting."""
+    asks, notice = itertools.count(1), SimpleNamespace(deadline_ms=None, preempted_ranks=[0])
+    reported = []
+
+    def wait(seconds: float) -> None:
+        reported.extend(ray_train.reports)
+        raise Restarted
+
+    ask = lambda: notice if notice_at is not None and next(asks) >= notice_at else None  # noqa: E731
+    worker = Worker(0, 1, torch.device("cpu"), ask, wait, lambda _, rank: Steps(rank))
+    try:
+        fsdp.run_loop(loop_config, worker)
+    except Restarted:
+        return reported
+    return None
+
+
+def test_the_loop_saves_at_a_notice_waits_and_its_restart_resumes_at_the_next_step(
+    group, tiny, ray_train, tmp_path, monkeypatch, capsys
+):
+    """The FSDP loop itself (rayfleet/train/fsdp.py run_loop, its preemption branch), three attempts on one rank,
+    the notice asked for every step, the cadence's checkpoint every 4 steps of 6: a notice at step 3, then one
+    at step 4 of the restart (a cadence step). Each notice's checkpoint is written and reported before the
+    worker waits for the restart (blocking), once (step 4: not also the cadence's), preemptions + 1 in its train
+    state; each restart says it resumes at the next step, trains from there only (no step redone, none
+    skipped), and its metrics rows carry the preemptions so far and steps_redone 0. (Ray's half, its drain
+    and restart, is tests/integration/test_preemption_on_local_cluster.py's; this is the loop's.)"""
+    trained, train_step = [], fsdp._train_step
+    monkeypatch.setattr(
+        fsdp, "_train_step", lambda s, d, c, step, *rest: trained.append(step) or train_step(s, d, c, step, *rest)
+    )
+    overrides = [f"model={tiny / 'model'}", f"data={tiny / 'corpus.txt'}", f"storage={tmp_path / 'runs'}"]
+    overrides += ["seq_len=32", "micro_batch_size=2", "grad_accum=1", "warmup_steps=1", "max_steps=6", "log_every=1"]
+    overrides += [
+        "num_workers=1",
+        "checkpoint_every=4",
+        "preemption_check_steps=1",
+        "export=false",
+        "tensorboard=false",
+    ]
+    config = load_config(FSDPConfig, "rayfleet/train/configs/fsdp-tiny.yaml", overrides)
+    loop_config = {"config": config, "run_name": "noticed", "model_dir": str(tiny / "model"), "tracking": Target(False)}
+    waiting = " on a node that goes without a deadline: checkpoint saved at step {}; waiting for Ray Train to restart"
+
+    assert attempt(loop_config, ray_train, notice_at=3) == [("checkpoint_step_0000003", {"step": 3, "preempted": True})]
+    out = capsys.readouterr().out
+    assert trained == [0, 1, 2] and "noticed: starting with fsdp;" in out and waiting.format(3) in out
+    state = json.loads((tmp_path / "ray-storage" / "checkpoint_step_0000003" / "train_state.json").read_text())
+    assert state == {"attempt": 0, "seed": 0, "strategy": "fsdp", "preemptions": 1, "steps_redone": 0, "step": 3}
+
+    assert attempt(loop_config, ray_train, notice_at=1)[1:] == [
+        ("checkpoint_step_0000004", {"step": 4, "preempted": True})
+    ]
+    out = capsys.readouterr().out
+    assert "noticed: resuming at step 4 (attempt 1) with fsdp;" in out and waiting.format(4) in out
+    assert trained == [0, 1, 2, 3]
+
+    assert attempt(loop_config, ray_train, notice_at=None) is None
+    assert "noticed: resuming at step 5 (attempt 2) with fsdp;" in capsys.readouterr().out
+    assert trained == [0, 1, 2, 3, 4, 5]  # no step redone, none skipped
+    assert [name for name, _ in ray_train.reports if name] == [f"checkpoint_step_000000{s}" for s in (3, 4, 6)]
+    state = json.loads((tmp_path / "ray-storage" / "checkpoint_step_0000006" / "train_state.json").read_text())
+    assert (state["step"], state["attempt"], state["preemptions"], state["steps_redone"]) == (6, 2, 2, 0)
+    rows = read_rows(RunDir(str(tmp_path / "runs"), "noticed"))
+    assert [(r["step"], r["attempt"], r["preemptions"], r["steps_redone"]) for r in rows] == [
+        (1, 0, 0, 0), (2, 0, 0, 0), (3, 0, 0, 0), (4, 1, 1, 0), (5, 2, 2, 0), (6, 2, 2, 0)
+    ]  # fmt: skip
