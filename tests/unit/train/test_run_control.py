@@ -1,6 +1,8 @@
 """RunControl, the decisions around a training loop's steps that the DDP and FSDP jobs share: the checkpoint
-cadence, the one checkpoint a preemption notice or a budget's stop request asks for. On a real run directory
-and a one-process gloo group (stop.agreed is an all-reduce), with a fake Ray answer and a fake clock."""
+cadence, the one checkpoint a preemption notice or a budget's stop request asks for. Its methods called in the
+order its docstring gives, on a real run directory and a one-process gloo group (stop.agreed is an all-reduce),
+with a fake Ray answer and a fake clock. The FSDP loop's own use of it, through a notice and the restart, is
+tests/unit/train/test_fsdp.py's (the real loop, not a copy)."""
 
 from __future__ import annotations
 
@@ -44,29 +46,14 @@ def preemption(notice_at: int | None = None, every: int = 1) -> Preemption:
     return Preemption(every, ask=ask, clock=clock, sleep=clock.sleep)
 
 
-def run(control: RunControl, steps: int, saves: list[tuple[str, int]], log_every: int = 1, during=None) -> None:
-    """The FSDP loop's shape, appending the checkpoints it saves to `saves`, in order; `during(step)` runs
-    before each step's checks (a stop request arriving)."""
-    for done in range(1, steps + 1):
-        if during is not None:
-            during(done)
-        preempted = control.noticed(done)
-        if done % log_every == 0 or control.checkpoint_due(done):
-            decision = control.at_boundary(done, lambda d=done: saves.append(("regular", d)), f"at step {done}")
-            if decision.stop_reason:
-                break
-        if preempted:
-            control.save_at_notice(lambda d=done: saves.append(("notice", d)), f"step {done}", done)
-
-
 def test_checkpoints_every_n_and_at_the_last_step(run_dir, capsys):
     control = RunControl(run_dir, 0, CPU, preemption(), checkpoint_every=3, last=10)
-    saves: list[tuple[str, int]] = []
-    run(control, 10, saves, log_every=2)
-    assert saves == [("regular", 3), ("regular", 6), ("regular", 9), ("regular", 10)]
+    assert [done for done in range(1, 13) if control.checkpoint_due(done)] == [3, 6, 9, 10, 12]
+    saved: list[int] = []
+    assert control.at_boundary(3, lambda: saved.append(3), "at step 3") == Decision(save=True)
     assert control.at_boundary(4, lambda: pytest.fail("saved"), "at step 4") == Decision(save=False)
-    assert control.at_boundary(12, lambda: None, "at step 12") == Decision(save=True)
-    assert capsys.readouterr().out == "" and run_dir.read(REACHED_FILE) is None
+    assert control.at_boundary(10, lambda: saved.append(10), "at step 10") == Decision(save=True)
+    assert saved == [3, 10] and capsys.readouterr().out == "" and run_dir.read(REACHED_FILE) is None
 
 
 def test_every_boundary_is_due_by_default_as_each_ddp_epoch(run_dir):
@@ -76,44 +63,51 @@ def test_every_boundary_is_due_by_default_as_each_ddp_epoch(run_dir):
 
 def test_a_notice_saves_one_checkpoint_records_the_step_and_waits_for_the_restart(run_dir, capsys):
     control = RunControl(run_dir, 0, CPU, preemption(notice_at=4, every=2), checkpoint_every=5, last=20)
-    saves: list[tuple[str, int]] = []
+    assert [control.noticed(done) for done in range(1, 5)] == [False, False, False, True]  # asked at 2 and 4
+    saved: list[int] = []
     with pytest.raises(NoRestart):  # the wait for the restart, on the fake clock
-        run(control, 20, saves)
-    assert saves == [("notice", 4)]  # never step 5's cadence: the run waits for its restart at step 4
+        control.save_at_notice(lambda: saved.append(4), "step 4", 4)
+    assert saved == [4]
     assert json.loads(run_dir.read(REACHED_FILE)) == {"position": 4}
     assert capsys.readouterr().out.splitlines() == [
         f"{NOTICE}: checkpoint saved at step 4; waiting for Ray Train to restart the run from it"
     ]
     control.save_at_notice(lambda: pytest.fail("saved twice"), "step 4", 4)  # the notice is spent
+    assert not control.noticed(6)  # and Ray is not asked again
 
 
-def test_no_second_checkpoint_when_the_cadence_and_a_notice_fall_on_one_step(run_dir):
+def test_a_pending_notice_takes_the_place_of_the_cadences_checkpoint(run_dir):
     control = RunControl(run_dir, 0, CPU, preemption(notice_at=4, every=2), checkpoint_every=2, last=20)
-    saves: list[tuple[str, int]] = []
+    saved: list[str] = []
+    assert not control.noticed(2)
+    assert control.at_boundary(2, lambda: saved.append("regular 2"), "at step 2") == Decision(save=True)
+    assert control.noticed(4)
+    assert control.at_boundary(4, lambda: pytest.fail("saved"), "at step 4") == Decision(save=False)
     with pytest.raises(NoRestart):
-        run(control, 20, saves)
-    assert saves == [("regular", 2), ("notice", 4)]  # the notice's checkpoint takes the place of step 4's
-    control = RunControl(run_dir, 0, CPU, preemption(notice_at=1), checkpoint_every=2, last=20)
-    assert control.noticed(2)
-    assert control.at_boundary(2, lambda: pytest.fail("saved"), "at step 2") == Decision(save=False)
+        control.save_at_notice(lambda: saved.append("notice 4"), "step 4", 4)
+    assert saved == ["regular 2", "notice 4"]
 
 
 def test_a_stop_request_saves_the_step_due_or_not_and_ends_the_run(run_dir, capsys):
     control = RunControl(run_dir, 0, CPU, preemption(), checkpoint_every=10, last=20)
-    saves: list[tuple[str, int]] = []
-    run(control, 20, saves, during=lambda step: step == 3 and stop.request(run_dir, BUDGET))
-    assert saves == [("regular", 3)]
+    assert control.at_boundary(2, lambda: pytest.fail("saved"), "at step 2") == Decision(save=False)
+    stop.request(run_dir, BUDGET)
+    saved: list[int] = []
+    assert control.at_boundary(3, lambda: saved.append(3), "at step 3") == Decision(save=True, stop_reason=BUDGET)
+    assert saved == [3]
     assert capsys.readouterr().out.splitlines() == [f"stopping at step 3 (its checkpoint is saved): {BUDGET}"]
-    assert control.at_boundary(3, lambda: None, "at step 3") == Decision(save=True, stop_reason=BUDGET)
 
 
 def test_a_stop_and_a_notice_at_one_step_save_once_and_stop(run_dir, capsys):
-    control = RunControl(run_dir, 0, CPU, preemption(notice_at=3), checkpoint_every=10, last=20)
-    saves: list[tuple[str, int]] = []
-    run(control, 20, saves, during=lambda step: step == 3 and stop.request(run_dir, BUDGET))
-    assert saves == [("regular", 3)]  # no notice checkpoint after it, no wait for a restart
+    control = RunControl(run_dir, 0, CPU, preemption(notice_at=1), checkpoint_every=10, last=20)
+    stop.request(run_dir, BUDGET)
+    saved: list[str] = []
+    assert control.noticed(3)
+    decision = control.at_boundary(3, lambda: saved.append("regular 3"), "at step 3")
+    assert decision == Decision(save=True, stop_reason=BUDGET)
+    control.save_at_notice(lambda: pytest.fail("saved twice"), "step 3", 3)  # no notice checkpoint, no wait
+    assert saved == ["regular 3"]
     assert capsys.readouterr().out.splitlines() == [f"stopping at step 3 (its checkpoint is saved): {BUDGET}"]
-    control.save_at_notice(lambda: pytest.fail("saved twice"), "step 3", 3)
 
 
 @pytest.mark.parametrize(("stop_after_save", "stopped_at"), [(True, 1), (False, 2)])
