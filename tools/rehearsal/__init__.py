@@ -3,7 +3,7 @@ containers the way ECS would start them, against a moto server standing in for A
 (make train-ddp/run/launch, status, logs, stop) work against it through the same outputs file.
 
 picture.py   the deployment picture in AWS API shapes, from Terraform's rendered state (the one place)
-cloud.py     moto in this process, and the picture created in it (network, cluster, instances, secret...)
+cloud.py     moto (moto_process.py: a process of its own), and the picture created in it (network, cluster...)
 host.py      what changes to fit one host (sizes, CPUs, GPUs, ulimits), said in one line
 agent.py     the ECS agent and service scheduler: moto's tasks as pods and containers, logs, health
 store.py     the GCS store (gcs_store enabled): a TLS redis-server as ElastiCache at the rendered endpoint

@@ -1,22 +1,24 @@
-"""The rehearsal's AWS: a moto server in this process, holding what `make deploy` would have created (the one
+"""The rehearsal's AWS: a moto server in a process of its own, holding what `make deploy` would have created (the one
 moto stack, tools/moto_stack/, creates it).
 
 moto serves ECS, S3, Secrets Manager, CloudWatch Logs, CloudWatch, Cloud Map and EC2 on one port, bound to
-loopback and to the rehearsal network's gateway address, through which the containers reach it. It runs inside the
-rehearsal's own process, so it stops with it, and so the agent can record what moto's API has no call
-for. Those few writes into moto's ECS backend are all in `Moto` below (the ECS agent records them with
-SubmitTaskStateChange / SubmitContainerStateChange, which moto does not implement):
+loopback and to the rehearsal network's gateway address, through which the containers reach it. It runs in a child
+process (tools/rehearsal/moto_process.py: served from threads of the rehearsal's own process, it shared one GIL
+with the log shipping and the agent, and a container's S3 request timed out waiting on it), which dies with
+the rehearsal. The agent records what moto's API has no call for through `Moto`'s record_* below, a route of
+that process only the rehearsal holds the key to (the ECS agent records them with SubmitTaskStateChange /
+SubmitContainerStateChange, which moto does not implement):
 
   * a stopped task's container exit codes and last status (moto reports exitCode 0 for every container);
   * a service's runningCount and pendingCount (moto sets runningCount = desiredCount on UpdateService);
   (a container instance's registered CPU, memory and GPUs, and placement constraints, come from the one moto
-  stack's ECS patches, tools/moto_stack/ecs.py, applied in this process).
+  stack's ECS patches, tools/moto_stack/ecs.py, applied in moto's process).
 
 Nothing else reaches into moto: the rest goes through the same APIs the laptop verbs use.
 
 IAM is enforced as in the moto tier, by the one fixture (tools/moto_stack/iam.py: the rendered roles and
 policies through its one `for_moto` transformation; /moto-api/reset-auth switches moto's enforcement, a
-setting of moto in this process that its threaded servers all read). Who calls as whom:
+setting of moto's process that its threaded servers all read). Who calls as whom:
   * the laptop verbs: the operator (infra/operator-policy.json), its keys in the state file (`env`);
   * each container: its task definition's taskRoleArn (the agent hands it the role's session keys);
   * the secrets a task definition names: its executionRoleArn, as the ECS agent fetches them;
@@ -27,19 +29,24 @@ setting of moto in this process that its threaded servers all read). Who calls a
 
 from __future__ import annotations
 
-import contextlib
 import json
+import os
+import secrets
+import signal
 import socket
-import threading
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import boto3
 from botocore.config import Config
 
 from tools.moto_stack import iam
-from tools.moto_stack.ecs import patch as ecs_patch
+from tools.rehearsal import moto_process
 
-ACCOUNT = "123456789012"
+ACCOUNT = moto_process.ACCOUNT
 # Until the identities exist (stack.create makes the deployment with enforcement off, as Terraform's apply).
 CREDENTIALS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing"}
 # Every process that signs for this moto (containers, verbs) sends bodies uncompressed: moto checks a signature
@@ -68,52 +75,46 @@ def listen(host: str, port: int) -> socket.socket:
 
 
 class Moto:
-    """moto_server's app, served from threads of this process on 127.0.0.1:<port> and, for the containers,
-    on the podman network's gateway address (the host's end of the rehearsal's own bridge), never on every
-    interface: moto checks no credentials, and the agent runs what moto holds."""
+    """moto_server's app, served by a process of its own (tools/rehearsal/moto_process.py) on 127.0.0.1:<port>
+    and, for the containers, on the podman network's gateway address (the host's end of the rehearsal's own
+    bridge), never on every interface: moto checks no credentials, and the agent runs what moto holds. This
+    process binds the sockets (a port taken is its error to say) and hands them over."""
 
     def __init__(self, port: int = 0, gateway: str | None = None):
-        from moto.moto_server.werkzeug_app import DomainDispatcherApplication, MotoRequestHandler, create_backend_app
-        from werkzeug.serving import make_server
-
-        class Quiet(MotoRequestHandler):
-            def log_request(self, *args, **kwargs):  # one line per request would drown the rehearsal's output
-                pass
-
-        app = DomainDispatcherApplication(create_backend_app)
         sockets = [listen("127.0.0.1", port)]
         try:
             self.port = sockets[0].getsockname()[1]
             if gateway:
                 sockets.append(listen(gateway, self.port))
-        except OSError:
-            for sock in sockets:
-                sock.close()
-            raise
-        self.hosts = [sock.getsockname()[0] for sock in sockets]
-        self.servers = []
-        for sock in sockets:
-            host = sock.getsockname()[0]
-            self.servers.append(
-                make_server(host, self.port, app, threaded=True, request_handler=Quiet, fd=sock.fileno())
+            self.hosts = [sock.getsockname()[0] for sock in sockets]
+            self._key = secrets.token_hex(32)
+            fds = [sock.fileno() for sock in sockets]
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "tools.rehearsal.moto_process", *map(str, fds)],
+                pass_fds=fds,
+                env={**os.environ, moto_process.KEY_ENV: self._key},
+                preexec_fn=_die_with_parent,  # a rehearsal killed outright leaves no moto running
             )
-            sock.close()  # werkzeug serves a duplicate of it
-        self.threads = [
-            threading.Thread(target=server.serve_forever, name=f"moto-{server.host}", daemon=True)
-            for server in self.servers
-        ]
-        for thread in self.threads:
-            thread.start()
+        finally:
+            for sock in sockets:
+                sock.close()  # the moto process holds them now
+        self._wait_until_serving()
         self.region = "us-east-1"
         self._clients: dict[tuple, object] = {}
         self.identities: dict[str, iam.Identity] = {}  # set by iam.enforce (stack.create)
-        # moto's ECS as a rendered deployment needs it: registered resources, GPUs, placement constraints.
-        ecs_patch()  # with the S3 patch: DeleteObjects per key, HeadBucket asked as s3:ListBucket (as AWS)
-        self.places_like_ecs = True
-        from moto.moto_api import state_manager
+        self.places_like_ecs = True  # moto_process applies tools/moto_stack/ecs.py's patches
 
-        # moto moves a task one lifecycle step on every describe; ECS tasks run until stopped.
-        state_manager.set_transition(model_name="ecs::task", transition={"progression": "manual", "times": 10**9})
+    def _wait_until_serving(self) -> None:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                urllib.request.urlopen(f"{self.url}/moto-api/", timeout=5).close()
+                return
+            except OSError:
+                if self.process.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"moto did not start (exit code {self.process.returncode})") from None
+                time.sleep(0.2)
 
     @property
     def url(self) -> str:
@@ -150,51 +151,43 @@ class Moto:
         return self.identities[identity].env()
 
     def stop(self) -> None:
-        # moto's enforcement is a setting of this process: a process that goes on (a test's) gets moto's default
-        if self.identities:
-            with contextlib.suppress(OSError):
-                iam.set_enforcement(self.url, on=False)
-        for server in self.servers:
-            server.shutdown()
-            server.server_close()
-        for thread in self.threads:
-            thread.join(timeout=10)
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(timeout=15)
 
     # -- what moto's API cannot record (see the module docstring) -----------------------------------------
-    def _ecs(self):
-        from moto.ecs.models import ecs_backends
-
-        return ecs_backends[ACCOUNT][self.region]
-
-    def _task(self, cluster: str, task_arn: str):
-        return self._ecs().tasks.get(cluster, {}).get(task_arn)
+    def _record(self, what: str, cluster: str, arn: str, **fields) -> None:
+        body = json.dumps({"region": self.region, "what": what, "cluster": cluster, "arn": arn, **fields}).encode()
+        request = urllib.request.Request(
+            f"{self.url}{moto_process.RECORD_PATH}",
+            data=body,
+            headers={"Content-Type": "application/json", moto_process.KEY_HEADER: self._key},
+            method="POST",
+        )
+        urllib.request.urlopen(request, timeout=30).close()
 
     def record_exit(self, cluster: str, task_arn: str, exit_code: int | None) -> None:
-        task = self._task(cluster, task_arn)
-        if task is not None:
-            for container in task.containers:  # moto keeps the first container definition only
-                container.exitCode = exit_code
-                container.last_status = "STOPPED"
+        self._record("exit", cluster, task_arn, exit_code=exit_code)
 
     def record_pending(self, cluster: str, task_arn: str) -> None:
         """moto starts a task RUNNING at RunTask; ECS says PENDING until its containers have started."""
-        task = self._task(cluster, task_arn)
-        if task is not None:
-            task.last_status = "PENDING"
+        self._record("pending", cluster, task_arn)
 
     def record_running(self, cluster: str, task_arn: str, health: str) -> None:
-        task = self._task(cluster, task_arn)
-        if task is not None:
-            task.last_status = "RUNNING"
-            task.health_status = health  # DescribeTasks' healthStatus (moto has no such field of its own)
-            for container in task.containers:
-                container.last_status = "RUNNING"
-                container.health_status = health
+        self._record("running", cluster, task_arn, health=health)
 
     def record_service(self, cluster: str, service: str, running: int, pending: int) -> None:
-        found = self._ecs().services.get(f"{cluster}:{service}")
-        if found is not None:
-            found.running_count, found.pending_count = running, pending
+        self._record("service", cluster, service, running=running, pending=pending)
+
+
+def _die_with_parent() -> None:
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def deploy(moto: Moto, picture: dict, directory: Path) -> dict:
