@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -338,3 +339,38 @@ def ctrl_c_on_failure(proc: subprocess.Popen):
                 proc.communicate(timeout=120)
             except subprocess.TimeoutExpired:
                 proc.kill()
+
+
+class Lines:
+    """A process's output stream read in a thread, line by line: a test waits for a line with a deadline
+    (instead of sleeping and hoping the process got there), then takes all of it once the stream ends."""
+
+    def __init__(self, stream):
+        self.lines: list[str] = []
+        self.ended = False
+        self.changed = threading.Condition()
+        self.thread = threading.Thread(target=self._read, args=(stream,), daemon=True)
+        self.thread.start()
+
+    def _read(self, stream) -> None:
+        for line in stream:
+            with self.changed:
+                self.lines.append(line)
+                self.changed.notify_all()
+        with self.changed:
+            self.ended = True
+            self.changed.notify_all()
+
+    def wait_for(self, text: str, timeout: float) -> None:
+        def seen() -> bool:
+            return any(text in line for line in self.lines)
+
+        with self.changed:
+            self.changed.wait_for(lambda: seen() or self.ended, timeout)
+            assert seen(), f"{text!r} not printed within {timeout:.0f} s:\n" + "".join(self.lines)[-3000:]
+
+    def text(self, timeout: float = 60) -> str:
+        """All of it, once the stream has ended (the process exited)."""
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the stream did not end"
+        return "".join(self.lines)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import REPO, run_record, run_verb
+from tests.integration.helpers import REPO, Lines, run_record, run_verb
 
 pytestmark = pytest.mark.integration
 
@@ -70,6 +70,7 @@ def test_launch_follows_the_driver_log_until_the_task_stops(aws_stack):
         stderr=subprocess.PIPE,
         text=True,
     )
+    output, progress = Lines(proc.stdout), Lines(proc.stderr)
     server = aws_stack["server"]
     logs, ecs = server.client("logs"), server.client("ecs")
     bucket, cluster = aws_stack["outputs"]["results_bucket"], aws_stack["outputs"]["cluster_name"]
@@ -79,7 +80,7 @@ def test_launch_follows_the_driver_log_until_the_task_stops(aws_stack):
             record = run_record(aws_stack["env"], bucket, "followed-1")
             if record:
                 break
-            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()[1]
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(progress.lines)
             time.sleep(0.2)
         logs.create_log_stream(logGroupName=record["log_group"], logStreamName=record["log_stream"])
         now = int(time.time() * 1000)
@@ -89,12 +90,12 @@ def test_launch_follows_the_driver_log_until_the_task_stops(aws_stack):
             logStreamName=record["log_stream"],
             logEvents=[{"timestamp": now + i, "message": m} for i, m in enumerate(lines)],
         )
-        time.sleep(3)  # at least one poll sees the task running
+        progress.wait_for("[rayfleet] trainer task is RUNNING", timeout=60)  # a poll saw it running
         ecs.stop_task(cluster=cluster, task=record["task_arn"], reason="job finished")
-        out, err = proc.communicate(timeout=60)
+        assert proc.wait(timeout=60) == 0, progress.text()  # moto reports exit code 0 for a stopped task
+        out, err = output.text(), progress.text()
     finally:
         proc.kill()
-    assert proc.returncode == 0, err  # moto reports exit code 0 for a stopped task
     assert "[rayfleet] trainer task is RUNNING" in err and "[rayfleet] trainer task is STOPPED" in err
     positions = [out.index(line) for line in lines]
     assert positions == sorted(positions) and all(out.count(line) == 1 for line in lines)
