@@ -19,7 +19,7 @@ from rayfleet.serve import kept
 from rayfleet.serve.config import GATED_PROXY_PORT
 from rayfleet.train.data import fashion_mnist
 from rayfleet.train.metrics import read_rows
-from tests.integration.helpers import DASHBOARD_PORT, REPO, free_port
+from tests.integration.helpers import DASHBOARD_PORT, REPO, Lines, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -184,6 +184,7 @@ def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_mana
     assert (
         refused.returncode == 2 and "gpus_per_replica=2, but the ECS workers (g5.xlarge) have 1 GPUs" in refused.stderr
     )
+    began = time.time()
     proc = subprocess.Popen(
         [sys.executable, "-m", "rayfleet.ops.serve", "up", "clf-ecs", "--target", "ecs"],
         env=env,
@@ -192,10 +193,11 @@ def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_mana
         stderr=subprocess.PIPE,
         text=True,
     )
+    output, progress = Lines(proc.stdout), Lines(proc.stderr)
     try:
         deadline = time.monotonic() + 90
         while not (listed := s3.list_objects_v2(Bucket=bucket, Prefix="runs/serve-clf-ecs-").get("Contents")):
-            assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(progress.lines)
             time.sleep(0.3)
         record = json.loads(s3.get_object(Bucket=bucket, Key=listed[0]["Key"])["Body"].read())
         cluster = aws_stack["outputs"]["cluster_name"]
@@ -214,27 +216,35 @@ def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_mana
             latest.name,
         )
         assert args["api_key_file"] is None and args["gated"] and args["region"] == aws_stack["outputs"]["region"]
-        time.sleep(2)  # at least one poll sees the task running
+        progress.wait_for("[rayfleet] trainer task is RUNNING", timeout=60)  # a poll saw it running
         ecs.stop_task(cluster=cluster, task=record["task_arn"], reason="deployed")
-        out, err = proc.communicate(timeout=60)
+        assert proc.wait(timeout=60) == 0, progress.text()
+        out = output.text()
     finally:
         proc.kill()
-    assert proc.returncode == 0, err
+    ended = time.time()
     assert "serving at http://head.rayfleet.internal:8000" in out and f"--secret-id {secret}" in out
     # kept with the deployment, as deployed: a head that starts again gets it back (rayfleet/serve/kept.py)
-    assert kept.kept(s3, bucket) == {"run": "clf-ecs", "config": config, "kept_at": pytest.approx(time.time(), abs=120)}
+    found = kept.kept(s3, bucket)
+    assert found == {"run": "clf-ecs", "config": config, "kept_at": found["kept_at"]}
+    assert began <= found["kept_at"] <= ended  # kept by this `serve up`, not left from before
     down = subprocess.Popen(
-        [sys.executable, "-m", "rayfleet.ops.serve", "down", "--target", "ecs"], env=env, cwd=REPO, text=True
+        [sys.executable, "-m", "rayfleet.ops.serve", "down", "--target", "ecs"],
+        env=env,
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
     )
+    progress = Lines(down.stderr)
     try:
         deadline = time.monotonic() + 90
         while not (listed := s3.list_objects_v2(Bucket=bucket, Prefix="runs/serve-down-").get("Contents")):
-            assert time.monotonic() < deadline and down.poll() is None
+            assert time.monotonic() < deadline and down.poll() is None, "".join(progress.lines)
             time.sleep(0.3)
         record = json.loads(s3.get_object(Bucket=bucket, Key=listed[0]["Key"])["Body"].read())
-        time.sleep(2)  # at least one poll sees the task running
+        progress.wait_for("[rayfleet] trainer task is RUNNING", timeout=60)  # a poll saw it running
         ecs.stop_task(cluster=cluster, task=record["task_arn"], reason="shut down")
-        assert down.wait(timeout=60) == 0
+        assert down.wait(timeout=60) == 0, progress.text()
     finally:
         down.kill()
     assert kept.kept(s3, bucket) is None  # served no more: no head gets it back, autostop may stop the cluster
