@@ -7,6 +7,9 @@ run name. Every rank that writes files reports its own temporary directory; Ray 
 one checkpoint directory. Names sort and read as progress: `checkpoint_<epoch>` (DDP) and
 `checkpoint_step_<step>` (FSDP, DeepSpeed). Whole-model state is a plain dict saved with torch.save and
 loaded with `weights_only=True`; the small train state beside sharded files is JSON.
+
+Every writing rank seals what it wrote last (rayfleet/core/checkpoint_seal.py); every resume reads only a
+complete checkpoint, from a private copy of its own (`latest`).
 """
 
 from __future__ import annotations
@@ -14,12 +17,14 @@ from __future__ import annotations
 import json
 import tempfile
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import ray.train
 import torch
+
+from rayfleet.core import checkpoint_seal
+from rayfleet.train.checkpoint_resume import NoCompleteCheckpoint, latest  # noqa: F401 (the readers' API)
 
 STATE_FILE = "state.pt"
 TRAIN_STATE = "train_state.json"
@@ -33,15 +38,24 @@ def step_checkpoint_name(step: int) -> str:
     return f"checkpoint_step_{step:07d}"
 
 
-def report(metrics: dict, name: str, write: Callable[[Path], None] | None) -> None:
-    """Report this rank's metrics; with `write`, also this rank's files of checkpoint `name`.
+def seal(directory: Path, writers: int | None) -> None:
+    """This rank's completeness seal over what it wrote into `directory`, put in last (checkpoint_seal.py).
+    `writers`: how many ranks write files into this checkpoint (None: every rank of the run)."""
+    context = ray.train.get_context()
+    checkpoint_seal.seal(Path(directory), context.get_world_rank(), writers or context.get_world_size())
 
-    `write` fills a fresh local directory; ranks that pass None report metrics only."""
+
+def report(metrics: dict, name: str, write: Callable[[Path], None] | None, writers: int | None = None) -> None:
+    """Report this rank's metrics; with `write`, also this rank's files of checkpoint `name`, sealed.
+
+    `write` fills a fresh local directory; ranks that pass None report metrics only. `writers`: how many ranks
+    pass a `write` (None: all of them)."""
     if write is None:
         ray.train.report(metrics)
         return
     with tempfile.TemporaryDirectory() as tmp:
         write(Path(tmp))
+        seal(Path(tmp), writers)
         ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(tmp), checkpoint_dir_name=name)
 
 
@@ -51,7 +65,8 @@ def report_written(metrics: dict, name: str, directory: Path) -> None:
     Ray Train copies them to the run's storage from a thread of its own (one at a time, in report order),
     registers the checkpoint once the copy is whole, and then deletes `directory`: the loop does not wait
     for the copy of a large checkpoint, and a run killed during it resumes from the one before. Ray Train
-    waits for it before the run ends."""
+    waits for it before the run ends. Every rank writes files here: each seals its own."""
+    seal(directory, None)
     ray.train.report(
         metrics,
         checkpoint=ray.train.Checkpoint.from_directory(directory),
@@ -77,7 +92,7 @@ class Uploads:
     def wait(self) -> None:
         self.idle.wait()
 
-    def report(self, metrics: dict, name: str, write: Callable[[Path], None] | None) -> None:
+    def report(self, metrics: dict, name: str, write: Callable[[Path], None] | None, writers: int | None = None):
         mode = ray.train.CheckpointUploadMode.ASYNC
         if write is None:
             ray.train.report(metrics, checkpoint_upload_mode=mode)
@@ -88,6 +103,7 @@ class Uploads:
         def write_and_upload(local: ray.train.Checkpoint, dir_name: str) -> ray.train.Checkpoint:
             try:
                 write(Path(local.path))
+                seal(Path(local.path), writers)
                 return storage.persist_current_checkpoint(local, dir_name)
             finally:
                 self.idle.set()
@@ -113,17 +129,6 @@ def staged(state):
     if isinstance(state, list | tuple):
         return type(state)(staged(value) for value in state)
     return state
-
-
-@contextmanager
-def latest() -> Iterator[Path | None]:
-    """The latest checkpoint as a local directory while the block runs, or None on a fresh start."""
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint is None:
-        yield None
-        return
-    with checkpoint.as_directory() as directory:
-        yield Path(directory)
 
 
 def write_state(directory: str | Path, state: dict) -> Path:

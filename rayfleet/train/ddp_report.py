@@ -49,7 +49,9 @@ class StepTracking:
 
 
 def rank0_tracking(loop_config: dict, run_dir: RunDir, found: Resume, n: int, steps: int, world: int, model):
-    """Rank 0's metrics log and step tracking (TensorBoard/MLflow scalars, progress lines, how far it got)."""
+    """Rank 0's metrics log and step tracking (TensorBoard/MLflow scalars, progress lines, how far it got); the
+    checkpoint this attempt resumed from goes into the run record first (`record_resume`)."""
+    record_resume(run_dir, found)
     cfg: DDPConfig = loop_config["config"]
     per_step = cfg.batch_size * world
     log = MetricsLog(run_dir, found.start_epoch)
@@ -58,6 +60,14 @@ def rank0_tracking(loop_config: dict, run_dir: RunDir, found: Resume, n: int, st
     reached = lambda epoch, step: record_reached(run_dir, (epoch - 1) * n + min(step * per_step, n))  # noqa: E731
     progress = Progress(cfg.epochs * steps, first, cfg.progress_every_s)
     return log, StepTracking(scalars, progress, cfg, steps, world, model, reached)
+
+
+def record_resume(run_dir: RunDir, found: Resume) -> None:
+    """run.json's `resumed_from`: the checkpoint this attempt of the job resumed from (the newest complete one
+    kept, rayfleet/train/checkpoint_resume.py) with the job's attempt number, sent as an event (the driver
+    owns run.json). None on a fresh start: nothing sent."""
+    if found.resumed_from is not None:
+        run_dir.send("resumed", resumed_from={"attempt": found.attempt, "checkpoint": found.resumed_from})
 
 
 def announce(cfg: DDPConfig, rt: Runtime, world: int, n: int, tested: int, steps: int) -> None:
@@ -99,6 +109,7 @@ def epoch_row(
         "workers": world,
         "device": rt.device.type,
         "attempt": found.attempt,
+        "resumed_from": found.resumed_from,  # the checkpoint this attempt started from (None: a fresh start)
         **carried,
     }
 

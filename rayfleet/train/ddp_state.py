@@ -32,20 +32,21 @@ class Resume:
     position: EpochPosition | None = None  # set when the checkpoint was taken mid-epoch, at a preemption
     preemptions: int = 0
     steps_redone: int = 0
+    resumed_from: str | None = None  # the checkpoint's name: the newest complete one kept (checkpoint.latest)
 
 
 def resume(model, optimizer, run_name: str, rank: int) -> Resume:
-    with checkpoint.latest() as directory:
+    with checkpoint.latest(required=[checkpoint.STATE_FILE]) as directory:
         state = checkpoint.read_state(directory) if directory else None
+        resumed_from = directory.name if directory else None
     if state is None:
         return Resume()
     model.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
     checkpoint.set_rng_state(state["rng"])
     position = EpochPosition(**state["position"]) if state.get("position") else None
-    found = Resume(
-        state["epoch"] + 1, state["attempt"] + 1, position, state.get("preemptions", 0), state.get("steps_redone", 0)
-    )
+    carried = state.get("preemptions", 0), state.get("steps_redone", 0)
+    found = Resume(state["epoch"] + 1, state["attempt"] + 1, position, *carried, resumed_from)
     if rank == 0:
         where = (
             f"epoch {state['epoch']}"
@@ -78,7 +79,7 @@ def save_epoch(
     if cfg.async_checkpoint:
         state = checkpoint.staged(state)
     write = (lambda directory: checkpoint.write_state(directory, state)) if rank == 0 else None
-    (uploads.report if cfg.async_checkpoint else checkpoint.report)(row, name, write)
+    (uploads.report if cfg.async_checkpoint else checkpoint.report)(row, name, write, writers=1)  # rank 0 alone
 
 
 def train_state(model, optimizer, cfg: DDPConfig, found: Resume, carried: dict, epoch: int) -> dict:
@@ -107,4 +108,4 @@ def save_at_preemption(model, optimizer, cfg, found: Resume, carried: dict, mid:
     state.update(position=asdict(mid), preemptions=carried["preemptions"] + 1)
     write = (lambda directory: checkpoint.write_state(directory, state)) if rank == 0 else None
     name = f"{checkpoint.checkpoint_name(mid.epoch - 1)}_step_{step:06d}"  # sorts between its epochs' names
-    checkpoint.report({"epoch": mid.epoch, "step": step, "preempted": True}, name, write)
+    checkpoint.report({"epoch": mid.epoch, "step": step, "preempted": True}, name, write, writers=1)

@@ -131,11 +131,13 @@ class DeepSpeedStrategy:
         pass
 
     def load(self) -> dict | None:
-        with checkpoint.latest() as directory:
+        """The newest complete checkpoint's partitions (checkpoint.latest); its train state with `resumed_from`
+        (the checkpoint's name) added, or None."""
+        with checkpoint.latest(required=[checkpoint.TRAIN_STATE]) as directory:
             if directory is None:
                 return None
             self.engine.load_checkpoint(str(directory), tag=TAG)
-            return checkpoint.read_train_state(directory)
+            return {**checkpoint.read_train_state(directory), "resumed_from": directory.name}
 
     @torch.no_grad()
     def gather_for_export(self, probe: torch.Tensor) -> tuple[dict, torch.Tensor]:

@@ -245,12 +245,13 @@ class AsyncCheckpoints:
 
 
 def load_latest(model, optimizer) -> dict | None:
-    """Restore model and optimizer shards from the latest checkpoint; return its train state, or None."""
-    with checkpoint.latest() as directory:
+    """Restore model and optimizer shards from the newest complete checkpoint (checkpoint.latest); return its
+    train state with `resumed_from` (the checkpoint's name) added, or None."""
+    with checkpoint.latest(required=[checkpoint.TRAIN_STATE, ".metadata"]) as directory:
         if directory is None:
             return None
         model_sd, optim_sd = get_state_dict(model, optimizer)  # also creates the optimizer's state to fill
         state = {"model": model_sd, "optim": optim_sd}
         dcp.load(state, storage_reader=SafeReader(directory), planner=SafePlanner())
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        return checkpoint.read_train_state(directory)
+        return {**checkpoint.read_train_state(directory), "resumed_from": directory.name}

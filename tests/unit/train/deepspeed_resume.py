@@ -4,9 +4,10 @@ ZeRO-3 hooks and transformers' DeepSpeed config are process-wide): test_deepspee
     python -m tests.unit.train.deepspeed_resume ROOT PRECISION CASE...
 
 One rank on the CPU (gloo) trains a tiny GPT-NeoX one step, saves through the strategy's own save (the job's
-Ray Train report replaced by a local directory), then for each case resumes a fresh strategy from a copy of
-that checkpoint: `clean` as written, the others with one file tampered (`PWNED` names the marker file a
-payload would create). Prints one JSON line: per case, what loaded or the refusal, and every torch.load call.
+Ray Train report into a run folder through Ray's worker-API seam), then for each case resumes a fresh
+strategy from a copy of that checkpoint: `clean` as written, the others with one file tampered (`PWNED`
+names the marker file a payload would create); `incomplete` resumes through the real checkpoint.latest.
+Prints one JSON line: per case, what loaded or the refusal, and every torch.load call.
 """
 
 from __future__ import annotations
@@ -88,24 +89,25 @@ def main(root: Path, precision: str, cases: list[str]) -> dict:
     def strategy():
         return DeepSpeedStrategy(cfg, root / "model", torch.device("cpu"), rank=0)
 
-    saved = root / checkpoint.step_checkpoint_name(1)
+    from tests.unit.train.ray_storage_seam import RunStorage, installed
+
+    saving = RunStorage(root / "saved")  # the job's own report, sealed, into a run folder (Ray's worker-API seam)
+    saved = saving.folder(checkpoint.step_checkpoint_name(1))
     resume_from = saved
 
-    def report(metrics, name, write):
-        (root / name).mkdir()
-        write(root / name)
-
     @contextmanager
-    def latest():
+    def latest(required=()):
         yield resume_from
 
-    checkpoint.report, checkpoint.latest = report, latest  # the Ray Train session the job would have
+    real_latest = checkpoint.latest
+    checkpoint.latest = latest  # the Ray Train session the job would have: resume from `resume_from`
 
     trained = strategy()
     torch.manual_seed(0)
     batch = torch.randint(0, trained.config.vocab_size, (2, 16))
     trained.micro_step(batch)
-    trained.save(1, {"attempt": 0, "seed": cfg.seed, "strategy": "deepspeed"}, {"step": 1})
+    with installed(saving):
+        trained.save(1, {"attempt": 0, "seed": cfg.seed, "strategy": "deepspeed"}, {"step": 1})
     before = snapshot(trained)
     steps = trained.engine.global_steps
 
@@ -117,7 +119,9 @@ def main(root: Path, precision: str, cases: list[str]) -> dict:
         return real_load(*args, **kwargs)
 
     results = {}
-    for case in cases:
+    if "incomplete" in cases:
+        results["incomplete"] = incomplete(root, saved, strategy, real_latest)
+    for case in (c for c in cases if c != "incomplete"):
         resume_from = root / f"resume-{case}"
         shutil.copytree(saved, resume_from)
         os.environ["PWNED"] = str(root / f"pwned-{case}")
@@ -143,6 +147,31 @@ def main(root: Path, precision: str, cases: list[str]) -> dict:
             torch.load = real_load
         results[case]["weights_only"] = list(loads)
     return results
+
+
+def incomplete(root: Path, saved: Path, strategy, real_latest) -> dict:
+    """The job's real resume (checkpoint.latest through Ray's worker-API seam, ray_storage_seam.py) with two kept
+    checkpoints: step 1 as saved, then "step 2", a copy of it whose rank-0 optimizer partition is gone. What
+    loaded, and what rank 0 printed."""
+    import contextlib
+    import io
+
+    from tests.unit.train.ray_storage_seam import RunStorage, installed
+
+    session = RunStorage(root / "storage")
+    for step in (1, 2):
+        shutil.copytree(saved, session.folder(checkpoint.step_checkpoint_name(step)))
+        session.register(checkpoint.step_checkpoint_name(step))
+    next(session.folder(checkpoint.step_checkpoint_name(2)).glob(f"state/*{OPTIM_STATES}")).unlink()
+    resumed, printed = strategy(), io.StringIO()
+    double, checkpoint.latest = checkpoint.latest, real_latest
+    try:
+        with installed(session), contextlib.redirect_stdout(printed):
+            return {"train_state": resumed.load(), "printed": printed.getvalue()}
+    except Exception as exc:
+        return {"error": f"{type(exc).__name__}: {exc}", "printed": printed.getvalue()}
+    finally:
+        checkpoint.latest = double
 
 
 if __name__ == "__main__":

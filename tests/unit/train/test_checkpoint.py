@@ -78,7 +78,8 @@ def test_an_epoch_checkpoint_is_written_and_uploaded_in_the_background_from_a_co
 
     calls = []
     uploaded = SimpleNamespace(persist_current_checkpoint=lambda local, name: ("persisted", local.path, name))
-    monkeypatch.setattr(ray.train, "get_context", lambda: SimpleNamespace(get_storage=lambda: uploaded))
+    context = SimpleNamespace(get_storage=lambda: uploaded, get_world_rank=lambda: 0, get_world_size=lambda: 2)
+    monkeypatch.setattr(ray.train, "get_context", lambda: context)
     report = lambda metrics, checkpoint=None, **kw: calls.append((metrics, checkpoint, kw))  # noqa: E731
     monkeypatch.setattr(ray.train, "report", report)
     model, optimizer = _job_model(small_dataset)
@@ -94,7 +95,7 @@ def test_an_epoch_checkpoint_is_written_and_uploaded_in_the_background_from_a_co
     upload = ray.train.CheckpointUploadMode.ASYNC
     assert kwargs0["checkpoint_upload_mode"] == kwargs1["checkpoint_upload_mode"] == upload
     assert none is None and row1 == row0 == {"epoch": 3} and kwargs0["delete_local_checkpoint_after_upload"]
-    assert list(Path(local.path).iterdir()) == []  # nothing written in the loop
+    assert list(Path(local.path).iterdir()) == []  # nothing written in the loop, not even the seal
     _step(model, optimizer, seed=2)  # the loop goes on while the upload thread has not run yet
     assert not uploads[0].idle.is_set() and uploads[1].idle.is_set()  # rank 0's is in flight: the next save waits
     persisted = kwargs0["checkpoint_upload_fn"](local, kwargs0["checkpoint_dir_name"])  # Ray Train's thread
@@ -109,4 +110,5 @@ def test_an_epoch_checkpoint_is_written_and_uploaded_in_the_background_from_a_co
         (sorted(p.name for p in Path(checkpoint.path).iterdir()) if checkpoint else None, kw)))  # fmt: skip
     for rank in (0, 1):
         save_epoch(model, optimizer, cfg, Resume(), carried, {"epoch": 3}, rank, uploads[rank])
-    assert calls == [(["state.pt"], {"checkpoint_dir_name": "checkpoint_000003"}), (None, {})]  # Ray's SYNC default
+    sealed = ["rayfleet-complete.0.json", "state.pt"]  # rank 0's seal, written after its state
+    assert calls == [(sealed, {"checkpoint_dir_name": "checkpoint_000003"}), (None, {})]  # Ray's SYNC default

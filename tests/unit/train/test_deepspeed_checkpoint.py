@@ -35,14 +35,15 @@ def resume(tmp_path_factory):
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])  # what the jobs write on a CPU and on a GPU
 def test_a_checkpoint_the_job_saved_resumes_with_equal_weights_optimizer_and_step(resume, precision):
-    cases = ("clean", *TAMPERED) if precision == "fp32" else ("clean",)
+    cases = ("clean", "incomplete", *TAMPERED) if precision == "fp32" else ("clean",)
     results, _ = resume(precision, *cases)
     clean = results["clean"]
     assert "error" not in clean, clean.get("traceback")
     assert clean["equal"] == {"params": True, "fp32": True, "adam": True}
     assert clean["fresh_equal"] == {"params": False, "fp32": False, "adam": False}  # so the load did the work
     assert clean["steps"] == [1, 1]
-    assert clean["train_state"] == {"attempt": 0, "seed": 0, "strategy": "deepspeed", "step": 1}
+    expected = {"attempt": 0, "seed": 0, "strategy": "deepspeed", "step": 1, "resumed_from": "resume-clean"}
+    assert clean["train_state"] == expected
     # Every file of the resume went through the weights-only unpickler, DeepSpeed's own loads included.
     assert clean["weights_only"] and all(w is True for w in clean["weights_only"]), clean["weights_only"]
 
@@ -51,9 +52,21 @@ def test_a_checkpoint_the_job_saved_resumes_with_equal_weights_optimizer_and_ste
 def test_a_tampered_checkpoint_file_is_refused_and_its_payload_never_runs(resume, case):
     """model_states / optim_states: DeepSpeed's file, whole, plus an object whose unpickling runs `touch`;
     dotted: os.system reached by a dotted name from the module of an allow-listed DeepSpeed class."""
-    results, root = resume("fp32", "clean", *TAMPERED)
+    results, root = resume("fp32", "clean", "incomplete", *TAMPERED)
     result = results[case]
     assert not (root / f"pwned-{case}").exists(), "the payload ran"
     assert "error" in result, f"the tampered {case} checkpoint loaded"
     assert "holds more than DeepSpeed checkpoint data; refused, nothing in it ran" in result["error"]
     assert "Weights only load failed" in result["traceback"]
+
+
+def test_deepspeed_resumes_from_the_newest_complete_checkpoint_when_a_partition_is_missing(resume):
+    """The latest kept checkpoint lost rank 0's optimizer partition: the strategy's load (the job's real resume
+    through Ray's worker-API seam) restores the one before and says so in one line."""
+    results, _ = resume("fp32", "clean", "incomplete", *TAMPERED)
+    result = results["incomplete"]
+    assert "error" not in result, result
+    assert result["train_state"]["resumed_from"] == "checkpoint_step_0000001"
+    [line] = result["printed"].splitlines()
+    assert line.startswith("rayfleet: checkpoint_step_0000002 is incomplete (state/")
+    assert line.endswith("is missing): resuming from checkpoint_step_0000001 instead")

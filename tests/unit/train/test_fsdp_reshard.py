@@ -38,7 +38,7 @@ RANK = textwrap.dedent("""
             shutil.move(str(file), saved / file.name)
 
     @contextmanager
-    def latest():
+    def latest(required=()):
         yield saved
 
     def report(metrics, name, write):

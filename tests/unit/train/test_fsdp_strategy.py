@@ -71,7 +71,7 @@ def storage(root, tmp_path, monkeypatch):
         shutil.move(directory, tmp_path / name)  # as Ray Train: uploaded, then the local copy deleted
 
     @contextmanager
-    def latest():
+    def latest(required=()):
         yield resume.get("from")
 
     monkeypatch.setattr(checkpoint, "report_written", report_written)
@@ -120,7 +120,8 @@ def test_an_async_checkpoint_holds_the_saved_step_and_loads_identically(root, st
 
     storage["resume"]["from"] = storage["dir"] / name
     fresh = strategy(root)
-    assert fresh.load() == {"attempt": 0, "seed": 0, "strategy": "fsdp", "step": 1}
+    expected = {"attempt": 0, "seed": 0, "strategy": "fsdp", "step": 1, "resumed_from": "checkpoint_step_0000001"}
+    assert fresh.load() == expected
     loaded = snapshot(fresh)
     assert loaded.keys() == saved.keys() and any(k.startswith("optim/") for k in saved)
     assert all(torch.equal(loaded[k], saved[k]) for k in saved)

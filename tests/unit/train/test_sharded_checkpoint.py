@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import traceback
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -121,7 +123,12 @@ def test_an_async_checkpoint_is_handed_to_ray_train_to_upload_in_the_background(
 
     calls = []
     monkeypatch.setattr(ray.train, "report", lambda metrics, **kwargs: calls.append((metrics, kwargs)))
+    context = SimpleNamespace(get_world_rank=lambda: 1, get_world_size=lambda: 2)
+    monkeypatch.setattr(ray.train, "get_context", lambda: context)
+    (tmp_path / "__1_0.distcp").write_bytes(b"shard")
     checkpoint.report_written({"step": 1}, "checkpoint_step_0000001", tmp_path)
+    seal = json.loads((tmp_path / "rayfleet-complete.1.json").read_text())  # this rank's, before the report
+    assert seal == {"rank": 1, "writers": 2, "files": {"__1_0.distcp": 5}}
     [(metrics, kwargs)] = calls
     assert metrics == {"step": 1} and kwargs["checkpoint_dir_name"] == "checkpoint_step_0000001"
     assert kwargs["checkpoint"].path == str(tmp_path)
@@ -180,3 +187,30 @@ def test_a_stager_that_closes_after_every_stage_is_kept_open_across_saves(monkey
     made.close()
     with pytest.raises(KeyError):  # released: closed for real
         made.stage(state)
+
+
+def test_fsdp_resumes_from_the_newest_complete_checkpoint_when_a_shard_is_missing(tmp_path, capsys):
+    """The latest kept checkpoint lost a rank's shard file: the job's load (load_latest) restores the one
+    before, whole, and names it; Ray Train's worker API through Ray's own seam (ray_storage_seam.py)."""
+    from rayfleet.train import sharded_checkpoint
+    from tests.unit.train.ray_storage_seam import RunStorage, installed
+
+    model, opt = _trained()
+    first = model.weight.detach().clone()
+    with installed(RunStorage(tmp_path)) as session:
+        sharded_checkpoint.save(1, model, opt, {"attempt": 0}, {"step": 1}, rank=0)
+        session.register("checkpoint_step_0000001")
+        model(torch.randn(3, 4)).sum().backward()
+        opt.step()
+        sharded_checkpoint.save(2, model, opt, {"attempt": 0}, {"step": 2}, rank=0)
+        (
+            session.register("checkpoint_step_0000002") and session.folder("checkpoint_step_0000002") / "__0_0.distcp"
+        ).unlink()
+        fresh = torch.nn.Linear(4, 2)
+        fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=5.0)
+        state = sharded_checkpoint.load_latest(fresh, fresh_opt)
+    assert state == {"attempt": 0, "step": 1, "resumed_from": "checkpoint_step_0000001"}
+    assert torch.equal(fresh.weight, first)
+    assert capsys.readouterr().out.startswith(
+        "rayfleet: checkpoint_step_0000002 is incomplete (__0_0.distcp is missing)"
+    )
