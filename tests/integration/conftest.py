@@ -10,11 +10,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from functools import partial
 
 import pytest
 
 from rayfleet.core import ray_auth
 from rayfleet.train import tiny_lm
+from tests.integration.fsdp_recipe_run import train_fsdp
 from tests.integration.helpers import (
     DASHBOARD_PORT,
     FSDP_LEARN,
@@ -169,26 +171,26 @@ def ddp_basic(cluster_env, small_dataset, tmp_path_factory) -> dict:
 
 @pytest.fixture(scope="session")
 def fsdp_learned(cluster_env, tiny, tmp_path_factory):
-    """The FSDP job's run "learn" for a strategy, once per session: 30 steps, checkpoints every 10, the export.
-    FSDP's is interrupted and resumed: the first invocation stops after step 10 (stop_at_step), the second
-    resumes it. DeepSpeed's runs once, uninterrupted (its job resumes through the same code; that its
-    checkpoint gives back what it saved is tests/unit/train/test_deepspeed_checkpoint.py, and a second
-    invocation cost a minute of the CI's local-cluster lane). test_fsdp_on_local_cluster checks the learning,
-    the shards, checkpoints and the resume (against an uninterrupted run), the serve tests serve its export.
-    "first"/"result": the two invocations (the same one when there is one)."""
+    """The FSDP job's run "learn" for a strategy, once per session: 30 steps, checkpoints every 10, the export;
+    stopped after step 10 (stop_at_step) by its first invocation and resumed by a second under the same name.
+    FSDP's runs the job directly (`python -m rayfleet.train.fsdp`); DeepSpeed's is `make train-fsdp` on the
+    local cluster, twice: the built-in recipe recipes/fsdp-tiny.yaml through the Jobs API, its second
+    submission resuming the first's (tests/integration/fsdp_recipe_run.py). test_fsdp_on_local_cluster checks
+    the learning, the shards, checkpoints and the resume (against an uninterrupted twin), the serve tests serve
+    FSDP's export. "first"/"result": the two invocations."""
     done: dict[str, dict] = {}
 
     def learned(strategy: str) -> dict:
         if strategy not in done:
             root = tmp_path_factory.mktemp(f"fsdp-{strategy}")
-            args = [*FSDP_LEARN, "run_name=learn", f"strategy={strategy}", "progress_every_s=0.2"]
-            if strategy != "fsdp":
-                result = run_fsdp(cluster_env, tiny, root, *args)
-                done[strategy] = {"first": result, "result": result, "storage": root, "exported_early": None}
-                return done[strategy]
-            first = run_fsdp(cluster_env, tiny, root, *args, "stop_at_step=10")
+            args = [*FSDP_LEARN, f"strategy={strategy}", "progress_every_s=0.2"]
+            if strategy == "fsdp":
+                invoke = partial(run_fsdp, cluster_env, tiny, root, *args, "run_name=learn")
+            else:
+                invoke = partial(train_fsdp, cluster_env, tiny, root, root, "learn", *args)
+            first = invoke("stop_at_step=10")
             exported_early = (root / "learn" / "export").exists()
-            second = run_fsdp(cluster_env, tiny, root, *args) if first.returncode == 0 else first
+            second = invoke() if first.returncode == 0 else first
             done[strategy] = {"first": first, "result": second, "storage": root, "exported_early": exported_early}
         return done[strategy]
 

@@ -1,4 +1,5 @@
-"""The FSDP2 job on a real local Ray cluster (2 CPU workers, gloo) with a tiny GPT-NeoX saved by save_pretrained."""
+"""The FSDP2 job on a real local Ray cluster (2 CPU workers, gloo) with a tiny GPT-NeoX saved by save_pretrained;
+its DeepSpeed strategy through `make train-fsdp` (the built-in recipe recipes/fsdp-tiny.yaml, Jobs API)."""
 
 from __future__ import annotations
 
@@ -8,20 +9,22 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train.metrics import read_rows
 from rayfleet.train.tracking.events import read_scalars
 from tests.integration.helpers import FSDP_LEARN, inspector_at, run_fsdp
+from tests.integration.run_attempts import RAY_LOST_THE_CODE, check_attempts
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
 def test_two_workers_learn_hold_their_shard_checkpoint_and_export(fsdp_learned, tiny, strategy):
-    """The session's run (FSDP's stopped after step 10 and resumed to 30; DeepSpeed's in one go): the loss
-    falls, each rank holds its shard, sharded checkpoints (last two kept), an export equal to the sharded model,
-    progress lines, TensorBoard scalars and the curves (across both invocations where there are two)."""
+    """The session's run (stopped after step 10 and resumed to 30; DeepSpeed's through `make train-fsdp`):
+    the loss falls, each rank holds its shard, sharded checkpoints (last two kept), an export equal to the
+    sharded model, progress lines, TensorBoard scalars and the curves (across both invocations)."""
     learned = fsdp_learned(strategy)
     first, result, tmp_path = learned["first"], learned["result"], learned["storage"]
     assert first.returncode == 0, first.stderr[-3000:]
@@ -57,7 +60,7 @@ def test_two_workers_learn_hold_their_shard_checkpoint_and_export(fsdp_learned, 
     with torch.no_grad():
         logits = exported(input_ids=probe["probe"]).logits
     assert torch.allclose(logits, probe["logits"], atol=1e-5)
-    both = first.stdout + result.stdout if first is not result else result.stdout
+    both = first.stdout + result.stdout
     assert "step 30/30" in result.stdout and both.count("step 10/30 ") == 1
     # Progress lines between the logged steps (progress_every_s=0.2: on an idle host 10 steps take under 2 s),
     # from rank 0 only; TensorBoard's reader finds each logged step's scalars, across the two invocations; the
@@ -70,6 +73,28 @@ def test_two_workers_learn_hold_their_shard_checkpoint_and_export(fsdp_learned, 
     assert [step for step, _ in scalars["throughput/tokens_per_s"]] == [10, 20, 30]
     assert {"lr", "grad_norm", "memory/peak_gb"} <= set(scalars)
     assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_make_train_fsdp_runs_the_tiny_recipe_through_the_jobs_api(fsdp_learned, tiny):
+    """`make train-fsdp ON=local` (the session's DeepSpeed run, submitted twice under one name): the built-in
+    recipe recipes/fsdp-tiny.yaml, run through the Jobs API, its arguments' ${RAYFLEET_...} expanded against
+    the job (the model under the launch folder, the corpus under the recipe's data, the recipe's workers as the
+    job's minimum), the second submission of the name resuming the first's checkpoint; one attempt each, no
+    resubmission (what only this run proves: no other test runs the shortcut or this recipe)."""
+    learned = fsdp_learned("deepspeed")
+    root, run = learned["storage"], learned["storage"] / "learn"
+    assert learned["first"].returncode == 0, learned["first"].stdout[-3000:] + learned["first"].stderr[-3000:]
+    assert learned["result"].returncode == 0, learned["result"].stdout[-3000:] + learned["result"].stderr[-3000:]
+    record = json.loads((run / "run.json").read_text())
+    assert record["recipe"] == "fsdp-tiny" and record["recipe_file"].endswith("recipes/fsdp-tiny.yaml")
+    assert record["target"] == "local" and record["state"] == "SUCCEEDED" and record["submission"] == 2
+    check_attempts(record, [("SUCCEEDED", 0)], allowing=RAY_LOST_THE_CODE)  # the second submission's
+    config = yaml.safe_load((run / "config.yaml").read_text())  # the job's resolved config
+    assert config["model"] == str(root / "launch" / "models" / "tiny-gpt-neox")  # ${RAYFLEET_LAUNCH_DIR}
+    assert config["data"] == str(root / "text" / "tiny_shakespeare.txt")  # ${RAYFLEET_DATA}
+    assert (config["num_workers"], config["min_workers"], config["cpus_per_worker"]) == (2, 2, 1.0)
+    assert (config["run_name"], config["storage"], config["strategy"]) == ("learn", str(root), "deepspeed")
+    assert "${" not in (run / "config.yaml").read_text()
 
 
 def uninterrupted(cluster_env, tiny, moto_endpoint, bucket, tmp_path) -> tuple[list[dict], dict, Path]:
@@ -102,24 +127,41 @@ def uninterrupted(cluster_env, tiny, moto_endpoint, bucket, tmp_path) -> tuple[l
     return rows, load(export), Path(f"s3://{bucket}/runs/straight")
 
 
-def test_interrupted_and_resumed_equals_uninterrupted(
-    cluster_env, fsdp_learned, tiny, moto_endpoint, rendered_bucket, tmp_path
-):
-    """The session's FSDP run, stopped after step 10 and resumed, equals an uninterrupted twin: the same losses
-    and the same exported weights. The twin also proves s3:// text and s3:// sharded checkpoints (per-rank
-    files, train state, metrics, export, the ones past keep_checkpoints deleted from the bucket: the DDP job's
-    own checkpoints in S3 are the rehearsal's, tests/integration/test_rehearsal.py). DeepSpeed's resume goes
-    through the same job code; that its checkpoint gives back equal weights, optimizer state and step is
-    tests/unit/train/test_deepspeed_checkpoint.py."""
+def uninterrupted_deepspeed(cluster_env, tiny, tmp_path) -> tuple[list[dict], dict]:
+    """The session's DeepSpeed run's twin, never interrupted, run directly: (its metrics rows, its export's
+    tensors)."""
     from safetensors.torch import load_file
 
-    learned = fsdp_learned("fsdp")
+    result = run_fsdp(cluster_env, tiny, tmp_path, *FSDP_LEARN, "strategy=deepspeed", "run_name=straight")
+    assert result.returncode == 0, result.stderr[-3000:]
+    export = load_file(tmp_path / "straight" / "export" / "model.safetensors")
+    return read_rows(RunDir(str(tmp_path), "straight")), export
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "deepspeed"])
+def test_interrupted_and_resumed_equals_uninterrupted(
+    cluster_env, fsdp_learned, tiny, moto_endpoint, rendered_bucket, tmp_path, strategy
+):
+    """The session's run, stopped after step 10 and resumed, equals an uninterrupted twin on the same two
+    ranks: the same losses and the same exported weights (1e-5: gloo's reductions on CPU). FSDP's twin also
+    proves s3:// text and s3:// sharded checkpoints (per-rank files, train state, metrics, export, the ones past
+    keep_checkpoints deleted from the bucket: the DDP job's own checkpoints in S3 are the rehearsal's,
+    tests/integration/test_rehearsal.py). DeepSpeed's run is `make train-fsdp` submitted twice under one name
+    (ZeRO-3's per-rank partitions and optimizer state saved by the first submission, loaded by the second); that
+    a tampered DeepSpeed checkpoint is refused is tests/unit/train/test_deepspeed_checkpoint.py."""
+    from safetensors.torch import load_file
+
+    learned = fsdp_learned(strategy)
     assert not learned["exported_early"]  # stopped early: nothing exported yet
     assert learned["first"].returncode == 0 and "step 10/30" in learned["first"].stdout
+    assert "step 11/30" not in learned["first"].stdout  # it stopped at 10
     assert "resuming at step 11 (attempt 1)" in learned["result"].stdout
     b = read_rows(RunDir(str(learned["storage"]), "learn"))
     assert [r["step"] for r in b] == [10, 20, 30] and [r["attempt"] for r in b] == [0, 1, 1]
-    a, pa, _ = uninterrupted(cluster_env, tiny, moto_endpoint, rendered_bucket, tmp_path)
+    if strategy == "fsdp":
+        a, pa, _ = uninterrupted(cluster_env, tiny, moto_endpoint, rendered_bucket, tmp_path)
+    else:
+        a, pa = uninterrupted_deepspeed(cluster_env, tiny, tmp_path)
     assert [r["attempt"] for r in a] == [0, 0, 0]
     for x, y in zip(a, b, strict=True):
         assert x["loss"] == pytest.approx(y["loss"], rel=1e-5, abs=1e-6)

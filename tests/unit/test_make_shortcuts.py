@@ -1,38 +1,16 @@
 """The Makefile is a front door of one-line `rayfleet` calls: what each target forwards, read from `make -n`
-(the command make would run) and parsed by the CLI's own parser, in-process. Each recipe also runs end to end
-through its shortcut on the local cluster: DDP in test_recipe_run_on_local_cluster's budget test, FSDP
-(fsdp-tiny) as the uninterrupted DeepSpeed run in test_fsdp_on_local_cluster."""
+(the command make would run) and parsed by the CLI's own parser, in-process. Each built-in recipe also runs
+end to end through its shortcut's command on the local cluster, through the Jobs API: `make train-ddp` in
+test_recipe_run_on_local_cluster's budget test (and its second submission under the same name), `make
+train-fsdp` (recipes/fsdp-tiny.yaml, its ${RAYFLEET_...} arguments expanded against the job) as the session's
+DeepSpeed run "learn" of test_fsdp_on_local_cluster (tests/integration/fsdp_recipe_run.py)."""
 
 from __future__ import annotations
-
-import re
-import shlex
-import subprocess
 
 import pytest
 
 from rayfleet.cli.main import parser
-from tests.integration.helpers import REPO
-
-
-def make_n(target: str, *variables: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        ["make", "-n", "--no-print-directory", target, *variables],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-
-
-def planned(target: str, *variables: str) -> tuple[list[str], list[str]]:
-    """The environment assignments and the `rayfleet` argv that `make -n target` prints."""
-    result = make_n(target, *variables)
-    assert result.returncode == 0, result.stderr
-    (line,) = [line for line in result.stdout.splitlines() if re.search(r"bin/rayfleet ", line)]
-    words = shlex.split(line)
-    at = next(i for i, w in enumerate(words) if w.endswith("bin/rayfleet"))
-    return words[:at], words[at + 1 :]
+from tests.integration.make_plan import make_n, planned
 
 
 def parsed(argv: list[str]):
