@@ -15,7 +15,9 @@ from pathlib import Path
 import torch
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from rayfleet.core.checkpoint_seal import check_directory
 from rayfleet.core.config import load_yaml
+from rayfleet.core.errors import RayfleetError
 from rayfleet.serve.http import RequestError
 from rayfleet.train import checkpoint
 from rayfleet.train.data.device_batches import normalize
@@ -78,6 +80,10 @@ class ImageClassifier:
         self.model_id = model_id
         self.rt = Runtime.resolve(cfg, torch.device("cuda" if torch.cuda.is_available() else "cpu"))
         self.model, _ = build_model(cfg, self.rt)
+        # The copy this replica made is checked, not only the folder `find` chose: files can go in between.
+        sealed = check_directory(Path(checkpoint_dir), [checkpoint.STATE_FILE])
+        if not sealed.complete:
+            raise RayfleetError(f"refusing to serve {Path(checkpoint_dir).name}: it is incomplete ({sealed.why})")
         self.model.load_state_dict(checkpoint.read_state(checkpoint_dir)["model"])
         self.model.eval()
         self.lock = threading.Lock()
