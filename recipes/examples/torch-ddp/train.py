@@ -4,9 +4,9 @@
     launcher: torchrun                                    # the same script from a recipe, across worker nodes
 
 An all-reduce checks the process group, then a small regression model trains with DDP. Rank 0 saves a
-checkpoint every --checkpoint-every steps and a restarted run resumes from it; every rank writes what it
-saw to ranks/rank-<R>.json. --fail-rank R --fail-at-step S raises on that rank (on the first attempt only
-with --fail-once) to show how a failure ends, or restarts, a run.
+checkpoint every --checkpoint-every steps (whole or not at all: `write`) and a restarted run resumes from
+it; every rank writes what it saw to ranks/rank-<R>.json. --fail-rank R --fail-at-step S raises on that
+rank (on the first attempt only with --fail-once) to show how a failure ends, or restarts, a run.
 
 Preemption: when a node of the run is about to go, rayfleet writes the file named by RAYFLEET_PREEMPT_FILE
 (with the seconds left) and sends SIGUSR1 to every rank that catches it. Each step the ranks agree, in one
@@ -37,10 +37,15 @@ def storage(path: str):
 
 
 def write(path: str, data: bytes) -> None:
+    """Written under a temporary name and moved into place whole: a rank killed while writing (a lost node, a
+    preemption) leaves the previous file as it was, never half a checkpoint that the next attempt cannot load.
+    (A local move is a rename; on S3 the move copies a whole object.)"""
     filesystem, where = storage(path)
     filesystem.create_dir(os.path.dirname(where), recursive=True)
-    with filesystem.open_output_stream(where) as out:
+    partial = f"{where}.partial"
+    with filesystem.open_output_stream(partial) as out:
         out.write(data)
+    filesystem.move(partial, where)
 
 
 def read(path: str) -> bytes | None:
