@@ -361,13 +361,20 @@ class Lines:
             self.ended = True
             self.changed.notify_all()
 
-    def wait_for(self, text: str, timeout: float) -> None:
+    def count(self, text: str) -> int:
+        with self.changed:
+            return sum(text in line for line in self.lines)
+
+    def wait_for(self, text: str, timeout: float, count: int = 1) -> None:
+        """Until `count` lines (in all) contain `text`; fails naming it if the stream ends or time runs out."""
+
         def seen() -> bool:
-            return any(text in line for line in self.lines)
+            return sum(text in line for line in self.lines) >= count
 
         with self.changed:
             self.changed.wait_for(lambda: seen() or self.ended, timeout)
-            assert seen(), f"{text!r} not printed within {timeout:.0f} s:\n" + "".join(self.lines)[-3000:]
+            got = "".join(self.lines)[-3000:]
+            assert seen(), f"{count} x {text!r} not printed within {timeout:.0f} s:\n{got}"
 
     def text(self, timeout: float = 60) -> str:
         """All of it, once the stream has ended (the process exited)."""

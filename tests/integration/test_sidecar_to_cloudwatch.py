@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -21,7 +20,7 @@ from monitoring.publisher import Publisher
 from monitoring.sidecar import Sidecar
 from rayfleet.train.tracking import cloudwatch
 from tests.fakes.fake_nvml import FakeNvml
-from tests.integration.helpers import REPO
+from tests.integration.helpers import REPO, Lines
 
 pytestmark = pytest.mark.integration
 SPEC = metric_spec.load()
@@ -118,11 +117,25 @@ def test_a_long_outage_drops_the_oldest_and_says_so(moto):
     assert dropped["sum"] == sidecar.publisher.dropped
 
 
-# The sidecar's real entry point as a process, reading two fake GPUs.
+# The sidecar's real entry point as a process, reading two fake GPUs. Each sample it takes is said on stderr
+# with the runs it counted it for ({"sampled": ["run-a"]}), so a test waits for samples instead of sleeping.
+SAMPLED = '{{"sampled": {}}}'
 SIDECAR_RUNNER = (
-    "import sys; from tests.fakes.fake_nvml import FakeNvml; from monitoring.__main__ import main; "
+    "import json, sys; from tests.fakes.fake_nvml import FakeNvml; from monitoring.__main__ import main; "
+    "from monitoring.sidecar import Sidecar; sample = Sidecar.sample; "
+    "Sidecar.sample = lambda self: (sample(self), print(json.dumps({'sampled': self.current}), file=sys.stderr, "
+    "flush=True)); "
     "sys.exit(main(sys.argv[1:], nvml=FakeNvml(gpus=2)))"
 )
+
+
+def sidecar_process(env: dict, *args: str) -> tuple[subprocess.Popen, Lines, Lines]:
+    """The sidecar as a process; its stdout (the log) and its stderr (the samples) read as they come."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SIDECAR_RUNNER, *args], env=env, cwd=REPO, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    return proc, Lines(proc.stdout), Lines(proc.stderr)
 
 
 def sidecar_process_env(moto, cluster: str, instance: str, **extra: str) -> dict:
@@ -144,26 +157,20 @@ def sidecar_process_env(moto, cluster: str, instance: str, **extra: str) -> dict
 
 def test_sigterm_flushes_a_real_sidecar_process(moto):
     env = sidecar_process_env(moto, "rf-proc", "i-proc")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SIDECAR_RUNNER, "--interval", "0.2", "--publish-interval", "3600"],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    proc, log, samples = sidecar_process(env, "--interval", "0.2", "--publish-interval", "3600")
     try:
-        assert json.loads(proc.stdout.readline())["event"] == "started"
-        time.sleep(1.5)
+        samples.wait_for(SAMPLED.format("[]"), timeout=60, count=3)
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        assert proc.wait(timeout=30) == 0, samples.text()
+        out, taken = log.text(), samples.text().count('"sampled"')
     finally:
         proc.kill()
-    assert proc.returncode == 0
-    stopped = json.loads(out.strip().splitlines()[-1])
-    assert stopped["event"] == "stopped" and stopped["unsent"] == 0 and stopped["published"] > 0
+    events = [json.loads(line) for line in out.strip().splitlines()]
+    assert [e["event"] for e in events] == ["started", "stopped"]  # nothing published before the SIGTERM
+    assert events[-1]["unsent"] == 0 and events[-1]["published"] > 0
     identity = Identity("rf-proc", "i-proc", "g5.xlarge")
     stats = read_stats(moto.client("cloudwatch"), "GPUUtilization", gpu_dims(1, identity))
-    assert stats["samplecount"] >= 3  # the hour-long interval was flushed on SIGTERM
+    assert stats["samplecount"] == taken  # the hour-long interval, every sample of it, was flushed on SIGTERM
 
 
 def test_dashboard_shows_exactly_what_the_sidecar_and_the_jobs_publish(moto):
@@ -189,23 +196,35 @@ def test_dashboard_shows_exactly_what_the_sidecar_and_the_jobs_publish(moto):
     assert shown == published, f"only shown: {shown - published}; only published: {published - shown}"
 
 
-def test_real_nvml_without_a_driver_exits_3_or_idles_until_sigterm():
-    """This host has no NVIDIA driver: the real pynvml shows the no-GPU paths of the real CLI."""
+def test_real_nvml_without_a_driver_exits_3_or_idles_until_sigterm(tmp_path):
+    """This host has no NVIDIA driver: the real pynvml shows the no-GPU paths of the real CLI. Idling, not
+    exiting (ECS would restart an exiting sidecar forever): it still follows the node's runs after it said it
+    idles, and ends on SIGTERM."""
+    from rayfleet.train import current_run
+
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     failed = subprocess.run([sys.executable, "-m", "monitoring"], env=env, cwd=REPO, capture_output=True, text=True)
     assert failed.returncode == 3
     assert "NVML is not available" in failed.stderr and "--idle-without-gpu" in failed.stderr
     idle = subprocess.Popen(
-        [sys.executable, "-m", "monitoring", "--idle-without-gpu"], env=env, cwd=REPO, stdout=subprocess.PIPE, text=True
+        [sys.executable, "-m", "monitoring", "--idle-without-gpu", "--run-dir", str(tmp_path), "--interval", "0.1"],
+        env=env,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        text=True,
     )
+    log = Lines(idle.stdout)
     try:
-        assert json.loads(idle.stdout.readline())["event"] == "no_gpu_idle"
-        time.sleep(0.5)
-        assert idle.poll() is None  # idling, not exiting: ECS would restart an exiting sidecar forever
+        log.wait_for('"no_gpu_idle"', timeout=60)
+        with current_run.marked("run-idle", tmp_path):
+            log.wait_for('"runs_changed"', timeout=60)
+        assert idle.poll() is None
         idle.send_signal(signal.SIGTERM)
         assert idle.wait(timeout=10) == 0
     finally:
         idle.kill()
+    events = [json.loads(line) for line in log.text().splitlines()]
+    assert [(e["event"], e.get("runs")) for e in events] == [("no_gpu_idle", None), ("runs_changed", ["run-idle"])]
 
 
 def test_a_long_lived_sidecar_follows_the_runs_on_its_node(moto, tmp_path):
@@ -216,34 +235,26 @@ def test_a_long_lived_sidecar_follows_the_runs_on_its_node(moto, tmp_path):
 
     env = sidecar_process_env(moto, "rf-runs", "i-runs", RAYFLEET_CURRENT_RUN_DIR=str(tmp_path))  # as the task sets it
     env.pop("RAYFLEET_RUN_NAME", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", SIDECAR_RUNNER, "--interval", "0.1", "--publish-interval", "0.3"],
-        env=env,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+    proc, log, samples = sidecar_process(env, "--interval", "0.1", "--publish-interval", "0.3")
     try:
-        assert json.loads(proc.stdout.readline())["event"] == "started"
-        time.sleep(0.5)  # idle node: no run
-        with current_run.marked("run-a", tmp_path):
-            time.sleep(1.0)
-        time.sleep(0.5)
-        with current_run.marked("run-b", tmp_path):
-            time.sleep(1.0)
-        time.sleep(0.5)
+        idle = SAMPLED.format("[]")
+        samples.wait_for(idle, timeout=60)  # an idle node: samples, for no run
+        for run in ("run-a", "run-b"):
+            with current_run.marked(run, tmp_path):
+                samples.wait_for(SAMPLED.format(json.dumps([run])), timeout=60, count=2)
+            samples.wait_for(idle, timeout=60, count=samples.count(idle) + 1)  # the run is over
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        assert proc.wait(timeout=30) == 0, samples.text()
+        out, taken = log.text(), samples.text()
     finally:
         proc.kill()
-    assert proc.returncode == 0
     events = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     assert [e["runs"] for e in events if e["event"] == "runs_changed"] == [["run-a"], [], ["run-b"], []]
     cloudwatch = moto.client("cloudwatch")
     for run in ("run-a", "run-b"):
         dims = [{"Name": "ClusterName", "Value": "rf-runs"}, {"Name": "RunName", "Value": run}]
         stats = read_stats(cloudwatch, "GPUUtilization", dims)
-        assert stats["samplecount"] >= 4, (run, stats)  # 2 GPUs x at least 2 samples while it ran
+        assert stats["samplecount"] == 2 * taken.count(SAMPLED.format(json.dumps([run]))), (run, stats)  # 2 GPUs
     listed = cloudwatch.list_metrics(Namespace=SPEC.namespace, MetricName="GPUUtilization")["Metrics"]
     runs = {d["Value"] for m in listed for d in m["Dimensions"] if d["Name"] == "RunName"}
     assert runs == {"run-a", "run-b"}
