@@ -90,10 +90,19 @@ class Rehearsal:
             if found:
                 return found[0]
             if self.proc.poll() is not None:
-                time.sleep(0.5)  # the reader's last lines
+                self._reader.join(timeout=10)  # the reader's last lines: it ends at the pipe's end
                 raise AssertionError(f"the rehearsal exited ({self.proc.returncode}) before {text!r}:\n{self.output}")
             time.sleep(0.5)
         raise AssertionError(f"no {text!r} within {timeout:.0f}s:\n{self.output}")
+
+    def apply(self, var_file: Path) -> str:
+        """`python -m tools.rehearsal apply --var-file F`: other Terraform variables applied to this running
+        rehearsal in place (tools/rehearsal/reapply.py); returns the rehearsal's line saying what changed."""
+        result = rehearsal_cli(
+            "apply", "--tag", TAG, "--var-file", str(var_file), "--state-dir", str(self.state_dir), timeout=600
+        )
+        assert result.returncode == 0, result.stdout + result.stderr + self.output[-3000:]
+        return self.wait_for("[rehearsal] applied ", timeout=30)
 
     @property
     def state(self) -> dict:

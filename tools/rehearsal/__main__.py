@@ -5,6 +5,7 @@
     python -m tools.rehearsal env [--identity inspector]  # export lines that point the laptop verbs at it
                                               # (as the operator; the inspector: the account's all-allowed view)
     python -m tools.rehearsal picture         # the deployment picture it runs, as JSON (its input file)
+    python -m tools.rehearsal apply --var-file F   # other variables, applied to the running one in place
 
 `make rehearse` runs `up` (foreground: Ctrl-C stops everything), `make rehearse-down` runs `down`.
 """
@@ -16,11 +17,12 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from rayfleet.core.aws import run_cli
 from tools.rehearsal import picture as pictures
-from tools.rehearsal import podman
+from tools.rehearsal import podman, reapply
 from tools.rehearsal.rehearsal import (
     STATE_DIR,
     Options,
@@ -52,11 +54,31 @@ def load(opts) -> dict:
         raise RehearsalError(str(exc)) from None
 
 
+def applied(state_dir: Path, picture: dict, timeout_s: float = 300) -> str:
+    """Hand the running rehearsal `picture` (tools/rehearsal/reapply.py) and wait until it has applied it."""
+    state = read_state(state_dir) or {}
+    if not state.get("ready"):
+        raise RehearsalError("no rehearsal is running (start one with `make rehearse`)")
+    reapply.request(state_dir, picture)
+    source = picture.get("source", "a picture")
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = read_state(state_dir) or {}
+        if not (state_dir / reapply.PENDING).exists():
+            if state.get("apply_error"):
+                raise RehearsalError(f"the rehearsal could not apply it: {state['apply_error']}")
+            if state.get("applied") == source:
+                return f"applied: {source}"
+        time.sleep(0.5)
+    raise RehearsalError(f"the rehearsal did not apply it within {timeout_s:.0f}s (is it running?)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tools.rehearsal", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="verb", required=True)
     up = sub.add_parser("up", help="run the deployment with podman until Ctrl-C")
-    for p in (up, sub.add_parser("picture", help="print the deployment picture")):
+    apply = sub.add_parser("apply", help="apply other Terraform variables to the running rehearsal, in place")
+    for p in (up, sub.add_parser("picture", help="print the deployment picture"), apply):
         p.add_argument("--tag", default=None, help="image tag (default: the git commit, as make build)")
         p.add_argument("--var-file", action="append", help="Terraform variables file (infra/fsdp.tfvars)")
         p.add_argument("--state", help="`terraform show -json` of a deployment (default: infra/ applied offline)")
@@ -69,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--ready-timeout", type=float, default=600, help="seconds for the Ray cluster to form")
     for p in (
         up,
+        apply,
         env := sub.add_parser("env", help="export lines for the laptop verbs"),
         dn := sub.add_parser("down", help="stop it"),
     ):
@@ -91,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         for key, value in environment(read_state(state_dir) or {}, opts.identity).items():
             print(f"export {key}={value}")
         print("unset AWS_PROFILE")
+        return 0
+    if opts.verb == "apply":
+        opts.tag = opts.tag or default_tag()
+        print(applied(state_dir, load(opts)))
         return 0
     if opts.verb == "down":
         print(down(state_dir, everything=opts.all))

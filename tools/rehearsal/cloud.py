@@ -194,7 +194,7 @@ def deploy(moto: Moto, picture: dict, directory: Path) -> dict:
     """Create the picture in moto with the one moto stack (tools/moto_stack/stack.py), as `make deploy` would in
     AWS, without starting the services' tasks (the agent schedules them). Writes directory/outputs.json.
     Returns what the agent and the verbs need: {"outputs", "outputs_file", "services", "task_definitions",
-    "cluster", "token", "secret_arn", "gcs_store_token"}."""
+    "cluster", "token", "secret_arn", "gcs_store_token", "ids"}."""
     from tools.moto_stack import stack
     from tools.moto_stack.stack import mapped
 
@@ -227,4 +227,5 @@ def deploy(moto: Moto, picture: dict, directory: Path) -> dict:
         "token": created["token"],
         "secret_arn": outputs.get("ray_token_secret_arn"),
         "gcs_store_token": created["gcs_store_token"],  # None without a store
+        "ids": created["ids"],  # rendered id -> moto's: what a later apply maps its picture with (reapply.py)
     }

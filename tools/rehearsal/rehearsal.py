@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rayfleet.core.errors import RayfleetError
-from tools.rehearsal import podman
+from tools.rehearsal import podman, reapply
 from tools.rehearsal.agent import Agent, say
 from tools.rehearsal.cloud import SIGNED_PLAIN, Moto, deploy
 from tools.rehearsal.host import Adaptation, Host
@@ -84,6 +84,7 @@ class Rehearsal:
         self.store: GcsStore | None = None
         self.agent: Agent | None = None
         self.network: dict | None = None
+        self.host: Host | None = None
         self.state_path = opts.state_dir / "state.json"
 
     # -- up ----------------------------------------------------------------------------------------------
@@ -99,6 +100,7 @@ class Rehearsal:
             self._ready(ready)
             while True:
                 self.agent.step()
+                self._apply_pending()
                 time.sleep(2)
         except KeyboardInterrupt:
             print(flush=True)
@@ -159,7 +161,7 @@ class Rehearsal:
             f"services {', '.join(deployed['services'])}, Cloud Map {opts.picture['namespace']['name']}, "
             f"bucket {opts.picture['bucket']['name']}"
         )
-        host = opts.host or Host.here()
+        host = self.host = opts.host or Host.here()
         adaptation = Adaptation.plan(opts.picture, host)
         say(adaptation.line(opts.picture))
         extra_env = {
@@ -186,6 +188,20 @@ class Rehearsal:
             self.moto, deployed, adaptation, self.rid, self.network, extra_env, log_dir, stand_in=self.store
         )
         self.deployed = deployed
+
+    def _apply_pending(self) -> None:
+        """A picture `python -m tools.rehearsal apply` left for this rehearsal (tools/rehearsal/reapply.py)."""
+        picture = reapply.pending(self.opts.state_dir)
+        if picture is None:
+            return
+        try:
+            say(reapply.apply(self, picture))
+            self._write_state(applied=picture.get("source", "a picture"), apply_error=None)
+        except Exception as exc:  # the rehearsal goes on with what it ran; the verb says why
+            say(f"could not apply {picture.get('source', 'the picture')}: {exc}")
+            self._write_state(apply_error=f"{type(exc).__name__}: {exc}")
+        finally:
+            reapply.taken(self.opts.state_dir)  # after the outcome: the verb waits for the file to go
 
     def _check_reachable(self, endpoint: str) -> None:
         image = self.opts.picture["taskDefinitions"]["head"]["containerDefinitions"][0]["image"]
