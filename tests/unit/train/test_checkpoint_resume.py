@@ -109,3 +109,21 @@ def test_a_checkpoint_from_before_seals_is_read_with_one_note(tmp_path, capsys):
     assert found.resumed_from == "checkpoint_000001"
     note = "rayfleet: checkpoint_000001: it has no completeness seal (written before rayfleet sealed checkpoints)"
     assert capsys.readouterr().out.splitlines()[0] == f"{note}; read as is"
+
+
+def test_the_run_record_and_the_epoch_rows_name_the_checkpoint_an_attempt_resumed_from(tmp_path):
+    """What `rayfleet runs --json` and run.json read: an event from rank 0 (the driver owns run.json), and
+    every epoch row of the attempt; nothing on a fresh start."""
+    from rayfleet.core.run_dir import RunDir
+    from rayfleet.train import ddp_report
+
+    run_dir = RunDir(str(tmp_path), "run")
+    run_dir.update(state="RUNNING")
+    ddp_report.record_resume(run_dir, ddp_state.Resume())
+    assert "resumed_from" not in run_dir.record()
+    found = ddp_state.Resume(start_epoch=3, attempt=2, resumed_from="checkpoint_000002")
+    ddp_report.record_resume(run_dir, found)
+    assert run_dir.record()["resumed_from"] == {"attempt": 2, "checkpoint": "checkpoint_000002"}
+    rt = SimpleNamespace(device=torch.device("cpu"))
+    row = ddp_report.epoch_row(3, [1.0, 10, 1.0, 5, 10], None, 1.0, 1.0, 1, rt, found, {})
+    assert (row["attempt"], row["resumed_from"]) == (2, "checkpoint_000002")
