@@ -18,6 +18,7 @@ checkpoint at that step and stop; the run launched again on the nodes that are l
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import tempfile
@@ -105,6 +106,32 @@ def copy_tree(source: str, destination: str) -> None:
         fs.copy_files(source_path, destination_path, source_fs, destination_fs)
 
 
+COPIED = "copied.json"  # put in last by `save_copy`: the checkpoint folder in the run directory is whole
+
+
+def save_copy(local: str, remote: str) -> None:
+    """A Trainer checkpoint folder into the run directory, its COPIED marker last: a node that goes while
+    copying (the notice's very reason) leaves a folder without it, which `restore` drops."""
+    copy_tree(local, remote)
+    write(f"{remote}/{COPIED}", b"{}")
+
+
+def restore(remote: str, output_dir: str) -> str | None:
+    """The run directory's Trainer checkpoints brought back to this node's `output_dir`; the latest whole one
+    (a folder copied without its marker is removed and named in one line), or None."""
+    copy_tree(remote, output_dir)
+    cut = sorted(
+        name
+        for name in (os.listdir(output_dir) if os.path.isdir(output_dir) else [])
+        if name.startswith("checkpoint-") and not os.path.exists(os.path.join(output_dir, name, COPIED))
+    )
+    for name in cut:
+        shutil.rmtree(os.path.join(output_dir, name))
+    if cut:
+        print(f"{', '.join(cut)} in {remote} incomplete (copy cut short): not resumed from", flush=True)
+    return get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--model", required=True, help="a directory with save_pretrained weights and tokenizer")
@@ -144,15 +171,16 @@ def main() -> None:
     notice = SaveOnPreemptNotice()
     callbacks = [notice] + ([FailAt(args.fail_rank, args.fail_at_step)] if args.fail_rank >= 0 else [])
     trainer = Trainer(model=model, args=training, train_dataset=dataset, callbacks=callbacks)
-    if not local:  # the Trainer's checkpoints live on this node's disk: bring the run's back from s3://
-        copy_tree(f"{run_dir}/trainer", output_dir)
-    last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+    if local:
+        last = get_last_checkpoint(output_dir) if os.path.isdir(output_dir) else None
+    else:  # the Trainer's checkpoints live on this node's disk: bring the run's whole ones back from s3://
+        last = restore(f"{run_dir}/trainer", output_dir)
     if last and trainer.is_world_process_zero():
         print(f"resuming from {os.path.basename(last)}", flush=True)
     trainer.train(resume_from_checkpoint=last)
     if notice.heard_at is not None and not local and trainer.is_world_process_zero():
         step = f"checkpoint-{notice.heard_at}"
-        copy_tree(os.path.join(output_dir, step), f"{run_dir}/trainer/{step}")
+        save_copy(os.path.join(output_dir, step), f"{run_dir}/trainer/{step}")
 
     rank, world = training.process_index, training.world_size
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]

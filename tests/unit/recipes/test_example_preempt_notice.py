@@ -47,3 +47,23 @@ def test_the_trainer_saves_and_stops_at_the_step_the_notice_is_heard(example, ho
     assert control.should_save and control.should_training_stop and callback.heard_at == 4
     assert "preemption notice: saving at step 4 and stopping" in capsys.readouterr().out
     assert not step_end(callback, 5).should_save  # once: the save it asked for is the notice's
+
+
+def test_a_checkpoint_copy_cut_short_is_not_resumed_from(example, tmp_path, capsys):
+    """On s3:// the Trainer's checkpoint is copied into the run directory after the notice: a node that goes
+    while copying leaves a folder without the example's marker; the next attempt resumes from the one before
+    (issue 48: every resume reads a complete checkpoint). A local folder stands in for the bucket here."""
+    trainer = tmp_path / "node" / "trainer"
+    for step in (3, 6):
+        (trainer / f"checkpoint-{step}").mkdir(parents=True)
+        (trainer / f"checkpoint-{step}" / "trainer_state.json").write_text("{}")
+        bucket = tmp_path / "run" / "trainer" / f"checkpoint-{step}"
+        bucket.mkdir(parents=True)  # S3 has no folders to make; a local stand-in needs them
+        example.save_copy(str(trainer / f"checkpoint-{step}"), str(bucket))
+    (tmp_path / "run" / "trainer" / "checkpoint-6" / example.COPIED).unlink()  # the copy of step 6 cut short
+    (tmp_path / "next").mkdir()
+    last = example.restore(str(tmp_path / "run" / "trainer"), str(tmp_path / "next"))
+    assert last == str(tmp_path / "next" / "checkpoint-3")
+    assert capsys.readouterr().out.splitlines() == [
+        f"checkpoint-6 in {tmp_path / 'run' / 'trainer'} incomplete (copy cut short): not resumed from"
+    ]
