@@ -29,6 +29,7 @@ def test_two_workers_learn_and_checkpoint(cluster_env, small_dataset, ddp_basic)
     assert rows[-1]["train_loss"] < rows[0]["train_loss"] * 0.7
     assert rows[-1]["test_accuracy"] > 0.5  # chance is 0.1
     assert all(r["workers"] == 2 and r["test_images"] == 600 for r in rows)
+    assert all(r["attempt"] == 0 and r["steps_redone"] == 0 for r in rows)  # one attempt: Ray Train restarted nothing
     run_dir = tmp_path / "basic"
     # keep_checkpoints=2: the last two epochs remain, with their state.
     assert sorted(p.name for p in run_dir.glob("checkpoint_0*")) == ["checkpoint_000002", "checkpoint_000003"]

@@ -13,6 +13,7 @@ import time
 import pytest
 
 from tests.integration.helpers import REPO
+from tests.integration.run_attempts import RAY_LOST_THE_CODE, check_attempts
 
 pytestmark = pytest.mark.integration
 
@@ -103,3 +104,6 @@ def test_an_elastic_run_starts_on_the_free_worker_and_grows_when_the_other_frees
     assert "1-2 (elastic) workers" in output
     record = json.loads((storage / "elastic" / "run.json").read_text())
     assert record["state"] == "SUCCEEDED"
+    check_attempts(record, [("SUCCEEDED", 0)], allowing=RAY_LOST_THE_CODE)  # the resize is Ray Train's, inside it
+    holder_record = json.loads((storage / "holder" / "run.json").read_text())
+    check_attempts(holder_record, [("SUCCEEDED", 0)], allowing=RAY_LOST_THE_CODE)

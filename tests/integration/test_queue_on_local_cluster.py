@@ -18,6 +18,7 @@ import pytest
 
 from rayfleet.core.run_queue import Queue
 from tests.integration.helpers import REPO
+from tests.integration.run_attempts import RAY_LOST_THE_CODE, check_attempts
 
 pytestmark = pytest.mark.integration
 
@@ -164,6 +165,9 @@ def test_runs_that_each_need_the_cluster_queue_in_priority_order_and_a_queued_on
     for run in ("gone", "first"):  # one never started, one was stopped while it ran
         record = json.loads((storage / run / "run.json").read_text())
         assert record["state"] == "CANCELLED" and not (storage / run / "times.json").exists()
+    check_attempts(json.loads((storage / "first" / "run.json").read_text()), [("CANCELLED", 130)])
+    # submitted, it waited in its job's admission loop until cancelled
+    check_attempts(json.loads((storage / "gone" / "run.json").read_text()), [("CANCELLED", 130)])
     assert "cancelled again: stopping the job now" in outputs["first"]
     assert "queued: position" in outputs["low"] and "admitted after" in outputs["low"]  # through the re-attach
     assert "[rayfleet] run low succeeded" in (storage / "low" / "follower.log").read_text()
@@ -172,7 +176,9 @@ def test_runs_that_each_need_the_cluster_queue_in_priority_order_and_a_queued_on
     # one after another, the higher priority before the earlier submission, none overlapping another
     assert times["high"]["ended"] <= times["low"]["started"]
     for run in ("high", "low"):
-        assert json.loads((storage / run / "run.json").read_text())["state"] == "SUCCEEDED"
+        record = json.loads((storage / run / "run.json").read_text())
+        assert record["state"] == "SUCCEEDED"
+        check_attempts(record, [("SUCCEEDED", 0)], allowing=RAY_LOST_THE_CODE)
     to_step = {run: round(t["first_step"] - t["started"], 1) for run, t in times.items()}
     print(f"admission to first step (s): {to_step}")
     assert states() == {}  # every entry removed when its run ended

@@ -9,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from rayfleet.core.run_dir import RunDir
+from rayfleet.train.metrics import read_rows
+from rayfleet.train.tracking.events import read_scalars
 from tests.fakes.webhook import Receiver
 from tests.integration.helpers import DASHBOARD_PORT, REPO, ctrl_c_on_failure, ctrl_c_reaches_it
+from tests.integration.run_attempts import RAY_LOST_THE_CODE, check_attempts
 
 pytestmark = pytest.mark.integration
 
@@ -114,7 +118,9 @@ def make_run(env: dict, recipe: Path, *args: str, timeout: int = 600) -> subproc
 
 
 def make_train(env: dict, target: str, data_dir: Path, settings: str, args: str, run: str):
-    """`make train-ddp` / `make train-fsdp` on the local test cluster, as a user types it."""
+    """`make train-ddp` / `make train-fsdp` on the local test cluster, as a user types it (this checkout's code
+    first on the path: a virtualenv copied from another checkout, its editable install and its `rayfleet`
+    script's interpreter, would otherwise run that checkout's submitter)."""
     return subprocess.run(
         [
             "make",
@@ -126,7 +132,7 @@ def make_train(env: dict, target: str, data_dir: Path, settings: str, args: str,
             f"ARGS={args}",
             f"NAME={run}",
         ],
-        env=env,
+        env={**env, "PYTHONPATH": str(REPO)},
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -178,6 +184,7 @@ def test_user_train_script_runs_from_a_recipe(cluster_env, tmp_path):
     assert list(run.glob("train/checkpoint_*/state.pt")), sorted(str(p) for p in run.rglob("*"))
     record = json.loads((run / "run.json").read_text())
     assert record["state"] == "SUCCEEDED" and record["exit_code"] == 0 and record["target"] == "local"
+    check_attempts(record, [("SUCCEEDED", 0)], allowing=RAY_LOST_THE_CODE)
     assert record["job_id"].startswith("rayfleet-user-job-ok-")
     code_zip = run / f"code-{record['code_sha256'][:12]}.zip"
     import hashlib
@@ -233,7 +240,7 @@ def test_failing_script_fails_make_run_with_its_traceback_and_its_exit_code(clus
     assert "in load_batches" in result.stderr
     record = json.loads((only_run(storage) / "run.json").read_text())
     assert record["state"] == "FAILED" and record["exit_code"] == 76
-    assert [(a["attempt"], a["state"], a["exit_code"]) for a in record["attempts"]] == [(1, "FAILED", 76)]
+    check_attempts(record, [("FAILED", 76)], allowing=RAY_LOST_THE_CODE)  # not retried
     assert "shard 7 is corrupt" in (only_run(storage) / "driver.log").read_text()
 
 
@@ -309,6 +316,7 @@ def test_ctrl_c_stops_the_job_and_keeps_its_record(cluster_env, tmp_path):
     assert proc.returncode == 130, err
     record = json.loads((only_run(storage) / "run.json").read_text())
     assert record["state"] == "STOPPED" and record["exit_code"] == 130
+    check_attempts(record, [("STOPPED", 130)], allowing=RAY_LOST_THE_CODE)
     assert "started" in (only_run(storage) / "driver.log").read_text()
     import urllib.request
 
@@ -318,16 +326,22 @@ def test_ctrl_c_stops_the_job_and_keeps_its_record(cluster_env, tmp_path):
         assert json.loads(response.read())["status"] == "STOPPED"  # the job itself, not only the follower
 
 
-def test_a_budget_stops_the_run_cleanly_after_a_checkpoint(cluster_env, tmp_path, small_dataset):
+def test_a_budget_stops_the_run_cleanly_after_a_checkpoint_and_the_name_submitted_again_resumes(
+    cluster_env, tmp_path, small_dataset
+):
     """max_hours of 36 s on a 20-epoch DDP run: the follower asks, the job checkpoints and ends, the record
     says STOPPED by budget, with the run's cost ($0 here: a local run holds this machine). Started with
-    `make train-ddp`, it is also the built-in DDP recipe's end-to-end run."""
+    `make train-ddp`, it is also the built-in DDP recipe's end-to-end run. Then the same `make train-ddp`
+    under the ended run's name, no budget, one epoch more: what only this run proves, on Ray itself, is the
+    DDP job resubmitted by name resuming from its checkpoint through the Jobs API: the raised `epochs`, the
+    next epoch only (attempt 1, no step redone), the old stop request cleared, the record's second submission
+    with its one attempt, TensorBoard's steps going on."""
     storage = tmp_path / "runs"
     # 36 s from submission: a loaded 2-core CI host may take 8 s to set the job up and admit it, and 20 s more
     # when Ray loses the job's code package under it (its working_dir cache) and rayfleet submits it once more
     settings = f"storage={storage} max_hours=0.01"
-    args = "epochs=20 eval_batch_size=600 train_subset=1200 batch_size=64"  # epochs of half the CPU: it stops sooner
-    result = make_train(cluster_env, "train-ddp", small_dataset, settings, args, "budgeted")
+    args = "eval_batch_size=600 train_subset=1200 batch_size=64"  # epochs of half the CPU: it stops sooner
+    result = make_train(cluster_env, "train-ddp", small_dataset, settings, f"epochs=20 {args}", "budgeted")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     run = only_run(storage)
     record = json.loads((run / "run.json").read_text())
@@ -336,6 +350,8 @@ def test_a_budget_stops_the_run_cleanly_after_a_checkpoint(cluster_env, tmp_path
     assert (run / "config.yaml").is_file() and (run / "recipe.yaml").is_file()
     assert record["state"] == "STOPPED" and record["message"].startswith("stopped by budget: max_hours 0.01")
     assert record["held"] == {"where": "local", "instances": [], "usd_per_hour": 0.0} and record["cost_usd"] == 0.0
+    assert record["submission"] == 1
+    check_attempts(record, [("STOPPED", record["exit_code"])], allowing=RAY_LOST_THE_CODE)
     epochs = [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert (
         1 <= len(epochs) < 20
@@ -343,3 +359,25 @@ def test_a_budget_stops_the_run_cleanly_after_a_checkpoint(cluster_env, tmp_path
     )
     assert f"stopping after epoch {epochs[-1]} (its checkpoint is saved): stopped by budget" in result.stdout
     assert "[rayfleet] run budgeted stopped (its checkpoint is saved)" in result.stdout
+
+    last = epochs[-1]
+    again = make_train(
+        cluster_env, "train-ddp", small_dataset, f"storage={storage}", f"epochs={last + 1} {args}", "budgeted"
+    )
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"resuming budgeted from the checkpoint of epoch {last} (attempt 1)" in again.stdout
+    assert "stopped by budget" not in again.stdout  # the first submission's stop request did not stop this one
+    rows = read_rows(RunDir(str(storage), "budgeted"))
+    assert [(r["epoch"], r["attempt"]) for r in rows] == [(e, 0) for e in epochs] + [(last + 1, 1)]
+    assert rows[-1]["steps_redone"] == 0 and "epochs: " + str(last + 1) in (run / "config.yaml").read_text()
+    assert rows[-1]["resumed_from"] == f"checkpoint_{last:06d}"  # the newest complete checkpoint it kept
+    record = json.loads((run / "run.json").read_text())
+    assert record["resumed_from"] == {"attempt": 1, "checkpoint": f"checkpoint_{last:06d}"}, record
+    assert record["state"] == "SUCCEEDED" and record["submission"] == 2
+    check_attempts(record, [("SUCCEEDED", 0)], allowing=RAY_LOST_THE_CODE)
+    assert record["attempts"][0]["reason"].startswith("submission 2 of the run's name"), record["attempts"]
+    # TensorBoard, read with its own reader: one accuracy per epoch at its last step (10 steps an epoch), going
+    # on from the first submission's steps
+    curve = read_scalars(run / "tensorboard")["test/accuracy"]
+    assert [step for step, _ in curve] == [10 * e for e in range(1, last + 2)], curve
+    assert [acc for _, acc in curve] == pytest.approx([r["test_accuracy"] for r in rows])

@@ -5,8 +5,10 @@ DDP job's path), for tests/integration/test_async_checkpoint_on_local_cluster.py
 
 Every EVERY steps it reports a checkpoint holding the step. On the first attempt the write of the step-8
 checkpoint, in Ray Train's upload thread, first records its process in MARKS/uploading and sleeps, as a
-large upload would; rank 0 records each step it finishes in MARKS/step. The loop is in __main__, so Ray
-ships it by value.
+large upload would; rank 0 records each step it finishes in MARKS/step, and appends to MARKS/events, in
+order, "<pid> step N" for each step and "<pid> wait N" / "<pid> waited N" around each wait for the previous
+checkpoint's upload (`checkpoint.Uploads.wait`), so the test reads where the loop stopped from the order of
+its own lines, not from a pause. The loop is in __main__, so Ray ships it by value.
 """
 
 from __future__ import annotations
@@ -31,6 +33,12 @@ def mark(path: Path, text: str) -> None:
     os.replace(partial, path)
 
 
+def event(marks: Path, line: str) -> None:
+    """One whole line, appended: the test reads the file while it grows."""
+    with open(marks / "events", "a") as f:
+        f.write(f"{os.getpid()} {line}\n")
+
+
 def loop(config: dict) -> None:
     import ray.train
     import torch
@@ -49,6 +57,7 @@ def loop(config: dict) -> None:
         done = step + 1
         if rank == 0:
             mark(marks / "step", str(done))
+            event(marks, f"step {done}")
         if done % EVERY:
             continue
 
@@ -58,8 +67,14 @@ def loop(config: dict) -> None:
                 time.sleep(120)
             (directory / "step.json").write_text(json.dumps({"step": done}))
 
+        if rank == 0:
+            event(marks, f"wait {done}")
         uploads.wait()
-        uploads.report({"step": done}, checkpoint.step_checkpoint_name(done), write if rank == 0 else None)
+        if rank == 0:
+            event(marks, f"waited {done}")
+        uploads.report(
+            {"step": done}, checkpoint.step_checkpoint_name(done), write if rank == 0 else None, writers=1
+        )  # rank 0 alone writes (and seals) it, as the DDP job's
     uploads.wait()
 
 
