@@ -49,7 +49,9 @@ def loop(config: dict) -> None:
             def write(directory, done=done):
                 (directory / "step.json").write_text(json.dumps({"step": done}))
 
-            checkpoint.report({"step": done}, checkpoint.step_checkpoint_name(done), write if rank == 0 else None)
+            checkpoint.report(
+                {"step": done}, checkpoint.step_checkpoint_name(done), write if rank == 0 else None, writers=1
+            )
         if rank == 1 and step + 1 == start + HANG_AFTER + 1 and (config["hang"] == "always" or start == 0):
             print(f"rank 1 blocks after step {step + 1}", flush=True)
             dist.all_reduce(torch.ones(1), group=side)  # rank 0 never joins: blocks until the group is stopped
