@@ -272,8 +272,11 @@ class RunDir:
 
         if not self.is_s3:
             return self.storage, pafs.LocalFileSystem()
-        # The SDK's 1 s connect timeout fails a checkpoint on a busy network (seen: a loaded node's bridge to S3);
-        # a slow connect is not a dead one. Timeouts survive the pickling to the workers, a retry strategy not.
+        # The SDK's defaults fail a write after a 1 s connect or 3 s without a byte: a slow connect or a busy S3
+        # is not a dead one. On Linux request_timeout is curl's low-speed limit (pyarrow 26 measured; its docs
+        # say it is ignored there). Timeouts survive the pickling to the workers, a retry strategy does not.
+        # (The "Timeout was reached" seen in CI was the rehearsal's moto starved of its GIL: tools/rehearsal/
+        # moto_process.py; these do not hide it, a moto that answers nothing fails the write after 60 s.)
         options = {"connect_timeout": 10.0, "request_timeout": 60.0}
         region = self.region or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION")
         if region:

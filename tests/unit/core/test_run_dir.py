@@ -56,6 +56,7 @@ def test_ray_storage_for_s3_maps_the_endpoint_and_carries_no_credentials():
     assert (options["endpoint_override"], options["scheme"]) == ("127.0.0.1:5000", "http")
     assert options["access_key"] is None and options["secret_key"] is None
     assert options["connect_timeout"] >= 10  # not the SDK's 1 s: a loaded node's connect is slow, not gone
+    assert options["request_timeout"] >= 60  # not the SDK's 3 s without a byte (curl's low-speed limit on Linux)
 
 
 def test_ray_storage_for_a_local_directory(tmp_path):
