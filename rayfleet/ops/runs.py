@@ -70,8 +70,14 @@ def _attempts(record: dict) -> list[dict]:
     for n, entry in enumerate(listed[-MAX_ATTEMPTS_SHOWN:], start=max(1, len(listed) - MAX_ATTEMPTS_SHOWN + 1)):
         entry = entry if isinstance(entry, dict) else {}
         reason = printable(str(entry.get("reason") or "submitted"))[:MAX_REASON]
+        resumed = printable(str(entry["resumed_from"]))[:MAX_REASON] if entry.get("resumed_from") else None
         shown.append({"attempt": n, "state": printable(str(entry.get("state", "?"))), "reason": reason})
+        shown[-1]["resumed_from"] = resumed
     return shown
+
+
+def _resumed(attempt: dict) -> str:
+    return f"; resumed from {attempt['resumed_from']}" if attempt.get("resumed_from") else ""
 
 
 def _row(run: str, where: str, record: dict, results: str) -> dict:
@@ -208,7 +214,7 @@ def table(rows: list[dict]) -> str:
         tries = str(len(r["attempts"]) or "-")
         lines.append(f"{run:<34}{r['where']:<7}{state:<18}{tries:<6}{started:<27}{when:<10}{cost:<10}{results}")
         # Every attempt after the first says why it was started: a resubmission is never silent.
-        lines += [f"  attempt {a['attempt']} ({a['state']}): {a['reason']}" for a in r["attempts"][1:]]
+        lines += [f"  attempt {a['attempt']} ({a['state']}): {a['reason']}{_resumed(a)}" for a in r["attempts"][1:]]
     return "\n".join(lines)
 
 

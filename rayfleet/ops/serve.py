@@ -70,8 +70,10 @@ def check_fits(cfg: ServeConfig, cpus: float, gpus: int, where: str) -> None:
 
 
 def describe(served: ServedRun, run_dir: RunDir) -> str:
-    what = "its Hugging Face export" if served.kind == "llm" else f"its latest checkpoint ({served.folder})"
-    return f"serving run {run_dir.run_name}: {what} from {run_dir.display(served.folder)}"
+    what = "its Hugging Face export" if served.kind == "llm" else f"its latest complete checkpoint ({served.folder})"
+    # A skipped checkpoint's reason names files its job wrote: shown without control characters.
+    passed = f"; passed over: {printable('; '.join(served.skipped))}" if served.skipped else ""
+    return f"serving run {run_dir.run_name}: {what} from {run_dir.display(served.folder)}{passed}"
 
 
 def local_key_file() -> Path:

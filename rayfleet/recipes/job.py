@@ -49,7 +49,7 @@ def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
     ray_retried = False
     while True:
         _fence(run_dir, how.get("address"))
-        run_dir.update(attempt_reason=reason)
+        run_dir.update(attempt_reason=reason, resumed_from=None)  # the job sends its own when it resumes
         exit_code, interrupted = _run_once(recipe, run_dir, **how)
         attempts.append(attempt_of(run_dir.record(), len(attempts) + 1))
         run_dir.update(attempts=attempts)
@@ -104,10 +104,16 @@ def _say(line: str) -> None:
 def attempt_of(record: dict, number: int) -> dict:
     """One entry of run.json's `attempts`: the submission and how it ended, from the record it left."""
     keys = ("job_id", "task_arn", "state", "exit_code", "submitted_at", "ended_at", "duration_s")
+    resumed = record.get("resumed_from")  # the job's own event (rayfleet/train/ddp_report.py): a checkpoint's name
     return {
         "attempt": number,
         "reason": record.get("attempt_reason", "submitted"),
         **{k: record[k] for k in keys if record.get(k) is not None},
+        **(
+            {"resumed_from": str(resumed["checkpoint"])}
+            if isinstance(resumed, dict) and "checkpoint" in resumed
+            else {}
+        ),
         "why": record.get("message", ""),
     }
 

@@ -19,6 +19,8 @@ def test_each_resubmission_shows_its_reason_in_the_table_and_the_json(tmp_path, 
 
     def once(recipe, run_dir, **how):  # a stand-in for one submission: it writes what a real one writes
         code, message = ends.pop(0)
+        if len(ends) == 1:  # the second attempt's job resumed (rayfleet/train/ddp_report.py's event)
+            run_dir.send("resumed", resumed_from={"attempt": 0, "checkpoint": "checkpoint_000003"})
         run_dir.update(state="FAILED" if code else "SUCCEEDED", exit_code=code, message=message)
         return code, None
 
@@ -28,6 +30,7 @@ def test_each_resubmission_shows_its_reason_in_the_table_and_the_json(tmp_path, 
     table = ops_runs.table(rows).splitlines()
     assert table[1].split()[:4] == ["r", "local", "SUCCEEDED", "3"]
     assert table[2].startswith("  attempt 2 (FAILED): Ray's job monitor failed the job on an RPC error of its own")
+    assert table[2].endswith("; resumed from checkpoint_000003")  # and the third did not resume: none said
     assert table[3] == "  attempt 3 (SUCCEEDED): retries: attempt 2 ended with exit 3"
     assert len(table) == 4
     (row,) = json.loads(json.dumps(rows))
@@ -36,6 +39,7 @@ def test_each_resubmission_shows_its_reason_in_the_table_and_the_json(tmp_path, 
         "Ray's job monitor failed the job on an RPC error of its own, not the run's (ray-project/ray#65025)",
         "retries",
     ]
+    assert [a["resumed_from"] for a in row["attempts"]] == [None, "checkpoint_000003", None]
 
 
 def test_a_forged_attempt_list_is_bounded_and_printed_without_control_characters(tmp_path):

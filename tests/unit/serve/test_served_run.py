@@ -57,3 +57,13 @@ def test_a_replica_refuses_an_incomplete_copy_in_one_line(run):
         f"refusing to serve checkpoint_000002: it is incomplete (state.pt is {half} bytes, written as {len(whole)})"
     )
     ImageClassifier(session.folder("checkpoint_000001"), CONFIG, "ddp-run")  # a whole one serves
+
+
+def test_serve_up_names_the_checkpoints_it_passed_over_as_plain_text(tmp_path):
+    from rayfleet.ops.serve import describe
+    from rayfleet.serve.served_run import ServedRun
+
+    served = ServedRun("classifier", "checkpoint_000001", ("checkpoint_000002 is incomplete (x.pt\x1b[2J is missing)",))
+    line = describe(served, RunDir(str(tmp_path), "r"))
+    assert "its latest complete checkpoint (checkpoint_000001)" in line
+    assert line.endswith("; passed over: checkpoint_000002 is incomplete (x.pt?[2J is missing)") and "\x1b" not in line
