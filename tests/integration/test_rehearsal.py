@@ -463,6 +463,10 @@ def test_ddp_recipe_through_the_trainer_survives_a_stopped_worker_and_status_rea
     rows = metrics(aws, run)
     assert [r["epoch"] for r in rows] == list(range(1, epochs + 1))  # the epoch count continues
     assert all(r["attempt"] == 1 for r in rows if r["epoch"] > int(resumed.group(1)))
+    # It read the newest complete checkpoint, the one the line names (rayfleet/train/checkpoint_resume.py).
+    read = f"checkpoint_{int(resumed.group(1)):06d}"
+    assert {r["resumed_from"] for r in rows if r["attempt"] == 1} == {read}, rows
+    assert f"runs/{run}/{read}/state.pt" in keys(aws, f"runs/{run}/")
     # The service replaced the stopped task; ECS's record of the stopped one says why.
     why = f"stopping task worker {victim.split('-worker-')[1][:8]}: Essential container in task exited"
     assert why in rehearsal.output
@@ -798,6 +802,8 @@ def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehe
     else:  # ray-project/ray#65025: one more submission, from the checkpoint, for that reason and no other
         assert attempts[0]["state"] == "FAILED" and attempts[0]["why"].startswith(jobs_api.MONITOR_RPC_FAILED)
         assert attempts[1]["state"] == "SUCCEEDED" and attempts[1]["reason"].startswith(ray_faults.MONITOR_FAULT)
+        read = attempts[1]["resumed_from"]  # the newest complete checkpoint, named in the record
+        assert read.startswith("checkpoint_") and f"runs/{run}/{read}/state.pt" in keys(aws, f"runs/{run}/")
     listed = run_verb(aws["env"], "rayfleet.ops.runs", "--json", timeout=120)
     assert [r["state"] for r in json.loads(listed.stdout) if r["run"] == run] == ["SUCCEEDED"]
 
