@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -62,9 +63,19 @@ def test_unlimited_cgroups_leave_the_request_alone(tmp_path):
     assert res["num_cpus"] == 3 and res["num_gpus"] == 2 and "memory" not in res
 
 
-def test_the_wait_ends_when_the_head_starts_listening(capsys, fake_ray, monkeypatch):
+def test_the_wait_ends_when_the_head_starts_listening(fake_ray, monkeypatch):
+    """The head starts listening only after the wait has found it absent and said so; the wait goes on until it
+    answers."""
     monkeypatch.setenv("PATH", f"{fake_ray['bin']}:{os.environ['PATH']}")  # its health check passes
     monkeypatch.setenv("FAKE_RAY_LOG", str(fake_ray["log"]))
+    said, absent = [], threading.Event()
+
+    def say(line: str) -> None:
+        said.append(line)
+        if line.startswith("waiting for the head"):
+            absent.set()
+
+    monkeypatch.setattr(head_wait, "say", say)
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -72,24 +83,30 @@ def test_the_wait_ends_when_the_head_starts_listening(capsys, fake_ray, monkeypa
     server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 
     def late_head():
-        time.sleep(1.5)
-        server.bind(("127.0.0.1", port))
-        server.listen()
+        if absent.wait(20):
+            server.bind(("127.0.0.1", port))
+            server.listen()
 
     threading.Thread(target=late_head, daemon=True).start()
     try:
         assert head_wait.wait_for_head("localhost", port, timeout=20, interval=0.2) == "127.0.0.1"
     finally:
         server.close()
-    out = capsys.readouterr().out
-    assert "waiting for the head localhost" in out and "answers after" in out
+    assert said[0].startswith(f"waiting for the head localhost:{port}") and len(said) == 2, said
+    assert said[1].startswith(f"head localhost:{port} (127.0.0.1) answers after"), said
 
 
-def test_the_wait_is_bounded_with_a_clear_error():
-    started = time.monotonic()
+def test_the_wait_is_bounded_with_a_clear_error(monkeypatch):
+    """Tried every `interval` until `timeout` has passed on its clock (a fake one: it moves as the wait sleeps),
+    then one clear error: five tries in 1 s at 0.25 s, none after."""
+    now, tried = [0.0], []
+    clock = SimpleNamespace(monotonic=lambda: now[0], sleep=lambda s: now.__setitem__(0, now[0] + s))
+    monkeypatch.setattr(head_wait, "time", clock)
+    resolve = head_wait.resolve
+    monkeypatch.setattr(head_wait, "resolve", lambda *a: (tried.append(now[0]), resolve(*a))[1])
     with pytest.raises(SystemExit) as exc:
-        head_wait.wait_for_head("head.rayfleet-test.invalid", 6379, timeout=1, interval=0.2)
-    assert time.monotonic() - started < 10
+        head_wait.wait_for_head("head.rayfleet-test.invalid", 6379, timeout=1, interval=0.25)
+    assert tried == [0.0, 0.25, 0.5, 0.75, 1.0]
     assert "did not answer within 1s" in str(exc.value) and "make status" in str(exc.value)
 
 
@@ -163,8 +180,8 @@ def test_usage_and_missing_head_name(capsys):
 
 FAKE_RAY = """#!/usr/bin/env python3
 # A stand-in `ray` for rayfleet-node: logs its arguments; `start --block` behaves as Ray's (a SIGTERM makes it
-# exit 1; FAKE_RAY_DIE_TIMES first starts die at once, as when the raylet loses its GCS); `health-check` exits
-# FAKE_RAY_HEALTH with Ray's last line on stderr.
+# exit 1; FAKE_RAY_DIE_TIMES first starts die at once, as when the raylet loses its GCS) and logs ["ready"] once
+# its SIGTERM handler is in place; `health-check` exits FAKE_RAY_HEALTH with Ray's last line on stderr.
 import json, os, signal, sys, time
 log = os.environ["FAKE_RAY_LOG"]
 with open(log, "a") as f:
@@ -182,6 +199,8 @@ if sys.argv[1] == "start":
     if "--block" not in sys.argv:  # the driver's node: Ray starts its processes and returns
         sys.exit(0)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))  # as Ray's own handler: exit 1 after cleaning up
+    with open(log, "a") as f:
+        f.write(json.dumps(["ready"]) + "\\n")
     print("ray started", flush=True)
     while True:
         time.sleep(0.1)
@@ -246,8 +265,7 @@ def test_a_graceful_stop_exits_0(fake_ray, listening_port, role):
     """ECS stops a task with SIGTERM; `ray start --block` then exits 1, which must not read as a failure."""
     node = node_process(fake_ray, role, listening_port)
     try:
-        wait_until(lambda: any(c[0] == "start" for c in ray_calls(fake_ray)))
-        time.sleep(1)  # `ray start` has its handler
+        wait_until(lambda: ["ready"] in ray_calls(fake_ray))  # `ray start` has its handler
         node.send_signal(signal.SIGTERM)
         output, _ = node.communicate(timeout=30)
     finally:
@@ -305,8 +323,8 @@ def test_a_worker_whose_ray_exits_resolves_the_head_again_and_rejoins_in_the_sam
     node = node_process(fake_ray, "worker", listening_port, FAKE_RAY_DIE_TIMES="2")
     try:
         wait_until(lambda: sum(c[0] == "start" for c in ray_calls(fake_ray)) == 3, timeout=60)
+        wait_until(lambda: ["ready"] in ray_calls(fake_ray))  # the third start has its handler
         assert node.poll() is None  # the container is still the same one
-        time.sleep(1)
         node.send_signal(signal.SIGTERM)
         output, _ = node.communicate(timeout=30)
     finally:
