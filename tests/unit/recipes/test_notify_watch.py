@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
-import time
+from pathlib import Path
 
 import pytest
 
@@ -78,21 +79,40 @@ def test_the_hang_watchdogs_line_is_a_hung_notification_with_its_evidence(receiv
     ]
 
 
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")  # a zombie has ended; it only waits for its parent (or init) to reap it
+
+
 def test_sigterm_reaches_the_command_and_the_run_is_reported_failed(receiver, tmp_path):
+    """SIGTERM reaches every process of the command (here a sleep the shell waits on), so the wrapper ends with
+    it instead of after the sleep."""
     import signal
     import subprocess
 
+    pidfile = tmp_path / "sleep.pid"
     script = (
         "from rayfleet.recipes.notify import Notifier; import sys;"
         "from rayfleet.recipes.watch import Watch, run_watched;"
         f"watch = Watch(Notifier(None, '{receiver.url}'), 'r1', 0);"
-        "sys.exit(run_watched('echo up; sleep 30', {'PATH': '/usr/bin:/bin'}, watch))"
+        f"command = 'sleep 300 & echo $! > {pidfile}; echo up; wait $!';"
+        "sys.exit(run_watched(command, {'PATH': '/usr/bin:/bin'}, watch))"
     )
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout.readline() == "up\n"
-    started = time.monotonic()
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=10) != 0 and time.monotonic() - started < 5  # not the 30 s sleep
+    try:
+        assert proc.stdout.readline() == "up\n"
+        sleeper = int(pidfile.read_text())
+        assert _alive(sleeper)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) != 0  # a deadline for the event: the sleep had 300 s to go
+        assert not _alive(sleeper)  # the command's own child got the SIGTERM too
+    finally:
+        proc.kill()
+        if pidfile.exists() and _alive(int(pidfile.read_text())):
+            os.kill(int(pidfile.read_text()), signal.SIGKILL)
     # the shell dies of the signal (-15), or reports its child's death by it (143): either way, a failure
     assert re.match(r"rayfleet: run r1 failed\nexit code (-15|143)\b", receiver.texts()[-1])
 
