@@ -3,8 +3,11 @@ and the wait on a build that another process started (tests/images/helpers.py)."
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from types import SimpleNamespace
 
@@ -70,12 +73,25 @@ def test_the_session_build_waits_while_the_early_build_runs_and_not_after(tmp_pa
     assert build.running_early_pid() is None  # never started
     # Not this process's child, as `make test`'s early build is not: a child of ours would stay a zombie (its
     # pid alive) until we reap it, and the wait would run to its timeout.
-    started = time.monotonic()
-    subprocess.run(["sh", "-c", f"sleep 1.5 & echo $! > {tmp_path / 'pid'}"], check=True)
-    assert build.running_early_pid() == int((tmp_path / "pid").read_text())
-    build.wait_for_early(timeout_s=30, poll_s=0.1)
-    waited = time.monotonic() - started
-    assert build.running_early_pid() is None and 1.2 < waited < 20  # until the process was gone, not the timeout
+    subprocess.run(["sh", "-c", f"sleep 300 & echo $! > {tmp_path / 'pid'}"], check=True)
+    pid = int((tmp_path / "pid").read_text())
+    assert build.running_early_pid() == pid
+    seen, running_early_pid = [], build.running_early_pid
+    monkeypatch.setattr(build, "running_early_pid", lambda: seen.append(running_early_pid()) or seen[-1])
+    waiter = threading.Thread(
+        target=lambda: (build.wait_for_early(timeout_s=600, poll_s=0.05), seen.append("returned"))
+    )
+    waiter.start()
+    deadline = time.monotonic() + 30
+    while pid not in seen:  # the wait has seen the build running
+        assert time.monotonic() < deadline and waiter.is_alive(), seen
+        time.sleep(0.05)
+    seen.append("killed")
+    os.kill(pid, signal.SIGKILL)
+    waiter.join(60)
+    assert not waiter.is_alive()  # it returned once the build was gone, long before its timeout
+    assert set(seen[: seen.index("killed")]) == {pid} and seen[-2:] == [None, "returned"], seen
+    monkeypatch.setattr(build, "running_early_pid", running_early_pid)
     early = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
     try:
         (tmp_path / "pid").write_text(str(early.pid))
