@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -19,13 +18,21 @@ def state_dir(tmp_path, monkeypatch):
 
 
 def _spawn(env_extra: dict, new_session: bool = False) -> subprocess.Popen:
+    """A stand-in Ray process that ignores SIGTERM, returned once it does (its stdout says so)."""
     # The argv mentions "ray" like every Ray process does; the loop keeps it alive until killed.
-    code = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(0.1)\n"
-    return subprocess.Popen(
+    code = (
+        "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('ignoring', flush=True)\n"
+        "while True: time.sleep(0.1)\n"
+    )
+    proc = subprocess.Popen(
         [sys.executable, "-c", code, "ray-stand-in"],
         env={**os.environ, **env_extra},
         start_new_session=new_session,
+        stdout=subprocess.PIPE,
+        text=True,
     )
+    assert proc.stdout.readline() == "ignoring\n"
+    return proc
 
 
 def test_spec_rejects_impossible_shapes():
@@ -41,7 +48,6 @@ def test_down_stops_exactly_the_recorded_cluster_after_a_crash(state_dir):
     ours_session = _spawn({}, new_session=True)  # like an agent whose renamed title wiped its environ
     stranger = _spawn({"RAYFLEET_CLUSTER_ID": "other"})
     try:
-        time.sleep(0.5)
         state = local_cluster.ClusterState(
             cluster_id="abc123",
             address="127.0.0.1:1",
@@ -70,7 +76,6 @@ def test_down_stops_exactly_the_recorded_cluster_after_a_crash(state_dir):
 def test_up_refuses_a_second_cluster(state_dir):
     proc = _spawn({"RAYFLEET_CLUSTER_ID": "live1"})
     try:
-        time.sleep(0.3)
         local_cluster._write_state(
             local_cluster.ClusterState("live1", "127.0.0.1:6390", "http://x", str(state_dir / "t"), "", {}, [])
         )
