@@ -285,7 +285,12 @@ class Follower:
 
 def test_a_lost_trainer_task_is_relaunched_with_the_same_overrides(aws_stack, tmp_path):
     """`retries: 1`: the first trainer task stops before the run ends (as when its instance is reclaimed); the
-    follower relaunches it with the same overrides and follows the second, whose driver finishes the record."""
+    follower records it LOST, relaunches a task with the same overrides (so the same run name and storage) and
+    follows the second to the end its record says. Moto runs no container: the test stops the tasks and writes
+    the relaunched driver's SUCCEEDED itself, so this proves the follower's decision and what the new task is
+    given, not a resume. That a second submission under the same run name resumes from what the first left in
+    the run's directory is test_recipe_run_on_local_cluster.py::
+    test_a_failure_the_retries_name_is_resubmitted_and_resumes."""
     recipe = write_recipe(tmp_path, env={"MODE": "fast"}, resources={"workers": 1}, retries=1)
     follower = Follower(aws_stack, recipe, "lost-1")
     try:
@@ -301,7 +306,7 @@ def test_a_lost_trainer_task_is_relaunched_with_the_same_overrides(aws_stack, tm
     assert "the trainer task stopped before the run ended (Host EC2 (instance i-0abc) terminated.); relaunching" in out
     tasks = follower.ecs.describe_tasks(cluster=follower.cluster, tasks=[first, second])["tasks"]
     overrides = [{e["name"]: e["value"] for e in t["overrides"]["containerOverrides"][0]["environment"]} for t in tasks]
-    assert overrides[0] == overrides[1] and overrides[0]["RAYFLEET_RUN_NAME"] == "lost-1"  # the same run, resumed
+    assert overrides[0] == overrides[1] and overrides[0]["RAYFLEET_RUN_NAME"] == "lost-1"  # the same run
     (lost,) = follower.record()["attempts"]
     assert lost["task_arn"] == first and lost["state"] == "LOST" and "terminated" in lost["why"]
 
@@ -319,10 +324,14 @@ def test_a_lost_trainer_task_beyond_the_retries_fails_the_run(aws_stack, tmp_pat
     assert final["state"] == "LOST" and [a["state"] for a in final["attempts"]] == ["LOST"]
 
 
-def test_a_trainer_whose_head_went_away_is_relaunched(aws_stack, tmp_path):
-    """The head is replaced under a running job: the driver's follow fails and it records FAILED "the submitter
-    stopped (...)" before exiting; that is a lost trainer, relaunched (it waits for the new head and resumes).
-    A driver stopped by SIGTERM (make stop) is not."""
+def test_a_failed_record_of_a_lost_head_relaunches_the_trainer_and_one_of_a_sigterm_does_not(aws_stack, tmp_path):
+    """The follower's decision on the record a driver leaves when it exits: FAILED "the submitter stopped
+    (ConnectionError) ..." (its head went away under it: rayfleet/recipes/job.py) is a lost trainer, relaunched;
+    FAILED "the submitter stopped (SIGTERM) ..." (make stop) is the run's end. The test writes each record in
+    the driver's place and stops the task (moto runs no container): no head is replaced and nothing resumes
+    here. A head replaced under a running job is test_rehearsal.py::test_a_head_killed_mid_run_is_replaced_on_
+    its_store_and_the_run_goes_on; a second submission under the same run name resuming from what the first left,
+    test_recipe_run_on_local_cluster.py::test_a_failure_the_retries_name_is_resubmitted_and_resumes."""
     recipe = write_recipe(tmp_path, env={"MODE": "fast"}, resources={"workers": 1}, retries=2)
     follower = Follower(aws_stack, recipe, "headless")
 
