@@ -238,7 +238,7 @@ test-quick: setup ## The edit loop: unit, infra and moto tests, no local cluster
 test-unit: setup ## Unit tests only (seconds)
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-test-integration: setup ## Integration tests only
+test-integration: test-system-deps setup ## Integration tests only (the system packages first, as make test)
 	$(PY) -m pytest tests/integration $(PYTEST_SPLIT) $(PYTEST_ARGS)
 
 lint: setup lint-infra ## ruff check + format check, the import layers (import-linter), and lint-infra

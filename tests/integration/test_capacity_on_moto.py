@@ -114,10 +114,11 @@ class Clock:
     """Starts 10 s in the past (a snapshot written now counts as taken after the start) and steps 20 s a read."""
 
     def __init__(self, step: float = 20) -> None:
-        self.now, self.step = time.time() - 10, step
+        self.now, self.step, self.reads = time.time() - 10, step, 0
 
     def __call__(self) -> float:
         self.now += self.step
+        self.reads += 1
         return self.now - self.step
 
 
@@ -248,19 +249,23 @@ def test_start_stops_at_once_on_a_reason_waiting_cannot_fix(deployment):
     out, said = deployment["out"], []
     deployment["ecs"].update_service(cluster=out.cluster_name, service=out.worker_service_name, desiredCount=0)
 
+    clocks = []
+
     def main(argv):
+        clocks.append(Clock())
         return start(
             Aws(out.region),
             out,
             say=said.append,
             poll_s=0,
-            clock=Clock(),
+            clock=clocks[-1],
             why=why({worker_group(deployment): [NO_VCPUS]}),
         )
 
-    began = time.monotonic()
     assert run_cli(main) == EXIT_FAILED
-    assert time.monotonic() - began < 30
+    # At its first look, not at its timeout: the deadline is the clock's one read (a wait to the timeout would
+    # read it 90 times at 20 s a read), and nothing was said past scaling the services.
+    assert clocks[0].reads == 1 and all(line.startswith("scaling ") for line in said), (clocks[0].reads, said)
     with pytest.raises(
         RayfleetError, match=r"capacity cannot come: worker group: vCPU quota 0 for G and VT .*L-DB2E81BA"
     ):

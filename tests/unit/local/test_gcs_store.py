@@ -16,7 +16,9 @@ import pytest
 from rayfleet.local import gcs_store, host, nodes
 from rayfleet.local.cluster import ClusterSpec
 
-pytestmark = pytest.mark.skipif(not shutil.which("redis-server"), reason="needs redis-server (.ci/run installs it)")
+pytestmark = pytest.mark.skipif(
+    not shutil.which("redis-server"), reason="needs redis-server (make test installs it: tools/system_deps.py)"
+)
 
 
 def ask(address: str, *words: str) -> bytes:
