@@ -80,9 +80,12 @@ def test_a_notice_names_its_action_and_terminate_is_assumed_when_it_names_none(t
 def test_without_a_given_time_the_time_left_is_counted_from_the_wall_clock(tmp_path):
     """The entry point's poller passes no `now`: the time left is from time.time(), as the end-to-end notice is."""
     path = tmp_path / "spot-action.json"
-    path.write_text(json.dumps({"action": "terminate", "time": imds_time(60)}))
+    when = imds_time(60)
+    path.write_text(json.dumps({"action": "terminate", "time": when}))
+    before = time.time()
     _, left = drain.spot_notice(path)
-    assert 55 < left <= 60  # the file has whole seconds
+    when_s = datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp()
+    assert when_s - time.time() <= left <= when_s - before  # counted from the wall clock while it read
 
 
 @pytest.mark.parametrize(
