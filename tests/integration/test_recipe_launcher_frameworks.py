@@ -1,7 +1,8 @@
 """`make run` with `launcher:` recipes of unmodified Hugging Face scripts (recipes/examples/accelerate and
 hf-trainer) on the real local test cluster: one launcher per worker node, ranks on both worker nodes. A failing
 rank fails the run the same way whatever the launcher (the node's exit code, its output): the torchrun run of
-tests/integration/test_recipe_launchers.py shows it."""
+tests/integration/test_recipe_launchers.py shows it with a restart, and accelerate's run here without one
+(`accelerate launch` wraps torch's elastic agent with its own process and exit path)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import REPO, worker_node_ids
+from tests.integration.helpers import REPO, left_running, worker_node_ids
 
 pytestmark = pytest.mark.integration
 
@@ -59,3 +60,33 @@ def test_hf_trainer_runs_on_both_worker_nodes(cluster_env, tiny, tmp_path):
     check_ranks_on_both_workers(cluster_env, result, storage / "hf-trainer-ok")
     rank = json.loads((storage / "hf-trainer-ok" / "ranks" / "rank-0.json").read_text())
     assert len(rank["losses"]) == 10  # logging_steps=1, --max-steps 10
+
+
+def test_a_failing_accelerate_rank_fails_the_run_with_its_error_and_stops_the_other_node(cluster_env, tmp_path):
+    """The unmodified Accelerate example, rank 1 raising at step 2 of 40 (max_restarts 0). What only this run
+    shows: `accelerate launch`'s own exit path carries a rank's failure to rayfleet: one launch per node and no
+    second, rank 0 stopped before it could finish, the failure named rank 1's with its own
+    traceback (not the other node's that followed it), the script's traceback as the tail on stderr, FAILED
+    exit 1 in one submission, nothing left running. (Torchrun's path, with a restart, is
+    tests/integration/test_recipe_launchers.py's.)"""
+    storage, run = tmp_path / "runs", "accelerate-fails"
+    result = make_run(
+        cluster_env, EXAMPLES / "accelerate" / "recipe.yaml", storage, run, "--fail-rank 1 --fail-at-step 2"
+    )
+    out = result.stdout + result.stderr
+    assert f"error: run {run} failed (exit 1)" in result.stderr, out[-5000:]
+    launched = [line.split(":")[0] for line in result.stdout.splitlines() if line.endswith(" runs accelerate")]
+    assert launched == ["[rayfleet] node 0", "[rayfleet] node 1"] and "launching again" not in out, out[-5000:]
+    # Rank 0 fails too once its peer is gone (or is stopped first): the node named is the one that failed first.
+    assert "[rayfleet] error: node 1 exited 1; its output:" in result.stdout, out[-5000:]
+    report = result.stdout.split("[rayfleet] error: node 1 exited 1; its output:", 1)[1]
+    assert "[node 1] [rank1]: RuntimeError: injected failure on rank 1 at step 2" in report
+    assert "[node 1]   rank      : 1 (local_rank: 0)" in report and "[node 0]" not in report
+    assert result.stderr.count("[rayfleet] error: node") == 0 and result.stdout.count("[rayfleet] error: node") == 1
+    assert "\nRuntimeError: injected failure on rank 1 at step 2" in result.stderr  # the script's own traceback
+    run_dir = storage / run
+    assert not (run_dir / "ranks").exists()  # rank 0 never got to its 40th step
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["state"] == "FAILED" and record["exit_code"] == 1, record
+    assert [(a["attempt"], a["state"], a["exit_code"]) for a in record["attempts"]] == [(1, "FAILED", 1)]
+    assert left_running(run) == []
