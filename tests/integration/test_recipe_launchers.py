@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -56,6 +57,22 @@ def rank_environments(run: str) -> list[dict[str, str]]:
         if "RANK" in env and "TORCHELASTIC_RUN_ID" in env and "API_KEY" in env:
             seen.append(env)
     return seen
+
+
+def output_reaches(proc: subprocess.Popen, marker: str, lines: list[str], timeout_s: float) -> bool:
+    """Whether a line of `proc`'s output with `marker` comes within `timeout_s` (the lines up to it appended to
+    `lines`). The deadline holds even when the process prints nothing more: a thread reads, this waits."""
+    seen = threading.Event()
+
+    def read() -> None:
+        for line in proc.stdout:
+            lines.append(line)
+            if marker in line:
+                seen.set()
+                return
+
+    threading.Thread(target=read, daemon=True).start()
+    return seen.wait(timeout_s)
 
 
 def ranks(run_dir: Path) -> list[dict]:
@@ -128,14 +145,9 @@ def test_stopping_the_run_stops_every_nodes_processes(cluster_env, tmp_path):
         env={**cluster_env, "TEST_LAUNCHER_KEY": value}, cwd=REPO, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, preexec_fn=ctrl_c_reaches_it,
     )  # fmt: skip
-    lines = []
+    lines: list[str] = []
     with ctrl_c_on_failure(proc):
-        deadline = time.monotonic() + 300
-        for line in proc.stdout:
-            lines.append(line)
-            if "[node 0] step 10/" in line:
-                break
-            assert time.monotonic() < deadline, "".join(lines)[-3000:]
+        assert output_reaches(proc, "[node 0] step 10/", lines, timeout_s=300), "".join(lines)[-3000:]
         assert len(left_running("torch-stop")) >= 4, "".join(lines)[-3000:]  # two launchers, two ranks at least
         ranks_seen = rank_environments("torch-stop")
         assert sorted(e["RANK"] for e in ranks_seen) == ["0", "1"]
