@@ -221,8 +221,9 @@ def test_the_loop_saves_at_a_notice_waits_and_its_restart_resumes_at_the_next_st
     at step 4 of the restart (a cadence step). Each notice's checkpoint is written and reported before the
     worker waits for the restart (blocking), once (step 4: not also the cadence's), preemptions + 1 in its train
     state; each restart says it resumes at the next step, trains from there only (no step redone, none
-    skipped), and its metrics rows carry the preemptions so far and steps_redone 0. (Ray's half, its drain
-    and restart, is tests/integration/test_preemption_on_local_cluster.py's; this is the loop's.)"""
+    skipped), and its metrics rows carry the preemptions so far and steps_redone 0. (Ray's half, a drain's
+    notice and the restart from the checkpoint, runs for real with the DDP job in
+    tests/integration/test_preemption_on_local_cluster.py; this is the FSDP loop's own.)"""
     trained, train_step = [], fsdp._train_step
     monkeypatch.setattr(
         fsdp, "_train_step", lambda s, d, c, step, *rest: trained.append(step) or train_step(s, d, c, step, *rest)
