@@ -50,8 +50,9 @@ after = attempt_fence.live_actors(url, ray_job)
 client.submit_job(submission_id=clean, entrypoint=f"python -c {shlex.quote(sys.argv[5])}")
 while not client.get_job_status(clean).is_terminal():
     time.sleep(0.5)
-print(json.dumps({"ray_job": ray_job, "alive": alive, "after": after, "unknown": attempt_fence.ray_job_of(client, "nope"),
-                  "cleaned": str(client.get_job_status(clean))}))
+unknown = attempt_fence.ray_job_of(client, "nope")
+cleaned = str(client.get_job_status(clean))
+print(json.dumps({"ray_job": ray_job, "alive": alive, "after": after, "unknown": unknown, "cleaned": cleaned}))
 """
 
 
