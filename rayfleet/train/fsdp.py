@@ -85,8 +85,10 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
     start, attempt = (state["step"], state["attempt"] + 1) if state else (0, 0)
     run_dir = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url)
     carried = {key: (state or {}).get(key, 0) for key in ("preemptions", "steps_redone")}
+    resumed_from = (state or {}).get("resumed_from")  # the newest complete checkpoint's name (checkpoint.latest)
     if rank == 0 and state:
         carried["steps_redone"] += redone_since(run_dir, start)  # steps the last attempt took past its checkpoint
+        run_dir.send("resumed", resumed_from={"attempt": attempt, "checkpoint": resumed_from})  # run.json's
     train_state = {"attempt": attempt, "seed": cfg.seed, "strategy": cfg.strategy}
     log = MetricsLog(run_dir, start + 1, key="step") if rank == 0 else None
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -120,6 +122,7 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
                 cfg, info, loss_sum, tokens, time.perf_counter() - window_start, device, world, grad_norm
             )
             row = {"step": done, "lr": lr_at(cfg, step), "grad_norm": metrics.pop("grad_norm"), "attempt": attempt}
+            row["resumed_from"] = resumed_from
             row |= {"param_bytes_per_rank": info["shard_bytes"], **carried, **metrics}
             # Everything from here to the next logged step (logging, checkpoints) counts in the next window.
             window_start, loss_sum, tokens, info["steps"] = time.perf_counter(), 0.0, 0, 0

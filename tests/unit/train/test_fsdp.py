@@ -264,3 +264,9 @@ def test_the_loop_saves_at_a_notice_waits_and_its_restart_resumes_at_the_next_st
     assert [(r["step"], r["attempt"], r["preemptions"], r["steps_redone"]) for r in rows] == [
         (1, 0, 0, 0), (2, 0, 0, 0), (3, 0, 0, 0), (4, 1, 1, 0), (5, 2, 2, 0), (6, 2, 2, 0)
     ]  # fmt: skip
+    # Each row names the checkpoint its attempt resumed from, and so does the run record (the last resume's).
+    assert [r["resumed_from"] for r in rows] == [None] * 3 + ["checkpoint_step_0000003"] + [
+        "checkpoint_step_0000004"
+    ] * 2
+    record = RunDir(str(tmp_path / "runs"), "noticed").record()
+    assert record["resumed_from"] == {"attempt": 2, "checkpoint": "checkpoint_step_0000004"}
