@@ -182,6 +182,26 @@ def ray_nodes_alive(head_container: str, token_env: str = "RAY_AUTH_TOKEN") -> i
     return int(result.stdout.strip().splitlines()[-1])
 
 
+def nodes_seen(head_container: str, rid: str, token_env: str = "RAY_AUTH_TOKEN") -> dict:
+    """What to show when the head's count of nodes is not what a test expects: every node its dashboard lists
+    (IP, raylet state, head or not), the rehearsal's containers by IP, and `ray status` as the head prints it."""
+    script = (
+        "import json,os,urllib.request;"
+        "r=urllib.request.Request('http://127.0.0.1:8265/nodes?view=summary',"
+        f"headers={{'Authorization':'Bearer '+os.environ['{token_env}']}});"
+        "d=json.load(urllib.request.urlopen(r,timeout=5));"
+        "print(json.dumps([(n.get('ip'),n.get('raylet',{}).get('state'),n.get('raylet',{}).get('isHeadNode'),"
+        "n.get('raylet',{}).get('nodeId','')[:12]) for n in d['data']['summary']]))"
+    )
+    listed = podman("exec", head_container, "python", "-c", script, timeout=60)
+    ips = {}
+    for name in containers(rid, running=True):
+        shown = podman("exec", name, "hostname", "-I", timeout=30)
+        ips[name] = shown.stdout.split() if shown.returncode == 0 else "(no answer)"
+    status = podman("exec", head_container, "ray", "status", timeout=120)
+    return {"dashboard": listed.stdout.strip() or listed.stderr[-500:], "containers": ips, "ray status": status.stdout}
+
+
 def run_verb(env: dict, module: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", module, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout

@@ -48,6 +48,7 @@ from tests.integration.rehearsal_helpers import (
     containers,
     ensure_images,
     left_behind,
+    nodes_seen,
     podman,
     ray_nodes_alive,
     rehearsal_cli,
@@ -787,10 +788,13 @@ def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehe
     assert worker_ids(rid) == workers
     # their raylets stayed: Ray reconnected them (these containers' logs; the default deployment's rejoined)
     assert set(rejoins(aws, workers, aws["outputs"]["head_dns_name"]).values()) == {0}
-    deadline = time.monotonic() + 60  # `ray status` reads the autoscaler's view, refreshed every few seconds
+    # `ray status` reads the autoscaler's view, refreshed every few seconds. In one fresh-clone run it still listed
+    # 4 nodes 60 s after the run (root cause not yet found; issue 48's flakiness table): on failure the message
+    # shows every node the dashboard lists, by IP, beside the containers' IPs.
+    deadline = time.monotonic() + 120
     while len(nodes := ray_status_nodes(new_head)) != 3 and time.monotonic() < deadline:
         time.sleep(5)
-    assert len(nodes) == 3, nodes  # `ray status` on the new head: itself and the two workers
+    assert len(nodes) == 3, (nodes, nodes_seen(new_head, rid))  # the new head: itself and the two workers
     assert "relaunching it with the same overrides" not in output  # the trainer task lived on
     record = run_record(aws, run)
     assert record["state"] == "SUCCEEDED" and record["exit_code"] == 0, record
