@@ -18,6 +18,8 @@ import time
 from collections.abc import Callable
 
 from rayfleet.core.errors import RayfleetError
+from rayfleet.core.run_dir import RunDir
+from rayfleet.recipes import jobs_api
 
 GONE_WAIT_S = 180.0  # what a replaced head's GCS took, at most, to end a failed driver's actors on the CI host
 POLL_S = 1.0
@@ -91,3 +93,18 @@ def _look(lister: Callable[[str], list[str]], ray_job: str) -> list[str]:
         return lister(ray_job)
     except Exception as exc:  # the state API's errors are many (HTTP, RPC, timeouts)
         return [f"unknown: the state API did not answer ({type(exc).__name__})"]
+
+
+def fence(run_dir: RunDir, address: str | None) -> None:
+    """Wait until the previous job's actors, if the run name had one, have ended; what it waited goes in the
+    record (rayfleet/recipes/job.py calls this before every submission)."""
+    previous = run_dir.record().get("job_id")
+    if not previous or not address:
+        return
+    ray_job = ray_job_of(jobs_api.client_for(address), previous)
+    waited = wait_gone(run_dir.run_name, ray_job, lambda job: live_actors(address, job), echo=_say)
+    run_dir.update(previous_attempt_gone_after_s=waited)
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)

@@ -48,7 +48,7 @@ def run_job(recipe: Recipe, run_dir: RunDir, **how) -> int:
     reason = first_reason(run_dir.record(), attempts)
     ray_retried = False
     while True:
-        _fence(run_dir, how.get("address"))
+        attempt_fence.fence(run_dir, how.get("address"))
         run_dir.update(attempt_reason=reason, resumed_from=None)  # the job sends its own when it resumes
         exit_code, interrupted = _run_once(recipe, run_dir, **how)
         attempts.append(attempt_of(run_dir.record(), len(attempts) + 1))
@@ -81,24 +81,6 @@ def first_reason(record: dict, attempts: list[dict]) -> str:
     if submission > 1:
         return f"submission {submission} of the run's name: resumes from its last checkpoint"
     return "submitted"
-
-
-def _fence(run_dir: RunDir, address: str | None) -> None:
-    """Wait until the previous job's actors, if the run name had one, have ended (attempt_fence); what it waited
-    goes in the record."""
-    previous = run_dir.record().get("job_id")
-    if not previous or not address:
-        return
-    client = jobs_api.client_for(address)
-    ray_job = attempt_fence.ray_job_of(client, previous)
-    waited = attempt_fence.wait_gone(
-        run_dir.run_name, ray_job, lambda job: attempt_fence.live_actors(address, job), echo=_say
-    )
-    run_dir.update(previous_attempt_gone_after_s=waited)
-
-
-def _say(line: str) -> None:
-    print(line, flush=True)
 
 
 def attempt_of(record: dict, number: int) -> dict:
