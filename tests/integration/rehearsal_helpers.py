@@ -184,7 +184,8 @@ def ray_nodes_alive(head_container: str, token_env: str = "RAY_AUTH_TOKEN") -> i
 
 def nodes_seen(head_container: str, rid: str, token_env: str = "RAY_AUTH_TOKEN") -> dict:
     """What to show when the head's count of nodes is not what a test expects: every node its dashboard lists
-    (IP, raylet state, head or not), the rehearsal's containers by IP, and `ray status` as the head prints it."""
+    (IP, raylet state, head or not), the rehearsal's containers by IP (and every one that ran), `ray status` as
+    the head prints it and the tail of the autoscaler monitor's log behind it."""
     script = (
         "import json,os,urllib.request;"
         "r=urllib.request.Request('http://127.0.0.1:8265/nodes?view=summary',"
@@ -199,7 +200,16 @@ def nodes_seen(head_container: str, rid: str, token_env: str = "RAY_AUTH_TOKEN")
         shown = podman("exec", name, "hostname", "-I", timeout=30)
         ips[name] = shown.stdout.split() if shown.returncode == 0 else "(no answer)"
     status = podman("exec", head_container, "ray", "status", timeout=120)
-    return {"dashboard": listed.stdout.strip() or listed.stderr[-500:], "containers": ips, "ray status": status.stdout}
+    # `ray status` prints what the head's autoscaler monitor last wrote: its log says which nodes it was given
+    monitor = podman("exec", head_container, "sh", "-c", "tail -n 40 /tmp/ray/session_latest/logs/monitor.log")
+    every = ["ps", "-a", "--filter", f"label={LABEL}={rid}", "--format", "{{.Names}} {{.Status}}"]
+    return {
+        "every container, exited too": podman(*every).stdout.strip().splitlines(),
+        "dashboard": listed.stdout.strip() or listed.stderr[-500:],
+        "containers": ips,
+        "ray status": status.stdout,
+        "monitor.log": monitor.stdout[-4000:],
+    }
 
 
 def run_verb(env: dict, module: str, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
