@@ -1,6 +1,7 @@
 """Seconds from submitting a run to its first training step, and to the end of a 1-step run.
 
     python -m bench.run_start [--repeats 3] [--data DIR]          # make bench-run-start
+    python -m bench.run_start --timeline                           # one direct run, phase by phase
 
 On one local cluster (the running `make cluster-up`, else one of 2 workers x 1 CPU started for the
 benchmark), the DDP job on 256 generated images (one step of batch 128 on each of 2 workers, no evaluation
@@ -29,6 +30,12 @@ from rayfleet.local import cluster as local_cluster
 REPO = Path(__file__).resolve().parents[1]
 ONE_STEP = ["epochs=1", "train_subset=256", "test_subset=128", "eval_batch_size=128", "progress_every_s=0.001"]
 MARKS = {"driver": ": 2 workers (", "first step": "step 1/1 "}
+# The timeline's marks: also rank 0's line once its data and model are ready, before the first step.
+TIMELINE_MARKS = {
+    "driver ready": MARKS["driver"],
+    "data and model ready": "training on ",
+    "first step": MARKS["first step"],
+}
 
 
 def timeline(cmd: list[str], env: dict, cwd: Path) -> dict[str, float]:
@@ -51,6 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data", type=Path, default=REPO / "data", help="FashionMNIST-format data (make data)")
+    parser.add_argument("--timeline", action="store_true", help="one direct run, its phases with Ray's task events")
     args = parser.parse_args(argv)
     if not (args.data / "FashionMNIST").is_dir():
         print(f"error: no FashionMNIST data in {args.data}: run `make data` first", file=sys.stderr)
@@ -71,6 +79,12 @@ def main(argv: list[str] | None = None) -> int:
                 *["--run-name", run, "--set", f"storage={tmp}", "--", *job],
             ],
         }
+        if args.timeline:
+            from bench.run_start_timeline import timeline as phases
+
+            first = next(iter(ways.values()))
+            print(phases(first(f"timeline-{int(time.time())}"), env, REPO, TIMELINE_MARKS))
+            return 0
         times: dict[str, list[dict[str, float]]] = {name: [] for name in ways}
         for i in range(args.repeats):
             for n, (name, command) in enumerate(ways.items()):
