@@ -291,7 +291,7 @@ bench-tracking: setup ## What rank 0's tracking (TensorBoard, progress) costs a 
 bench-serve: setup ## Load on a served tiny model: N concurrent clients, p50/p99 latency, requests/s (BENCH_ARGS="--clients 1 4 8 --replicas 2")
 	$(PY) -m bench.serve_load $(BENCH_ARGS)
 
-bench-run-start: setup data ## Seconds from submitting a DDP run to its first step and to the end of a 1-step run, direct and as a recipe
+bench-run-start: setup data ## Seconds from submitting a DDP run to its first step and to the end of a 1-step run, direct and as a recipe (BENCH_ARGS=--timeline: one run, phase by phase)
 	$(PY) -m bench.run_start $(BENCH_ARGS)
 
 bench-sidecar: setup ## Measure the GPU-metrics sidecar's CPU and memory at its default intervals
