@@ -1,7 +1,7 @@
 """Seconds from submitting a run to its first training step, and to the end of a 1-step run.
 
     python -m bench.run_start [--repeats 3] [--data DIR]          # make bench-run-start
-    python -m bench.run_start --timeline                           # one direct run, phase by phase
+    python -m bench.run_start --timeline                           # one run each way, phase by phase
 
 On one local cluster (the running `make cluster-up`, else one of 2 workers x 1 CPU started for the
 benchmark), the DDP job on 256 generated images (one step of batch 128 on each of 2 workers, no evaluation
@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--data", type=Path, default=REPO / "data", help="FashionMNIST-format data (make data)")
-    parser.add_argument("--timeline", action="store_true", help="one direct run, its phases with Ray's task events")
+    parser.add_argument("--timeline", action="store_true", help="one run each way, its phases with Ray's task events")
     args = parser.parse_args(argv)
     if not (args.data / "FashionMNIST").is_dir():
         print(f"error: no FashionMNIST data in {args.data}: run `make data` first", file=sys.stderr)
@@ -82,8 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         if args.timeline:
             from bench.run_start_timeline import timeline as phases
 
-            first = next(iter(ways.values()))
-            print(phases(first(f"timeline-{int(time.time())}"), env, REPO, TIMELINE_MARKS))
+            for n, (name, command) in enumerate(ways.items()):
+                print(
+                    f"\n{name}, one run:\n"
+                    + phases(command(f"timeline-{n}-{int(time.time())}"), env, REPO, TIMELINE_MARKS)
+                )
             return 0
         times: dict[str, list[dict[str, float]]] = {name: [] for name in ways}
         for i in range(args.repeats):
