@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from bench.on_cluster import local_cluster_state
+from bench.run_start_timeline import first_marks, phase_table, run_lines
 from rayfleet.local import cluster as local_cluster
 
 REPO = Path(__file__).resolve().parents[1]
@@ -40,18 +40,11 @@ TIMELINE_MARKS = {
 
 def timeline(cmd: list[str], env: dict, cwd: Path) -> dict[str, float]:
     """Seconds from the start of `cmd` to the first line holding each mark, and to its exit."""
-    start = time.perf_counter()
-    seen: dict[str, float] = {}
-    tail: list[str] = []
-    proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    for line in proc.stdout:
-        tail = [*tail[-39:], line]
-        for name, mark in MARKS.items():
-            if name not in seen and mark in line:
-                seen[name] = time.perf_counter() - start
-    if proc.wait() != 0 or len(seen) != len(MARKS):
-        raise SystemExit(f"{' '.join(cmd[:4])} failed or printed no step:\n{''.join(tail)}")
-    return {**seen, "end": time.perf_counter() - start}
+    _, lines, end = run_lines(cmd, env, cwd)
+    seen = first_marks(lines, MARKS)
+    if len(seen) != len(MARKS):
+        raise SystemExit(f"{' '.join(cmd[:4])} printed no step:\n" + "\n".join(text for _, text in lines[-40:]))
+    return {**seen, "end": end}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,12 +73,10 @@ def main(argv: list[str] | None = None) -> int:
             ],
         }
         if args.timeline:
-            from bench.run_start_timeline import timeline as phases
-
             for n, (name, command) in enumerate(ways.items()):
                 print(
                     f"\n{name}, one run:\n"
-                    + phases(command(f"timeline-{n}-{int(time.time())}"), env, REPO, TIMELINE_MARKS)
+                    + phase_table(command(f"timeline-{n}-{int(time.time())}"), env, REPO, TIMELINE_MARKS)
                 )
             return 0
         times: dict[str, list[dict[str, float]]] = {name: [] for name in ways}

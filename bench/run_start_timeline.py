@@ -33,14 +33,22 @@ print(json.dumps(events))
 NOT_PHASES = ("poll_status", "get_status", ".beat", "verdict", "get_metadata")
 
 
-def run_lines(cmd: list[str], env: dict, cwd: Path, t0: float) -> list[tuple[float, str]]:
+def run_lines(cmd: list[str], env: dict, cwd: Path) -> tuple[float, list[tuple[float, str]], float]:
+    """Runs `cmd`: its start (wall clock), each output line with the seconds since then, and its exit's."""
+    t0 = time.time()
     lines = []
     proc = subprocess.Popen(cmd, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     for line in proc.stdout:
         lines.append((time.time() - t0, line.rstrip()))
     if proc.wait() != 0:
-        raise SystemExit("the timed run failed:\n" + "\n".join(text for _, text in lines[-40:]))
-    return lines
+        raise SystemExit(f"{' '.join(cmd[:4])} failed:\n" + "\n".join(text for _, text in lines[-40:]))
+    return t0, lines, time.time() - t0
+
+
+def first_marks(lines: list[tuple[float, str]], marks: dict[str, str]) -> dict[str, float]:
+    """The seconds of the first line holding each mark (marks never printed are left out)."""
+    found = {name: next((at for at, text in lines if mark in text), None) for name, mark in marks.items()}
+    return {name: at for name, at in found.items() if at is not None}
 
 
 def ray_spans(env: dict, t0: float) -> list[tuple[float, float | None, float | None, str]]:
@@ -61,16 +69,12 @@ def ray_spans(env: dict, t0: float) -> list[tuple[float, float | None, float | N
     return sorted(rows, key=lambda row: row[0])
 
 
-def timeline(cmd: list[str], env: dict, cwd: Path, marks: dict[str, str]) -> str:
-    t0 = time.time()
-    lines = run_lines(cmd, env, cwd, t0)
+def phase_table(cmd: list[str], env: dict, cwd: Path, marks: dict[str, str]) -> str:
+    t0, lines, end = run_lines(cmd, env, cwd)
     table = ["| s from submission | what | process running at | done at |", "|---|---|---|---|"]
-    first: dict[str, float] = {}
-    for name, mark in marks.items():
-        first[name] = next((at for at, text in lines if mark in text), float("nan"))
-    events = [(at, f"job line: {name}", None, None) for name, at in first.items()]
+    events = [(at, f"job line: {name}", None, None) for name, at in first_marks(lines, marks).items()]
     events += [(at, label, running, done) for at, running, done, label in ray_spans(env, t0)]
-    events.append((lines[-1][0] if lines else 0.0, "the command exits", None, None))
+    events.append((end, "the command exits", None, None))
     for at, what, running, done in sorted(events, key=lambda e: e[0]):
         cells = [f"{at:.2f}", what, "" if running is None else f"{running:.2f}", "" if done is None else f"{done:.2f}"]
         table.append("| " + " | ".join(cells) + " |")

@@ -161,15 +161,21 @@ def containers(rid: str, suffix: str = "", running: bool = True) -> list[str]:
     return sorted(n for n in podman(*args).stdout.split() if n.endswith(suffix))
 
 
-def ray_nodes_alive(head_container: str, token_env: str = "RAY_AUTH_TOKEN") -> int:
-    """Alive Ray nodes as the head's dashboard lists them (asked from inside the head container)."""
-    script = (
+def dashboard_nodes_script(token_env: str, each: str) -> str:
+    """A script for inside the head container: the dashboard's node summary, `each` (an expression of `n`,
+    one listed node) printed as a JSON list."""
+    return (
         "import json,os,urllib.request;"
         "r=urllib.request.Request('http://127.0.0.1:8265/nodes?view=summary',"
         f"headers={{'Authorization':'Bearer '+os.environ['{token_env}']}});"
         "d=json.load(urllib.request.urlopen(r,timeout=5));"
-        "print(sum(n.get('raylet',{}).get('state')=='ALIVE' for n in d['data']['summary']))"
+        f"print(json.dumps([{each} for n in d['data']['summary']]))"
     )
+
+
+def ray_nodes_alive(head_container: str, token_env: str = "RAY_AUTH_TOKEN") -> int:
+    """Alive Ray nodes as the head's dashboard lists them (asked from inside the head container)."""
+    script = dashboard_nodes_script(token_env, "n.get('raylet',{}).get('state')=='ALIVE'")
     # The dashboard of a loaded head answers 500 now and then (seen in CI; three 500s in a row on a shared
     # 2-core machine beside other sessions): ask again for up to 30 s.
     deadline = time.monotonic() + 30
@@ -179,21 +185,16 @@ def ray_nodes_alive(head_container: str, token_env: str = "RAY_AUTH_TOKEN") -> i
             break
         time.sleep(2)
     assert result.returncode == 0, result.stderr
-    return int(result.stdout.strip().splitlines()[-1])
+    return sum(json.loads(result.stdout.strip().splitlines()[-1]))
 
 
 def nodes_seen(head_container: str, rid: str, token_env: str = "RAY_AUTH_TOKEN") -> dict:
     """What to show when the head's count of nodes is not what a test expects: every node its dashboard lists
     (IP, raylet state, head or not), the rehearsal's containers by IP (and every one that ran), `ray status` as
     the head prints it and the tail of the autoscaler monitor's log behind it."""
-    script = (
-        "import json,os,urllib.request;"
-        "r=urllib.request.Request('http://127.0.0.1:8265/nodes?view=summary',"
-        f"headers={{'Authorization':'Bearer '+os.environ['{token_env}']}});"
-        "d=json.load(urllib.request.urlopen(r,timeout=5));"
-        "print(json.dumps([(n.get('ip'),n.get('raylet',{}).get('state'),n.get('raylet',{}).get('isHeadNode'),"
-        "n.get('raylet',{}).get('nodeId','')[:12]) for n in d['data']['summary']]))"
-    )
+    raylet = "n.get('raylet',{})"
+    each = f"(n.get('ip'),{raylet}.get('state'),{raylet}.get('isHeadNode'),{raylet}.get('nodeId','')[:12])"
+    script = dashboard_nodes_script(token_env, each)
     listed = podman("exec", head_container, "python", "-c", script, timeout=60)
     ips = {}
     for name in containers(rid, running=True):

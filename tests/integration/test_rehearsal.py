@@ -789,8 +789,8 @@ def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehe
     # their raylets stayed: Ray reconnected them (these containers' logs; the default deployment's rejoined)
     assert set(rejoins(aws, workers, aws["outputs"]["head_dns_name"]).values()) == {0}
     # `ray status` reads the autoscaler's view, refreshed every few seconds. In one fresh-clone run it still listed
-    # 4 nodes 60 s after the run (root cause not yet found; issue 48's flakiness table): on failure the message
-    # shows every node the dashboard lists, by IP, beside the containers' IPs.
+    # 4 nodes 60 s after the run (root cause not yet found; docs/testing.md's flakiness table): on failure the
+    # message shows what nodes_seen gathers (the dashboard's nodes, every container, the monitor's log).
     deadline = time.monotonic() + 120
     while len(nodes := ray_status_nodes(new_head)) != 3 and time.monotonic() < deadline:
         time.sleep(5)
