@@ -75,6 +75,10 @@ def command(
     return [*cmd, *(extra or []), "--disable-usage-stats"]
 
 
+# What Ray's job supervisor gives a job's drivers: the job's runtime_env (a driver's own ray.init runtime_env
+# is merged into it, and naming a field both name is an error).
+JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"
+
 # A node started with its own temp dir names it here, in the environment its processes inherit (the local
 # cluster's workers when its head can be replaced: rayfleet/local/gcs_store.py).
 NODE_TEMP_DIR_ENV = "RAYFLEET_NODE_TEMP_DIR"

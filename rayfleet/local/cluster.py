@@ -45,7 +45,14 @@ from rayfleet.local.host import (
     private_dir,
     temp_root,
 )
-from rayfleet.local.nodes import head_command, port_free, start_node, wait_for_nodes, worker_command
+from rayfleet.local.nodes import (
+    head_command,
+    port_free,
+    start_node,
+    wait_for_nodes,
+    wait_for_warm_servers,
+    worker_command,
+)
 from rayfleet.local.processes import command_env, find_cluster_pids, run_command, signal_all
 
 STOP_GRACE_S = 10
@@ -181,9 +188,15 @@ def _up_once(spec: ClusterSpec, quiet: bool) -> ClusterState:
                 own = gcs_store.worker_temp_dir(temp_dir, i)
                 command = worker_command(spec, i, worker_memory, gcs_store.worker_resources(), own)
                 worker_env = {**env, ray_start.NODE_TEMP_DIR_ENV: own}
-            state.pids.append(start_node(f"worker-{i + 1}", command, worker_env, log_dir))
+            state.pids.append(start_node(f"worker-{i + 1}", command, worker_env, log_dir, warm_dir(state)))
             _write_state(state)
             wait_for_nodes(state, i + 2)
+        names = ["head", *(f"worker-{i + 1}" for i in range(spec.workers))]
+        slow = wait_for_warm_servers(warm_dir(state), names)
+        say(
+            f"warm worker processes: {len(names) - len(slow)} of {len(names)} nodes"
+            + (f" ({', '.join(slow)} not ready: logs in {log_dir})" if slow else "")
+        )
     except BaseException:
         down(quiet=True)
         raise
@@ -200,9 +213,15 @@ def start_head(state: ClusterState, env: dict, name: str = "head") -> None:
     store = gcs_store.Store(**state.store) if state.store else None
     command = head_command(spec, state.temp_dir, state.head_memory, store and store.password())
     env = {**env, **(gcs_store.head_env(store, namespace=state.cluster_id) if store else {})}
-    state.head_pid = start_node(name, command, env, Path(state.log_dir))
+    state.head_pid = start_node(name, command, env, Path(state.log_dir), warm_dir(state))
     state.pids.append(state.head_pid)
     _write_state(state)
+
+
+def warm_dir(state: ClusterState) -> Path:
+    """The nodes' fork servers' sockets (rayfleet/core/warm_workers.py), beside the Ray temp dir, so `down`
+    clears them with the workers' own temp dirs."""
+    return private_dir(Path(f"{state.temp_dir}-warm"))
 
 
 def _write_state(state: ClusterState) -> None:
@@ -234,7 +253,8 @@ def down(quiet: bool = False) -> int:
 
 
 def _clear(state: ClusterState) -> None:
-    for own in Path(state.temp_dir).parent.glob(f"{Path(state.temp_dir).name}-w*"):  # workers' own (gcs_store)
+    # the workers' own temp dirs (gcs_store) and the fork servers' sockets (warm_dir)
+    for own in Path(state.temp_dir).parent.glob(f"{Path(state.temp_dir).name}-w*"):
         shutil.rmtree(own, ignore_errors=True)
     shutil.rmtree(state.temp_dir, ignore_errors=True)
     state_file().unlink(missing_ok=True)

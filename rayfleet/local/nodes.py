@@ -8,12 +8,14 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rayfleet.core import ray_start
 from rayfleet.core.ray_start import NODE_PORTS
+from rayfleet.core.warm_workers import SOCKET_ENV
 from rayfleet.local.host import REPO, ClusterError, ray_cli
 
 if TYPE_CHECKING:  # annotations only: cluster.py imports this module
@@ -72,7 +74,22 @@ def worker_command(
     )
 
 
-def start_node(name: str, cmd: list[str], env: dict, log_dir: Path) -> int:
+def start_node(name: str, cmd: list[str], env: dict, log_dir: Path, warm_dir: Path | None = None) -> int:
+    """Start a node's `ray start --block` and wait until it says it is ready. With `warm_dir`, first its fork
+    server for warm worker processes (rayfleet/node/warm_server.py), in the same environment, whose socket
+    the node's environment names; it preloads while Ray starts, and workers start fresh until it is ready."""
+    if warm_dir is not None:
+        env = {**env, SOCKET_ENV: str(warm_dir / f"{name}.sock")}
+        with open(log_dir / f"{name}-warm.log", "w") as log:
+            subprocess.Popen(
+                [sys.executable, "-m", "rayfleet.node.warm_server", env[SOCKET_ENV]],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=REPO,
+            )
     log_path = log_dir / f"{name}.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(
@@ -118,6 +135,18 @@ def wait_for_nodes(state: ClusterState, count: int) -> None:
     raise ClusterError(
         f"only {alive} of {count} Ray nodes registered within {START_TIMEOUT_S}s; logs in {state.log_dir}"
     )
+
+
+def wait_for_warm_servers(warm_dir: Path, names: list[str], timeout_s: float = START_TIMEOUT_S) -> list[str]:
+    """Wait until each node's fork server listens (its socket exists); return the names of those that did
+    not within the timeout (their workers start as fresh processes; the log says why)."""
+    deadline = time.monotonic() + timeout_s
+    missing = list(names)
+    while missing and time.monotonic() < deadline:
+        missing = [name for name in missing if not (warm_dir / f"{name}.sock").exists()]
+        if missing:
+            time.sleep(0.5)
+    return missing
 
 
 def tail_of(text: str, lines: int = 15) -> str:

@@ -56,7 +56,6 @@ from rayfleet.recipes.run_queue_liveness import Liveness
 from rayfleet.train import stop
 
 EXIT_CANCELLED = 130
-JOB_CONFIG_VAR = "RAY_JOB_CONFIG_JSON_ENV_VAR"  # what Ray's job supervisor gives a job's drivers (its runtime_env)
 BUDGET_CHECK_S = 30.0  # how often the queue's spending is read again (a listing of its ledger)
 
 
@@ -244,7 +243,7 @@ def bare_driver():
     (rayfleet/core/hung_runs.py), which must be the training driver's."""
     import ray
 
-    job_config = os.environ.pop(JOB_CONFIG_VAR, None)
+    job_config = os.environ.pop(ray_start.JOB_CONFIG_VAR, None)
     try:
         address, node = os.environ.get("RAY_ADDRESS") or "auto", ray_start.driver_init_kwargs(os.environ)
         ray.init(address=address, log_to_driver=False, logging_level="WARNING", **node)
@@ -252,7 +251,7 @@ def bare_driver():
     finally:
         ray.shutdown()
         if job_config is not None:
-            os.environ[JOB_CONFIG_VAR] = job_config
+            os.environ[ray_start.JOB_CONFIG_VAR] = job_config
 
 
 def cancelled_exit(run: str, reason: str) -> int:

@@ -21,6 +21,7 @@ import threading
 import time
 import uuid
 
+from rayfleet.core import warm_workers
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.run_dir import RunDir
 from rayfleet.recipes import admission, attempt_fence, budget, cost, jobs_api, ray_faults
@@ -256,8 +257,10 @@ def _job_spec(
         words = [sys.executable, "-m", "rayfleet.recipes.job_entry", *queued, entry]
         entry = shlex.join(words)
     runtime_env: dict = {"working_dir": working_dir, "env_vars": env_vars}
-    if recipe.pip:
+    if recipe.pip:  # its own virtualenv's interpreter: fresh worker processes
         runtime_env["pip"] = {"packages": list(recipe.pip), "pip_check": False}
+    else:  # forked from the nodes' warm servers (rayfleet/core/warm_workers.py)
+        runtime_env.update(warm_workers.runtime_env())
     return entry, runtime_env
 
 

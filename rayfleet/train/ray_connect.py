@@ -15,7 +15,7 @@ from pathlib import Path
 
 import ray
 
-from rayfleet.core import ray_auth, ray_start
+from rayfleet.core import ray_auth, ray_start, warm_workers
 from rayfleet.core.errors import RayfleetError
 
 LOCAL_STATE = Path(__file__).resolve().parents[2] / ".rayfleet" / "cluster" / "state.json"  # rayfleet.local
@@ -49,9 +49,16 @@ def ray_session() -> Iterator[str]:
             "Ray token auth is not set up in this shell: run the job through make, or first "
             'eval "$(.venv/bin/python -m rayfleet.local env)"'
         )
+    # A job's worker processes fork from the nodes' warm servers (rayfleet/core/warm_workers.py); a driver
+    # that the Jobs API started has its job's runtime_env, which says so itself (rayfleet/recipes/job.py).
+    runtime_env = None if ray_start.JOB_CONFIG_VAR in os.environ else warm_workers.runtime_env()
     try:
         ray.init(
-            address=address, logging_level="WARNING", log_to_driver=True, **ray_start.driver_init_kwargs(os.environ)
+            address=address,
+            logging_level="WARNING",
+            log_to_driver=True,
+            runtime_env=runtime_env,
+            **ray_start.driver_init_kwargs(os.environ),
         )
         yield address
     finally:

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from rayfleet.core import ray_start
 from rayfleet.core.run_dir import RunDir
 from rayfleet.core.run_queue import ADMITTED, Entry, Queue
 from rayfleet.recipes import admission
@@ -144,9 +145,9 @@ def test_the_probes_driver_is_no_driver_of_the_submission(monkeypatch):
 
     config = '{"runtime_env": {}, "metadata": {"job_submission_id": "raysubmit_abc"}}'
     seen = []
-    monkeypatch.setenv(admission.JOB_CONFIG_VAR, config)
-    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append(os.environ.get(admission.JOB_CONFIG_VAR)))
+    monkeypatch.setenv(ray_start.JOB_CONFIG_VAR, config)
+    monkeypatch.setattr(ray, "init", lambda **kwargs: seen.append(os.environ.get(ray_start.JOB_CONFIG_VAR)))
     monkeypatch.setattr(ray, "shutdown", lambda: None)
     with admission.bare_driver():
         pass
-    assert seen == [None] and os.environ[admission.JOB_CONFIG_VAR] == config
+    assert seen == [None] and os.environ[ray_start.JOB_CONFIG_VAR] == config
