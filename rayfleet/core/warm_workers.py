@@ -49,8 +49,10 @@ DEFAULT_PRELOAD = (
 NEVER_PRELOADED = "ray"
 
 # Ray execs this in place of the worker's `python` (runtime_env py_executable, a shell word list): on a node
-# without a fork server it is `python` itself, the nodes' environment's first on PATH.
-PY_EXECUTABLE = "python -m rayfleet.node.warm_client"
+# without a fork server it is `python` itself, the nodes' environment's first on PATH. A recipe job's driver
+# starts the same way: the cluster's python, then LAUNCHER, then its module or script (recipes/command.py).
+LAUNCHER = ("-m", "rayfleet.node.warm_client")
+PY_EXECUTABLE = " ".join(("python", *LAUNCHER))
 
 # Environment variables that a preloaded module may read once, at import or at load (the C runtimes read
 # theirs when loaded): a worker that asks for another value than the fork server's gets a fresh process.

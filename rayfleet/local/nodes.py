@@ -8,15 +8,14 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rayfleet.core import ray_start
 from rayfleet.core.ray_start import NODE_PORTS
-from rayfleet.core.warm_workers import SOCKET_ENV
 from rayfleet.local.host import REPO, ClusterError, ray_cli
+from rayfleet.node import warm_server
 
 if TYPE_CHECKING:  # annotations only: cluster.py imports this module
     from rayfleet.local.cluster import ClusterSpec, ClusterState
@@ -79,17 +78,8 @@ def start_node(name: str, cmd: list[str], env: dict, log_dir: Path, warm_dir: Pa
     server for warm worker processes (rayfleet/node/warm_server.py), in the same environment, whose socket
     the node's environment names; it preloads while Ray starts, and workers start fresh until it is ready."""
     if warm_dir is not None:
-        env = {**env, SOCKET_ENV: str(warm_dir / f"{name}.sock")}
         with open(log_dir / f"{name}-warm.log", "w") as log:
-            subprocess.Popen(
-                [sys.executable, "-m", "rayfleet.node.warm_server", env[SOCKET_ENV]],
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                start_new_session=True,
-                cwd=REPO,
-            )
+            _, env = warm_server.spawn(warm_dir / f"{name}.sock", env, log=log, cwd=REPO)
     log_path = log_dir / f"{name}.log"
     with open(log_path, "w") as log:
         proc = subprocess.Popen(

@@ -8,6 +8,8 @@
                                        # the head goes away while the run is queued: rejoin it, submit again
     rayfleet-node health               # exit 0 when the head's dashboard and GCS answer (its health check)
 
+Every node but `health` first starts its fork server for warm worker processes (rayfleet/node/warm_server.py).
+
 Environment (set by infra/modules/ray): RAYFLEET_HEAD_HOST (Cloud Map name), RAYFLEET_RAY_PORTS (JSON of
 infra/catalog/ray_ports.json), RAYFLEET_OBJECT_STORE_MIB, RAYFLEET_NUM_CPUS, RAYFLEET_NUM_GPUS,
 RAYFLEET_HEAD_WAIT_S (default 600), RAY_AUTH_MODE=token and RAY_AUTH_TOKEN (from Secrets Manager).
@@ -37,12 +39,15 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rayfleet.core import ray_drain
 from rayfleet.core.errors import EXIT_HEAD_LOST
-from rayfleet.node import drain, health, suspect
+from rayfleet.node import drain, health, suspect, warm_server
 from rayfleet.node.head_wait import Stopped, head_moved, wait_for_head
 from rayfleet.node.node_spec import (
     GCS_STORE_ENV,
@@ -275,15 +280,28 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
         say("warning: RAY_AUTH_MODE is not token; the cluster would accept unauthenticated requests")
     if role == "health":
         return health.main(env)
-    if role == "head":
-        return run_head(env)
-    host, port = head_address(env)
-    wait_s = float(env.get("RAYFLEET_HEAD_WAIT_S") or 600)
-    if role == "worker":
-        return run_worker(env, host, port, wait_s)
-    if not rest:
+    if role == "driver" and not rest:
         raise SystemExit("rayfleet-node: error: name the job: driver ddp|fsdp|<module> [key=value ...]")
-    return drive(env, rest, host, port, wait_s)
+    with warm_server_beside(env) as env:
+        if role == "head":
+            return run_head(env)
+        host, port = head_address(env)
+        wait_s = float(env.get("RAYFLEET_HEAD_WAIT_S") or 600)
+        if role == "worker":
+            return run_worker(env, host, port, wait_s)
+        return drive(env, rest, host, port, wait_s)
+
+
+@contextmanager
+def warm_server_beside(env: dict) -> Iterator[dict]:
+    """This node's fork server for warm worker processes (rayfleet/core/warm_workers.py), started before
+    Ray and stopped when the node ends; yields the environment Ray's nodes get, which names its socket (in
+    a private temporary folder). Its output goes to the task's log."""
+    server, env = warm_server.spawn(Path(tempfile.mkdtemp(prefix="rayfleet-warm-")) / "node.sock", env)
+    try:
+        yield env
+    finally:
+        server.terminate()
 
 
 MAX_HEAD_LOSSES = 3  # a queued run rejoins a replaced head this often before its trainer task gives up

@@ -2,6 +2,7 @@
 rayfleet/core/warm_workers.py): it asks the node's fork server for the worker, or becomes the worker itself.
 
     python -m rayfleet.node.warm_client <Ray's default_worker.py> <its arguments>
+    python -m rayfleet.node.warm_client -m <module> <its arguments>     # a recipe job's driver
 
 With a fork server (the node's RAYFLEET_WARM_SOCKET), it sends the arguments, its environment, its working
 directory and its standard streams, then stands in for the worker: it passes SIGTERM and SIGINT on and exits

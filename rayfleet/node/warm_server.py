@@ -9,8 +9,9 @@ a worker's code itself, only forks. For each request (rayfleet/node/warm_client.
 worker's environment is the one its modules saw at import (else it declines and the client starts a fresh
 process), forks, and in the child takes the worker's standard streams, environment, working directory,
 sys.path and a process group of its own, forgets its own package's modules, gives torch the worker's thread
-count and NumPy fresh entropy (Python's generator reseeds itself on fork; torch's default seed is fixed, as
-in a fresh process), and runs Ray's worker script as __main__. The parent reports the child's exit status to the client, and kills the child if the client goes first.
+count and NumPy's and torch's generators fresh entropy (Python's reseeds itself on fork), and runs Ray's
+worker script (or a job driver's module) as __main__. The parent reports the child's exit status to the
+client, and kills the child if the client goes first.
 """
 
 from __future__ import annotations
@@ -24,11 +25,18 @@ import runpy
 import selectors
 import signal
 import socket
+import subprocess
 import sys
 import traceback
 from pathlib import Path
 
-from rayfleet.core.warm_workers import DEFAULT_PRELOAD, NEVER_PRELOADED, PRELOAD_ENV, import_time_differences
+from rayfleet.core.warm_workers import (
+    DEFAULT_PRELOAD,
+    NEVER_PRELOADED,
+    PRELOAD_ENV,
+    SOCKET_ENV,
+    import_time_differences,
+)
 from rayfleet.node.warm_client import HEADER, MAX_REQUEST, recv_exact, send_message
 
 REQUEST_TIMEOUT_S = 10
@@ -52,11 +60,18 @@ def preload(modules: list[str]) -> list[str]:
     return missing
 
 
-def worker_sys_path(script: str, pythonpath: str, base: list[str]) -> list[str]:
-    """sys.path as `python SCRIPT` would have it with this PYTHONPATH: the script's folder, then PYTHONPATH,
-    then the interpreter's own (`base`, without the server's script folder and PYTHONPATH)."""
+def worker_sys_path(argv: list[str], pythonpath: str, base: list[str]) -> list[str]:
+    """sys.path as `python SCRIPT ...` or `python -m MODULE ...` would have it with this PYTHONPATH: the
+    script's folder (the working directory for -m), then PYTHONPATH, then the interpreter's own (`base`,
+    without the server's own first entry and PYTHONPATH)."""
     entries = [p for p in pythonpath.split(os.pathsep) if p]
-    return [str(Path(script).resolve().parent), *entries, *[p for p in base if p not in entries]]
+    first = os.getcwd() if argv[0] == "-m" else str(Path(argv[0]).resolve().parent)
+    return [first, *entries, *[p for p in base if p not in entries]]
+
+
+def runnable(argv: list[str]) -> bool:
+    """A script and its arguments, or -m MODULE and its: no other interpreter options."""
+    return bool(argv) and (not argv[0].startswith("-") or (argv[0] == "-m" and len(argv) > 1))
 
 
 def read_request(conn: socket.socket) -> tuple[dict, list[int]]:
@@ -133,7 +148,7 @@ class Server:
             argv, cwd = list(request["argv"]), str(request["cwd"])
             env = {**self.set_by_import, **request["env"]}
             differences = import_time_differences(self.preloaded_env, env)
-            if not argv or argv[0].startswith("-"):
+            if not runnable(argv):
                 differences = ["interpreter options"]
             if differences:
                 send_message(conn, {"declined": f"{', '.join(differences)} differ from the fork server's"})
@@ -200,11 +215,11 @@ class Server:
             os.environ.clear()
             os.environ.update(env)
             os.chdir(cwd)
-            sys.path[:] = worker_sys_path(argv[0], env.get("PYTHONPATH", ""), self.base_path)
+            sys.path[:] = worker_sys_path(argv, env.get("PYTHONPATH", ""), self.base_path)
             apply_after_fork(env)
             forget_own_modules()
             sys.argv = list(argv)
-            code = run_script(argv[0])
+            code = run_main(argv)
         except BaseException:
             traceback.print_exc()
         finally:
@@ -216,18 +231,19 @@ class Server:
 
 
 def apply_after_fork(env: dict[str, str]) -> None:
-    """What a fresh process would have taken from its start: NumPy's global generator seeded from fresh
-    entropy, and torch's thread count. torch's OpenMP and MKL runtimes read OMP_NUM_THREADS once, when
-    loaded: in the server, before the worker's value existed. Ray sets it in the worker process itself
-    when the first task arrives (ray/_private/utils.py: set_omp_num_threads_if_unset), before it imports
-    what the task needs; so the child gives torch the worker's value now if it has one, else the first one
-    the process sets."""
+    """What a fresh process would have taken from its start: NumPy's and torch's default generators seeded
+    from fresh entropy (Python's reseeds itself on fork), and torch's thread count. torch's OpenMP and MKL
+    runtimes read OMP_NUM_THREADS once, when loaded: in the server, before the worker's value existed. Ray
+    sets it in the worker process itself when the first task arrives (ray/_private/utils.py:
+    set_omp_num_threads_if_unset), before it imports what the task needs; so the child gives torch the
+    worker's value now if it has one, else the first one the process sets."""
     numpy = sys.modules.get("numpy")
     if numpy is not None:
         numpy.random.seed()
     torch = sys.modules.get("torch")
     if torch is None:
         return
+    torch.default_generator.seed()  # fresh entropy, as torch seeds a fresh process's CPU generator
     if "OMP_NUM_THREADS" in env:
         set_torch_threads(torch, env["OMP_NUM_THREADS"])
         return
@@ -255,9 +271,14 @@ def forget_own_modules() -> None:
         del sys.modules[name]
 
 
-def run_script(path: str) -> int:
+def run_main(argv: list[str]) -> int:
+    """Run the script or module as __main__ (sys.argv already set); its exit status."""
     try:
-        runpy.run_path(path, run_name="__main__")
+        if argv[0] == "-m":
+            sys.argv = argv[1:]
+            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(argv[0], run_name="__main__")
     except SystemExit as done:
         if done.code is None:
             return 0
@@ -269,6 +290,23 @@ def run_script(path: str) -> int:
         traceback.print_exc()
         return 1
     return 0
+
+
+def spawn(sock: Path, env: dict[str, str], log=None, cwd: Path | None = None) -> tuple[subprocess.Popen, dict]:
+    """Start a node's fork server on `sock` in `env` (the environment the node's `ray start` gets next);
+    return it and that environment naming the socket, so Ray's workers find it. It preloads while Ray
+    starts; until it listens, workers start fresh. `log`: a file for its output (else this process's)."""
+    env = {**env, SOCKET_ENV: str(sock)}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "rayfleet.node.warm_server", str(sock)],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT if log is not None else None,
+        stdin=subprocess.DEVNULL,
+        start_new_session=True,
+        cwd=cwd,
+    )
+    return server, env
 
 
 def main(argv: list[str]) -> int:

@@ -7,6 +7,7 @@ import shlex
 import string
 from pathlib import Path
 
+from rayfleet.core import warm_workers
 from rayfleet.core.config import ConfigError
 from rayfleet.recipes.schema import Recipe, entry_kind
 
@@ -53,8 +54,10 @@ def command(recipe: Recipe, python: str, variables: dict[str, str], extra_args: 
         head += ["--max-restarts", str(recipe.max_restarts)]
         head += [f"--launcher-arg={option}" for option in recipe.launcher_args]
         head += ["--", *words]
+    elif kind in ("module", "script"):  # forked from the node's warm server, as its workers (core/warm_workers.py)
+        head = [python, *([] if recipe.pip else warm_workers.LAUNCHER), *words]
     else:
-        head = [python, *words] if kind in ("module", "script") else words
+        head = words
     main = shlex.join([*head, *args])
     setup = f"{recipe.setup} && " if recipe.setup else ""
     return f"{prefix}{setup}{main}"

@@ -11,15 +11,51 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from rayfleet.core.warm_workers import PRELOAD_ENV, SOCKET_ENV
 from rayfleet.node import head_wait, node_spec, ray_node
 
+REPO = Path(__file__).resolve().parents[3]
 PORTS = json.loads((Path(__file__).resolve().parents[3] / "infra" / "catalog" / "ray_ports.json").read_text())
 MIB = 1024 * 1024
+
+
+@pytest.fixture(autouse=True)
+def no_fork_server(monkeypatch, request):
+    """main() starts the node's fork server first (a real one preloads torch): these tests' nodes are fakes.
+    test_every_node_starts_its_fork_server_first_and_stops_it_last starts a real one."""
+    if request.node.name != "test_every_node_starts_its_fork_server_first_and_stops_it_last":
+        monkeypatch.setattr(ray_node, "warm_server_beside", lambda env: nullcontext({**env, SOCKET_ENV: "/none"}))
+
+
+def test_every_node_starts_its_fork_server_first_and_stops_it_last(monkeypatch):
+    seen = {}
+
+    def head(env):  # the node runs while its fork server listens
+        sock = Path(env[SOCKET_ENV])  # the head's Ray gets its socket; a private folder holds it
+        wait_until(sock.exists, timeout=60)
+        seen["sock"] = sock
+        seen["server"] = [p for p in Path("/proc").iterdir() if p.name.isdigit() and str(sock).encode() in _cmdline(p)]
+        return 0
+
+    monkeypatch.setattr(ray_node, "run_head", head)
+    env = {"RAY_AUTH_MODE": "token", PRELOAD_ENV: "json", "PATH": os.environ["PATH"], "PYTHONPATH": str(REPO)}
+    assert ray_node.main(["head"], env=env) == 0
+    sock, server = seen["sock"], seen["server"]
+    assert sock.name == "node.sock" and sock.parent.stat().st_mode & 0o777 == 0o700 and len(server) == 1
+    wait_until(lambda: not (server[0] / "cmdline").exists() or not _cmdline(server[0]), timeout=60)  # stopped
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
 
 
 def test_every_port_the_security_group_opens_is_pinned_on_ray_start():
@@ -232,6 +268,7 @@ def node_process(fake, role: str, port: int, *args: str, **env) -> subprocess.Po
         "RAYFLEET_RAY_PORTS": json.dumps({"gcs": {"from": port, "to": port}, "dashboard": {"from": 1, "to": 1}}),
         "RAYFLEET_NUM_CPUS": "1",
         "PYTHONUNBUFFERED": "1",
+        PRELOAD_ENV: "json",  # its fork server: a real one, preloading nothing heavy
         **env,
     }
     return subprocess.Popen(

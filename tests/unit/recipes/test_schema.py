@@ -74,15 +74,18 @@ def test_workers_beyond_a_fixed_cluster_are_refused(tmp_path):
 def test_command_per_entrypoint_kind(tmp_path):
     variables = job_env(load(write(tmp_path, GOOD)).recipe, "r1", "/runs", "/home/me")
     module = load(write(tmp_path, {**GOOD, "entrypoint": "-m pkg.train", "args": ["lr=${RAYFLEET_RUN_DIR}"]}))
+    # The cluster's python forks the driver from the node's warm server (rayfleet/core/warm_workers.py)
     assert command(module.recipe, "/venv/bin/python", variables, ["x y"]).endswith(
-        "/venv/bin/python -m pkg.train lr=/runs/r1 'x y'"
+        "/venv/bin/python -m rayfleet.node.warm_client -m pkg.train lr=/runs/r1 'x y'"
     )
     script = load(write(tmp_path, {**GOOD, "setup": "pip list"}))
-    assert command(script.recipe, "/venv/bin/python", variables, []).endswith("pip list && /venv/bin/python train.py")
+    assert command(script.recipe, "/venv/bin/python", variables, []).endswith(
+        "pip list && /venv/bin/python -m rayfleet.node.warm_client train.py"
+    )
     torchrun = load(write(tmp_path, {**GOOD, "entrypoint": "torchrun --nproc-per-node 2 train.py"}))
     built = command(torchrun.recipe, "/venv/bin/python", variables, [])
     assert built.startswith("export PATH=/venv/bin:") and built.endswith("torchrun --nproc-per-node 2 train.py")
-    with_pip = load(write(tmp_path, {**GOOD, "pip": ["einops==0.8.1"]}))  # Ray's job virtualenv is on PATH
+    with_pip = load(write(tmp_path, {**GOOD, "pip": ["einops==0.8.1"]}))  # Ray's job virtualenv is on PATH: fresh
     assert command(with_pip.recipe, "/venv/bin/python", variables, []) == "python train.py"
     typo = load(write(tmp_path, {**GOOD, "args": ["${RAYFLEET_RUNDIR}"]}))
     with pytest.raises(ConfigError, match="unknown variable 'RAYFLEET_RUNDIR'"):
