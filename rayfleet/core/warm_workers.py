@@ -15,6 +15,7 @@ import differs), or where the node has no fork server, the launcher starts a fre
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 
 # The node's fork server listens here (a Unix socket in the node's private directory); set in the node's
 # environment, so Ray's workers on that node inherit it.
@@ -82,8 +83,19 @@ IMPORT_TIME_PREFIXES = (
     "HOME",
 )
 # Those a fork still gets right: Python reads PYTHONBREAKPOINT at each breakpoint(); the fork rebuilds
-# sys.path from PYTHONPATH and gives torch Ray's per-worker OMP_NUM_THREADS (rayfleet/node/warm_server.py).
-AFTER_FORK = frozenset({"PYTHONBREAKPOINT", "PYTHONPATH", "OMP_NUM_THREADS"})
+# sys.path from PYTHONPATH and its standard streams by PYTHONUNBUFFERED, and gives torch Ray's per-worker
+# OMP_NUM_THREADS (rayfleet/node/warm_server.py).
+AFTER_FORK = frozenset({"PYTHONBREAKPOINT", "PYTHONPATH", "PYTHONUNBUFFERED", "OMP_NUM_THREADS"})
+
+
+def launched(command: list[str]) -> list[str]:
+    """`command` through the launcher when it is `<python> -m MODULE ...` or `<python> SCRIPT ...` (a driver a
+    node's fork server can fork), else unchanged."""
+    python, rest = (command[0], command[1:]) if command else ("", [])
+    runs_python = Path(python).name.startswith("python") and bool(rest)
+    if runs_python and (rest[0] == "-m" or not rest[0].startswith("-")):
+        return [python, *LAUNCHER, *rest]
+    return command
 
 
 def runtime_env() -> dict[str, str]:

@@ -33,7 +33,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rayfleet.core import ray_auth, ray_start
+from rayfleet.core import ray_auth, ray_start, warm_workers
 from rayfleet.local import gcs_store
 from rayfleet.local.host import (
     GIB,
@@ -296,8 +296,14 @@ def run(command: list[str], spec: ClusterSpec) -> int:
     if started:
         print("no rayfleet cluster running: starting one for this command (stopped when it ends)", flush=True)
         state = up(spec)
+    env = command_env(state)
+    if not state.store:  # a driver forked from the head's warm server (never where the head can be replaced)
+        command, env = (
+            warm_workers.launched(command),
+            {**env, warm_workers.SOCKET_ENV: str(warm_dir(state) / "head.sock")},
+        )
     try:
-        return run_command(command, command_env(state))
+        return run_command(command, env)
     finally:
         if started:
             _down_uninterrupted()

@@ -297,7 +297,9 @@ def warm_server_beside(env: dict) -> Iterator[dict]:
     """This node's fork server for warm worker processes (rayfleet/core/warm_workers.py), started before
     Ray and stopped when the node ends; yields the environment Ray's nodes get, which names its socket (in
     a private temporary folder). Its output goes to the task's log."""
-    server, env = warm_server.spawn(Path(tempfile.mkdtemp(prefix="rayfleet-warm-")) / "node.sock", env)
+    server, env = warm_server.spawn(
+        Path(tempfile.mkdtemp(prefix="rayfleet-warm-")) / "node.sock", env, with_parent=True
+    )
     try:
         yield env
     finally:

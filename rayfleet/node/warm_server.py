@@ -1,7 +1,7 @@
 """A node's fork server: worker processes for rayfleet jobs, forked from a process that imported torch and
 Ray Train's other dependencies once, when the node started (the contract: rayfleet/core/warm_workers.py).
 
-    python -m rayfleet.node.warm_server SOCKET      # beside `ray start`, in the node's environment
+    python -m rayfleet.node.warm_server SOCKET [--with-parent]   # beside `ray start`, in the node's environment
 
 It imports the preload modules and refuses to serve if that imported Ray or initialized CUDA, then listens
 on SOCKET (mode 0600: the node's user only, who runs Ray's workers anyway). It is one thread and never runs
@@ -19,6 +19,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
+import io
 import json
 import os
 import runpy
@@ -90,9 +91,11 @@ def read_request(conn: socket.socket) -> tuple[dict, list[int]]:
 
 
 class Server:
-    def __init__(self, path: str, before: dict[str, str], base_path: list[str]) -> None:
-        """before: the environment before the preload; os.environ is the one after."""
+    def __init__(self, path: str, before: dict[str, str], base_path: list[str], parent: int | None = None) -> None:
+        """before: the environment before the preload; os.environ is the one after. parent: a process whose
+        end ends the server (the node that started it), else it serves until stopped."""
         self.path = path
+        self.parent = parent
         self.preloaded_env = dict(os.environ)
         # What importing the modules set (torch's inductor sets its cache dir): a fresh worker's imports set
         # the same, so a worker that does not name them gets the server's.
@@ -134,6 +137,8 @@ class Server:
                 else:
                     self.client_gone(key.fileobj, key.data)
             self.reap()
+            if self.parent is not None and os.getppid() != self.parent:
+                self.stopping = True
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 
@@ -212,6 +217,7 @@ class Server:
                 os.close(fd)
             for target, fd in enumerate(fds):
                 os.dup2(fd, target)
+            fresh_stdio(env)
             os.environ.clear()
             os.environ.update(env)
             os.chdir(cwd)
@@ -263,6 +269,25 @@ def set_torch_threads(torch, value: str) -> None:
         torch.set_num_threads(int(value))
 
 
+def fresh_stdio(env: dict[str, str]) -> None:
+    """sys.stdout and sys.stderr as a fresh interpreter makes them for these streams: unbuffered with
+    PYTHONUNBUFFERED, else stdout line-buffered on a terminal and block-buffered otherwise, stderr
+    line-buffered; the encoding is the server's (the variables that choose it are the same, or it declined)."""
+    unbuffered = bool(env.get("PYTHONUNBUFFERED"))
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        old = getattr(sys, name)
+        raw = io.FileIO(fd, "w", closefd=False)
+        stream = io.TextIOWrapper(
+            raw if unbuffered else io.BufferedWriter(raw),
+            encoding=old.encoding,
+            errors=old.errors,
+            line_buffering=not unbuffered and (name == "stderr" or raw.isatty()),
+            write_through=unbuffered,
+        )
+        setattr(sys, name, stream)
+        setattr(sys, f"__{name}__", stream)
+
+
 def forget_own_modules() -> None:
     """The server's own package (rayfleet) is not preloaded: the worker imports it, if at all, from its own
     sys.path (a recipe's packaged code, say), as a fresh process would."""
@@ -292,13 +317,17 @@ def run_main(argv: list[str]) -> int:
     return 0
 
 
-def spawn(sock: Path, env: dict[str, str], log=None, cwd: Path | None = None) -> tuple[subprocess.Popen, dict]:
+def spawn(
+    sock: Path, env: dict[str, str], log=None, cwd: Path | None = None, with_parent: bool = False
+) -> tuple[subprocess.Popen, dict]:
     """Start a node's fork server on `sock` in `env` (the environment the node's `ray start` gets next);
     return it and that environment naming the socket, so Ray's workers find it. It preloads while Ray
-    starts; until it listens, workers start fresh. `log`: a file for its output (else this process's)."""
+    starts; until it listens, workers start fresh. `log`: a file for its output (else this process's).
+    `with_parent`: it ends when this process does (an image's node), else when stopped (the local cluster's
+    `down`)."""
     env = {**env, SOCKET_ENV: str(sock)}
     server = subprocess.Popen(
-        [sys.executable, "-m", "rayfleet.node.warm_server", str(sock)],
+        [sys.executable, "-m", "rayfleet.node.warm_server", str(sock), *(["--with-parent"] if with_parent else [])],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT if log is not None else None,
@@ -310,9 +339,10 @@ def spawn(sock: Path, env: dict[str, str], log=None, cwd: Path | None = None) ->
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 1:
-        print("usage: python -m rayfleet.node.warm_server SOCKET", file=sys.stderr)
+    if len(argv) not in (1, 2) or argv[1:] not in ([], ["--with-parent"]):
+        print("usage: python -m rayfleet.node.warm_server SOCKET [--with-parent]", file=sys.stderr)
         return 2
+    parent = os.getppid() if argv[1:] else None
     own = {os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p}
     base_path = [p for p in sys.path[1:] if os.path.abspath(p) not in own]  # [0]: `-m`'s working directory
     before = dict(os.environ)
@@ -324,7 +354,7 @@ def main(argv: list[str]) -> int:
         return 1
     if missing:
         print(f"warm worker server: not installed, not preloaded: {', '.join(missing)}", flush=True)
-    Server(argv[0], before, base_path).serve_forever()
+    Server(argv[0], before, base_path, parent).serve_forever()
     return 0
 
 

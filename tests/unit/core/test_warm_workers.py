@@ -39,3 +39,17 @@ def test_a_thread_count_only_the_server_has_cannot_be_undone():
 def test_jobs_name_the_launcher_as_their_workers_python():
     assert warm_workers.runtime_env() == {"py_executable": "python -m rayfleet.node.warm_client"}
     assert warm_workers.NEVER_PRELOADED not in warm_workers.DEFAULT_PRELOAD
+
+
+def test_a_python_driver_runs_through_the_launcher_anything_else_as_it_is():
+    launcher = ["-m", "rayfleet.node.warm_client"]
+    assert warm_workers.launched(["/venv/bin/python", "-m", "rayfleet.train.ddp", "epochs=1"]) == [
+        "/venv/bin/python",
+        *launcher,
+        "-m",
+        "rayfleet.train.ddp",
+        "epochs=1",
+    ]
+    assert warm_workers.launched(["python3", "train.py"]) == ["python3", *launcher, "train.py"]
+    for command in (["python", "-c", "print(1)"], ["python"], ["torchrun", "train.py"], []):
+        assert warm_workers.launched(command) == command

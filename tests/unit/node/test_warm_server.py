@@ -38,6 +38,8 @@ FACTS = textwrap.dedent(
         "threads_main": torch.get_num_threads(), "threads_new": threads[0],
         "numpy_draw": numpy.random.randint(1 << 30), "python_draw": random.randint(0, 1 << 30),
         "torch_seed": torch.initial_seed(),
+        "stdout": [sys.stdout.line_buffering, sys.stdout.write_through, sys.stdout.encoding],
+        "stderr": [sys.stderr.line_buffering, sys.stderr.write_through],
     }
     print(json.dumps(facts), flush=True)
     if "--leak" in sys.argv:  # what a run could leave behind in its process
@@ -57,6 +59,7 @@ def server(tmp_path_factory):
     sock = base / "w.sock"
     env = {**os.environ, PRELOAD_ENV: "numpy,torch", "PYTHONPATH": str(REPO)}
     env.pop("OMP_NUM_THREADS", None)
+    env.pop("PYTHONUNBUFFERED", None)
     env = {k: v for k, v in env.items() if not k.startswith("TORCH")}
     proc = subprocess.Popen(
         [sys.executable, "-m", "rayfleet.node.warm_server", str(sock)],
@@ -106,15 +109,20 @@ def test_a_worker_is_a_fork_with_its_own_arguments_environment_directory_and_str
     assert facts["start"]["rayfleet"] == []  # the server's own package is the worker's to import, from its path
 
 
-def test_a_fork_gets_the_thread_count_and_random_state_a_fresh_process_gets(server):
-    fork, _, _ = facts_of(launch(server))
+@pytest.mark.parametrize("unbuffered", [False, True])
+def test_a_fork_gets_the_thread_count_and_standard_streams_a_fresh_process_gets(server, unbuffered):
+    env = {**server["env"], **({"PYTHONUNBUFFERED": "1"} if unbuffered else {})}
+    fork, _, _ = facts_of(launch(server, env=env))
     fresh = subprocess.run(
-        [sys.executable, str(server["script"])], env=server["env"], capture_output=True, text=True, timeout=120
+        [sys.executable, str(server["script"])], env=env, capture_output=True, text=True, timeout=120
     )
     fresh = json.loads(fresh.stdout.splitlines()[0])
     assert fork["ppid"] == server["pid"] and not fresh["start"]["torch"]
     # torch's runtimes read OMP_NUM_THREADS when loaded: the fork applies the value the worker set later
     assert (fork["threads_main"], fork["threads_new"]) == (fresh["threads_main"], fresh["threads_new"]) == (1, 1)
+    # Python sets its streams up at start: the fork rebuilds them for its own descriptors and environment
+    assert fork["stdout"] == fresh["stdout"] and fork["stderr"] == fresh["stderr"]
+    assert fork["stdout"][1] is unbuffered
 
 
 def test_a_second_fork_sees_nothing_the_first_left_in_its_process(server):
@@ -176,3 +184,27 @@ def test_the_preload_refuses_a_cuda_context(monkeypatch):
     monkeypatch.delitem(sys.modules, "ray", raising=False)
     with pytest.raises(RuntimeError, match="initialized CUDA"):
         warm_server.preload([])
+
+
+def test_a_server_started_with_its_parent_ends_with_it(tmp_path):
+    """An image's node starts its server so (rayfleet/node/ray_node.py); a node killed outright leaves none."""
+    sock = tmp_path / "w.sock"
+    parent = textwrap.dedent(
+        f"""
+        import os, sys, time
+        from pathlib import Path
+        from rayfleet.node import warm_server
+        server, _ = warm_server.spawn(Path({str(sock)!r}), {{**os.environ, {PRELOAD_ENV!r}: "json"}}, with_parent=True)
+        while not Path({str(sock)!r}).exists():
+            time.sleep(0.05)
+        print(server.pid, flush=True)
+        os._exit(0)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60, cwd=REPO)
+    server = Path(f"/proc/{int(done.stdout.split()[-1])}")  # after the server's own "ready" line
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and server.exists() and b"warm_server" in (server / "cmdline").read_bytes():
+        time.sleep(0.2)
+    assert not server.exists() or b"warm_server" not in (server / "cmdline").read_bytes()
+    assert not sock.exists()  # it stopped as asked, and cleaned up
