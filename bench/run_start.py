@@ -6,7 +6,7 @@
 On one local cluster (the running `make cluster-up`, else one of 2 workers x 1 CPU started for the
 benchmark), the DDP job on 256 generated images (one step of batch 128 on each of 2 workers, no evaluation
 beyond 128 test images), timed from outside, line by line as the output arrives:
-  direct:  `python -m rayfleet.train.ddp ...` (what `make train-ddp-local` runs);
+  direct:  `rayfleet cluster run -- python -m rayfleet.train.ddp ...` (what `make train-ddp-local` runs);
   recipe:  `python -m rayfleet.targets.run recipes/ddp.yaml --target local` (what `make run` / `make train-ddp`
            run: package the code, submit through the Jobs API, follow the log).
 Columns: the driver's "run ...: N workers" line (imports, connection, placement check, storage, tracking),
@@ -60,12 +60,9 @@ def main(argv: list[str] | None = None) -> int:
         env = {**local_cluster.command_env(state), "PYTHONUNBUFFERED": "1"}  # token auth, as `make` sets it
         job = [f"data_dir={args.data.resolve()}", f"storage={tmp}", *ONE_STEP]
         ways = {
-            "direct (python -m rayfleet.train.ddp)": lambda run: [
-                sys.executable,
-                "-m",
-                "rayfleet.train.ddp",
-                *job,
-                f"run_name={run}",
+            "direct (make train-ddp-local)": lambda run: [
+                *[sys.executable, "-m", "rayfleet.local", "run", "--"],
+                *[sys.executable, "-m", "rayfleet.train.ddp", *job, f"run_name={run}"],
             ],
             "recipe (make train-ddp)": lambda run: [
                 *[sys.executable, "-m", "rayfleet.targets.run", "recipes/ddp.yaml", "--target", "local"],
