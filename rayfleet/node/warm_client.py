@@ -62,21 +62,37 @@ def fresh_process(argv: list[str]) -> None:
 
 def forked(path: str, argv: list[str]) -> int:
     """The worker's exit status once the fork server forked it; raises OSError/ConnectionError when there is
-    no fork server to ask, and LookupError when it declines."""
+    no fork server to ask, and LookupError when it declines. A stop signal that arrives before the worker's
+    pid is known is passed on as soon as it is."""
+    worker: list[int] = []
+    pending: list[int] = []
+
+    def pass_on(signum, _frame):
+        if not worker:
+            pending.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(worker[0], signum)
+
+    previous = {signum: signal.signal(signum, pass_on) for signum in (signal.SIGTERM, signal.SIGINT)}
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-        sock.connect(path)
-        send_message(sock, {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}, fds=[0, 1, 2])
-        reply = recv_message(sock)
+        try:
+            sock.connect(path)
+            send_message(sock, {"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}, fds=[0, 1, 2])
+            reply = recv_message(sock)
+        except BaseException:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+            if pending:  # stopped before anything started: stop, as the worker would have
+                os.kill(os.getpid(), pending[0])
+            raise
         if "declined" in reply:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
             raise LookupError(reply["declined"])
-        pid = int(reply["pid"])
-
-        def pass_on(signum, _frame):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signum)
-
-        for signum in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(signum, pass_on)
+        worker.append(int(reply["pid"]))
+        for signum in pending:
+            pass_on(signum, None)
         try:
             return int(recv_message(sock)["status"])
         except (ConnectionError, ValueError):

@@ -47,6 +47,7 @@ FACTS = textwrap.dedent(
         numpy.LEAK = 1
     if "--wait" in sys.argv:
         signal.signal(signal.SIGTERM, lambda *_: (print("term", flush=True), os._exit(7)))
+        print("waiting", flush=True)
         time.sleep(60)
     sys.exit(3)
     """
@@ -150,17 +151,45 @@ def test_without_a_fork_server_the_worker_starts_fresh(server, tmp_path):
 def test_signals_reach_the_worker_and_it_dies_with_its_launcher(server):
     waiting = launch(server, "--wait")
     facts = json.loads(waiting.stdout.readline())
+    assert waiting.stdout.readline().strip() == "waiting"  # its own handler is in place
     waiting.send_signal(signal.SIGTERM)  # Ray stops a worker it started this way
     assert waiting.stdout.readline().strip() == "term" and waiting.wait(timeout=60) == 7
 
     orphan = launch(server, "--wait")
     worker = json.loads(orphan.stdout.readline())["pid"]
+    assert orphan.stdout.readline().strip() == "waiting"
     orphan.kill()  # the launcher dies first: the server kills its worker
     orphan.wait(timeout=60)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and Path(f"/proc/{worker}").exists():
         time.sleep(0.1)
     assert not Path(f"/proc/{worker}").exists() and facts["ppid"] == server["pid"]
+
+
+def test_a_stop_signal_during_the_launch_is_not_lost(server, monkeypatch):
+    """SIGTERM can reach the launcher before the server has told it the worker's pid: it is passed on then."""
+    from rayfleet.node import warm_client
+
+    seen = []
+    monkeypatch.setattr(warm_client.os, "kill", lambda pid, signum: seen.append((pid, signum)))
+    real_recv = warm_client.recv_message
+    replies = []
+
+    def recv_then_signal(sock):
+        reply = real_recv(sock)
+        if not replies:  # the stop arrives while the pid's reply is on its way
+            signal.raise_signal(signal.SIGTERM)
+        replies.append(reply)
+        return reply
+
+    monkeypatch.setattr(warm_client, "recv_message", recv_then_signal)
+    monkeypatch.setenv("PYTHONPATH", str(REPO))
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        warm_client.forked(server["env"][SOCKET_ENV], [str(server["script"])])
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert seen == [(replies[0]["pid"], signal.SIGTERM)]
 
 
 def test_the_server_refuses_a_preload_that_imports_ray(tmp_path):
