@@ -84,7 +84,7 @@ IMPORT_TIME_PREFIXES = (
 )
 # Those a fork still gets right: Python reads PYTHONBREAKPOINT at each breakpoint(); the fork rebuilds
 # sys.path from PYTHONPATH and its standard streams by PYTHONUNBUFFERED, and gives torch Ray's per-worker
-# OMP_NUM_THREADS (rayfleet/node/warm_server.py).
+# OMP_NUM_THREADS (rayfleet/node/warm_fork.py).
 AFTER_FORK = frozenset({"PYTHONBREAKPOINT", "PYTHONPATH", "PYTHONUNBUFFERED", "OMP_NUM_THREADS"})
 
 

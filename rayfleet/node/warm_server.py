@@ -11,7 +11,7 @@ process), forks, and in the child takes the worker's standard streams, environme
 sys.path and a process group of its own, forgets its own package's modules, gives torch the worker's thread
 count and NumPy's and torch's generators fresh entropy (Python's reseeds itself on fork), and runs Ray's
 worker script (or a job driver's module) as __main__. The parent reports the child's exit status to the
-client, and kills the child if the client goes first.
+client, and kills the child if the client goes first. What the child does: rayfleet/node/warm_fork.py.
 """
 
 from __future__ import annotations
@@ -19,10 +19,8 @@ from __future__ import annotations
 import atexit
 import contextlib
 import importlib
-import io
 import json
 import os
-import runpy
 import selectors
 import signal
 import socket
@@ -38,6 +36,7 @@ from rayfleet.core.warm_workers import (
     SOCKET_ENV,
     import_time_differences,
 )
+from rayfleet.node import warm_fork
 from rayfleet.node.warm_client import HEADER, MAX_REQUEST, recv_exact, send_message
 
 REQUEST_TIMEOUT_S = 10
@@ -59,20 +58,6 @@ def preload(modules: list[str]) -> list[str]:
     if torch is not None and torch.cuda.is_initialized():
         raise RuntimeError("importing the preload modules initialized CUDA")
     return missing
-
-
-def worker_sys_path(argv: list[str], pythonpath: str, base: list[str]) -> list[str]:
-    """sys.path as `python SCRIPT ...` or `python -m MODULE ...` would have it with this PYTHONPATH: the
-    script's folder (the working directory for -m), then PYTHONPATH, then the interpreter's own (`base`,
-    without the server's own first entry and PYTHONPATH)."""
-    entries = [p for p in pythonpath.split(os.pathsep) if p]
-    first = os.getcwd() if argv[0] == "-m" else str(Path(argv[0]).resolve().parent)
-    return [first, *entries, *[p for p in base if p not in entries]]
-
-
-def runnable(argv: list[str]) -> bool:
-    """A script and its arguments, or -m MODULE and its: no other interpreter options."""
-    return bool(argv) and (not argv[0].startswith("-") or (argv[0] == "-m" and len(argv) > 1))
 
 
 def read_request(conn: socket.socket) -> tuple[dict, list[int]]:
@@ -153,7 +138,7 @@ class Server:
             argv, cwd = list(request["argv"]), str(request["cwd"])
             env = {**self.set_by_import, **request["env"]}
             differences = import_time_differences(self.preloaded_env, env)
-            if not runnable(argv):
+            if not warm_fork.runnable(argv):
                 differences = ["interpreter options"]
             if differences:
                 send_message(conn, {"declined": f"{', '.join(differences)} differ from the fork server's"})
@@ -215,17 +200,7 @@ class Server:
                 conn.close()
             for fd in self.own_fds:
                 os.close(fd)
-            for target, fd in enumerate(fds):
-                os.dup2(fd, target)
-            fresh_stdio(env)
-            os.environ.clear()
-            os.environ.update(env)
-            os.chdir(cwd)
-            sys.path[:] = worker_sys_path(argv, env.get("PYTHONPATH", ""), self.base_path)
-            apply_after_fork(env)
-            forget_own_modules()
-            sys.argv = list(argv)
-            code = run_main(argv)
+            code = warm_fork.become(fds, argv, env, cwd, self.base_path)
         except BaseException:
             traceback.print_exc()
         finally:
@@ -234,87 +209,6 @@ class Server:
                 sys.stdout.flush()
                 sys.stderr.flush()
             os._exit(code)
-
-
-def apply_after_fork(env: dict[str, str]) -> None:
-    """What a fresh process would have taken from its start: NumPy's and torch's default generators seeded
-    from fresh entropy (Python's reseeds itself on fork), and torch's thread count. torch's OpenMP and MKL
-    runtimes read OMP_NUM_THREADS once, when loaded: in the server, before the worker's value existed. Ray
-    sets it in the worker process itself when the first task arrives (ray/_private/utils.py:
-    set_omp_num_threads_if_unset), before it imports what the task needs; so the child gives torch the
-    worker's value now if it has one, else the first one the process sets."""
-    numpy = sys.modules.get("numpy")
-    if numpy is not None:
-        numpy.random.seed()
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return
-    torch.default_generator.seed()  # fresh entropy, as torch seeds a fresh process's CPU generator
-    if "OMP_NUM_THREADS" in env:
-        set_torch_threads(torch, env["OMP_NUM_THREADS"])
-        return
-
-    class FirstThreadCount(type(os.environ)):
-        def __setitem__(self, key: str, value: str) -> None:
-            super().__setitem__(key, value)
-            if key == "OMP_NUM_THREADS":
-                self.__class__ = FirstThreadCount.__base__  # the first one only, as a runtime's load
-                set_torch_threads(torch, value)
-
-    os.environ.__class__ = FirstThreadCount
-
-
-def set_torch_threads(torch, value: str) -> None:
-    if value.isdigit() and int(value) > 0:
-        torch.set_num_threads(int(value))
-
-
-def fresh_stdio(env: dict[str, str]) -> None:
-    """sys.stdout and sys.stderr as a fresh interpreter makes them for these streams: unbuffered with
-    PYTHONUNBUFFERED, else stdout line-buffered on a terminal and block-buffered otherwise, stderr
-    line-buffered; the encoding is the server's (the variables that choose it are the same, or it declined)."""
-    unbuffered = bool(env.get("PYTHONUNBUFFERED"))
-    for fd, name in ((1, "stdout"), (2, "stderr")):
-        old = getattr(sys, name)
-        raw = io.FileIO(fd, "w", closefd=False)
-        stream = io.TextIOWrapper(
-            raw if unbuffered else io.BufferedWriter(raw),
-            encoding=old.encoding,
-            errors=old.errors,
-            line_buffering=not unbuffered and (name == "stderr" or raw.isatty()),
-            write_through=unbuffered,
-        )
-        setattr(sys, name, stream)
-        setattr(sys, f"__{name}__", stream)
-
-
-def forget_own_modules() -> None:
-    """The server's own package (rayfleet) is not preloaded: the worker imports it, if at all, from its own
-    sys.path (a recipe's packaged code, say), as a fresh process would."""
-    own = __name__.split(".")[0] if __name__ != "__main__" else __spec__.name.split(".")[0]
-    for name in [m for m in sys.modules if m == own or m.startswith(own + ".")]:
-        del sys.modules[name]
-
-
-def run_main(argv: list[str]) -> int:
-    """Run the script or module as __main__ (sys.argv already set); its exit status."""
-    try:
-        if argv[0] == "-m":
-            sys.argv = argv[1:]
-            runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
-        else:
-            runpy.run_path(argv[0], run_name="__main__")
-    except SystemExit as done:
-        if done.code is None:
-            return 0
-        if isinstance(done.code, int):
-            return done.code
-        print(done.code, file=sys.stderr)
-        return 1
-    except BaseException:
-        traceback.print_exc()
-        return 1
-    return 0
 
 
 def spawn(

@@ -53,7 +53,7 @@ def test_a_jobs_ray_train_processes_are_forks_of_their_nodes_fork_servers(cluste
     # Ray Train's controller (on the driver's node: the head) and its helpers are forks too.
     actors = ranks[0]["actors"]
     for name in ("TrainController", "SynchronizationActor", "PlacementGroupCleaner", "RayTrainWorker"):
-        assert SERVER in actors[name], (name, actors[name])
+        assert SERVER in actors.get(name, ""), (name, actors)
     assert "head.sock" in actors["TrainController"]
     # Ray killed each finished worker's process group: its own, never the server's.
     assert server_pids(cluster_env) == servers

@@ -38,8 +38,8 @@ def loop(config: dict) -> None:
         "print_patch": os.environ.get("RAY_TRAIN_ENABLE_PRINT_PATCH"),
         "cwd": os.getcwd(),
     }
-    if rank == 0:
-        alive = list_actors(filters=[("state", "=", "ALIVE")], raise_on_missing_output=False)
+    if rank == 0:  # the session's cluster holds hundreds of earlier, dead actors: past the default limit of 100
+        alive = list_actors(filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False)
         facts["actors"] = {a.class_name: parent_command(a.pid) for a in alive if a.pid and a.class_name}
     Path(config["storage"], f"facts-{rank}.json").write_text(json.dumps(facts))
 
