@@ -46,7 +46,8 @@ FACTS = textwrap.dedent(
         os.environ["LEAK"] = "1"
         numpy.LEAK = 1
     if "--wait" in sys.argv:
-        signal.signal(signal.SIGTERM, lambda *_: (print("term", flush=True), os._exit(7)))
+        # os.write, not print: the signal can land while print("waiting") is still inside the buffered stream
+        signal.signal(signal.SIGTERM, lambda *_: (os.write(1, b"term\\n"), os._exit(7)))
         print("waiting", flush=True)
         time.sleep(60)
     sys.exit(3)
@@ -185,10 +186,12 @@ def test_a_stop_signal_during_the_launch_is_not_lost(server, monkeypatch):
     monkeypatch.setattr(warm_client, "recv_message", recv_then_signal)
     monkeypatch.setenv("PYTHONPATH", str(REPO))
     previous = signal.getsignal(signal.SIGTERM)
+    previous_int = signal.getsignal(signal.SIGINT)
     try:
         warm_client.forked(server["env"][SOCKET_ENV], [str(server["script"])])
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
     assert seen == [(replies[0]["pid"], signal.SIGTERM)]
 
 
