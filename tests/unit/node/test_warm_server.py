@@ -95,6 +95,14 @@ def launch(server, *args, env=None, cwd=None, **popen):
     )
 
 
+def gone(ended, timeout_s: float = 60) -> bool:
+    """Whether `ended()` holds within the deadline (a process the server or its end should remove)."""
+    deadline = time.monotonic() + timeout_s
+    while not ended() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return ended()
+
+
 def facts_of(proc) -> tuple[dict, str, int]:
     out, err = proc.communicate(timeout=120)
     return json.loads(out.splitlines()[0]), err, proc.returncode
@@ -161,10 +169,7 @@ def test_signals_reach_the_worker_and_it_dies_with_its_launcher(server):
     assert orphan.stdout.readline().strip() == "waiting"
     orphan.kill()  # the launcher dies first: the server kills its worker
     orphan.wait(timeout=60)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and Path(f"/proc/{worker}").exists():
-        time.sleep(0.1)
-    assert not Path(f"/proc/{worker}").exists() and facts["ppid"] == server["pid"]
+    assert gone(lambda: not Path(f"/proc/{worker}").exists()) and facts["ppid"] == server["pid"]
 
 
 def test_a_stop_signal_during_the_launch_is_not_lost(server, monkeypatch):
@@ -235,8 +240,5 @@ def test_a_server_started_with_its_parent_ends_with_it(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", parent], capture_output=True, text=True, timeout=60, cwd=REPO)
     server = Path(f"/proc/{int(done.stdout.split()[-1])}")  # after the server's own "ready" line
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and server.exists() and b"warm_server" in (server / "cmdline").read_bytes():
-        time.sleep(0.2)
-    assert not server.exists() or b"warm_server" not in (server / "cmdline").read_bytes()
+    assert gone(lambda: not server.exists() or b"warm_server" not in (server / "cmdline").read_bytes())
     assert not sock.exists()  # it stopped as asked, and cleaned up
