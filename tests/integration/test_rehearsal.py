@@ -609,9 +609,8 @@ def new_head(rid: str, old: str) -> str | None:
     return None
 
 
-def rejoins(aws, workers: dict[str, str], host: str) -> dict[str, int]:
-    """How often each worker container's own log says it resolved the head's name again (rayfleet/node/ray_node.py:
-    the name moved, or its raylet left a head that went away)."""
+def worker_logs(aws, workers: dict[str, str]) -> dict[str, str]:
+    """Each worker container's own log, as its task shipped it to CloudWatch Logs."""
     text = {name: "" for name in workers}
     pages = aws["client"]("logs").get_paginator("filter_log_events")
     group = f"/rayfleet/{aws['outputs']['cluster_name']}/ray-worker"
@@ -619,7 +618,13 @@ def rejoins(aws, workers: dict[str, str], host: str) -> dict[str, int]:
         for name in workers:
             if name.split("-worker-")[1][:8] in event["logStreamName"]:
                 text[name] += event["message"] + "\n"
-    return {name: out.count(f"resolving {host} again") for name, out in text.items()}
+    return text
+
+
+def rejoins(aws, workers: dict[str, str], host: str) -> dict[str, int]:
+    """How often each worker container's own log says it resolved the head's name again (rayfleet/node/ray_node.py:
+    the name moved, or its raylet left a head that went away)."""
+    return {name: out.count(f"resolving {host} again") for name, out in worker_logs(aws, workers).items()}
 
 
 def test_a_head_killed_without_a_store_is_replaced_and_the_same_workers_rejoin_it(rehearsal, aws):
@@ -751,6 +756,9 @@ def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehe
     old_ip = podman("exec", old_head, "hostname", "-I").stdout.split()
     workers = worker_ids(rid)
     assert len(workers) == 2 and ray_nodes_alive(old_head) == 3
+    # What the head kill must not cause is counted from here: how the store's deployment formed before this (its
+    # first head may fail its own start-up and be replaced, as below) is not what this test is about.
+    rejoined = rejoins(aws, workers, aws["outputs"]["head_dns_name"])
     args = ["recipes/ddp.yaml", "--target", "ecs", "--run-name", run, *data_of(rehearsal), "--", f"epochs={epochs}"]
     follow = start_verb(aws["env"], "rayfleet.targets.run", *args, *SMALL[1:])
     try:
@@ -787,7 +795,8 @@ def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehe
     assert new_ip and new_ip != old_ip, (old_ip, new_ip)
     assert worker_ids(rid) == workers
     # their raylets stayed: Ray reconnected them (these containers' logs; the default deployment's rejoined)
-    assert set(rejoins(aws, workers, aws["outputs"]["head_dns_name"]).values()) == {0}
+    counts = rejoins(aws, workers, aws["outputs"]["head_dns_name"])
+    assert counts == rejoined, (rejoined, counts, {n: log[-6000:] for n, log in worker_logs(aws, workers).items()})
     # `ray status` reads the autoscaler's view, refreshed every few seconds. In one fresh-clone run it still listed
     # 4 nodes 60 s after the run (root cause not yet found; docs/testing.md's flakiness table): on failure the
     # message shows what nodes_seen gathers (the dashboard's nodes, every container, the monitor's log).

@@ -28,6 +28,7 @@ def parent_command(pid: int) -> str:
 
 def loop(config: dict) -> None:
     import ray.train
+    import ray.train.collective
     import torch
     from ray.util.state import list_actors
 
@@ -38,6 +39,9 @@ def loop(config: dict) -> None:
         "print_patch": os.environ.get("RAY_TRAIN_ENABLE_PRINT_PATCH"),
         "cwd": os.getcwd(),
     }
+    # Ray Train creates its SynchronizationActor without waiting for it: a barrier goes through it, so after
+    # this it is alive (under load rank 0 otherwise listed the actors before its process had started).
+    ray.train.collective.barrier()
     if rank == 0:  # the session's cluster holds hundreds of earlier, dead actors: past the default limit of 100
         alive = list_actors(filters=[("state", "=", "ALIVE")], limit=10_000, raise_on_missing_output=False)
         facts["actors"] = {a.class_name: parent_command(a.pid) for a in alive if a.pid and a.class_name}
