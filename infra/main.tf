@@ -1,5 +1,5 @@
 locals {
-  catalog   = jsondecode(file("${path.module}/catalog/instance_types.json")).instance_types
+  catalog   = jsondecode(file("${path.module}/../training/rayfleet/core/instance_types.json")).instance_types
   ray_ports = jsondecode(file("${path.module}/catalog/ray_ports.json"))
   # The registry holds exactly the images that images/ builds: one directory with a Dockerfile each.
   image_names = toset([for f in fileset("${path.module}/../images", "*/Dockerfile") : dirname(f)])
@@ -40,7 +40,7 @@ locals {
 check "efa_supported" {
   assert {
     condition     = !var.workers.efa || local.worker.efa
-    error_message = "${var.workers.instance_type} does not support EFA (see infra/catalog/instance_types.json)."
+    error_message = "${var.workers.instance_type} does not support EFA (see training/rayfleet/core/instance_types.json)."
   }
 }
 

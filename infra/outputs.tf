@@ -1,4 +1,4 @@
-# What the scripts read from .rayfleet/outputs.json (rayfleet/ecs/outputs.py); tests/infra/test_structure.py
+# What the scripts read from .rayfleet/outputs.json (scripts/rayfleet/ecs/outputs.py); tests/infra/test_structure.py
 # checks that every field they need is here.
 output "region" {
   description = "Region of the deployment."

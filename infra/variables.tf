@@ -40,7 +40,7 @@ variable "interface_endpoints" {
 }
 
 variable "head_instance_type" {
-  description = "Instance type of the head node (no GPU needed: the head schedules, it does not train). Must be in infra/catalog/instance_types.json."
+  description = "Instance type of the head node (no GPU needed: the head schedules, it does not train). Must be in training/rayfleet/core/instance_types.json."
   type        = string
   default     = "m5.xlarge"
 }
@@ -52,7 +52,7 @@ variable "head_root_volume_gb" {
 }
 
 variable "workers" {
-  description = "Worker node group: GPU instance type (in infra/catalog/instance_types.json), instance count, root volume, Spot, EFA and a cluster placement group."
+  description = "Worker node group: GPU instance type (in training/rayfleet/core/instance_types.json), instance count, root volume, Spot, EFA and a cluster placement group."
   type = object({
     instance_type   = optional(string, "g5.xlarge")
     count           = optional(number, 2)
@@ -80,10 +80,10 @@ variable "workers" {
   validation {
     condition = alltrue([
       for t in var.workers.spot_instance_types :
-      lookup(jsondecode(file("${path.module}/catalog/instance_types.json")).instance_types, t, { gpus = -1 }).gpus ==
-      lookup(jsondecode(file("${path.module}/catalog/instance_types.json")).instance_types, var.workers.instance_type, { gpus = -2 }).gpus
+      lookup(jsondecode(file("${path.module}/../training/rayfleet/core/instance_types.json")).instance_types, t, { gpus = -1 }).gpus ==
+      lookup(jsondecode(file("${path.module}/../training/rayfleet/core/instance_types.json")).instance_types, var.workers.instance_type, { gpus = -2 }).gpus
     ])
-    error_message = "Every workers.spot_instance_types entry must be in infra/catalog/instance_types.json with as many GPUs as workers.instance_type."
+    error_message = "Every workers.spot_instance_types entry must be in training/rayfleet/core/instance_types.json with as many GPUs as workers.instance_type."
   }
 
   validation {
@@ -134,7 +134,7 @@ variable "serve" {
   }
 
   validation {
-    # Serve's own proxy listens on 127.0.0.1:18000 behind the gate (rayfleet/serve/config.py GATED_PROXY_PORT)
+    # Serve's own proxy listens on 127.0.0.1:18000 behind the gate (training/rayfleet/serve/config.py GATED_PROXY_PORT)
     condition     = var.serve.port != 18000
     error_message = "serve.port 18000 is where Serve's own proxy listens behind the key check (serve-gate): pick another."
   }
@@ -231,7 +231,7 @@ variable "queue_budget" {
 }
 
 variable "queue_max_priority" {
-  description = "The highest run priority the queue obeys (0-9, the recipe schema's range): a higher one in a queue entry, which any job can write, is clamped to it by the control task and every admission (rayfleet/core/run_queue_checks.py). An operator's setting, never a recipe's."
+  description = "The highest run priority the queue obeys (0-9, the recipe schema's range): a higher one in a queue entry, which any job can write, is clamped to it by the control task and every admission (training/rayfleet/core/run_queue_checks.py). An operator's setting, never a recipe's."
   type        = number
   default     = 9
 

@@ -20,7 +20,8 @@ from botocore.session import get_session
 from rayfleet.core import bucket, process_roles
 from tools.terraform_standin.workspace import REPO
 
-PACKAGES = ("rayfleet", "monitoring")
+# What ships, by its source root: the two portions of the rayfleet namespace, and the sidecar.
+PACKAGES = (("scripts", "rayfleet"), ("training", "rayfleet"), (".", "monitoring"))
 # IAM actions that differ from "<service>:<Operation>" (Service Authorization Reference, Amazon S3).
 S3_ACTIONS = {
     "ListObjectsV2": ["s3:ListBucket"],
@@ -46,9 +47,12 @@ IAM_PREFIX = {"service-quotas": "servicequotas"}
 
 def modules() -> dict[str, Path]:
     found = {}
-    for package in PACKAGES:
-        for path in sorted((REPO / package).rglob("*.py")):
-            parts = list(path.relative_to(REPO).with_suffix("").parts)
+    for root, package in PACKAGES:
+        folder = REPO / root / package
+        if not folder.is_dir():  # a scan of nothing would find every grant unused and no call ungranted
+            raise FileNotFoundError(f"{folder}: a package the IAM scan reads is not there")
+        for path in sorted(folder.rglob("*.py")):
+            parts = list(path.relative_to(REPO / root).with_suffix("").parts)
             found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return found
 

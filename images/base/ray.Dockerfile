@@ -13,7 +13,7 @@
 ARG BASE_IMAGE=rayproject/ray:2.60.0-py311-cu128
 FROM ${BASE_IMAGE}
 
-# Build-time only, from `make build` with podman (rayfleet/ops/images.py): a pip.conf mounted for the build
+# Build-time only, from `make build` with podman (scripts/rayfleet/ops/images.py): a pip.conf mounted for the build
 # (local indexes, the host CA), never in a layer; the same sources as uv's flags, and the CA's path for uv.
 ARG PIP_CONFIG_FILE=
 ARG UV_FLAGS=
@@ -58,17 +58,11 @@ RUN rayfleet-harden \
  && chmod 1777 /tmp
 # The packages that run in the images, whole (docs/DESIGN.md, "Layers"): the node entry point and what it
 # starts (node), the recipe runtime (recipes), the jobs (train), the Serve application (serve) and the core.
-# Nothing laptop-only (cli, ops, targets, ecs, local) and no development tools: the layers contract keeps
-# these five from importing those, and an image test imports every module here, in the image.
-COPY rayfleet/__init__.py /opt/rayfleet/src/rayfleet/
-COPY rayfleet/core/ /opt/rayfleet/src/rayfleet/core/
-COPY rayfleet/train/ /opt/rayfleet/src/rayfleet/train/
-COPY rayfleet/serve/ /opt/rayfleet/src/rayfleet/serve/
-COPY rayfleet/recipes/ /opt/rayfleet/src/rayfleet/recipes/
-COPY rayfleet/node/ /opt/rayfleet/src/rayfleet/node/
-# The instance catalog rayfleet/core/catalog.py reads (a run's cost in its record, sizing): the same file
-# Terraform reads, at the same place relative to rayfleet/.
-COPY infra/catalog/instance_types.json /opt/rayfleet/src/infra/catalog/instance_types.json
+# All of training/ and nothing else of rayfleet: the laptop-only packages (cli, ops, targets, ecs, local) live
+# in scripts/, which .dockerignore keeps out of the build context; the layers contract keeps these five from
+# importing those, and an image test imports every module here, in the image. The instance catalog comes
+# with core (rayfleet/core/instance_types.json, the file Terraform reads too).
+COPY training/rayfleet/ /opt/rayfleet/src/rayfleet/
 COPY images/bin/rayfleet-node /usr/local/bin/rayfleet-node
 
 USER 1000

@@ -1,5 +1,5 @@
 # The ray-worker's LLM variant: Ray Serve LLM with vLLM for `make serve` with `engine: vllm` on GPU workers
-# (rayfleet/serve/vllm_app.py). vLLM pins its own torch, so this image installs requirements/serve-llm.txt
+# (training/rayfleet/serve/vllm_app.py). vLLM pins its own torch, so this image installs requirements/serve-llm.txt
 # instead of the training set; it serves, it does not train. Build it on a machine with the CUDA base:
 #   docker build -f images/ray-worker/llm.Dockerfile -t <registry>/rayfleet/ray-worker:<tag>-llm .
 # and point the worker service at it. Not built by the test suite (the vLLM wheel alone is 316 MB).
@@ -38,11 +38,11 @@ RUN rayfleet-harden \
  && chmod 1777 /tmp
 # The in-image packages, whole, as in the ray base (vLLM's own torch runs the replicas).
 COPY rayfleet/__init__.py /opt/rayfleet/src/rayfleet/
-COPY rayfleet/core/ /opt/rayfleet/src/rayfleet/core/
-COPY rayfleet/train/ /opt/rayfleet/src/rayfleet/train/
-COPY rayfleet/serve/ /opt/rayfleet/src/rayfleet/serve/
-COPY rayfleet/recipes/ /opt/rayfleet/src/rayfleet/recipes/
-COPY rayfleet/node/ /opt/rayfleet/src/rayfleet/node/
+COPY training/rayfleet/core/ /opt/rayfleet/src/rayfleet/core/
+COPY training/rayfleet/train/ /opt/rayfleet/src/rayfleet/train/
+COPY training/rayfleet/serve/ /opt/rayfleet/src/rayfleet/serve/
+COPY training/rayfleet/recipes/ /opt/rayfleet/src/rayfleet/recipes/
+COPY training/rayfleet/node/ /opt/rayfleet/src/rayfleet/node/
 COPY images/bin/rayfleet-node /usr/local/bin/rayfleet-node
 
 USER 1000

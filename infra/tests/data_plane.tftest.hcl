@@ -80,7 +80,7 @@ run "registry" {
   }
 
   # issue 15 item 15: the image a service runs is never expired. `make deploy` (and `make push` of the deployed
-  # tag) adds `deployed-<tag>` to it and keeps at most 10 images so marked (rayfleet/ops/images.py
+  # tag) adds `deployed-<tag>` to it and keeps at most 10 images so marked (scripts/rayfleet/ops/images.py
   # mark_deployed), so rule 1 expires none of them, and an image a higher-priority rule selects cannot be
   # expired by a lower one (Amazon ECR User Guide, lifecycle policy evaluation rules).
   assert {

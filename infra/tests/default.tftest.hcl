@@ -17,7 +17,7 @@ mock_provider "random" {}
 variables {
   image_tag = "0123456789ab"
   workers   = {}
-  catalog   = jsondecode(file("catalog/instance_types.json")).instance_types
+  catalog   = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
   ray_ports = jsondecode(file("catalog/ray_ports.json"))
   images = {
     "ray-head"    = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rayfleet/ray-head:0123456789ab"
@@ -63,7 +63,7 @@ run "root" {
 
   assert {
     condition     = [output.head_container_name, output.worker_container_name, output.trainer_container_name] == ["ray-head", "ray-worker", "trainer"]
-    error_message = "The container names the scripts use (rayfleet/ecs/outputs.py) changed."
+    error_message = "The container names the scripts use (scripts/rayfleet/ecs/outputs.py) changed."
   }
 
   assert {
@@ -370,7 +370,7 @@ run "ray" {
   }
 
   # issue 15 item 11: the sidecar follows the run using its GPUs through a task volume the training workers
-  # write their run's name into (rayfleet/train/current_run.py -> monitoring/current_run.py): empty, task-scoped,
+  # write their run's name into (training/rayfleet/train/current_run.py -> monitoring/current_run.py): empty, task-scoped,
   # read-write in ray-worker, read-only in gpu-metrics, the same directory named to both.
   assert {
     condition = (

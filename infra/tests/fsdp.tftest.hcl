@@ -18,7 +18,7 @@ mock_provider "random" {}
 
 variables {
   image_tag = "0123456789ab"
-  catalog   = jsondecode(file("catalog/instance_types.json")).instance_types
+  catalog   = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
   images = {
     "ray-head"    = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rayfleet/ray-head:0123456789ab"
     "ray-worker"  = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rayfleet/ray-worker:0123456789ab"

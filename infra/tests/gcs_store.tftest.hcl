@@ -11,7 +11,7 @@ mock_provider "random" {}
 
 variables {
   name       = "rayfleet"
-  catalog    = jsondecode(file("catalog/instance_types.json")).instance_types
+  catalog    = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
   ray_ports  = jsondecode(file("catalog/ray_ports.json"))
   image_tag  = "0123456789ab"
   bucket_arn = "arn:aws:s3:::rayfleet-results-0123456789"

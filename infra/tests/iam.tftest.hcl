@@ -104,9 +104,9 @@ run "iam" {
     error_message = "Metrics only into the module's namespace; listing only under the deployment's prefixes."
   }
 
-  # issue 54 R1: the tasks read staged data (rayfleet/train/data/staged.py lists and gets staged/<hash>/) and
+  # issue 54 R1: the tasks read staged data (training/rayfleet/train/data/staged.py lists and gets staged/<hash>/) and
   # cannot write it: a job must not pre-stage content under a hash another run will trust. Only the deployer
-  # writes staged/ (rayfleet/recipes/stage.py).
+  # writes staged/ (training/rayfleet/recipes/stage.py).
   assert {
     condition = jsonencode([
       for s in jsondecode(aws_iam_role_policy.task.policy).Statement : [s.Action, lookup(s, "Condition", null)] if contains(["ListReadOnlyPrefixes", "ReadOnlyPrefixes"], s.Sid)

@@ -11,7 +11,7 @@ mock_provider "random" {}
 
 variables {
   image_tag = "0123456789ab"
-  catalog   = jsondecode(file("catalog/instance_types.json")).instance_types
+  catalog   = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
   ray_ports = jsondecode(file("catalog/ray_ports.json"))
 }
 

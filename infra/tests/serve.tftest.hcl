@@ -11,7 +11,7 @@ mock_provider "random" {}
 variables {
   bucket_arn = "arn:aws:s3:::rayfleet-results-0123456789" # the network module's S3 endpoint policy
   image_tag  = "0123456789ab"
-  catalog    = jsondecode(file("catalog/instance_types.json")).instance_types
+  catalog    = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
   name       = "rayfleet"
   ray_ports  = jsondecode(file("catalog/ray_ports.json"))
   # the ray module's other inputs, as default.tftest.hcl gives them

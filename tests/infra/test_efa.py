@@ -8,9 +8,10 @@ import json
 
 import pytest
 
+from rayfleet.core.catalog import CATALOG_FILE
 from tests.infra.hcl import INFRA, load_dir, merged
 
-CATALOG = json.loads((INFRA / "catalog" / "instance_types.json").read_text())["instance_types"]
+CATALOG = json.loads(CATALOG_FILE.read_text())["instance_types"]
 # Network cards with EFA per type (Amazon EC2 User Guide, "Supported instance types" for EFA, and the
 # instance types' network specifications): one on g5/g6/g6e, 4 on p4d.24xlarge, 32 on p5.48xlarge.
 EFA_DEVICES = {"p4d.24xlarge": 4, "p5.48xlarge": 32}

@@ -10,9 +10,10 @@ import json
 
 import pytest
 
-from tests.infra.hcl import INFRA, MODULES, Evaluator, load_dir, merged, resources
+from rayfleet.core.catalog import CATALOG_FILE
+from tests.infra.hcl import MODULES, Evaluator, load_dir, merged, resources
 
-CATALOG = json.loads((INFRA / "catalog" / "instance_types.json").read_text())["instance_types"]
+CATALOG = json.loads(CATALOG_FILE.read_text())["instance_types"]
 RAY = load_dir(MODULES / "ray")
 LOCALS = merged(RAY, "locals")
 TASKS = resources(RAY, "aws_ecs_task_definition")

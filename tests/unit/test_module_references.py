@@ -1,6 +1,7 @@
 """Nothing points at a module or a file that does not exist: every dotted module of rayfleet or tools and
-every `rayfleet/...`, `tools/...` path named in code, docs, recipes, images, Terraform and the Makefile is
-there; the pre-package names (`scripts.`, `training.`) are gone everywhere."""
+every `rayfleet/...`, `scripts/rayfleet/...`, `training/rayfleet/...`, `tools/...` path named in code, docs,
+recipes, images, Terraform and the Makefile is there (a bare `rayfleet/...` path is a module's path in its
+source root, scripts/ or training/); the old package names (`scripts.`, `training.` as packages) are gone."""
 
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ TEXT = (
     "Makefile",
 )
 MODULE = re.compile(r"(?<![\w./-])((?:rayfleet|tools)(?:\.[a-z_][a-z0-9_]*)+)")
-PATH = re.compile(r"(?<![\w./:-])((?:rayfleet|tools)/[\w./-]*[\w/])")
+PATH = re.compile(r"(?<![\w./:-])((?:(?:scripts|training)/)?(?:rayfleet|tools)/[\w./-]*[\w/])")
+SOURCE_ROOTS = ("scripts", "training")  # the two portions of the rayfleet namespace
 # Secrets Manager names under the deployment's prefix (rayfleet/ray-auth-token, rayfleet/recipes/hf-token) are
 # not paths; a path names a folder of the package, and so does every check below.
 PACKAGE_FOLDERS = (
@@ -41,14 +43,13 @@ PACKAGE_FOLDERS = (
     "rayfleet/serve",
     "rayfleet/train",
     "rayfleet/core",
-    "rayfleet/__init__",
     "tools/rehearsal",
     "tools/terraform_standin",
     "tools/rendered",
     "tools/moto",
 )
 OLD_PACKAGES = "core|container|recipes|ecs|deploy|serving|ddp|fsdp|configs"
-OLD = re.compile(rf"(?<![\w./-])(?:python -m (?:scripts|training)\b|(?:scripts|training)[./](?:{OLD_PACKAGES})\b)")
+OLD = re.compile(rf"(?<![\w./-])(?:python -m (?:scripts|training)\b|(?:scripts|training)\.(?:{OLD_PACKAGES})\b)")
 # Names that look like modules but are not: labels, tags, DNS names, the plan file.
 NOT_MODULES = {
     "rayfleet.egg",
@@ -70,12 +71,19 @@ def files() -> list[Path]:
     ]
 
 
+def where(path: str) -> list[Path]:
+    """Where a repository path may be: itself, or for a bare `rayfleet/...` path, in either source root."""
+    if path.startswith("rayfleet/"):
+        return [REPO / root / path for root in SOURCE_ROOTS]
+    return [REPO / path]
+
+
 def module_exists(name: str) -> bool:
     parts = name.split(".")
     for i in range(len(parts), 1, -1):  # a module, or an attribute of one (rayfleet.cli.main:run)
-        base = REPO.joinpath(*parts[:i])
-        if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
-            return True
+        for base in where("/".join(parts[:i])):
+            if base.with_suffix(".py").is_file() or (base / "__init__.py").is_file():
+                return True
     return False
 
 
@@ -93,8 +101,10 @@ def test_every_named_module_and_path_exists():
         for name in set(PATH.findall(text)):
             bare = name.split("*")[0].rstrip("/")
             looks_like_a_file = "." in bare.rsplit("/", 1)[-1] or name.endswith("/")  # not a secret's name
-            in_package = any(bare == f or bare.startswith((f + "/", f + ".")) for f in PACKAGE_FOLDERS)
-            if in_package and looks_like_a_file and "*" not in name and not (REPO / bare).exists():
+            in_root = bare.split("/", 1)[0] in SOURCE_ROOTS
+            inner = bare.split("/", 1)[1] if in_root else bare
+            in_package = any(inner == f or inner.startswith((f + "/", f + ".")) for f in PACKAGE_FOLDERS)
+            if in_package and looks_like_a_file and "*" not in name and not any(p.exists() for p in where(bare)):
                 missing.append(f"{rel}: path {name}")
     assert not missing, "\n".join(sorted(missing))
 

@@ -2,7 +2,7 @@
 # subnets that only the head reaches. A replaced head starts on the same store and namespace, takes back the
 # cluster's actors, placement groups and jobs, and the workers and the trainer's driver rejoin it: a running
 # run goes on. The store's AUTH token is never in Terraform: `make deploy` sets it with ModifyReplicationGroup
-# and writes it to the ray module's secret (rayfleet/ecs/rotate_token.py), which only the task execution role
+# and writes it to the ray module's secret (scripts/rayfleet/ecs/rotate_token.py), which only the task execution role
 # reads, into the head container's `secrets`.
 locals {
   tags = merge(var.tags, { Component = "gcs-store" })

@@ -129,7 +129,7 @@ resource "aws_vpc_security_group_egress_rule" "efa" {
 
 # Ray Serve's HTTP proxy on the head (make serve): one port, only from the sources the deployment lists. The
 # group is attached to the head service alone, so no other task and no other port opens; every request also
-# needs the API key (rayfleet/serve/keys.py).
+# needs the API key (training/rayfleet/serve/keys.py).
 resource "aws_security_group" "serve" {
   # checkov:skip=CKV2_AWS_5: attached to the head service in the ray module, which this check cannot follow
   count       = var.serve == null ? 0 : 1

@@ -32,7 +32,7 @@ resource "aws_cloudwatch_metric_alarm" "gpus_idle" {
 }
 
 # Where rayfleet tells people things: the idle alarm above, and runs (started, succeeded, failed with the
-# output's tail, resumed, stalled: rayfleet/recipes/notify.py, through the trainer's RAYFLEET_NOTIFY_TOPIC_ARN).
+# output's tail, resumed, stalled: training/rayfleet/recipes/notify.py, through the trainer's RAYFLEET_NOTIFY_TOPIC_ARN).
 # Encrypted with the deployment's key, which lets CloudWatch alarms use it (infra/modules/iam/kms.tf).
 resource "aws_sns_topic" "notifications" {
   name              = "${var.cluster_name}-notifications"

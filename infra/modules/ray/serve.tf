@@ -1,5 +1,5 @@
 # Ray Serve (make serve): the API key every request carries. Like the Ray token, Terraform makes the secret and
-# never its value (`make deploy` seeds it: rayfleet/ecs/rotate_token.py `seed_token`); ECS hands it to the
+# never its value (`make deploy` seeds it: scripts/rayfleet/ecs/rotate_token.py `seed_token`); ECS hands it to the
 # serve-gate container alone (task_definitions.tf), the one process that listens on the Serve port and checks
 # it for every route; no job process has it. Callers read it with GetSecretValue as far as their IAM policies
 # allow; the execution role may read it (iam module).
@@ -14,7 +14,7 @@ resource "aws_secretsmanager_secret" "serve_api_key" {
 }
 
 locals {
-  # Serve's own proxy listens on 127.0.0.1 here (rayfleet/serve/config.py GATED_PROXY_PORT); only the gate
+  # Serve's own proxy listens on 127.0.0.1 here (training/rayfleet/serve/config.py GATED_PROXY_PORT); only the gate
   # reaches it, from inside the head task's network namespace.
   serve_gate_container = var.serve == null ? null : merge(local.locked_down, {
     name  = "serve-gate"

@@ -6,7 +6,7 @@ locals {
     { name = "RAYFLEET_RAY_PORTS", value = jsonencode(var.ray_ports) },
     # With a GCS store a replaced head takes the cluster back: every node and driver waits for it (Ray's
     # default, 60 s, is shorter than ECS takes to start a new head task).
-    # A node then keeps its raylet when the head's name moves (rayfleet/node/ray_node.py): Ray reconnects.
+    # A node then keeps its raylet when the head's name moves (training/rayfleet/node/ray_node.py): Ray reconnects.
     ], var.gcs_store == null ? [] : [
     { name = "RAY_gcs_rpc_server_reconnect_timeout_s", value = "600" },
     { name = "RAYFLEET_GCS_STORE", value = "1" },
@@ -21,8 +21,8 @@ locals {
       { name = "RAY_REDIS_CA_CERT", value = "/etc/ssl/certs/ca-certificates.crt" },
       { name = "RAY_external_storage_namespace", value = var.name },
   ])
-  # The trainer runs the jobs' drivers: where runs publish training metrics (rayfleet/train/tracking/cloudwatch.py) and
-  # notifications (rayfleet/recipes/notify.py), and the queue's budget its runs are admitted against (a job cannot
+  # The trainer runs the jobs' drivers: where runs publish training metrics (training/rayfleet/train/tracking/cloudwatch.py) and
+  # notifications (training/rayfleet/recipes/notify.py), and the queue's budget its runs are admitted against (a job cannot
   # change a task definition's environment).
   trainer_environment = concat([
     { name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.trainer_object_store_mib) },
@@ -39,7 +39,7 @@ locals {
     { name = "RAYFLEET_NUM_GPUS", value = tostring(local.worker_gpus) },
     { name = "RAYFLEET_CURRENT_RUN_DIR", value = local.current_run_dir },
     # A bad GPU (the sidecar's suspect file) drains the node, naming its instance for the control task, which
-    # has it replaced (rayfleet/node/suspect.py).
+    # has it replaced (training/rayfleet/node/suspect.py).
     { name = "RAYFLEET_HEALTH_DIR", value = local.health_dir },
     { name = "RAYFLEET_IDENTITY_FILE", value = "/etc/rayfleet/identity.json" },
   ]
@@ -48,7 +48,7 @@ locals {
   health_dir   = "/run/rayfleet-health"
   health_mount = { sourceVolume = "node-health", containerPath = local.health_dir }
   # The run using a worker's GPUs, for the gpu-metrics sidecar's per-run rollup: each Ray Train worker writes
-  # its run's name into this task volume (rayfleet/train/current_run.py), the sidecar reads it at every sample
+  # its run's name into this task volume (training/rayfleet/train/current_run.py), the sidecar reads it at every sample
   # (monitoring/current_run.py). Read-write in ray-worker, read-only in gpu-metrics; the worker image owns the
   # directory (ECS copies a Dockerfile VOLUME's owner into the task's empty volume).
   current_run_dir   = "/run/rayfleet"
@@ -109,7 +109,7 @@ locals {
     }
   })
 
-  # The control task (its own task, so its own role: rayfleet/node/head_snapshot.py): Ray's view (nodes,
+  # The control task (its own task, so its own role: training/rayfleet/node/head_snapshot.py): Ray's view (nodes,
   # resources, jobs) every 30 s to s3://<bucket>/cluster/ray-status.json, where `make status` and `make start`
   # read it, and autostop. The head image with the snapshot as its entry point; it reads the head's dashboard
   # by its Cloud Map name with the token and joins no Ray node, so nothing a job runs can land here.
@@ -134,7 +134,7 @@ locals {
       { name = "RAYFLEET_AUTOSTOP_IDLE_MIN", value = tostring(var.autostop.idle_minutes) },
       { name = "RAYFLEET_AUTOSTOP_HEAD", value = tostring(var.autostop.head) },
       { name = "RAYFLEET_MAX_PRIORITY", value = tostring(var.queue_max_priority) },
-      # Capacity follows the queue (rayfleet/node/queue_capacity.py): a worker node's shape and the group's maximum.
+      # Capacity follows the queue (training/rayfleet/node/queue_capacity.py): a worker node's shape and the group's maximum.
       { name = "RAYFLEET_WORKER_NODE", value = jsonencode({ vcpus = var.worker_node.vcpus, gpus = var.worker_node.gpus, memory_mib = var.worker_node.memory_mib, count = var.worker_node.count }) },
     ]
     secrets          = local.ray_secrets
@@ -174,7 +174,7 @@ locals {
       var.worker_node.efa ? { devices = local.efa_devices } : {},
     )
     # The host's /etc/rayfleet, read-only: the Spot interruption notice its poller writes there (the entry point
-    # drains the Ray node when it appears: rayfleet/node/drain.py).
+    # drains the Ray node when it appears: training/rayfleet/node/drain.py).
     mountPoints = concat(local.scratch_mounts, [
       merge(local.current_run_mount, { readOnly = false }),
       merge(local.health_mount, { readOnly = true }),

@@ -2,7 +2,7 @@
 # secret and its policy and never touches the value: the AWS provider reads a secret version back with
 # GetSecretValue on create and on every refresh, which the policy below denies to all but the execution
 # role, and a version in state would be re-created as current after rotations. `make deploy` seeds the first
-# value (PutSecretValue, only while no version is current: rayfleet/ecs/rotate_token.py `seed_token`),
+# value (PutSecretValue, only while no version is current: scripts/rayfleet/ecs/rotate_token.py `seed_token`),
 # `make rotate-ray-token` writes the next ones; ECS hands it to containers through the task definitions'
 # `secrets`, never `environment`. The token is in no state file.
 data "aws_caller_identity" "current" {}
@@ -62,7 +62,7 @@ resource "aws_secretsmanager_secret_policy" "ray_token" {
 }
 
 # The GCS store's AUTH token (infra/modules/gcs_store), handled as the Ray token is: `make deploy` sets it on
-# the replication group and writes it here (rayfleet/ecs/rotate_token.py `seed_store_token`); only the
+# the replication group and writes it here (scripts/rayfleet/ecs/rotate_token.py `seed_store_token`); only the
 # head's `secrets` read it.
 resource "aws_secretsmanager_secret" "gcs_store_token" {
   # checkov:skip=CKV2_AWS_57: ElastiCache takes a new token with ModifyReplicationGroup while the head holds the old one; a rotation Lambda cannot restart the head

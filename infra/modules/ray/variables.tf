@@ -126,7 +126,7 @@ variable "concurrent_runs" {
 }
 
 variable "queue_budget" {
-  description = "The run queue's budget, \"500/month\" or \"2000/total\" (US dollars; empty: none): the trainer holds a run whose projected cost would pass what is left (rayfleet/core/run_queue.py)."
+  description = "The run queue's budget, \"500/month\" or \"2000/total\" (US dollars; empty: none): the trainer holds a run whose projected cost would pass what is left (training/rayfleet/core/run_queue.py)."
   type        = string
   default     = ""
 
@@ -148,7 +148,7 @@ variable "queue_max_priority" {
 }
 
 variable "notify_topic_arn" {
-  description = "The notifications topic: the trainer's jobs tell it about runs (rayfleet/recipes/notify.py)."
+  description = "The notifications topic: the trainer's jobs tell it about runs (training/rayfleet/recipes/notify.py)."
   type        = string
   default     = null
 }

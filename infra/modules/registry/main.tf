@@ -18,7 +18,7 @@ resource "aws_ecr_repository" "this" {
 
 locals {
   # Images marked `deployed-<tag>` (the one a service runs, and the last few): `make deploy` and `make push` of
-  # the deployed tag add the mark and keep at most this many marked per repository (rayfleet/ops/images.py
+  # the deployed tag add the mark and keep at most this many marked per repository (scripts/rayfleet/ops/images.py
   # DEPLOYED_KEPT, the same number: tests/infra/test_registry_lifecycle.py), so rule 1 expires none of them,
   # and rules of lower priority cannot expire an image rule 1 selects (ECR's lifecycle evaluation rules).
   deployed_prefix = "deployed-"

@@ -6,7 +6,7 @@ locals {
 # Each run writes under runs/<run-name>/ (checkpoints, metrics, launch record); cluster/ holds the head's
 # status snapshot; data/ holds datasets a job reads; queue/ the run queue's entries and ledger; staged/ a
 # recipe's data: (the deployer writes it, the tasks only read it). The task role is limited to these prefixes
-# (iam module); rayfleet/core/bucket.py declares the layout and which process uses each prefix.
+# (iam module); training/rayfleet/core/bucket.py declares the layout and which process uses each prefix.
 resource "aws_s3_bucket" "results" {
   # checkov:skip=CKV_AWS_18: access logging needs a second bucket per deployment; CloudTrail data events are the account-level answer
   # checkov:skip=CKV_AWS_144: cross-region replication of checkpoints doubles their cost; opt in outside this module

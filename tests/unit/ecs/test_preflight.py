@@ -51,7 +51,7 @@ def test_spot_workers_count_the_largest_alternative_and_the_on_demand_base_apart
 def test_a_type_outside_the_catalog_is_noted_not_counted():
     needs, notes = vcpu_needs(Shape("us-east-1", "m5.xlarge", ("x9.huge",), 2))
     assert set(needs) == {STANDARD}
-    assert notes == ["x9.huge: not in infra/catalog/instance_types.json or no vCPU quota known; not checked"]
+    assert notes == ["x9.huge: not in rayfleet/core/instance_types.json or no vCPU quota known; not checked"]
 
 
 @pytest.mark.parametrize(

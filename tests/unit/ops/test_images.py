@@ -135,7 +135,7 @@ def test_an_image_the_engine_cannot_inspect_is_left_out_of_the_total_and_said():
 def test_the_hint_names_the_model_the_fsdp_job_defaults_to():
     from rayfleet.train.fsdp_config import FSDPConfig
 
-    config = (ROOT / "rayfleet" / "train" / "configs" / "fsdp.yaml").read_text()
+    config = (ROOT / "training" / "rayfleet" / "train" / "configs" / "fsdp.yaml").read_text()
     assert re.search(r"^model:\s*(\S+)", config, re.M).group(1) == images.FSDP_MODEL
     assert FSDPConfig.model_fields["model"].default == images.FSDP_MODEL
 

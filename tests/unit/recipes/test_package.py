@@ -38,14 +38,15 @@ def test_code_package_is_reproducible_and_leaves_out_caches(tmp_path):
     assert package(code, tmp_path / "c.zip", ["/data", "*.ckpt"]).sha256 != first.sha256
 
 
-def test_builtin_recipes_load_and_ship_only_code():
+def test_builtin_recipes_load_and_ship_only_what_runs_on_the_cluster():
     for name in ("ddp", "fsdp", "fsdp-tiny"):
         loaded = load(REPO / "recipes" / f"{name}.yaml")
-        assert loaded.code_dir == REPO and loaded.entry_kind() == "module"
-    shipped = files_of(REPO, load(REPO / "recipes" / "ddp.yaml").recipe.exclude)
-    assert "rayfleet/train/ddp.py" in shipped and "rayfleet/local/cluster.py" in shipped
-    assert "rayfleet/train/data/fashion_mnist.py" in shipped  # /data excludes the top-level data only
-    assert not [f for f in shipped if f.startswith(("data/", "models/", "runs/", ".venv", "infra/", "tests/"))]
+        assert loaded.code_dir == REPO / "training" and loaded.entry_kind() == "module"
+    shipped = files_of(REPO / "training", load(REPO / "recipes" / "ddp.yaml").recipe.exclude)
+    assert "rayfleet/train/ddp.py" in shipped and "rayfleet/train/data/fashion_mnist.py" in shipped
+    assert "rayfleet/train/configs/fsdp.yaml" in shipped  # the fsdp recipes' --config, relative to the code
+    assert all(f.startswith("rayfleet/") for f in shipped), shipped  # nothing of the operator's machine
+    assert not (REPO / "training" / "rayfleet" / "local").exists()
 
 
 def _tree(root, files: dict[str, str]) -> None:

@@ -59,12 +59,12 @@ def test_a_recipe_in_a_git_work_tree_may_use_the_work_tree_but_not_beyond(tmp_pa
     (project / "data").mkdir()
     subprocess.run(["git", "init", "-q", str(project)], check=True)
     recipe = write(project / "recipes", {**GOOD, "code": "..", "data": "../data", "entrypoint": "-m x"}, {})
-    assert load(recipe).code_dir == project.resolve()  # as the built-in recipes ship the repository
+    assert load(recipe).code_dir == project.resolve()
     escape = write(project / "recipes", {**GOOD, "code": "..", "data": "../../home/.aws", "entrypoint": "-m x"}, {})
     with pytest.raises(ConfigError, match=rf"data: \.\./\.\./home/\.aws leads to .*outside {project}"):
         load(escape)
     for name in ("ddp", "fsdp", "fsdp-tiny"):  # the built-in recipes, from this checkout
-        assert load(REPO / "recipes" / f"{name}.yaml").code_dir == REPO
+        assert load(REPO / "recipes" / f"{name}.yaml").code_dir == REPO / "training"
 
 
 def test_a_work_tree_at_the_home_folder_does_not_widen_it(tmp_path, home, monkeypatch):
@@ -125,12 +125,13 @@ def test_a_recipe_in_the_home_folder_itself_takes_nothing_from_it_unless_named(t
 
 def test_the_built_in_recipes_load_from_a_copy_without_git(tmp_path):
     """A tarball or an image's copy of the project has no .git: its pyproject.toml marks the project, so
-    recipes/ddp.yaml's `code: ..` and `data: ../data` still load."""
+    recipes/ddp.yaml's `code: ../training` and `data: ../data` still load."""
     import shutil
 
     copy = tmp_path / "rayfleet"
     (copy / "recipes").mkdir(parents=True)
     (copy / "data").mkdir()
+    (copy / "training").mkdir()
     shutil.copy(REPO / "pyproject.toml", copy / "pyproject.toml")
     shutil.copy(REPO / "recipes" / "ddp.yaml", copy / "recipes" / "ddp.yaml")
     loaded = load(copy / "recipes" / "ddp.yaml")

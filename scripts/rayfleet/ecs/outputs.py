@@ -1,6 +1,7 @@
 """The names the verbs use, from the Terraform outputs `make deploy` saves (never hard-coded).
 
-Looked up in order: `--outputs FILE`, $RAYFLEET_OUTPUTS, .rayfleet/outputs.json. The file is what
+Looked up in order: `--outputs FILE`, $RAYFLEET_OUTPUTS, outputs.json in the state folder
+(rayfleet/core/local_state.py). The file is what
 `terraform output -json` prints ({"name": {"value": ...}}) or a plain {"name": value} mapping.
 Single values can be overridden by environment variables: RAYFLEET_<NAME in upper case>.
 """
@@ -12,9 +13,8 @@ import os
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
+from rayfleet.core import local_state
 from rayfleet.core.aws import MissingOutputs
-
-DEFAULT_FILE = Path(__file__).resolve().parents[2] / ".rayfleet" / "outputs.json"
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Outputs:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> Outputs:
-        path = Path(path or os.environ.get("RAYFLEET_OUTPUTS") or DEFAULT_FILE)
+        path = Path(path) if path else local_state.outputs_file()
         raw: dict = {}
         if path.is_file():
             try:

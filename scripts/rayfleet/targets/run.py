@@ -18,17 +18,15 @@ ecs:   the zip goes to s3://<results bucket>/runs/<run>/code-<sha>.zip beside th
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rayfleet.core import ray_auth
+from rayfleet.core import local_state, ray_auth
 from rayfleet.core.aws import run_cli
 from rayfleet.core.config import ConfigError
 from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED
 from rayfleet.core.run_name import run_name_arg
-from rayfleet.ecs.outputs import DEFAULT_FILE
 from rayfleet.local import cluster as local_cluster
 from rayfleet.recipes.package import PackageError
 from rayfleet.recipes.recipe_root import ROOT_HELP
@@ -41,7 +39,7 @@ from rayfleet.targets.local import LocalTarget
 def choose_target(target: str, outputs: str | None) -> str:
     if target != "auto":
         return target
-    deployed = Path(outputs or os.environ.get("RAYFLEET_OUTPUTS") or DEFAULT_FILE).is_file()
+    deployed = (Path(outputs) if outputs else local_state.outputs_file()).is_file()
     return "ecs" if deployed else "local"
 
 

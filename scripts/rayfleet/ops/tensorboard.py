@@ -1,5 +1,5 @@
 """Serve runs' TensorBoard event files on 127.0.0.1 (runs in S3 are synced into .rayfleet/tensorboard/ first,
-or $RAYFLEET_STATE_DIR/tensorboard/).
+in the state folder: rayfleet/core/local_state.py).
 
 python -m rayfleet.ops.tensorboard RUN [RUN ...] [--runs-dir runs|s3://b/runs] [--port 6006]
 make tensorboard RUN=ddp-20261124-101500
@@ -13,16 +13,15 @@ import shutil
 import sys
 from pathlib import Path
 
+from rayfleet.core import local_state
 from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED
 from rayfleet.core.run_dir import RunDir, UnsafeKey
 from rayfleet.ops.runs_arg import add_arguments, run_dirs
 from rayfleet.train.tracking.events import FOLDER
 
-REPO = Path(__file__).resolve().parents[2]
-
 
 def sync_root() -> Path:
-    return Path(os.environ.get("RAYFLEET_STATE_DIR") or REPO / ".rayfleet") / "tensorboard"
+    return local_state.state_dir() / "tensorboard"
 
 
 def local_events(run_dir: RunDir) -> Path:

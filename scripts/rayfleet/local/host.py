@@ -11,13 +11,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rayfleet.core import ray_auth
+from rayfleet.core import local_state, ray_auth
 
 if TYPE_CHECKING:  # annotations only: cluster.py imports this module
     from rayfleet.local.cluster import ClusterSpec, ClusterState
 
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = local_state.project_dir()  # the project the cluster starts in: its nodes import its code
 
 
 GIB = 1024**3

@@ -1,6 +1,6 @@
 """Instance catalog for `make status`: on-demand price per hour and GPUs per instance type.
 
-The facts live in `infra/catalog/instance_types.json`, which Terraform reads too (task sizing, GPU
+The facts live in `instance_types.json` beside this module (package data), which Terraform reads too (task sizing, GPU
 reservations, EFA support), so the scripts and the infra cannot disagree on an instance's shape.
 Prices: US East (N. Virginia), Linux, on-demand list prices as published by AWS in mid-2025 (P4d and P5
 after the June 2025 price cut). Other regions differ by a few to tens of percent; Spot is far cheaper.
@@ -9,9 +9,9 @@ after the June 2025 price cut). Other regions differ by a few to tens of percent
 from __future__ import annotations
 
 import json
-from pathlib import Path
+from importlib import resources
 
-CATALOG_FILE = Path(__file__).resolve().parents[2] / "infra" / "catalog" / "instance_types.json"
+CATALOG_FILE = resources.files(__package__) / "instance_types.json"
 _DATA = json.loads(CATALOG_FILE.read_text())
 PRICES_AS_OF = _DATA["prices_as_of"]
 INSTANCE_TYPES: dict[str, dict] = _DATA["instance_types"]

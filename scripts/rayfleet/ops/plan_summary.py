@@ -3,7 +3,7 @@ costs per hour running, idle after an autostop, and stopped. `make deploy` shows
 
 The cost comes from the plan itself (`terraform show -json`): the instance type of each node group's launch
 template, the groups' maximum sizes, the NAT gateways and the interface endpoints, priced from the catalog
-(infra/catalog/instance_types.json, on-demand list prices). Whatever the tfvars say, the figures follow
+(rayfleet/core/instance_types.json, on-demand list prices). Whatever the tfvars say, the figures follow
 what Terraform will build. Data transfer, storage and logs are usage, not a rate, and are left out (said).
 """
 

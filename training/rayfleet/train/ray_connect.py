@@ -15,10 +15,8 @@ from pathlib import Path
 
 import ray
 
-from rayfleet.core import ray_auth, ray_start, warm_workers
+from rayfleet.core import local_state, ray_auth, ray_start, warm_workers
 from rayfleet.core.errors import RayfleetError
-
-LOCAL_STATE = Path(__file__).resolve().parents[2] / ".rayfleet" / "cluster" / "state.json"  # rayfleet.local
 
 
 class NoCluster(RayfleetError):
@@ -26,11 +24,10 @@ class NoCluster(RayfleetError):
 
 
 def cluster_address() -> str:
-    """RAY_ADDRESS, else the address recorded by `make cluster-up` ($RAYFLEET_STATE_DIR or ./.rayfleet)."""
+    """RAY_ADDRESS, else the address the local cluster recorded (rayfleet/core/local_state.py)."""
     if os.environ.get("RAY_ADDRESS"):
         return os.environ["RAY_ADDRESS"]
-    state_dir = os.environ.get("RAYFLEET_STATE_DIR")
-    state = Path(state_dir) / "cluster" / "state.json" if state_dir else LOCAL_STATE
+    state = local_state.cluster_state_file()
     if state.is_file():
         return json.loads(state.read_text())["address"]
     raise NoCluster(

@@ -8,6 +8,7 @@ traceback; no number is infinite or NaN (`.inf` is YAML for infinity, and a boun
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
 from typing import TypeVar
@@ -141,10 +142,26 @@ def describe_error(error: dict) -> str:
     return f"{key}: {error['msg']}{got_text}"
 
 
+def packaged(path: Path) -> Path:
+    """`path` itself, or, where it is missing and names a file of the rayfleet package (`rayfleet/train/configs/
+    ddp.yaml`), that file wherever the package is installed: a checkout, a wheel, an image."""
+    parts = path.parts
+    if path.exists() or path.is_absolute() or len(parts) < 3 or parts[0] != "rayfleet":
+        return path
+    try:
+        spec = importlib.util.find_spec(f"rayfleet.{parts[1]}")
+    except (ImportError, ValueError):
+        return path
+    if spec is None or spec.origin is None:
+        return path
+    found = Path(spec.origin).parent.joinpath(*parts[2:])
+    return found if found.is_file() else path
+
+
 def load_config(cls: type[T], path: str | Path | None, overrides: list[str] | None = None) -> T:
     data: dict = {}
     if path is not None:
-        path = Path(path)
+        path = packaged(Path(path))
         loaded = read_yaml_file(path, "config file") or {}
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: the top level must be a mapping of keys to values")

@@ -33,11 +33,10 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rayfleet.core import ray_auth, ray_start, warm_workers
+from rayfleet.core import local_state, ray_auth, ray_start, warm_workers
 from rayfleet.local import gcs_store
 from rayfleet.local.host import (
     GIB,
-    REPO,
     ClusterError,
     available_memory,
     memory_shares,
@@ -108,11 +107,11 @@ class ClusterState:
 
 
 def state_dir() -> Path:
-    return Path(os.environ.get("RAYFLEET_STATE_DIR") or REPO / ".rayfleet") / "cluster"
+    return local_state.cluster_dir()
 
 
 def state_file() -> Path:
-    return state_dir() / "state.json"
+    return local_state.cluster_state_file()
 
 
 def load_state() -> ClusterState | None:

@@ -239,7 +239,7 @@ def vcpu_needs(shape: Shape) -> tuple[dict[Quota, tuple[int, str]], list[str]]:
         for t in types:
             quota = vcpu_quota(t, spot)
             if t not in INSTANCE_TYPES or quota is None:
-                notes.append(f"{t}: not in infra/catalog/instance_types.json or no vCPU quota known; not checked")
+                notes.append(f"{t}: not in rayfleet/core/instance_types.json or no vCPU quota known; not checked")
             elif quota not in largest or INSTANCE_TYPES[t]["vcpus"] > INSTANCE_TYPES[largest[quota]]["vcpus"]:
                 largest[quota] = t
         for quota, t in largest.items():
