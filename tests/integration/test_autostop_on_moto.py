@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 import pytest
 
 from rayfleet.core.aws import Aws
+from rayfleet.core.bucket import RAY_STATUS as KEY
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.start import start
 from rayfleet.node.autostop import Autostop, Settings
-from rayfleet.node.head_snapshot import KEY
 from tests.integration.helpers import REPO
 
 pytestmark = pytest.mark.integration

@@ -19,11 +19,11 @@ from datetime import UTC, datetime
 import pytest
 
 from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.bucket import RAY_STATUS as KEY
 from rayfleet.core.errors import EXIT_FAILED, RayfleetError
 from rayfleet.ecs import capacity, preflight
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.start import start
-from rayfleet.node.head_snapshot import KEY
 from rayfleet.ops.status import render, status
 from tests.integration.helpers import EcsMotoServer, verbs_env
 from tools.moto_stack import stack as moto_stack

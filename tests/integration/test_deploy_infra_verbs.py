@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from rayfleet.serve import kept
+from rayfleet.core import serve_kept as kept
 from tests.integration.helpers import REPO, EcsMotoServer, run_verb, verbs_env
 from tools.moto_stack import stack
 from tools.terraform_standin.render import rendered_plan

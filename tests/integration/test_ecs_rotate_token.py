@@ -184,9 +184,9 @@ def test_rotation_refuses_while_a_job_runs(deployed):
 
 
 def test_rotation_refuses_while_make_serve_keeps_an_application(deployed):
-    """A served application (kept by `make serve`, rayfleet/serve/kept.py) holds the head as a job does: the
+    """A served application (kept by `make serve`, rayfleet/core/serve_kept.py) holds the head as a job does: the
     new head would get it back, but it would stop answering meanwhile."""
-    from rayfleet.serve import kept
+    from rayfleet.core import serve_kept as kept
 
     moto, out = deployed["moto"], deployed["outputs"]
     kept.keep(moto.client("s3"), out["results_bucket"], "clf", {"applications": [{"name": "rayfleet"}]})

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from rayfleet.core import serve_kept as kept
 from rayfleet.core.run_dir import RunDir
-from rayfleet.serve import kept
 from rayfleet.serve.config import GATED_PROXY_PORT
 from rayfleet.train.data import fashion_mnist
 from rayfleet.train.metrics import read_rows
@@ -224,7 +224,7 @@ def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_mana
         proc.kill()
     ended = time.time()
     assert "serving at http://head.rayfleet.internal:8000" in out and f"--secret-id {secret}" in out
-    # kept with the deployment, as deployed: a head that starts again gets it back (rayfleet/serve/kept.py)
+    # kept with the deployment, as deployed: a head that starts again gets it back (rayfleet/core/serve_kept.py)
     found = kept.kept(s3, bucket)
     assert found == {"run": "clf-ecs", "config": config, "kept_at": found["kept_at"]}
     assert began <= found["kept_at"] <= ended  # kept by this `serve up`, not left from before

@@ -61,26 +61,27 @@ def queue(opts: argparse.Namespace) -> int:
 
 
 def cancel(opts: argparse.Namespace) -> int:
-    """The checkpoint-first stop a budget uses (rayfleet/train/stop.py): the job sees the request at its next
+    """The checkpoint-first stop a budget uses (rayfleet/core/stop_request.py): the job sees the request at its next
     agreed point, saves a checkpoint and ends; a queued run sees it while it waits and never starts; the run's
     follower stops a job that has not ended after the grace period, or at a second cancel. Either way the run
     ends CANCELLED; `rayfleet logs --run` shows it."""
+    from rayfleet.core import stop_request
     from rayfleet.ops.runs import locate
-    from rayfleet.train import stop
 
     run_dir = locate(opts.run, opts.outputs)
     state = run_dir.record().get("state")
     if state in ("SUCCEEDED", "FAILED", "STOPPED", "LOST", "CANCELLED"):
         print(f"error: run {opts.run} has already ended ({state}): nothing to cancel", file=sys.stderr)
         return EXIT_BAD_INPUT
-    if state == "RUNNING" and stop.requested(run_dir) == stop.CANCELLED:  # the second cancel: no more waiting
-        stop.request(run_dir, stop.CANCELLED_NOW)
+    # the second cancel: no more waiting
+    if state == "RUNNING" and stop_request.requested(run_dir) == stop_request.CANCELLED:
+        stop_request.request(run_dir, stop_request.CANCELLED_NOW)
         print(f"asked {opts.run} again: its job is stopped now (rayfleet logs --run {opts.run} -f to watch)")
         return 0
     if state == "QUEUED" and run_dir.is_s3 and _cancel_waiting_for_a_slot(run_dir, opts.outputs):
         print(f"cancelled {opts.run}: it waited for a driver slot and never started")
         return 0
-    stop.request(run_dir, stop.CANCELLED)
+    stop_request.request(run_dir, stop_request.CANCELLED)
     what = "it leaves the queue" if state == "QUEUED" else "it checkpoints, then ends (cancel again: at once)"
     print(f"asked {opts.run} to stop: {what} (rayfleet logs --run {opts.run} -f to watch)")
     return 0

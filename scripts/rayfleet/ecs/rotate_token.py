@@ -3,7 +3,7 @@
     python -m rayfleet.ecs.rotate_token [--force] [--outputs FILE]      # make rotate-ray-token
 
 1. Refuses while a job's trainer runs (it would lose the cluster mid-run) or `make serve` keeps a served
-   application (rayfleet/serve/kept.py: it would stop answering until the new head has it again) unless --force.
+   application (rayfleet/core/serve_kept.py: it would stop answering until the new head has it again) unless --force.
 2. Writes a new random token as the secret's current version (Secrets Manager; the token is never printed,
    logged or stored anywhere else).
 3. Forces a new deployment of the head service and waits until every head task is a new one: ECS hands new
@@ -25,11 +25,11 @@ import secrets
 import sys
 import time
 
+from rayfleet.core import serve_kept as kept
 from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.errors import RayfleetError
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import running_tasks
-from rayfleet.serve import kept
 
 
 def new_token() -> str:

@@ -20,10 +20,10 @@ import time
 from datetime import UTC, datetime
 
 from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.bucket import RAY_STATUS as RAY_STATUS_KEY
 from rayfleet.core.errors import ConfigError, RayfleetError
 from rayfleet.ecs import capacity, preflight
 from rayfleet.ecs.outputs import Outputs
-from rayfleet.node.head_snapshot import KEY as RAY_STATUS_KEY
 
 PROGRESS_EVERY_S = 30
 

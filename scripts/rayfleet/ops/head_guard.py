@@ -3,11 +3,11 @@ the head, what the head runs now, and the refusal (exit 2) unless forced."""
 
 from __future__ import annotations
 
+from rayfleet.core import serve_kept as kept
 from rayfleet.core.aws import Aws, ClusterNotFound
 from rayfleet.core.errors import ConfigError
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ops.deployment_files import OUTPUTS
-from rayfleet.serve import kept
 
 
 class HeadBusy(ConfigError):
@@ -37,7 +37,7 @@ def head_changes(plan: dict) -> list[str]:
 
 def running_jobs() -> list[str]:
     """The deployment's running jobs, from the saved outputs: trainer tasks, RUNNING run records, and the
-    application `make serve` keeps (rayfleet/serve/kept.py): a restarted head gets it back, but it stops
+    application `make serve` keeps (rayfleet/core/serve_kept.py): a restarted head gets it back, but it stops
     answering meanwhile."""
     if not OUTPUTS.exists():
         return []  # a first deploy: nothing can be running

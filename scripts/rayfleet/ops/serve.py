@@ -12,7 +12,7 @@ ecs:   the run's files from s3://<results bucket>/runs/<RUN>/; a trainer task de
        serve gate (rayfleet/node/serve_gate.py) checks the key on every route before Serve's proxy,
        which listens on 127.0.0.1:GATED_PROXY_PORT behind it; the key is in Secrets Manager
        (serve_api_key_secret_arn) and reaches only the gate. The deployed config is kept with the deployment
-       (rayfleet/serve/kept.py) until `down`: a head that starts again without it gets it back.
+       (rayfleet/core/serve_kept.py) until `down`: a head that starts again without it gets it back.
 Everything that can be wrong (no such run, nothing to serve, a config that does not fit the workers) is
 said in one line before anything is deployed.
 """
@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rayfleet.core import ray_auth
+from rayfleet.core import serve_kept as kept
 from rayfleet.core.aws import Aws, run_cli
 from rayfleet.core.catalog import INSTANCE_TYPES
 from rayfleet.core.config import ConfigError, load_config
@@ -38,7 +39,6 @@ from rayfleet.ecs.logs import follow_task
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.local import cluster as local_cluster
 from rayfleet.node import serve_control as control
-from rayfleet.serve import kept
 from rayfleet.serve.app import ServeArgs
 from rayfleet.serve.config import GATED_PROXY_PORT, ServeConfig
 from rayfleet.serve.keys import ensure_key_file

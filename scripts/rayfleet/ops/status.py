@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 
 from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.bucket import RAY_STATUS as RAY_STATUS_KEY
 from rayfleet.core.catalog import PRICES_AS_OF, gpus_of, hourly_cost
 from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.core.run_queue import HELD, WAITING, Queue
@@ -24,7 +25,6 @@ from rayfleet.core.terminal import printable
 from rayfleet.ecs import capacity
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import running_tasks
-from rayfleet.node.head_snapshot import KEY as RAY_STATUS_KEY
 from rayfleet.ops.queued import IGNORED, listed
 from rayfleet.ops.runs import s3_runs
 from rayfleet.recipes.cost import spend_usd
@@ -262,7 +262,7 @@ def render_ray(ray: dict, jobs: int = 5) -> list[str]:
 
 
 def kept_line(kept: dict) -> str:
-    """The Serve config `make serve` keeps, as the control task found it (rayfleet/serve/kept.py)."""
+    """The Serve config `make serve` keeps, as the control task found it (rayfleet/core/serve_kept.py)."""
     if "error" in kept:
         return f"unreadable ({printable(kept['error'])})"
     again = f"; applied again to this head: {printable(', '.join(kept['reapplied']))}" if kept.get("reapplied") else ""

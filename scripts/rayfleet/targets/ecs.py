@@ -10,6 +10,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from rayfleet.core import stop_request
 from rayfleet.core.aws import Aws, PlacementFailed
 from rayfleet.core.catalog import INSTANCE_TYPES
 from rayfleet.core.config import ConfigError
@@ -28,7 +29,6 @@ from rayfleet.recipes.schema import LoadedRecipe, load
 from rayfleet.recipes.stage import stage
 from rayfleet.targets import ecs_slot
 from rayfleet.targets.base import package_into
-from rayfleet.train import stop
 
 
 def ecs_capacity(out: Outputs) -> Capacity | None:
@@ -226,7 +226,7 @@ def follow_or_cancel(aws: Aws, out: Outputs, run_dir: RunDir, record: dict) -> i
         pass
     name = run_dir.run_name
     since_ms = int(time.time() * 1000)  # what was printed is not printed again
-    stop.request(run_dir, stop.CANCELLED)
+    stop_request.request(run_dir, stop_request.CANCELLED)
     print(
         f"\n[rayfleet] Ctrl-C: cancelling run {name}: it saves a checkpoint, then ends (Ctrl-C again only stops "
         "following it)",

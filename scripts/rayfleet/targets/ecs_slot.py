@@ -8,12 +8,12 @@ import time
 from dataclasses import asdict
 from datetime import UTC, datetime
 
+from rayfleet.core import stop_request
 from rayfleet.core.aws import PlacementFailed
 from rayfleet.core.launch_queue import Launches, Pending
 from rayfleet.core.run_dir import RunDir
 from rayfleet.core.run_queue import Entry
 from rayfleet.ecs.outputs import Outputs
-from rayfleet.train import stop
 
 POLL_S = 5.0
 PROGRESS_S = 60.0  # a line this often while it waits
@@ -67,7 +67,7 @@ def cancel_waiting(launches: Launches, run_dir: RunDir) -> bool:
     """`make cancel` of a run waiting for a driver slot: it leaves the launch queue and ends CANCELLED; False
     when it does not wait (any more). The stop request is written either way: a trainer placed meanwhile
     reads it and never starts the run."""
-    stop.request(run_dir, stop.CANCELLED)
+    stop_request.request(run_dir, stop_request.CANCELLED)
     if not launches.cancel(run_dir.run_name):
         return False
     ended = datetime.now(UTC).isoformat(timespec="seconds")

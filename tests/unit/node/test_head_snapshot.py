@@ -197,14 +197,14 @@ KEPT_CONFIG = {"proxy_location": "HeadOnly", "applications": [{"name": "rayfleet
 
 
 def test_a_head_that_lost_the_kept_application_gets_it_again_and_one_that_has_it_is_left_alone(capsys):
-    """The control task's round: `make serve` kept a config (rayfleet/serve/kept.py); a head that runs none of
+    """The control task's round: `make serve` kept a config (rayfleet/core/serve_kept.py); a head that runs none of
     its applications gets the same config PUT again, with the token; one that runs it (in any state), or whose
     Serve state is unknown, gets nothing; no kept config, nothing at all."""
     import boto3
     from botocore.exceptions import EndpointConnectionError
     from moto import mock_aws
 
-    from rayfleet.serve import kept
+    from rayfleet.core import serve_kept as kept
 
     ServePut.put = []
     with mock_aws(), serving(ServePut) as port:

@@ -86,7 +86,7 @@ def test_on_ecs_the_proxy_is_on_loopback_behind_the_gate_and_the_replicas_hold_n
         ),
     )
     monkeypatch.setattr(serve, "follow_task", lambda *a: 0)
-    kept = []  # what a restarted head gets back (rayfleet/serve/kept.py; on moto: test_serve_on_local_cluster.py)
+    kept = []  # what a restarted head gets back (rayfleet/core/serve_kept.py; on moto: test_serve_on_local_cluster.py)
     monkeypatch.setattr(serve.kept, "keep", lambda s3, bucket, run, config: kept.append((bucket, run, config)))
     assert serve.up_ecs("clf", load_config(ServeConfig, None, []), str(path), 60) == 0
     command = launched["command"]

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
+from rayfleet.core import stop_request
 from rayfleet.core.run_dir import RunDir
 from rayfleet.core.run_queue import ADMITTED, RUNNING, WAITING, Entry, Queue
 from rayfleet.recipes import admission, placement
 from rayfleet.recipes.schema import load
-from rayfleet.train import stop
 from tests.unit.recipes.helpers import GOOD, write
 
 
@@ -58,11 +58,11 @@ def test_a_run_behind_another_never_asks_ray_and_is_cancelled_while_it_waits(tmp
         ahead.heartbeat_at = clock()
         queue.put(ahead)  # the run ahead is alive and keeps its place
         if clock() > 1_000_003:
-            stop.request(run_dir, stop.CANCELLED)
+            stop_request.request(run_dir, stop_request.CANCELLED)
 
     never = []
     reason = admission.wait_turn(queue, entry("me", at=1), run_dir, never.append, clock, sleep)
-    assert reason == stop.CANCELLED and never == []
+    assert reason == stop_request.CANCELLED and never == []
     assert "queued: position 2 of 2: behind ahead (priority 0)" in capsys.readouterr().out
     assert queue.get("me").state == WAITING  # admit() removes it; wait_turn leaves that to its caller
 

@@ -2,13 +2,14 @@ import json
 
 import pytest
 
+from rayfleet.core import stop_request
 from rayfleet.core.catalog import INSTANCE_TYPES
 from rayfleet.core.run_dir import RunDir
 from rayfleet.ops.runs import table
 from rayfleet.recipes import budget, cost
 from rayfleet.recipes.fit import Capacity
 from rayfleet.recipes.schema import Recipe
-from rayfleet.train import stop
+from rayfleet.train import run_control
 
 
 class Clock:
@@ -31,10 +32,10 @@ def test_crossing_the_limit_asks_the_job_to_stop_once_then_stops_it_after_the_gr
     watch = budget.Budget(run_dir, (60, "max_hours 0.0167"), lambda: stopped.append(True), clock)
     clock.now += 59
     watch.tick()
-    assert stop.requested(run_dir) is None and watch.reason is None
+    assert stop_request.requested(run_dir) is None and watch.reason is None
     clock.now += 1
     watch.tick()
-    assert stop.requested(run_dir) == "stopped by budget: max_hours 0.0167 reached after 60 s"
+    assert stop_request.requested(run_dir) == "stopped by budget: max_hours 0.0167 reached after 60 s"
     assert "asking the job to checkpoint and stop" in capsys.readouterr().out
     clock.now += budget.GRACE_S
     watch.tick()
@@ -43,8 +44,8 @@ def test_crossing_the_limit_asks_the_job_to_stop_once_then_stops_it_after_the_gr
     watch.tick()
     watch.tick()
     assert stopped == [True]  # once
-    stop.clear(run_dir)
-    assert stop.requested(run_dir) is None
+    stop_request.clear(run_dir)
+    assert stop_request.requested(run_dir) is None
 
 
 def test_a_cancelled_run_that_does_not_end_is_stopped_after_the_grace_or_at_a_second_cancel(tmp_path, capsys):
@@ -52,7 +53,7 @@ def test_a_cancelled_run_that_does_not_end_is_stopped_after_the_grace_or_at_a_se
     run_dir, clock, stopped = RunDir(str(tmp_path), "r"), Clock(), []
     watch = budget.Budget(run_dir, None, lambda: stopped.append(True), clock)  # no budget: the clock still runs
     watch.tick()
-    stop.request(run_dir, stop.CANCELLED)
+    stop_request.request(run_dir, stop_request.CANCELLED)
     clock.now += budget.CANCEL_POLL_S
     watch.tick()
     assert "cancel asked: the job checkpoints and ends" in capsys.readouterr().out
@@ -61,7 +62,7 @@ def test_a_cancelled_run_that_does_not_end_is_stopped_after_the_grace_or_at_a_se
     watch.tick()
     assert stopped == [True]  # once, after the grace
     again = budget.Budget(run_dir, None, lambda: stopped.append("now"), clock)
-    stop.request(run_dir, stop.CANCELLED_NOW)
+    stop_request.request(run_dir, stop_request.CANCELLED_NOW)
     clock.now += budget.CANCEL_POLL_S
     again.tick()
     again.tick()
@@ -115,9 +116,9 @@ def test_a_stop_request_reaches_every_rank_through_one_all_reduce(tmp_path):
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rendezvous'}", rank=0, world_size=1)
     try:
         run_dir = RunDir(str(tmp_path), "r")
-        assert stop.agreed(run_dir, 0, torch.device("cpu")) is None
-        stop.request(run_dir, "stopped by budget: max_hours 1")
-        assert stop.agreed(run_dir, 0, torch.device("cpu")) == "stopped by budget: max_hours 1"
+        assert run_control.agreed(run_dir, 0, torch.device("cpu")) is None
+        stop_request.request(run_dir, "stopped by budget: max_hours 1")
+        assert run_control.agreed(run_dir, 0, torch.device("cpu")) == "stopped by budget: max_hours 1"
         assert json.loads((tmp_path / "r" / "stop.json").read_text()) == {"reason": "stopped by budget: max_hours 1"}
     finally:
         dist.destroy_process_group()

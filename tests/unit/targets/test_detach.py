@@ -12,8 +12,8 @@ import time
 
 import pytest
 
+from rayfleet.core import stop_request
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train import stop
 from tests.unit.recipes.helpers import REPO
 
 # The follower's part is played by a child that records itself as the submitter, as run_job does, then works on.
@@ -108,7 +108,7 @@ def test_ctrl_c_on_an_ecs_run_cancels_it_checkpoint_first_and_follows_it_to_its_
         calls.append(since_ms)
         if len(calls) == 1:
             raise KeyboardInterrupt
-        assert stop.requested(run_dir) == stop.CANCELLED  # asked before following on
+        assert stop_request.requested(run_dir) == stop_request.CANCELLED  # asked before following on
         return 130
 
     monkeypatch.setattr(ecs, "follow_task", follow_task)

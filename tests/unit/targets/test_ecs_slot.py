@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from rayfleet.core import stop_request
 from rayfleet.core.launch_queue import Launches, Pending
 from rayfleet.core.run_dir import RunDir
 from rayfleet.targets.ecs_slot import CANCELLED_WAITING, wait_for_slot
-from rayfleet.train import stop
 
 
 class Clock:
@@ -46,5 +46,5 @@ def test_a_launch_removed_meanwhile_was_cancelled_and_ctrl_c_cancels_it(tmp_path
 
     with pytest.raises(KeyboardInterrupt):
         wait_for_slot(launches, run_dir, clock=lambda: 0.0, sleep=interrupt)
-    assert launches.get("r") is None and stop.requested(run_dir) == stop.CANCELLED
+    assert launches.get("r") is None and stop_request.requested(run_dir) == stop_request.CANCELLED
     assert run_dir.record()["state"] == "CANCELLED" and run_dir.record()["message"] == CANCELLED_WAITING

@@ -19,9 +19,10 @@ import torch.distributed as dist
 from ray.train import ReportedCheckpoint, ReportedCheckpointStatus
 from ray.train.v2._internal.execution.train_fn_utils import LocalTrainFnUtils, set_train_fn_utils
 
+from rayfleet.core import stop_request
 from rayfleet.core.config import load_config
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train import fsdp, stop, tiny_lm
+from rayfleet.train import fsdp, tiny_lm
 from rayfleet.train.fsdp import _boundary, _train_step, lr_at
 from rayfleet.train.fsdp_config import FSDPConfig
 from rayfleet.train.fsdp_metrics import step_metrics, window
@@ -140,7 +141,7 @@ def test_a_due_checkpoint_finishes_the_last_one_first_and_records_its_pause(grou
 @pytest.mark.parametrize("stopped", [False, True])
 def test_the_loop_ends_with_its_checkpoint_written_and_reported(group, tmp_path, stopped):
     if stopped:
-        stop.request(RunDir(str(tmp_path), "run"), "budget")
+        stop_request.request(RunDir(str(tmp_path), "run"), "budget")
     strategy, row = FakeStrategy(), {"step": 10 if stopped else 30, "loss": 1.0}
     decision = _boundary(strategy, control(tmp_path), row, {"attempt": 0}, 30)
     assert strategy.calls[-2:] == [("save", row["step"], ["loss", "step"]), ("finish", True)]

@@ -1,6 +1,6 @@
 """RunControl, the decisions around a training loop's steps that the DDP and FSDP jobs share: the checkpoint
 cadence, the one checkpoint a preemption notice or a budget's stop request asks for. Its methods called in the
-order its docstring gives, on a real run directory and a one-process gloo group (stop.agreed is an all-reduce),
+order its docstring gives, on a real run directory and a one-process gloo group (run_control.agreed is an all-reduce),
 with a fake Ray answer and a fake clock. The FSDP loop's own use of it, through a notice and the restart, is
 tests/unit/train/test_fsdp.py's (the real loop, not a copy)."""
 
@@ -13,8 +13,9 @@ import pytest
 import torch
 import torch.distributed as dist
 
+from rayfleet.core import stop_request
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train import stop
+from rayfleet.train import run_control
 from rayfleet.train.preemption import REACHED_FILE, NoRestart, Preemption
 from rayfleet.train.run_control import Decision, RunControl
 from tests.unit.train.test_preemption import Clock
@@ -91,7 +92,7 @@ def test_a_pending_notice_takes_the_place_of_the_cadences_checkpoint(run_dir):
 def test_a_stop_request_saves_the_step_due_or_not_and_ends_the_run(run_dir, capsys):
     control = RunControl(run_dir, 0, CPU, preemption(), checkpoint_every=10, last=20)
     assert control.at_boundary(2, lambda: pytest.fail("saved"), "at step 2") == Decision(save=False)
-    stop.request(run_dir, BUDGET)
+    stop_request.request(run_dir, BUDGET)
     saved: list[int] = []
     assert control.at_boundary(3, lambda: saved.append(3), "at step 3") == Decision(save=True, stop_reason=BUDGET)
     assert saved == [3]
@@ -100,7 +101,7 @@ def test_a_stop_request_saves_the_step_due_or_not_and_ends_the_run(run_dir, caps
 
 def test_a_stop_and_a_notice_at_one_step_save_once_and_stop(run_dir, capsys):
     control = RunControl(run_dir, 0, CPU, preemption(notice_at=1), checkpoint_every=10, last=20)
-    stop.request(run_dir, BUDGET)
+    stop_request.request(run_dir, BUDGET)
     saved: list[str] = []
     assert control.noticed(3)
     decision = control.at_boundary(3, lambda: saved.append("regular 3"), "at step 3")
@@ -117,14 +118,14 @@ def test_the_stop_request_is_asked_for_before_or_after_the_checkpoint(
     """DDP asks after each epoch's checkpoint: a request that comes while it is written stops the run there.
     Either way the collective runs once per boundary, on every rank alike."""
     asked = []
-    agreed = stop.agreed
-    monkeypatch.setattr(stop, "agreed", lambda *args: asked.append(args) or agreed(*args))
+    agreed = run_control.agreed
+    monkeypatch.setattr(run_control, "agreed", lambda *args: asked.append(args) or agreed(*args))
     control = RunControl(run_dir, 0, CPU, preemption(), last=5, stop_after_save=stop_after_save)
     saved: list[int] = []
 
     def save(epoch: int) -> None:
         saved.append(epoch)
-        stop.request(run_dir, BUDGET)  # arrives while the checkpoint is written
+        stop_request.request(run_dir, BUDGET)  # arrives while the checkpoint is written
 
     decisions = [control.at_boundary(epoch, lambda e=epoch: save(e), f"after epoch {epoch}") for epoch in (1, 2)]
     assert decisions[stopped_at - 1] == Decision(save=True, stop_reason=BUDGET)
@@ -135,7 +136,7 @@ def test_the_stop_request_is_asked_for_before_or_after_the_checkpoint(
 
 def test_a_stop_asked_after_the_checkpoint_still_saves_a_boundary_that_was_not_due(run_dir, capsys):
     control = RunControl(run_dir, 0, CPU, preemption(), checkpoint_every=5, last=20, stop_after_save=True)
-    stop.request(run_dir, BUDGET)
+    stop_request.request(run_dir, BUDGET)
     saved: list[int] = []
     assert control.at_boundary(2, lambda: saved.append(2), "after epoch 2") == Decision(save=True, stop_reason=BUDGET)
     assert saved == [2]

@@ -30,7 +30,7 @@ QUEUE_LEDGER = "queue/spent/"  # queue/spent/<run>.json: what each ended run spe
 STAGED = "staged/"  # staged/<hash>/: a recipe's data: by content (rayfleet/core/staged_data.py)
 CLUSTER = "cluster/"  # what no job may write: the control task's and the deployer's
 RAY_STATUS = "cluster/ray-status.json"  # the head's snapshot (rayfleet/node/head_snapshot.py)
-SERVE_CONFIG = "cluster/serve.json"  # the Serve config make serve keeps (rayfleet/serve/kept.py)
+SERVE_CONFIG = "cluster/serve.json"  # the Serve config make serve keeps (rayfleet/core/serve_kept.py)
 LAUNCHES = "cluster/launches/"  # <run>.json: RunTask requests waiting for a driver slot (core/launch_queue.py)
 LAUNCHES_STARTED = "cluster/launches/started/"  # <run>.json: the placed ones
 

@@ -46,7 +46,7 @@ CALLS_OF_MODULE: dict[str, frozenset[str]] = {
     # a worker only writes its drain message; the replacement (SetInstanceHealth) is the control task's
     "rayfleet.node.suspect": frozenset({CONTROL}),
     # make serve keeps and forgets the config; the control task reads it
-    "rayfleet.serve.kept": frozenset({OPERATOR, CONTROL}),
+    "rayfleet.core.serve_kept": frozenset({OPERATOR, CONTROL}),
     # make run stages a recipe's data: (only the deployer writes staged/)
     "rayfleet.recipes.stage": frozenset({OPERATOR}),
     # make run prices Spot workers with the operator's EC2 client

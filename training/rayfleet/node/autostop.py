@@ -3,7 +3,7 @@
 The control task, `ray-control` (rayfleet/node/head_snapshot.py), asks the head every 30 s what runs;
 with each snapshot it asks `Autostop.tick` too. The cluster is busy while Ray has a job that is not finished
 (a recipe's submission or a job's driver), a Serve application is up or `make serve` kept one (a head that
-started again without it gets it back: rayfleet/serve/kept.py), or a trainer task of this cluster runs
+started again without it gets it back: rayfleet/core/serve_kept.py), or a trainer task of this cluster runs
 (it may still be pulling its image, not yet a Ray job), or a run waits for a driver slot. Not work: a run
 the hang watchdog holds hung (only by a marker its own job made: rayfleet/core/hung_runs.py), a Serve
 application that failed to deploy, or one unhealthy for longer than the grace (15 min).
@@ -55,7 +55,7 @@ def busy_because(snapshot: dict, trainer_tasks: int, failed_apps: frozenset[str]
     kept = snapshot.get("serve_kept") or {}
     kept_apps = set(kept.get("applications") or [])
     if "run" in kept and not (kept_apps and kept_apps <= failed_apps):  # `make serve` kept a config
-        # (rayfleet/serve/kept.py): serving, even on a head that lost it, unless every one of its apps failed
+        # (rayfleet/core/serve_kept.py): serving, even on a head that lost it, unless every one of its apps failed
         return f"serving run {kept['run']} (kept: make serve-down ends it)"
     if "error" in kept:  # it may be serving: never scale that to zero on a guess
         return f"maybe serving (the kept Serve config is unreadable: {kept['error']})"

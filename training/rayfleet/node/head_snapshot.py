@@ -11,7 +11,7 @@ and never joins the cluster as a driver (it would show up as a job). `make statu
 `s3://B/cluster/ray-status.json`, so it shows Ray's view from a laptop that cannot reach the head (the
 dashboard and GCS never leave the cluster's security group).
 
-Each round it also applies the Serve configuration `make serve` kept (rayfleet/serve/kept.py) to a head that
+Each round it also applies the Serve configuration `make serve` kept (rayfleet/core/serve_kept.py) to a head that
 runs none of its applications (one that started again without them), raises the worker service to what the
 run queue needs (rayfleet/node/queue_capacity.py), starts the trainer of a run that waits for a driver slot
 once the head instance has one (rayfleet/node/driver_dispatch.py), and
@@ -36,12 +36,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rayfleet.core import hung_runs
+from rayfleet.core import serve_kept as kept
 from rayfleet.core.bucket import RAY_STATUS
 from rayfleet.core.launch_queue import Launches
 from rayfleet.core.run_queue import Queue
 from rayfleet.node import autostop, queue_capacity, suspect
 from rayfleet.node.driver_dispatch import DriverDispatch
-from rayfleet.serve import kept
 from rayfleet.serve.summary import summarize
 
 KEY = RAY_STATUS

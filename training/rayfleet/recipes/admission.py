@@ -33,7 +33,7 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict
 
-from rayfleet.core import ray_start
+from rayfleet.core import ray_start, stop_request
 from rayfleet.core.errors import ConfigError
 from rayfleet.core.run_dir import RunDir
 from rayfleet.core.run_queue import (
@@ -53,7 +53,6 @@ from rayfleet.core.run_queue import (
 from rayfleet.core.run_queue_checks import Alive, max_priority_from
 from rayfleet.recipes.placement import groups_once_reachable, placed_after, probe
 from rayfleet.recipes.run_queue_liveness import Liveness
-from rayfleet.train import stop
 
 EXIT_CANCELLED = 130
 BUDGET_CHECK_S = 30.0  # how often the queue's spending is read again (a listing of its ledger)
@@ -106,7 +105,7 @@ def wait_turn(
     said = None
     held_by = _Spending(queue, clock)
     while True:
-        cancelled = stop.requested(run_dir)
+        cancelled = stop_request.requested(run_dir)
         if cancelled:
             return cancelled
         now = clock()

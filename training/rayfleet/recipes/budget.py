@@ -1,13 +1,13 @@
 """A recipe's budget: `max_hours` and `max_cost_usd` become one time limit at submission (the run's hourly
 price is known then: recipe resources x the catalog's on-demand price, or the Spot price, rayfleet/recipes/
-cost.py). When the limit passes, the follower asks the job to stop cleanly (rayfleet/train/stop.py: the job
+cost.py). When the limit passes, the follower asks the job to stop cleanly (rayfleet/core/stop_request.py: the job
 checkpoints, then ends) and the run record says STOPPED and why. A job that does not stop within the grace
 period is stopped through the Jobs API. Earlier attempts of the run, lost trainer tasks included, have
 used up part of the limit (`left`).
 
 The same clock watches for `rayfleet cancel` (the request is the run directory's stop file, read every
 CANCEL_POLL_S): a job that does not checkpoint and end within the grace period (a script that never reads
-the request) is stopped through the Jobs API, and a second `rayfleet cancel` (stop.CANCELLED_NOW) stops it at
+the request) is stopped through the Jobs API, and a second `rayfleet cancel` (stop_request.CANCELLED_NOW) stops it at
 once."""
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from rayfleet.core import stop_request
 from rayfleet.core.run_dir import RunDir
 from rayfleet.recipes import cost
-from rayfleet.train import stop
 
 GRACE_S = 600  # a DDP epoch or an FSDP logging interval, with its checkpoint
 CANCEL_POLL_S = 5.0  # how often the follower reads the stop file (a GET in S3)
@@ -66,18 +66,18 @@ class Budget:
             self.reason = f"stopped by budget: {self.limit[1]} reached after {elapsed:.0f} s"
             self.asked_at = self.clock()
             print(f"[rayfleet] {self.reason}; asking the job to checkpoint and stop", flush=True)
-            stop.request(self.run_dir, self.reason)
+            stop_request.request(self.run_dir, self.reason)
 
     def _watch_cancel(self) -> None:
         if self.forced or self.clock() - self.polled_at < CANCEL_POLL_S:
             return
         self.polled_at = self.clock()
-        asked = stop.requested(self.run_dir)
-        if asked == stop.CANCELLED_NOW:
+        asked = stop_request.requested(self.run_dir)
+        if asked == stop_request.CANCELLED_NOW:
             self.forced = True
             print("[rayfleet] cancelled again: stopping the job now", flush=True)
             self.stop_job()
-        elif asked == stop.CANCELLED and self.asked_at is None:
+        elif asked == stop_request.CANCELLED and self.asked_at is None:
             self.asked_at = self.clock()
             print(
                 f"[rayfleet] cancel asked: the job checkpoints and ends (stopped after {GRACE_S} s if it does not; "

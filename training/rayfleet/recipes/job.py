@@ -21,7 +21,7 @@ import threading
 import time
 import uuid
 
-from rayfleet.core import warm_workers
+from rayfleet.core import stop_request, warm_workers
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.run_dir import RunDir
 from rayfleet.recipes import admission, attempt_fence, budget, cost, jobs_api, ray_faults
@@ -31,7 +31,6 @@ from rayfleet.recipes.notify import NOTIFY_VAR, TOPIC_VAR
 from rayfleet.recipes.schema import Notify, Recipe
 from rayfleet.recipes.secrets import REFS_VAR
 from rayfleet.recipes.submitter import now, submitter
-from rayfleet.train import stop
 
 HEAD_LOST = "the head went away while the run waited in the queue"
 SUBMITTER_STOPPED = "the submitter stopped"  # the record's message when the follower itself failed or was stopped
@@ -170,7 +169,7 @@ def _submit_and_follow(
     queue_root: str | None = None,
 ) -> tuple[int, str | None]:
     entry, runtime_env = _job_spec(recipe, run_dir, working_dir, extra_args, launch_dir, secret_refs, data, queue_root)
-    stop.clear(run_dir)  # not the job's driver: it may start after the budget has already asked
+    stop_request.clear(run_dir)  # not the job's driver: it may start after the budget has already asked
     job_id = f"rayfleet-{run_dir.run_name}-{uuid.uuid4().hex[:6]}"  # a resumed run gets a new job
     client = jobs_api.client_for(address)
     started = time.monotonic()
@@ -202,16 +201,16 @@ def _submit_and_follow(
     try:
         outcome = jobs_api.follow(client, job_id, spool=spool, on_tick=watch.tick)
     finally:
-        asked = stop.requested(run_dir)
-        stop.clear(run_dir)  # consumed: a later resume of this run must not stop at once
+        asked = stop_request.requested(run_dir)
+        stop_request.clear(run_dir)  # consumed: a later resume of this run must not stop at once
     log_url = spool.close()
     exit_code, message = outcome.exit_code, outcome.message
     status = outcome.status
     if watch.reason and status == "SUCCEEDED":  # it checkpointed and ended as asked
         status, message = "STOPPED", watch.reason
-    if asked in (stop.CANCELLED, stop.CANCELLED_NOW) and outcome.interrupted_by is None:  # checkpointed and ended,
-        # stopped after its grace or at a second cancel, or never admitted
-        status, message = "CANCELLED", stop.CANCELLED
+    # checkpointed and ended, stopped after its grace or at a second cancel, or never admitted
+    if asked in (stop_request.CANCELLED, stop_request.CANCELLED_NOW) and outcome.interrupted_by is None:
+        status, message = "CANCELLED", stop_request.CANCELLED
         exit_code = exit_code or admission.EXIT_CANCELLED
     if outcome.interrupted_by == "SIGTERM":
         exit_code = 128 + signal.SIGTERM

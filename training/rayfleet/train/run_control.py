@@ -1,5 +1,5 @@
 """What a training loop decides around its steps, in one place for the DDP and the FSDP job: the preemption
-check, the budget's stop request (rayfleet/train/stop.py), when to save a checkpoint, and the one checkpoint
+check, the budget's stop request (rayfleet/core/stop_request.py), when to save a checkpoint, and the one checkpoint
 that a notice or a stop asks for.
 
 Every rank calls it at the same points (the checks are collectives):
@@ -24,10 +24,23 @@ from dataclasses import dataclass
 
 import torch
 
+from rayfleet.core import stop_request
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train import stop
 from rayfleet.train.hang_watch import Steps
 from rayfleet.train.preemption import Preemption, record_reached
+
+
+def agreed(run_dir: RunDir, rank: int, device: torch.device) -> str | None:
+    """A collective: every rank calls it at the same point. The reason on every rank when rank 0 saw a stop
+    request (rayfleet/core/stop_request.py)."""
+    import torch.distributed as dist
+
+    reason = stop_request.requested(run_dir) if rank == 0 else None
+    flag = torch.tensor([1.0 if reason else 0.0], device=device)
+    dist.all_reduce(flag)
+    if flag.item() == 0:
+        return None
+    return reason or "rank 0 was asked to stop"
 
 
 @dataclass(frozen=True)
@@ -78,12 +91,12 @@ class RunControl:
         `save` (every rank) when the cadence asks for a checkpoint and no notice will take its place, or when
         every rank agreed to stop. On a stop rank 0 says so (`where`: "at step 7", "after epoch 2")."""
         saved = self.checkpoint_due(done) and not self.notice_pending
-        reason = None if self.stop_after_save else stop.agreed(self.run_dir, self.rank, self.device)
+        reason = None if self.stop_after_save else agreed(self.run_dir, self.rank, self.device)
         saved = saved or bool(reason)
         if saved:
             save()
         if self.stop_after_save:
-            reason = stop.agreed(self.run_dir, self.rank, self.device)
+            reason = agreed(self.run_dir, self.rank, self.device)
             if reason and not saved:
                 save()
                 saved = True

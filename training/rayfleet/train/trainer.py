@@ -19,9 +19,10 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
+from rayfleet.core import stop_request
 from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError, RayfleetError
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train import current_run, hang_watch, stop
+from rayfleet.train import current_run, hang_watch
 from rayfleet.train.job_config import JobConfig
 from rayfleet.train.metrics import METRICS_FILE, read_rows
 from rayfleet.train.ray_connect import cluster_gpus, placeable_workers, ray_session
@@ -162,7 +163,7 @@ def fit_and_summarize(
     rows = read_rows(run_dir)
     lines = (summary_lines or ddp_summary)(rows[-1] if rows else {})
     print(summary(run_dir, result, time.perf_counter() - started, lines), flush=True)
-    reason = stop.requested(run_dir)
+    reason = stop_request.requested(run_dir)
     if reason:
         print(f"run {run_name} stopped early: {reason}; re-run with run_name={run_name} to continue", flush=True)
     return 0

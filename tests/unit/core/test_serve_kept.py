@@ -1,11 +1,11 @@
-"""The Serve config `make serve` keeps with the deployment (rayfleet/serve/kept.py), on moto's S3."""
+"""The Serve config `make serve` keeps with the deployment (rayfleet/core/serve_kept.py), on moto's S3."""
 
 from __future__ import annotations
 
 import boto3
 from moto import mock_aws
 
-from rayfleet.serve import kept
+from rayfleet.core import serve_kept as kept
 
 CONFIG = {"applications": [{"name": "rayfleet", "args": {"run_name": "clf"}}, {"name": "other"}]}
 
