@@ -21,15 +21,6 @@ REPO = Path(__file__).resolve().parents[2]
 # RAYFLEET_TEST_RAY_PORT/_DASHBOARD_PORT: a second test session beside one already running (its own cluster)
 RAY_PORT = int(os.environ.get("RAYFLEET_TEST_RAY_PORT", "6490"))
 DASHBOARD_PORT = int(os.environ.get("RAYFLEET_TEST_DASHBOARD_PORT", "8365"))
-# The verbs as the Makefile names them, and the module each runs (python -m ...).
-VERBS = {
-    "launch": "rayfleet.ecs.launch",
-    "logs": "rayfleet.ops.logs",
-    "status": "rayfleet.ops.status",
-    "teardown": "rayfleet.ecs.teardown",
-    "exec": "rayfleet.ecs.shell",
-    "infra": "rayfleet.ops.infra",
-}
 
 
 def free_port() -> int:
@@ -191,9 +182,10 @@ def train_worker_pids(env: dict) -> list[int]:
     return pids
 
 
-def run_verb(env: dict, verb: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+def run_verb(env: dict, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    """`rayfleet ARGS ...`, the one front door, as the operator runs it."""
     return subprocess.run(
-        [sys.executable, "-m", VERBS[verb], *args],
+        [sys.executable, "-m", "rayfleet.cli.main", *args],
         env=env,
         cwd=REPO,
         stdin=subprocess.DEVNULL,  # no terminal: a verb that would ask refuses instead

@@ -108,7 +108,7 @@ def test_local_cluster_run_starts_a_cluster_whose_head_is_killed_and_replaced_mi
         assert "Ray's job monitor failed the job" in output and output.count("run headloss: 2 workers (CPU)") == 2
         assert [r["attempt"] for r in rows] == sorted(r["attempt"] for r in rows) and rows[-1]["attempt"] >= 1, rows
     listing = subprocess.run(
-        [sys.executable, "-m", "rayfleet.ops.runs", "--local-dir", str(storage), "--json"],
+        [sys.executable, "-m", "rayfleet.cli.main", "runs", "--runs-dir", str(storage), "--json"],
         env={**env, "RAYFLEET_OUTPUTS": str(tmp_path / "none.json")},
         cwd=REPO,
         capture_output=True,

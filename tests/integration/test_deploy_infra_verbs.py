@@ -106,7 +106,7 @@ def calls(env) -> list[list[str]]:
 
 def test_deploy_inits_plans_applies_that_plan_and_saves_the_outputs(deployable):
     env = deployable["env"]
-    result = run_verb(env, "infra", "deploy", "--yes", "--var-file", "fsdp.tfvars", "--image-tag", "abc123def456")
+    result = run_verb(env, "deploy", "--yes", "--var-file", "fsdp.tfvars", "--image-tag", "abc123def456")
     assert result.returncode == 0, result.stderr
     made = calls(env)
     assert [c[0] for c in made] == ["init", "plan", "show", "apply", "output"]
@@ -124,7 +124,7 @@ def test_deploy_inits_plans_applies_that_plan_and_saves_the_outputs(deployable):
 
 def test_deploy_stops_at_the_first_failing_step(deployable):
     env = {**deployable["env"], "FAKE_TF_FAIL_ON": "plan"}
-    result = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t1")
+    result = run_verb(env, "deploy", "--yes", "--image-tag", "t1")
     assert result.returncode == 1
     assert "terraform plan failed" in result.stderr
     assert [c[0] for c in calls(env)] == ["init", "plan"]  # never shown, checked or applied
@@ -135,7 +135,7 @@ def test_clean_scales_to_zero_then_destroys_and_is_safe_twice(deployable):
     env, moto = deployable["env"], deployable["moto"]
     Path(env["RAYFLEET_OUTPUTS"]).parent.mkdir(parents=True)
     shutil.copy(env["FAKE_TF_OUTPUTS"], env["RAYFLEET_OUTPUTS"])
-    first = run_verb(env, "infra", "destroy", "--auto-approve", timeout=300)
+    first = run_verb(env, "down", "--yes", timeout=300)
     assert first.returncode == 0, first.stderr
     ecs = moto.client("ecs")
     out = deployable["outputs"]
@@ -145,7 +145,7 @@ def test_clean_scales_to_zero_then_destroys_and_is_safe_twice(deployable):
     assert [c[0] for c in calls(env)] == ["init", "destroy"]
     assert "-auto-approve" in calls(env)[1]
     assert not Path(env["RAYFLEET_OUTPUTS"]).exists()  # train-* is local again
-    second = run_verb(env, "infra", "destroy", "--auto-approve")
+    second = run_verb(env, "down", "--yes")
     assert second.returncode == 0, second.stderr
     assert "nothing running to stop first" in second.stdout
     assert [c[0] for c in calls(env)] == ["init", "destroy", "init", "output", "destroy"]  # names from the state
@@ -153,7 +153,7 @@ def test_clean_scales_to_zero_then_destroys_and_is_safe_twice(deployable):
 
 def test_missing_terraform_is_one_clear_line(deployable, tmp_path):
     env = {**deployable["env"], "RAYFLEET_TERRAFORM": str(tmp_path / "no-terraform")}
-    result = run_verb(env, "infra", "plan")
+    result = run_verb(env, "plan")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"error: terraform not found at {tmp_path / 'no-terraform'}: `make setup` installs the pinned one"
@@ -167,14 +167,14 @@ def test_missing_credentials_is_one_clear_line(deployable, tmp_path):
         AWS_CONFIG_FILE=str(tmp_path / "none"),
         AWS_EC2_METADATA_DISABLED="true",
     )
-    result = run_verb(env, "infra", "deploy")
+    result = run_verb(env, "deploy")
     assert result.returncode == 1
     assert "no AWS credentials found" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not calls(env)  # terraform never ran
 
 
 def test_a_missing_variable_file_is_named(deployable):
-    result = run_verb(deployable["env"], "infra", "plan", "--var-file", "nope.tfvars")
+    result = run_verb(deployable["env"], "plan", "--var-file", "nope.tfvars")
     assert result.returncode == 1
     assert "variable file nope.tfvars not found" in result.stderr
 
@@ -203,7 +203,7 @@ def test_deploy_seeds_the_token_once_and_never_rolls_back_a_rotation(recording_m
     _point_outputs_at(deployable, ray_token_secret_arn=arn, gcs_store=store)
     start_recording(recording_moto)
 
-    first = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t1")
+    first = run_verb(env, "deploy", "--yes", "--image-tag", "t1")
     assert first.returncode == 0, first.stderr
     actions = recorded_actions(recording_moto)
     assert actions.count("PutSecretValue") == 2 and "GetSecretValue" not in actions  # writes, never reads
@@ -222,7 +222,7 @@ def test_deploy_seeds_the_token_once_and_never_rolls_back_a_rotation(recording_m
     # make rotate-ray-token writes a new current version (tests/integration/test_ecs_rotate_token.py)
     rotated = sm.put_secret_value(SecretId=arn, SecretString="r" * 64)["VersionId"]
     start_recording(recording_moto)
-    second = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t2")
+    second = run_verb(env, "deploy", "--yes", "--image-tag", "t2")
     assert second.returncode == 0, second.stderr
     actions = recorded_actions(recording_moto)  # the verb's own calls, before this test reads anything
     assert "DescribeSecret" in actions and "GetSecretValue" not in actions and "PutSecretValue" not in actions
@@ -233,7 +233,7 @@ def test_deploy_seeds_the_token_once_and_never_rolls_back_a_rotation(recording_m
     assert stages[rotated] == ["AWSCURRENT"] and len(stages) == 2  # no third version: nothing rolled back
     assert sm.get_secret_value(SecretId=arn)["SecretString"] == "r" * 64
     start_recording(recording_moto)
-    plan = run_verb(env, "infra", "plan", "--image-tag", "t2")
+    plan = run_verb(env, "plan", "--image-tag", "t2")
     assert plan.returncode == 0, plan.stderr
     assert "GetSecretValue" not in recorded_actions(recording_moto)
 
@@ -310,7 +310,7 @@ def test_deploy_refuses_to_replace_the_head_while_a_job_runs_or_an_application_s
     env = with_plan(deployed_with_a_job, HEAD_REPLACED)
     bucket = deployed_with_a_job["outputs"]["results_bucket"]
     kept.keep(deployed_with_a_job["moto"].client("s3"), bucket, "clf", {"applications": [{"name": "rayfleet"}]})
-    result = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t2")
+    result = run_verb(env, "deploy", "--yes", "--image-tag", "t2")
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: this plan replaces the Ray head (module.ray.aws_ecs_task_definition.head")
@@ -321,7 +321,7 @@ def test_deploy_refuses_to_replace_the_head_while_a_job_runs_or_an_application_s
 
 def test_deploy_with_force_replaces_the_head_anyway(deployed_with_a_job):
     env = with_plan(deployed_with_a_job, HEAD_REPLACED)
-    result = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t2", "--force")
+    result = run_verb(env, "deploy", "--yes", "--image-tag", "t2", "--force")
     assert result.returncode == 0, result.stderr
     assert "FORCE: replacing the Ray head (module.ray.aws_ecs_task_definition.head" in result.stdout  # said
     assert [c[0] for c in calls(env)][-2:] == ["apply", "output"]
@@ -329,7 +329,7 @@ def test_deploy_with_force_replaces_the_head_anyway(deployed_with_a_job):
 
 def test_deploy_goes_ahead_when_the_plan_leaves_the_head_alone(deployed_with_a_job):
     env = with_plan(deployed_with_a_job, WORKERS_ONLY)
-    result = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t2")
+    result = run_verb(env, "deploy", "--yes", "--image-tag", "t2")
     assert result.returncode == 0, result.stderr
     assert [c[0] for c in calls(env)][-2:] == ["apply", "output"]
 
@@ -339,7 +339,7 @@ def test_deploy_replaces_the_head_when_no_job_runs(deployable):
     Path(env["RAYFLEET_OUTPUTS"]).parent.mkdir(parents=True, exist_ok=True)
     shutil.copy(env["FAKE_TF_OUTPUTS"], env["RAYFLEET_OUTPUTS"])
     env = with_plan(deployable, HEAD_REPLACED)
-    result = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t2")
+    result = run_verb(env, "deploy", "--yes", "--image-tag", "t2")
     assert result.returncode == 0, result.stderr
     assert [c[0] for c in calls(env)][-2:] == ["apply", "output"]
 
@@ -386,7 +386,7 @@ def test_clean_keeps_results_without_consent_and_touches_nothing(deployable):
     Path(env["RAYFLEET_OUTPUTS"]).parent.mkdir(parents=True)
     shutil.copy(env["FAKE_TF_OUTPUTS"], env["RAYFLEET_OUTPUTS"])
     bucket, repositories = _fill(deployable)
-    refused = run_verb(env, "infra", "destroy", "--auto-approve")
+    refused = run_verb(env, "down", "--yes")
     assert refused.returncode == 1
     assert f"the results bucket {bucket} holds 2 object(s) (4 versions and delete markers)" in refused.stderr
     assert "DELETE_RESULTS=1" in refused.stderr and "nothing was stopped or destroyed" in refused.stderr
@@ -411,7 +411,7 @@ def test_clean_empties_bucket_and_registry_and_survives_a_partial_failure_twice(
 
     # 1. destroy fails half-way (say, the key's deletion was refused): what is left, and why, is named
     failing = {**env, "FAKE_TF_FAIL_ON": "destroy", "FAKE_TF_STATE_LIST": str(left)}
-    first = run_verb(failing, "infra", "destroy", "--auto-approve", "--delete-results", timeout=300)
+    first = run_verb(failing, "down", "--yes", "--delete-results", timeout=300)
     assert first.returncode == 1
     assert "terraform destroy failed" in first.stderr
     assert "2 resource(s) left in the state: module.iam.aws_kms_key.this, module.storage.aws_s3_bucket.results" in (
@@ -430,14 +430,14 @@ def test_clean_empties_bucket_and_registry_and_survives_a_partial_failure_twice(
     ecs.delete_cluster(cluster=out["cluster_name"])
     ecr.delete_repository(repositoryName=repositories[0])
     s3.delete_bucket(Bucket=bucket)
-    second = run_verb(env, "infra", "destroy", "--auto-approve", "--delete-results", timeout=300)
+    second = run_verb(env, "down", "--yes", "--delete-results", timeout=300)
     assert second.returncode == 0, second.stderr
     assert f"bucket {bucket} is already gone" in second.stdout
     assert f"repository {repositories[0]} is already gone" in second.stdout
     assert not Path(env["RAYFLEET_OUTPUTS"]).exists()
 
     # 3. and once more, with nothing left at all
-    third = run_verb(env, "infra", "destroy", "--auto-approve", "--delete-results")
+    third = run_verb(env, "down", "--yes", "--delete-results")
     assert third.returncode == 0, third.stderr
     assert [c[0] for c in calls(env)][-3:] == ["init", "output", "destroy"]  # an empty state: nothing to empty
     assert "nothing running to stop first" in third.stdout
@@ -453,7 +453,7 @@ def test_a_fresh_account_gets_the_autoscaling_role_before_terraform_runs(deploya
     env, iam = deployable["env"], deployable["moto"].client("iam")
     with pytest.raises(iam.exceptions.NoSuchEntityException):
         iam.get_role(RoleName=AUTOSCALING_ROLE)  # moto starts as a fresh account
-    first = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t1")
+    first = run_verb(env, "deploy", "--yes", "--image-tag", "t1")
     assert first.returncode == 0, first.stderr
     role = iam.get_role(RoleName=AUTOSCALING_ROLE)["Role"]
     assert role["Path"] == "/aws-service-role/autoscaling.amazonaws.com/"
@@ -464,7 +464,7 @@ def test_a_fresh_account_gets_the_autoscaling_role_before_terraform_runs(deploya
         < first.stdout.index("service-linked role")
         < first.stdout.index("+ terraform apply")
     )
-    second = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "t1")
+    second = run_verb(env, "deploy", "--yes", "--image-tag", "t1")
     assert second.returncode == 0, second.stderr
     assert "service-linked role" not in second.stdout
     assert iam.get_role(RoleName=AUTOSCALING_ROLE)["Role"]["RoleId"] == role["RoleId"]  # the same one, kept
@@ -503,7 +503,7 @@ def test_deploy_marks_the_running_image_so_the_lifecycle_never_expires_it(deploy
         _push(ecr, repositories, tag, also=f"deployed-{tag}")
     assert all(len(_marked(ecr, name)) == 10 for name in repositories)
     for tag in tags[10:12]:  # two more, through the verb: each mark past the tenth unmarks the oldest
-        result = run_verb(env, "infra", "deploy", "--yes", "--image-tag", tag)
+        result = run_verb(env, "deploy", "--yes", "--image-tag", tag)
         assert result.returncode == 0, result.stderr
         for name in repositories:
             marked = _marked(ecr, name)
@@ -511,13 +511,13 @@ def test_deploy_marks_the_running_image_so_the_lifecycle_never_expires_it(deploy
             assert len(marked) <= 10  # never more than the lifecycle's rule 1 keeps: it expires none
     assert f"marked {len(repositories)} image(s) deployed-{tags[11]}" in result.stdout
     # a rollback to an image older than the ten marked ones: marked, and still at most ten
-    rollback = run_verb(env, "infra", "deploy", "--yes", "--image-tag", tags[0])
+    rollback = run_verb(env, "deploy", "--yes", "--image-tag", tags[0])
     assert rollback.returncode == 0, rollback.stderr
     marked = _marked(ecr, repositories[0])
     assert f"deployed-{tags[0]}" in marked and f"deployed-{tags[11]}" in marked and len(marked) <= 10
     assert len(ecr.describe_images(repositoryName=repositories[0])["imageDetails"]) == 13  # untagging deletes none
     # a tag not pushed yet (a first deploy): nothing to mark, said so; `make push` of that tag marks it
-    unpushed = run_verb(env, "infra", "deploy", "--yes", "--image-tag", "fedcba987654")
+    unpushed = run_verb(env, "deploy", "--yes", "--image-tag", "fedcba987654")
     assert unpushed.returncode == 0, unpushed.stderr
     assert "not pushed yet" in unpushed.stdout
 
@@ -548,7 +548,7 @@ def answered(env: dict, answer: str, *args: str, timeout: int = 120) -> subproce
 
 def test_deploy_without_a_terminal_or_yes_refuses_before_terraform(deployable):
     env = deployable["env"]
-    result = run_verb(env, "infra", "deploy", "--image-tag", "t1")
+    result = run_verb(env, "deploy", "--image-tag", "t1")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
         "error: make deploy asks before applying and there is no terminal to ask on; "
@@ -602,7 +602,7 @@ def test_clean_asks_once_first_and_an_answer_of_no_changes_nothing(recording_mot
     )
     assert services["services"][0]["desiredCount"] == 1
 
-    refused = run_verb(env, "infra", "destroy", "--delete-results")  # no terminal, no AUTO_APPROVE
+    refused = run_verb(env, "down", "--delete-results")  # no terminal, no AUTO_APPROVE
     assert refused.returncode == 2 and "AUTO_APPROVE=1" in refused.stderr
     assert [c[0] for c in calls(env)] == ["init"]  # refused before even Terraform's init
 

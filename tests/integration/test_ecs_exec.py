@@ -116,7 +116,7 @@ def test_make_exec_runs_the_aws_cli_which_calls_execute_command_and_the_plugin(a
         "AWS_CONFIG_FILE": str(tmp_path / "none"),
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
     }
-    result = run_verb(env, "exec", "--target", "worker-2", "--command", "nvidia-smi -L", timeout=60)
+    result = run_verb(env, "exec", "--node", "worker-2", "--command", "nvidia-smi -L", timeout=60)
     assert result.returncode == 0, result.stderr
 
     # First the verb's own lookup through the adapter, then the CLI: ExecuteCommand with what the verb
@@ -156,6 +156,6 @@ def _workers_in_moto_order(stack) -> list[str]:
 
 def test_without_the_plugin_the_cli_is_not_run(aws_stack, ecs_proxy, tmp_path):
     env = {**aws_stack["env"], "AWS_ENDPOINT_URL": ecs_proxy.url, "PATH": str(tmp_path)}
-    result = run_verb(env, "exec", "--target", "head", timeout=60)
+    result = run_verb(env, "exec", "--node", "head", timeout=60)
     assert result.returncode == 1 and result.stderr.startswith("error: the Session Manager plugin is not installed")
     assert ecs_proxy.calls == []  # refused before any AWS call, and the CLI never ran

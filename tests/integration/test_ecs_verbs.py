@@ -25,7 +25,7 @@ def _task(stack, arn):
 
 def test_launch_detached_sets_overrides_network_and_records_the_run(aws_stack):
     bucket = aws_stack["outputs"]["results_bucket"]
-    result = run_verb(aws_stack["env"], "launch", "ddp", "epochs=1", "--run-name", "detached-1", "--detach")
+    result = run_verb(aws_stack["env"], "launch", "ddp", "epochs=1", "--name", "detached-1", "--detach")
     assert result.returncode == 0, result.stderr
     assert "run detached-1: task arn:aws:ecs:" in result.stdout
     assert f"s3://{bucket}/runs/detached-1/" in result.stdout and "make logs RUN=detached-1" in result.stdout
@@ -101,10 +101,10 @@ def test_launch_follows_the_driver_log_until_the_task_stops(aws_stack):
     assert positions == sorted(positions) and all(out.count(line) == 1 for line in lines)
 
     # The logs verb prints the same events in order; --since in the future prints none.
-    printed = run_verb(env, "logs", "followed-1")
+    printed = run_verb(env, "logs", "--run", "followed-1")
     assert printed.returncode == 0 and printed.stdout.splitlines() == lines
-    assert run_verb(env, "logs", "followed-1", "--since", "2099-01-01T00:00").stdout == ""
-    assert run_verb(env, "logs", "followed-1", "--since", "10m").stdout.splitlines() == lines
+    assert run_verb(env, "logs", "--run", "followed-1", "--since", "2099-01-01T00:00").stdout == ""
+    assert run_verb(env, "logs", "--run", "followed-1", "--since", "10m").stdout.splitlines() == lines
 
 
 def test_status_reports_services_tasks_runs_ray_and_cost(aws_stack, cluster_env):
@@ -130,7 +130,7 @@ def test_status_reports_services_tasks_runs_ray_and_cost(aws_stack, cluster_env)
         timeout=120,
     )
     assert snapshot.returncode == 0, snapshot.stderr[-2000:]
-    launched = run_verb(env, "launch", "ddp", "--run-name", "status-1", "--detach", "--json")
+    launched = run_verb(env, "launch", "ddp", "--name", "status-1", "--detach", "--json")
     assert launched.returncode == 0, launched.stderr
     s3, ecs = aws_stack["server"].client("s3"), aws_stack["server"].client("ecs")
     for step in ("000001", "000002"):
@@ -179,8 +179,8 @@ def test_status_reports_services_tasks_runs_ray_and_cost(aws_stack, cluster_env)
 
 def test_teardown_scales_to_zero_stops_trainers_and_is_idempotent(aws_stack):
     env = aws_stack["env"]
-    assert run_verb(env, "launch", "ddp", "--run-name", "doomed-1", "--detach").returncode == 0
-    first = run_verb(env, "teardown")
+    assert run_verb(env, "launch", "ddp", "--name", "doomed-1", "--detach").returncode == 0
+    first = run_verb(env, "stop")
     assert first.returncode == 0, first.stderr
     assert "nothing left running" in first.stdout
     ecs = aws_stack["server"].client("ecs")
@@ -190,7 +190,7 @@ def test_teardown_scales_to_zero_stops_trainers_and_is_idempotent(aws_stack):
     services = ecs.describe_services(cluster=cluster, services=names)["services"]
     assert [s["desiredCount"] for s in services] == [0, 0, 0]  # the control task too (it holds the head's instance)
     assert ecs.list_tasks(cluster=cluster, startedBy="rayfleet", desiredStatus="RUNNING")["taskArns"] == []
-    second = run_verb(env, "teardown", "--json")
+    second = run_verb(env, "stop", "--json")
     assert second.returncode == 0 and json.loads(second.stdout)["trainer_tasks_stopped"] == []
     desired = {s["serviceName"]: s["desiredCount"] for s in aws_stack["picture"]["services"]}
     for service in names:  # leave the stack as the other tests expect it: the rendered desired counts

@@ -27,10 +27,10 @@ def one_clear_line(result, *expected: str) -> None:
         assert text in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("verb", ["launch", "status", "logs", "teardown", "exec"])
+@pytest.mark.parametrize("verb", ["launch", "status", "logs", "stop", "exec"])
 def test_missing_outputs(aws_stack, tmp_path, verb):
     env = {**aws_stack["env"], "RAYFLEET_OUTPUTS": str(tmp_path / "none.json")}
-    args = {"launch": ["ddp"], "logs": ["some-run"]}.get(verb, [])
+    args = {"launch": ["ddp"], "logs": ["--run", "some-run"]}.get(verb, [])
     one_clear_line(run_verb(env, verb, *args), "Terraform outputs", "run `make deploy`")
 
 
@@ -53,7 +53,7 @@ def test_cluster_that_does_not_exist(aws_stack, tmp_path):
     outputs = json.loads(Path(aws_stack["outputs"]["outputs_file"]).read_text())
     outputs["cluster_name"]["value"] = "rf-gone"
     (tmp_path / "o.json").write_text(json.dumps(outputs))
-    for verb, args in (("status", []), ("launch", ["ddp", "--detach"]), ("teardown", [])):
+    for verb, args in (("status", []), ("launch", ["ddp", "--detach"]), ("stop", [])):
         one_clear_line(
             run_verb(aws_stack["env"], verb, "--outputs", str(tmp_path / "o.json"), *args),
             "ECS cluster rf-gone does not exist",
@@ -100,9 +100,11 @@ def test_aws_errors_become_one_line(aws_stack):
 
 
 def test_logs_of_an_unknown_run_and_a_bad_since(aws_stack):
-    one_clear_line(run_verb(aws_stack["env"], "logs", "never-ran"), "no run never-ran", "rayfleet runs")
-    assert run_verb(aws_stack["env"], "launch", "ddp", "--run-name", "since-1", "--detach").returncode == 0
-    one_clear_line(run_verb(aws_stack["env"], "logs", "since-1", "--since", "yesterday"), "--since 'yesterday'")
+    one_clear_line(run_verb(aws_stack["env"], "logs", "--run", "never-ran"), "no run never-ran", "rayfleet runs")
+    assert run_verb(aws_stack["env"], "launch", "ddp", "--name", "since-1", "--detach").returncode == 0
+    one_clear_line(
+        run_verb(aws_stack["env"], "logs", "--run", "since-1", "--since", "yesterday"), "--since 'yesterday'"
+    )
 
 
 def _aws(stack, monkeypatch) -> tuple[Aws, Outputs]:

@@ -227,7 +227,7 @@ def test_env_secrets_are_refused_on_ecs(aws_stack, tmp_path):
 
 def test_make_runs_lists_s3_runs_with_their_state(launched, aws_stack, tmp_path):
     result = subprocess.run(
-        [sys.executable, "-m", "rayfleet.ops.runs", "--json", "--local-dir", str(tmp_path)],
+        [sys.executable, "-m", "rayfleet.cli.main", "runs", "--json", "--runs-dir", str(tmp_path)],
         env=aws_stack["env"],
         cwd=REPO,
         capture_output=True,

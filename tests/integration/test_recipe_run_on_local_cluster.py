@@ -201,7 +201,7 @@ def test_user_train_script_runs_from_a_recipe(cluster_env, tmp_path):
     assert SECRET not in result.stdout + result.stderr
 
     listing = subprocess.run(
-        [str(REPO / ".venv/bin/python"), "-m", "rayfleet.ops.runs", "--local-dir", str(storage), "--json"],
+        [str(REPO / ".venv/bin/python"), "-m", "rayfleet.cli.main", "runs", "--runs-dir", str(storage), "--json"],
         env={**cluster_env, "RAYFLEET_OUTPUTS": str(tmp_path / "none.json")},
         cwd=REPO,
         capture_output=True,

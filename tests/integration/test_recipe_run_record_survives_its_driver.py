@@ -88,7 +88,7 @@ def s3_text(aws_stack, bucket: str, key: str) -> str | None:
 
 def runs_listing(aws_stack, tmp_path) -> dict:
     result = subprocess.run(
-        [PYTHON, "-m", "rayfleet.ops.runs", "--json", "--local-dir", str(tmp_path / "no-local-runs")],
+        [PYTHON, "-m", "rayfleet.cli.main", "runs", "--json", "--runs-dir", str(tmp_path / "no-local-runs")],
         env=aws_stack["env"],
         cwd=REPO,
         capture_output=True,

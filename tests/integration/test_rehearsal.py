@@ -481,7 +481,7 @@ def test_ddp_recipe_through_the_trainer_survives_a_stopped_worker_and_status_rea
     logged = ended_logs(aws, run, count=2)
     assert logged.count(f'"event": "runs_changed", "runs": ["{run}"]') >= 2, logged[-3000:]
     assert logged.count(f'"runs": [], "previous": ["{run}"]') >= 2, logged[-3000:]
-    status = run_verb(aws["env"], "rayfleet.ops.status", "--json", timeout=120)
+    status = run_verb(aws["env"], "rayfleet.cli.main", "status", "--json", timeout=120)
     assert status.returncode == 0, status.stderr
     shown = json.loads(status.stdout)
     services = {s["name"]: (s["desired"], s["running"]) for s in shown["services"]}
@@ -495,7 +495,7 @@ def test_ddp_recipe_through_the_trainer_survives_a_stopped_worker_and_status_rea
     assert [t["health"] for t in shown["tasks"] if t["role"] == "head"] == ["HEALTHY"]  # its health check
     runs = {r["run"]: r for r in shown["runs"]}
     assert runs[run]["state"] == "SUCCEEDED"
-    human = run_verb(aws["env"], "rayfleet.ops.status", timeout=120)
+    human = run_verb(aws["env"], "rayfleet.cli.main", "status", timeout=120)
     assert human.returncode == 0 and aws["outputs"]["worker_service_name"] in human.stdout
 
 
@@ -544,10 +544,10 @@ def test_status_shows_rays_view_from_the_heads_snapshot(rehearsal, aws):
     workers = [n for n in alive if not n["head"]]
     assert snap["total"]["CPU"] == sum(n["resources"]["CPU"] for n in workers) >= 2  # the head offers none
     assert snap["available"]["CPU"] == snap["total"]["CPU"]  # nothing runs now
-    shown = run_verb(aws["env"], "rayfleet.ops.status", "--json", timeout=120)
+    shown = run_verb(aws["env"], "rayfleet.cli.main", "status", "--json", timeout=120)
     assert shown.returncode == 0, shown.stderr
     assert json.loads(shown.stdout)["ray"]["taken_at"] >= snap["taken_at"]
-    human = run_verb(aws["env"], "rayfleet.ops.status", timeout=120)
+    human = run_verb(aws["env"], "rayfleet.cli.main", "status", timeout=120)
     assert human.returncode == 0, human.stderr
     assert "3 nodes alive (1 head, 2 workers)" in human.stdout, human.stdout
     assert f"CPU {snap['total']['CPU']:g}/{snap['total']['CPU']:g} free" in human.stdout, human.stdout
@@ -821,13 +821,13 @@ def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehe
         read = attempts[1]["resumed_from"]
         assert re.fullmatch(r"checkpoint_\d{6}", read), attempts
         assert {r["resumed_from"] for r in rows if r.get("resumed_from")} == {read}, rows  # the second's rows
-    listed = run_verb(aws["env"], "rayfleet.ops.runs", "--json", timeout=120)
+    listed = run_verb(aws["env"], "rayfleet.cli.main", "runs", "--json", timeout=120)
     assert [r["state"] for r in json.loads(listed.stdout) if r["run"] == run] == ["SUCCEEDED"]
 
 
 def test_make_stop_twice_stops_the_containers(rehearsal, aws):
     for attempt in range(2):
-        result = run_verb(aws["env"], "rayfleet.ecs.teardown", timeout=600)
+        result = run_verb(aws["env"], "rayfleet.cli.main", "stop", timeout=600)
         assert result.returncode == 0, (attempt, result.stdout, result.stderr)
         assert "services at 0" in result.stdout
     deadline = time.monotonic() + 240

@@ -181,8 +181,8 @@ def test_terraforms_sizes_leave_room_for_one_trainer_beside_the_head(ecs_moto, t
     (60% of its memory) and one trainer (40%); a second `make launch` is refused with ECS's reason."""
     outputs = stack.create(ecs_moto, tmp_path, trainer_slots=1)
     env = _env(ecs_moto, outputs)
-    first = run_verb(env, "launch", "ddp", "--run-name", "first", "--detach")
+    first = run_verb(env, "launch", "ddp", "--name", "first", "--detach")
     assert first.returncode == 0, first.stderr
-    second = run_verb(env, "launch", "ddp", "--run-name", "second", "--detach")
+    second = run_verb(env, "launch", "ddp", "--name", "second", "--detach")
     assert second.returncode == 1
     assert "ECS could not place the trainer: RESOURCE:MEMORY" in second.stderr, second.stderr

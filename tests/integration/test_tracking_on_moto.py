@@ -55,7 +55,9 @@ def test_event_files_land_in_s3_and_make_tensorboard_serves_them(s3_run, moto, t
         [
             sys.executable,
             "-m",
-            "rayfleet.ops.tensorboard",
+            "rayfleet.cli.main",
+            "tensorboard",
+            "--run",
             "s3run",
             "--runs-dir",
             f"s3://{rendered_bucket}/runs",
@@ -95,7 +97,7 @@ def test_make_plot_draws_a_run_in_s3(s3_run, tmp_path, rendered_bucket):
     out = tmp_path / "s3run.png"
     runs = f"s3://{rendered_bucket}/runs"
     result = subprocess.run(
-        [sys.executable, "-m", "rayfleet.ops.plot", "s3run", "--runs-dir", runs, "--out", str(out)],
+        [sys.executable, "-m", "rayfleet.cli.main", "plot", "--run", "s3run", "--runs-dir", runs, "--out", str(out)],
         cwd=REPO,
         env=env,
         capture_output=True,

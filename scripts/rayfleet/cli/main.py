@@ -81,6 +81,7 @@ def _runs(sub) -> None:
     p = sub.add_parser("runs", help="recent runs, local and in S3: state, duration, cost, where the results are")
     p.add_argument("--limit", type=int_in(1, 10_000), default=20)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--runs-dir", help="the local runs directory (default: runs)")
     _outputs(p)
     p.set_defaults(handler=verbs.runs)
 

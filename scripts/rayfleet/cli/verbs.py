@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from rayfleet.core.errors import EXIT_BAD_INPUT
-from rayfleet.core.run_dir import runs_root
+from rayfleet.core.run_dir import LOCAL_RUNS, runs_root
 
 
 def _flag(name: str, value) -> list[str]:
@@ -43,21 +43,19 @@ def launch(opts: argparse.Namespace) -> int:
 def runs(opts: argparse.Namespace) -> int:
     from rayfleet.ops import runs as ops_runs
 
-    argv = ["--limit", str(opts.limit), *_flag("--json", opts.json), *_flag("--outputs", opts.outputs)]
-    return ops_runs.main(argv)
+    return ops_runs.show_runs(opts.limit, opts.json, opts.runs_dir or LOCAL_RUNS, opts.outputs)
 
 
 def logs(opts: argparse.Namespace) -> int:
     from rayfleet.ops import logs as ops_logs
 
-    argv = [opts.run, *_flag("--since", opts.since), *_flag("--follow", opts.follow)]
-    return ops_logs.main([*argv, *_flag("--outputs", opts.outputs)])
+    return ops_logs.show_logs(opts.run, opts.since, opts.follow, opts.outputs)
 
 
 def queue(opts: argparse.Namespace) -> int:
     from rayfleet.ops import queued as ops_queue
 
-    return ops_queue.main([*_flag("--json", opts.json), *_flag("--outputs", opts.outputs)])
+    return ops_queue.show_queue(opts.json, opts.outputs)
 
 
 def cancel(opts: argparse.Namespace) -> int:
@@ -100,25 +98,25 @@ def _cancel_waiting_for_a_slot(run_dir, outputs: str | None) -> bool:
     return bool(bucket) and cancel_waiting(Launches.of_bucket(bucket), run_dir)
 
 
-def _tracking(opts: argparse.Namespace, module, extra: list[str]) -> int:
-    runs_dir = opts.runs_dir or (runs_root(opts.bucket) if opts.bucket else None)
-    if runs_dir is None:
-        from rayfleet.ops.runs import locate
+def _runs_dir(opts: argparse.Namespace) -> str:
+    """Where the tracking verbs find the runs: --runs-dir, else the --bucket's, else where the first run lives."""
+    if opts.runs_dir or opts.bucket:
+        return opts.runs_dir or runs_root(opts.bucket)
+    from rayfleet.ops.runs import locate
 
-        runs_dir = locate(opts.run[0]).storage
-    return module.main([*opts.run, "--runs-dir", runs_dir, *extra])
+    return locate(opts.run[0]).storage
 
 
 def plot(opts: argparse.Namespace) -> int:
     from rayfleet.ops import plot as ops_plot
 
-    return _tracking(opts, ops_plot, _flag("--out", opts.out))
+    return ops_plot.plot_runs(opts.run, _runs_dir(opts), Path(opts.out) if opts.out else None)
 
 
 def tensorboard(opts: argparse.Namespace) -> int:
     from rayfleet.ops import tensorboard as ops_tensorboard
 
-    return _tracking(opts, ops_tensorboard, ["--port", str(opts.port)])
+    return ops_tensorboard.serve_tensorboard(opts.run, _runs_dir(opts), opts.port)
 
 
 def infra(opts: argparse.Namespace) -> int:
@@ -133,32 +131,30 @@ def infra(opts: argparse.Namespace) -> int:
 def status(opts: argparse.Namespace) -> int:
     from rayfleet.ops import status as ops_status
 
-    argv = ["--runs", str(opts.runs), *_flag("--json", opts.json), *_flag("--outputs", opts.outputs)]
-    return ops_status.main(argv)
+    return ops_status.show_status(opts.runs, opts.json, opts.outputs)
 
 
 def exec_(opts: argparse.Namespace) -> int:
     from rayfleet.ecs import shell
 
-    argv = ["--target", opts.node, "--command", opts.command, *_flag("--outputs", opts.outputs)]
-    return shell.main(argv)
+    return shell.open_shell(opts.node, opts.command, opts.outputs)
 
 
 def stop(opts: argparse.Namespace) -> int:
     from rayfleet.ecs import teardown
 
-    return teardown.main([*_flag("--json", opts.json), *_flag("--outputs", opts.outputs)])
+    return teardown.stop_deployment(opts.json, opts.outputs)
 
 
 def start(opts: argparse.Namespace) -> int:
     from rayfleet.ecs import start as ecs_start
 
-    argv = ["--timeout", str(opts.timeout), *_flag("--outputs", opts.outputs)]
+    workers = None
     if opts.recipe:  # what the recipe needs on this deployment, refused here when it cannot fit at all
         from rayfleet.targets.ecs import workers_for
 
-        argv += ["--workers", str(workers_for(opts.recipe, opts.outputs))]
-    return ecs_start.main(argv)
+        workers = workers_for(opts.recipe, opts.outputs)
+    return ecs_start.start_deployment(opts.timeout, workers, opts.outputs)
 
 
 def images(opts: argparse.Namespace) -> int:

@@ -1,9 +1,8 @@
 """A shell (or one command) inside a running container, through ECS Exec: `aws ecs execute-command`.
 
-    python -m rayfleet.ecs.shell [--target head|worker-N|trainer] [--command "ray status"]
-    make exec                       # interactive shell in the head
-    make exec TARGET=worker-2 CMD="nvidia-smi"
-    make ray-status                 # `ray status` on the head
+    rayfleet exec                                   # an interactive shell in the head
+    rayfleet exec --node worker-2 --command nvidia-smi
+    rayfleet exec --command "ray status"
 
 This module finds the task and its container through the adapter, checks what would otherwise end in a
 stack trace from the CLI (no CLI, no Session Manager plugin, no such task, the ECS Exec agent not running),
@@ -14,14 +13,13 @@ the credentials and AWS_ENDPOINT_URL from the environment itself, as boto3 does.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import shutil
 import sys
 import sysconfig
 
-from rayfleet.core.aws import Aws, PluginMissing, run_cli
+from rayfleet.core.aws import Aws, PluginMissing
 from rayfleet.core.errors import ConfigError, RayfleetError
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import running_tasks
@@ -64,7 +62,7 @@ def parse_target(target: str) -> tuple[str, int | None]:
     """("head" | "worker" | "trainer", the 0-based worker index or None)."""
     match = TARGET.fullmatch(target)
     if not match:
-        raise ConfigError(f"--target {target!r}: use head, trainer or worker-N (N from 1)")  # exit 2
+        raise ConfigError(f"--node {target!r}: use head, trainer or worker-N (N from 1)")  # exit 2
     return target.split("-")[0], int(match.group(1)) - 1 if match.group(1) else None
 
 
@@ -148,16 +146,8 @@ def exec_in(aws: Aws, out: Outputs, target: str, command: str) -> None:
         raise CliMissing(f"cannot run {argv[0]}: {exc.strerror}; `make setup` installs the AWS CLI") from None
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rayfleet.ecs.shell", description=__doc__.split("\n")[0])
-    parser.add_argument("--target", default="head", help="head (default), worker-N or trainer")
-    parser.add_argument("--command", default="/bin/bash", help='default: an interactive shell; e.g. "ray status"')
-    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
-    args = parser.parse_args(argv)
-    out = Outputs.load(args.outputs)
-    exec_in(Aws(out.region), out, args.target, args.command)
+def open_shell(node: str = "head", command: str = "/bin/bash", outputs: str | None = None) -> int:
+    """`rayfleet exec`: `command` (default a shell) in `node`'s container: head, worker-N or trainer."""
+    out = Outputs.load(outputs)
+    exec_in(Aws(out.region), out, node, command)
     return 1  # not reached: exec_in replaces this process or raises
-
-
-if __name__ == "__main__":
-    sys.exit(run_cli(main))

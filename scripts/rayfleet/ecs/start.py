@@ -1,6 +1,6 @@
 """Bring a stopped deployment back: the head and the workers, and wait until Ray sees them.
 
-    python -m rayfleet.ecs.start [--outputs FILE] [--timeout 1800] [--workers N]     # make start
+    rayfleet start [--outputs FILE] [--timeout 1800] [--recipe RECIPE]
 
 After `make stop` or an autostop (rayfleet/node/autostop.py) the services are at zero; `make run` and
 `make train-*` call this first when they find them there. The wait follows Ray's own view, from the head's
@@ -13,13 +13,11 @@ on one that waiting cannot fix.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 import time
 from datetime import UTC, datetime
 
-from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.aws import Aws
 from rayfleet.core.bucket import RAY_STATUS as RAY_STATUS_KEY
 from rayfleet.core.errors import ConfigError, RayfleetError
 from rayfleet.ecs import capacity, preflight
@@ -143,16 +141,8 @@ def _tasks(ecs, out: Outputs) -> str:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rayfleet.ecs.start", description=__doc__.split("\n")[0])
-    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
-    parser.add_argument("--timeout", type=float, default=1800, help="seconds to wait for Ray to see the workers")
-    parser.add_argument("--workers", type=int, help="how many workers (default and most: the group's maximum)")
-    args = parser.parse_args(argv)
-    out = Outputs.load(args.outputs)
-    start(Aws(out.region), out, timeout_s=args.timeout, workers=args.workers)
+def start_deployment(timeout_s: float = 1800, workers: int | None = None, outputs: str | None = None) -> int:
+    """`rayfleet start`: the services back (`workers`, default the group's maximum), waiting until Ray sees them."""
+    out = Outputs.load(outputs)
+    start(Aws(out.region), out, timeout_s=timeout_s, workers=workers)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(run_cli(main))

@@ -1,17 +1,16 @@
 """Stop paying for the cluster: services to zero, running trainer tasks stopped, waited for with waiters.
 
-    python -m rayfleet.ecs.teardown [--outputs FILE] [--json]       # make stop; make clean runs it first
+    rayfleet stop [--outputs FILE] [--json]       # rayfleet down runs it first
 
 Idempotent: safe to run twice, or on a cluster that is already at zero.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 
-from rayfleet.core.aws import STARTED_BY, Aws, run_cli
+from rayfleet.core.aws import STARTED_BY, Aws
 from rayfleet.ecs.outputs import Outputs
 
 
@@ -48,20 +47,14 @@ def teardown(aws: Aws, out: Outputs, say=print, wait_delay: int = 6, wait_attemp
     return {"cluster": out.cluster_name, "services_scaled_to_zero": services, "trainer_tasks_stopped": trainers}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rayfleet.ecs.teardown", description=__doc__.split("\n")[0])
-    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
-    parser.add_argument("--json", action="store_true", help="machine-readable result on stdout")
-    args = parser.parse_args(argv)
-    out = Outputs.load(args.outputs)
-    say = (lambda *a: print(*a, file=sys.stderr)) if args.json else print
+def stop_deployment(as_json: bool = False, outputs: str | None = None) -> int:
+    """`rayfleet stop`: trainer tasks stopped, services at zero; `as_json`: the result on stdout, progress on
+    stderr."""
+    out = Outputs.load(outputs)
+    say = (lambda *a: print(*a, file=sys.stderr)) if as_json else print
     result = teardown(Aws(out.region), out, say=say)
-    if args.json:
+    if as_json:
         print(json.dumps(result))
     else:
         print(f"stopped: {len(result['trainer_tasks_stopped'])} trainer task(s); services at 0; nothing left running")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(run_cli(main))

@@ -1,6 +1,6 @@
 """A run's driver log from CloudWatch Logs: printed, or followed until the trainer task stops.
 
-    python -m rayfleet.ops.logs RUN [--since 10m] [--follow]      # make logs RUN=ddp-20261122-101500
+    rayfleet logs --run RUN [--since 10m] [--follow]
 
 The run's task and log stream come from its record, `runs/<RUN>/run.json`, written by the launch verb. A local
 recipe run (./runs/<RUN>/run.json) prints its driver.log, or its Jobs API log while it still runs.
@@ -8,16 +8,13 @@ recipe run (./runs/<RUN>/run.json) prints its driver.log, or its Jobs API log wh
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from pathlib import Path
 
 from rayfleet.core import ray_auth
-from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.aws import Aws
 from rayfleet.core.errors import EXIT_INTERRUPTED, RayfleetError
 from rayfleet.core.run_dir import LOCAL_RUNS, RunDir
-from rayfleet.core.run_name import run_name_arg
 from rayfleet.core.terminal import printable
 from rayfleet.ecs.logs import LogReader, follow_task, parse_since, run_record
 from rayfleet.ecs.outputs import Outputs
@@ -80,29 +77,20 @@ def _recorded_end(run_dir: RunDir, job_id: str, wait_s: float = 60.0) -> dict:
 ACTIVE = ("PENDING", "QUEUED", "RUNNING")
 
 
-def main(argv: list[str] | None = None) -> int:
+def show_logs(run: str, since: str | None = None, follow: bool = False, outputs: str | None = None) -> int:
+    """`rayfleet logs --run RUN`: a run's driver log, local or from CloudWatch; `follow`: until the run ends."""
     ray_auth.use_token_auth()  # first: Ray reads its auth mode once, when it is imported
-    parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.logs", description=__doc__.split("\n")[0])
-    parser.add_argument("run", type=run_name_arg, help="run name (printed by the launch verb)")
-    parser.add_argument("--since", help="only events after this: 30s, 10m, 2h, 1d or an ISO time")
-    parser.add_argument("--follow", "-f", action="store_true", help="keep printing until the task stops")
-    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
-    args = parser.parse_args(argv)
-    local = local_run_log(args.run, args.follow)
+    local = local_run_log(run, follow)
     if local is not None:
         return local
-    out = Outputs.load(args.outputs)
+    out = Outputs.load(outputs)
     aws = Aws(out.region)
-    record = run_record(out, args.run)
-    since = parse_since(args.since)
-    if args.follow:
-        return follow_task(aws, out, record["task_arn"], record["log_stream"], since_ms=since)
-    reader = LogReader(aws.client("logs"), out.trainer_log_group, record["log_stream"], since)
+    record = run_record(out, run)
+    since_ms = parse_since(since)
+    if follow:
+        return follow_task(aws, out, record["task_arn"], record["log_stream"], since_ms=since_ms)
+    reader = LogReader(aws.client("logs"), out.trainer_log_group, record["log_stream"], since_ms)
     while events := reader.read():
         for event in events:
             print(event["message"])
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(run_cli(main))

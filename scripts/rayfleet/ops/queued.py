@@ -1,6 +1,6 @@
 """The run queue of the local cluster and of the deployment: running and waiting runs, in order, and why.
 
-    python -m rayfleet.ops.queued [--json] [--outputs FILE]        # make queue, rayfleet queue
+    rayfleet queue [--json] [--outputs FILE]
 
 Each waiting run's job keeps its own entry (rayfleet/core/run_queue.py, rayfleet/recipes/admission.py), so this
 only reads: `<local cluster state>/queue/` and, once deployed, s3://<results bucket>/queue/, and after them the
@@ -12,7 +12,6 @@ job wrote reaches the terminal through rayfleet/core/terminal.py `printable()`.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -20,7 +19,6 @@ from dataclasses import asdict
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from rayfleet.core.aws import run_cli
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.launch_queue import Launches, Pending
 from rayfleet.core.run_queue import ADMITTED, RUNNING, WAITING, Entry, Ignored, Queue, waiting
@@ -134,15 +132,12 @@ def table(found: list[dict], now: float) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.queued", description=__doc__.split("\n")[0])
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
-    opts = parser.parse_args(argv)
+def show_queue(as_json: bool = False, outputs: str | None = None) -> int:
+    """`rayfleet queue`: the local cluster's queue, then the deployment's and its runs waiting for a slot."""
     now = time.time()
     found = listed(Queue(str(state_dir())), "local", now)
     try:
-        out = Outputs.load(opts.outputs)
+        out = Outputs.load(outputs)
         if out.results_bucket:
             found += listed(Queue(f"s3://{out.results_bucket}"), "ecs", now)
             found += slot_rows(Launches.of_bucket(out.results_bucket).waiting(), now)
@@ -150,9 +145,5 @@ def main(argv: list[str] | None = None) -> int:
         pass  # nothing deployed: the local queue only
     except (RayfleetError, BotoCoreError, ClientError) as exc:
         print(f"warning: the deployment's queue not listed: {exc}", file=sys.stderr)
-    print(json.dumps(found, indent=2) if opts.json else table(found, now))
+    print(json.dumps(found, indent=2) if as_json else table(found, now))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(run_cli(main))

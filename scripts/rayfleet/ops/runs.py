@@ -1,10 +1,10 @@
 """Recent runs, local and in S3: state, when, how long, where the results are.
 
-    python -m rayfleet.ops.runs [--limit 20] [--json] [--local-dir runs]      # make runs
+    rayfleet runs [--limit 20] [--json] [--runs-dir runs]
 
 Local runs are the directories under ./runs (recipe runs have run.json; runs of the jobs started directly
-show what their files say). S3 runs are listed when `make deploy` has saved the outputs: run.json for
-recipe runs, the trainer task's state for runs started with `make launch`.
+show what their files say). S3 runs are listed when `rayfleet deploy` has saved the outputs: run.json for
+recipe runs, the trainer task's state for runs started with `rayfleet launch`.
 
 A run whose record says PENDING, SUBMITTED or RUNNING while nobody follows it any more is LOST, here and
 from then on in its run.json (`settle`): on ECS when its trainer task has stopped or ECS no longer knows
@@ -15,7 +15,6 @@ from this host. A driver that can still act (an error, SIGTERM) writes FAILED or
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -24,7 +23,7 @@ from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from rayfleet.core.aws import Aws, MissingOutputs, run_cli
+from rayfleet.core.aws import Aws, MissingOutputs
 from rayfleet.core.errors import ConfigError, RayfleetError
 from rayfleet.core.run_dir import LOCAL_RUNS, RunDir, list_runs, runs_root
 from rayfleet.core.run_name import RULE, valid
@@ -218,25 +217,16 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.runs", description=__doc__.split("\n")[0])
-    parser.add_argument("--limit", type=int, default=20)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--local-dir", default=LOCAL_RUNS, help="the local runs directory (default: ./runs)")
-    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
-    opts = parser.parse_args(argv)
-    rows = local_runs(Path(opts.local_dir).resolve())
+def show_runs(limit: int = 20, as_json: bool = False, local_dir: str = LOCAL_RUNS, outputs: str | None = None) -> int:
+    """`rayfleet runs`: the most recent runs, local (`local_dir`) and in the deployment's bucket, newest first."""
+    rows = local_runs(Path(local_dir).resolve())
     try:
-        rows += s3_runs(Outputs.load(opts.outputs))
+        rows += s3_runs(Outputs.load(outputs))
     except MissingOutputs:
         pass  # nothing deployed: local runs only
     except (RayfleetError, BotoCoreError, ClientError) as exc:
         print(f"warning: S3 runs not listed: {exc}", file=sys.stderr)
     rows.sort(key=lambda r: r["started"], reverse=True)
-    rows = rows[: opts.limit]
-    print(json.dumps(rows, indent=2) if opts.json else table(rows))
+    rows = rows[:limit]
+    print(json.dumps(rows, indent=2) if as_json else table(rows))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(run_cli(main))

@@ -4,19 +4,17 @@ rayfleet/ecs/capacity.py), Ray's view (flagged stale when the control task has n
 STALE_AFTER_S), recent runs, and what it costs per hour. Fields a job could have written (run names, states,
 reasons, job ids, Serve names) go through rayfleet/core/terminal.py printable() before they reach the terminal.
 
-python -m rayfleet.ops.status [--json] [--runs 5]        # make status
+rayfleet status [--json] [--runs 5]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
-import sys
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
 
-from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.aws import Aws
 from rayfleet.core.bucket import RAY_STATUS as RAY_STATUS_KEY
 from rayfleet.core.catalog import PRICES_AS_OF, gpus_of, hourly_cost
 from rayfleet.core.run_dir import RunDir, runs_root
@@ -341,17 +339,9 @@ def render(s: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.status", description=__doc__.split("\n")[0])
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--runs", type=int, default=5, help="how many recent runs to show")
-    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
-    args = parser.parse_args(argv)
-    out = Outputs.load(args.outputs)
-    result = status(Aws(out.region), out, args.runs)
-    print(json.dumps(result, indent=2) if args.json else render(result))
+def show_status(runs: int = 5, as_json: bool = False, outputs: str | None = None) -> int:
+    """`rayfleet status`: one screen on the deployment (or its JSON), with the `runs` most recent runs."""
+    out = Outputs.load(outputs)
+    result = status(Aws(out.region), out, runs)
+    print(json.dumps(result, indent=2) if as_json else render(result))
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(run_cli(main))

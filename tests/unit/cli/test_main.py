@@ -23,12 +23,13 @@ def restored_environment(monkeypatch):
 
 @pytest.fixture
 def called(monkeypatch):
-    """Replace a module's main with a recorder: the argv it would have got."""
+    """Replace a module's verb function with a recorder: what it would have been called with."""
     seen = {}
 
     def record(module, name="main", code=0):
-        def fake(argv=None):
-            seen["argv"] = argv
+        def fake(*args, **kwargs):
+            seen["argv"] = args[0] if args else None
+            seen["args"], seen["kwargs"] = args, kwargs
             return code
 
         monkeypatch.setattr(module, name, fake)
@@ -87,9 +88,9 @@ def test_exec_and_serve_use_node_and_on_and_keep_sets_to_the_config(called):
     from rayfleet.ecs import shell
     from rayfleet.ops import serve
 
-    seen = called(shell)
+    seen = called(shell, "open_shell")
     cli.main(["exec", "--node", "worker-2", "--command", "nvidia-smi"])
-    assert seen["argv"][:4] == ["--target", "worker-2", "--command", "nvidia-smi"]
+    assert seen["args"][:2] == ("worker-2", "nvidia-smi")
     seen = called(serve)
     cli.main(["serve", "up", "--run", "r1", "--on", "ecs", "--set", "replicas=2", "--bucket", "b"])
     assert seen["argv"][:4] == ["up", "r1", "--target", "ecs"]
@@ -115,12 +116,12 @@ def test_bad_flags_exit_2_and_interrupts_130(capsys, called):
     with pytest.raises(SystemExit) as exc:
         cli.main(["exec", "--no-such-flag"])
     assert exc.value.code == 2
-    called(status)
+    called(status, "show_status")
 
-    def interrupted(argv=None):
+    def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    status.main = interrupted
+    status.show_status = interrupted
     assert run_cli(cli.main, ["status"]) == 130
 
 

@@ -147,7 +147,7 @@ def test_main_execs_the_cli_with_a_shell_by_default(monkeypatch, tools, tmp_path
 
     monkeypatch.setattr(shell.os, "execv", fake_execv)
     with pytest.raises(Execd):
-        shell.main(["--outputs", str(tmp_path / "o.json"), "--target", "worker-2"])
+        shell.open_shell("worker-2", outputs=str(tmp_path / "o.json"))
     [(path, argv)] = calls
     assert path == argv[0] == str(tools)
     assert argv[-4:] == ["ray-worker", "--interactive", "--command", "/bin/bash"]
@@ -172,8 +172,8 @@ def test_a_bad_target_is_refused_before_any_aws_call(monkeypatch, tools, target)
 def test_a_bad_target_exits_2_with_one_line(monkeypatch, tools, tmp_path, capsys):
     (tmp_path / "o.json").write_text(json.dumps(OUTPUTS))
     monkeypatch.setattr(shell, "Aws", lambda region: aws_with(monkeypatch, None)[0])  # no ECS call expected
-    assert run_cli(shell.main, ["--outputs", str(tmp_path / "o.json"), "--target", "gpu-node"]) == 2
-    assert capsys.readouterr().err == "error: --target 'gpu-node': use head, trainer or worker-N (N from 1)\n"
+    assert run_cli(lambda _argv: shell.open_shell("gpu-node", outputs=str(tmp_path / "o.json"))) == 2
+    assert capsys.readouterr().err == "error: --node 'gpu-node': use head, trainer or worker-N (N from 1)\n"
 
 
 def test_a_worker_past_the_running_ones_and_a_role_with_no_task(monkeypatch, tools):
@@ -218,7 +218,7 @@ def test_no_aws_cli_is_one_line(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(shell, "SCRIPTS_DIR", str(tmp_path))
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(shell, "Aws", lambda region: aws_with(monkeypatch, None)[0])  # no ECS call expected
-    assert run_cli(shell.main, ["--outputs", str(tmp_path / "o.json")]) == 1
+    assert run_cli(lambda _argv: shell.open_shell(outputs=str(tmp_path / "o.json"))) == 1
     assert (
         capsys.readouterr().err == "error: the AWS CLI (`aws`) is not installed: `make setup` installs it into .venv\n"
     )
@@ -240,7 +240,16 @@ def test_no_plugin_is_one_line_from_the_real_entry_point(tmp_path):
         "AWS_SHARED_CREDENTIALS_FILE": str(tmp_path / "none"),
     }
     result = subprocess.run(
-        [sys.executable, "-m", "rayfleet.ecs.shell", "--outputs", str(tmp_path / "o.json"), "--target", "worker-1"],
+        [
+            sys.executable,
+            "-m",
+            "rayfleet.cli.main",
+            "exec",
+            "--outputs",
+            str(tmp_path / "o.json"),
+            "--node",
+            "worker-1",
+        ],
         env=env,
         cwd=REPO,
         capture_output=True,

@@ -20,7 +20,7 @@ def test_plot_draws_several_runs_into_one_png(tmp_path, capsys):
     make_run(tmp_path, "a")
     make_run(tmp_path, "b", epochs=3)
     out = tmp_path / "both.png"
-    assert plot.main(["a", "b", "--runs-dir", str(tmp_path), "--out", str(out)]) == 0
+    assert plot.plot_runs(["a", "b"], str(tmp_path), out) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert capsys.readouterr().out == f"wrote {out} (a: 2 points, b: 3 points)\n"
 
@@ -28,7 +28,7 @@ def test_plot_draws_several_runs_into_one_png(tmp_path, capsys):
 def test_plot_names_the_run_that_does_not_exist(tmp_path):
     make_run(tmp_path, "a")
     with pytest.raises(ConfigError, match=r"no such run \(no metrics.jsonl\): .*/nope \(rayfleet runs lists them\)"):
-        plot.main(["a", "nope", "--runs-dir", str(tmp_path)])
+        plot.plot_runs(["a", "nope"], str(tmp_path))
 
 
 def test_tensorboard_serves_each_runs_own_event_folder_on_localhost(tmp_path):
@@ -46,5 +46,5 @@ def test_tensorboard_serves_each_runs_own_event_folder_on_localhost(tmp_path):
 
 def test_tensorboard_refuses_a_run_without_events(tmp_path, capsys):
     make_run(tmp_path, "old")
-    assert tensorboard.main(["old", "--runs-dir", str(tmp_path)]) == 2
+    assert tensorboard.serve_tensorboard(["old"], str(tmp_path)) == 2
     assert "error: no TensorBoard events" in capsys.readouterr().err
