@@ -5,7 +5,7 @@
 Interleaved in one run, on one local cluster (the running `make cluster-up`, else one of 2 workers x 1 CPU
 started for the benchmark), the unmodified recipes/examples/torch-ddp/train.py:
   by hand:  `torchrun --nproc-per-node 2 train.py` on this machine (two local processes, gloo);
-  recipe:   `python -m rayfleet.targets.run` of the example's recipe: validate, package, Jobs API, place one
+  recipe:   `rayfleet run` of the example's recipe: validate, package, Jobs API, place one
             bundle per worker node, one torchrun per node (world size 2), follow, record.
 Prints wall seconds (medians of --repeats), the overhead per run and the ratio.
 """
@@ -48,13 +48,13 @@ def main(argv: list[str] | None = None) -> int:
         (work / "recipe.yaml").write_text(json.dumps(recipe))
         env = {**os.environ, "RAY_ADDRESS": state.address, "PYTHONPATH": str(REPO)}
         torchrun = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2", "train.py"]
-        run = [sys.executable, "-m", "rayfleet.targets.run", str(work / "recipe.yaml"), "--target", "local"]
+        run = [sys.executable, "-m", "rayfleet.cli.main", "run", str(work / "recipe.yaml"), "--on", "local"]
         by_hand, via_recipe = [], []
         for i in range(args.repeats):
             print(f"repeat {i + 1}/{args.repeats} ...", flush=True)
             hand_env = {**env, "RAYFLEET_RUN_DIR": str(work / f"hand-{i}")}
             by_hand.append(timed([*torchrun, "--steps", str(args.steps)], hand_env, work / "code", expect))
-            via_recipe.append(timed([*run, "--run-name", f"bench-{i}"], env, REPO, expect))
+            via_recipe.append(timed([*run, "--name", f"bench-{i}"], env, REPO, expect))
     h, r = statistics.median(by_hand), statistics.median(via_recipe)
     print()
     print(f"| {'what':<52} | {'median s':>9} | {'vs by hand':>10} |")

@@ -4,7 +4,7 @@
 
 On one local cluster (the running `make cluster-up`, else one started for the benchmark), in the same run:
   direct:  `python task.py` (ray.init to the cluster, one remote task, print), as a user would by hand;
-  recipe:  `python -m rayfleet.targets.run` of a recipe with that script: validate, package, store the run
+  recipe:  `rayfleet run` of a recipe with that script: validate, package, store the run
            record, submit through the Jobs API, follow the log, save driver.log and run.json.
 Also the packaging of rayfleet's own ddp recipe (the whole repository's code). Medians of --repeats.
 """
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         (work / "recipe.yaml").write_text(json.dumps(recipe))
         env = {**os.environ, "RAY_ADDRESS": state.address, "PYTHONPATH": str(REPO)}
-        run = [sys.executable, "-m", "rayfleet.targets.run", str(work / "recipe.yaml"), "--target", "local"]
+        run = [sys.executable, "-m", "rayfleet.cli.main", "run", str(work / "recipe.yaml"), "--on", "local"]
         direct, via_recipe = [], []
         for i in range(args.repeats):
             print(f"repeat {i + 1}/{args.repeats} ...", flush=True)
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| {'what':<44} | {'median s':>9} | {'vs direct':>9} |")
     print(f"|{'-' * 46}|{'-' * 11}|{'-' * 11}|")
     print(f"| {'direct: python task.py (Ray driver)':<44} | {d:>9.2f} | {1.0:>8.2f}x |")
-    print(f"| {'recipe: rayfleet.targets.run (package, Jobs API, log)':<44} | {r:>9.2f} | {r / d:>8.2f}x |")
+    print(f"| {'recipe: rayfleet run (package, Jobs API, log)':<44} | {r:>9.2f} | {r / d:>8.2f}x |")
     print(f"| {'overhead per run':<44} | {r - d:>9.2f} | {'':>9} |")
     print(
         f"\npackaging recipes/ddp.yaml: {pkg.files} files, {pkg.bytes / 1024:,.0f} KiB -> "

@@ -7,7 +7,7 @@ On one local cluster (the running `make cluster-up`, else one of 2 workers x 1 C
 benchmark), the DDP job on 256 generated images (one step of batch 128 on each of 2 workers, no evaluation
 beyond 128 test images), timed from outside, line by line as the output arrives:
   direct:  `rayfleet cluster run -- python -m rayfleet.train.ddp ...` (what `make train-ddp-local` runs);
-  recipe:  `python -m rayfleet.targets.run recipes/ddp.yaml --target local` (what `make run` / `make train-ddp`
+  recipe:  `rayfleet run recipes/ddp.yaml --on local` (what `make run` / `make train-ddp`
            run: package the code, submit through the Jobs API, follow the log).
 Columns: the driver's "run ...: N workers" line (imports, connection, placement check, storage, tracking),
 the first step's progress line (Ray Train's controller and worker group, the runtime env, the workers'
@@ -61,12 +61,12 @@ def main(argv: list[str] | None = None) -> int:
         job = [f"data_dir={args.data.resolve()}", f"storage={tmp}", *ONE_STEP]
         ways = {
             "direct (make train-ddp-local)": lambda run: [
-                *[sys.executable, "-m", "rayfleet.local", "run", "--"],
+                *[sys.executable, "-m", "rayfleet.cli.main", "cluster", "run", "--"],
                 *[sys.executable, "-m", "rayfleet.train.ddp", *job, f"run_name={run}"],
             ],
             "recipe (make train-ddp)": lambda run: [
-                *[sys.executable, "-m", "rayfleet.targets.run", "recipes/ddp.yaml", "--target", "local"],
-                *["--run-name", run, "--set", f"storage={tmp}", "--", *job],
+                *[sys.executable, "-m", "rayfleet.cli.main", "run", "recipes/ddp.yaml", "--on", "local"],
+                *["--name", run, "--set", f"storage={tmp}", "--", *job],
             ],
         }
         if args.timeline:

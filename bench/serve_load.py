@@ -4,7 +4,7 @@
     python -m bench.serve_load --url http://HOST:8000 --key-file K --clients 32   # an endpoint already up (GPU/vLLM)
 
 Without --url it serves a tiny GPT-NeoX export (generated, SYNTHETIC weights) on the local cluster (the
-running one, or one it starts and stops) through `rayfleet.ops.serve` with the transformers engine, runs
+running one, or one it starts and stops) through `rayfleet serve` with the transformers engine, runs
 the load, and shuts Serve down. Bounded: each level runs --seconds, requests time out after 120 s.
 """
 
@@ -77,10 +77,12 @@ def serve_tiny(runs: Path, port: int, replicas: int) -> None:
     cmd = [
         sys.executable,
         "-m",
-        "rayfleet.ops.serve",
+        "rayfleet.cli.main",
+        "serve",
         "up",
+        "--run",
         "bench-lm",
-        "--target",
+        "--on",
         "local",
         "--runs-dir",
         str(runs),
@@ -115,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
                 one_request(url, key, opts.max_tokens)  # warm-up
                 rows = [load(url, key, c, opts.seconds, opts.max_tokens) for c in opts.clients]
             finally:
-                subprocess.run([sys.executable, "-m", "rayfleet.ops.serve", "down", "--target", "local"], cwd=REPO)
+                subprocess.run([sys.executable, "-m", "rayfleet.cli.main", "serve", "down", "--on", "local"], cwd=REPO)
     print(f"\n{'clients':>8} {'requests':>9} {'errors':>7} {'req/s':>7} {'p50 ms':>8} {'p99 ms':>8} {'tokens/s':>9}")
     for r in rows:
         print(

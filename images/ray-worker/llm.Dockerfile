@@ -37,12 +37,7 @@ RUN rayfleet-harden \
  && install -d -o 1000 -m 0750 /work \
  && chmod 1777 /tmp
 # The in-image packages, whole, as in the ray base (vLLM's own torch runs the replicas).
-COPY rayfleet/__init__.py /opt/rayfleet/src/rayfleet/
-COPY training/rayfleet/core/ /opt/rayfleet/src/rayfleet/core/
-COPY training/rayfleet/train/ /opt/rayfleet/src/rayfleet/train/
-COPY training/rayfleet/serve/ /opt/rayfleet/src/rayfleet/serve/
-COPY training/rayfleet/recipes/ /opt/rayfleet/src/rayfleet/recipes/
-COPY training/rayfleet/node/ /opt/rayfleet/src/rayfleet/node/
+COPY training/rayfleet/ /opt/rayfleet/src/rayfleet/
 COPY images/bin/rayfleet-node /usr/local/bin/rayfleet-node
 
 USER 1000

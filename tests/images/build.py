@@ -41,7 +41,7 @@ def build_images(scratch: Path, images: tuple[str, ...] = IMAGES, python: str = 
     tiny GPT-NeoX as the trainer's preloaded model (generated into `scratch` if needed)."""
     env = podman_env()
     subprocess.run([str(ROOT / "images" / "local-base.sh"), BASE], env=env, check=True, timeout=900)
-    command = [python, "-m", "rayfleet.ops.images", "build", "--tag", TAG, "--images", ",".join(images)]
+    command = [python, "-m", "rayfleet.cli.main", "images", "build", "--tag", TAG, "--images", ",".join(images)]
     if "trainer" in images:
         model = ROOT / "models" / "tiny-gpt-neox"
         if not (model / "config.json").is_file():

@@ -1,4 +1,4 @@
-"""What `make deploy` says before it asks: the plan's changes counted, what the deployment costs per hour
+"""What `rayfleet deploy` says before it asks: the plan's changes counted, what the deployment costs per hour
 running, idle and stopped, and the shape the preflight checks. Read from real plans: the pinned Terraform
 plans infra/ offline with the stand-in providers (tools/terraform_standin/render.py rendered_plan)."""
 
@@ -92,7 +92,7 @@ def test_changes_count_a_replacement_as_an_add_and_a_destroy():
 
 
 def test_the_readmes_cost_table_is_what_deploy_prints():
-    """README.md's rates for the default and FSDP shapes are the ones `make deploy` computes from their plans."""
+    """README.md's rates for the default and FSDP shapes are the ones `rayfleet deploy` computes from their plans."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
     for var_files in ((), ("fsdp.tfvars",)):
         priced = plan_summary.cost(rendered_plan(var_files=var_files))

@@ -1,4 +1,4 @@
-"""Terraform never reads the Ray token: it makes the secret and its policy, and `make deploy` seeds the first
+"""Terraform never reads the Ray token: it makes the secret and its policy, and `rayfleet deploy` seeds the first
 value (rayfleet/ecs/rotate_token.py `seed_token`). The AWS provider reads a secret *version* with
 GetSecretValue on create and on every refresh (internal/service/secretsmanager/secret_version.go,
 findSecretVersionByTwoPartKey), which the secret's policy denies to everyone but the execution role; the

@@ -55,7 +55,7 @@ def cluster_env(tmp_path_factory, aws_stack) -> dict:
     env.pop("RAY_ADDRESS", None)
     env.pop("RAY_AUTH_TOKEN", None)
     env.pop("AWS_PROFILE", None)
-    cli = [sys.executable, "-m", "rayfleet.local"]
+    cli = [sys.executable, "-m", "rayfleet.cli.main", "cluster"]
     subprocess.run([*cli, "up", "--workers", "2", "--cpus-per-worker", "1"], env=env, cwd=REPO, check=True)
     try:
         yield {**env, "RAY_ADDRESS": f"127.0.0.1:{RAY_PORT}"}
@@ -68,7 +68,7 @@ def session_cluster_stopped(cluster_env) -> dict:
     """For the one test that starts a cluster of its own: the session cluster is stopped first (never two
     clusters at once on two cores). tests/conftest.py orders its users after every other local-cluster test;
     cluster_env's own teardown then finds nothing left to stop. Yields the session cluster's environment."""
-    cli = [sys.executable, "-m", "rayfleet.local", "down"]
+    cli = [sys.executable, "-m", "rayfleet.cli.main", "cluster", "down"]
     env = {k: v for k, v in cluster_env.items() if k != "RAY_ADDRESS"}
     subprocess.run(cli, env=env, cwd=REPO, check=True, timeout=120)
     return cluster_env
@@ -112,7 +112,7 @@ def rendered_bucket() -> str:
 
 @pytest.fixture(scope="session")
 def aws_stack(tmp_path_factory):
-    """A moto server holding what `make deploy` creates, as Terraform renders infra/ with its default
+    """A moto server holding what `rayfleet deploy` creates, as Terraform renders infra/ with its default
     variables (tools/moto_stack/stack.py), IAM enforced with the rendered policies (tools/moto_stack/iam.py),
     and the env that points the verbs at it, as the operator. "outputs": the outputs file's values (moto's
     ids) and its path; "picture": the rendered deployment picture (tools/rendered.py); "roles": the env of

@@ -24,7 +24,7 @@ def launch_folder(tiny: dict, root: Path) -> tuple[Path, Path]:
 
 
 def train_fsdp(env: dict, tiny: dict, root: Path, storage: Path, name: str, *args: str) -> subprocess.CompletedProcess:
-    """`make train-fsdp ON=local NAME=name SET="storage=... data=..." ARGS="args"` as make runs it."""
+    """`make train-fsdp ON=local NAME=name SET="storage=... data=..." ARGS="args"` as rayfleet runs it."""
     launch, text = launch_folder(tiny, root)
     command, path = command_from_anywhere(
         "train-fsdp", "ON=local", f"NAME={name}", f"SET=storage={storage} data={text}", f"ARGS={' '.join(args)}"

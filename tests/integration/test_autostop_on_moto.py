@@ -212,7 +212,7 @@ def test_start_brings_the_services_back_and_waits_until_ray_sees_the_workers(sta
 
 
 def run_detached(stack, recipe, name: str) -> subprocess.CompletedProcess:
-    argv = [sys.executable, "-m", "rayfleet.targets.run", str(recipe), "--target=ecs", f"--run-name={name}", "--detach"]
+    argv = [sys.executable, "-m", "rayfleet.cli.main", "run", str(recipe), "--on=ecs", f"--name={name}", "--detach"]
     return subprocess.run(argv, env=stack["env"], cwd=REPO, capture_output=True, text=True, timeout=180)
 
 
@@ -226,7 +226,7 @@ def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
         result = run_detached(stack, recipe, "wake")
     assert result.returncode == 0, result.stdout + result.stderr
     assert (
-        f"[rayfleet] {out.worker_service_name} at zero (make stop, or an autostop): starting them first"
+        f"[rayfleet] {out.worker_service_name} at zero (rayfleet stop, or an autostop): starting them first"
         in result.stdout
     )
     assert result.stdout.index("Ray sees the head") < result.stdout.index("run wake: task")  # started, then launched

@@ -1,4 +1,4 @@
-"""The library never starts a cluster; `python -m rayfleet.local run` (make demo, make train-ddp-local)
+"""The library never starts a cluster; `rayfleet cluster run` (make demo, make train-ddp-local)
 starts one for the job when none runs (same shape as make cluster-up) and stops it after. With its GCS on a
 store (--gcs-store), a killed head is replaced and the run goes on."""
 
@@ -39,7 +39,7 @@ def test_the_job_alone_says_how_to_get_a_cluster(cluster_env, small_dataset, tmp
     )
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
-    assert lines[-1].startswith("error: no Ray cluster") and "rayfleet.local run" in lines[-1], result.stderr
+    assert lines[-1].startswith("error: no Ray cluster") and "rayfleet cluster run" in lines[-1], result.stderr
     assert "Traceback" not in result.stderr
 
 
@@ -50,7 +50,7 @@ def test_local_cluster_run_starts_a_cluster_whose_head_is_killed_and_replaced_mi
     real redis-server) for `make train-ddp`; the head is SIGKILLed in the run's second epoch and a new one
     starts on the same store (`replace-head`). Proves what no cheaper test can, on Ray 2.60 itself: the run goes
     on without a restart (every epoch once, attempt 0, no step redone), its follower rides out the head's
-    absence, Ray's new head takes the job back (it ends SUCCEEDED through the new Jobs API), `make runs` lists
+    absence, Ray's new head takes the job back (it ends SUCCEEDED through the new Jobs API), `rayfleet runs` lists
     one run. One known Ray fault is allowed, and then checked as exactly as the plain path: the new head's job
     monitor may fail the job on an RPC error of its own (ray-project/ray#65025, seen once in CI) and kill its
     driver; rayfleet then submits it once more and it resumes from its last checkpoint (each epoch still once);
@@ -63,7 +63,7 @@ def test_local_cluster_run_starts_a_cluster_whose_head_is_killed_and_replaced_mi
     # 10 steps an epoch of 64 per worker (half the set: half the CPU of the whole); killed in epoch 2 of 3
     args = "ARGS=epochs=3 eval_batch_size=600 train_subset=1200 batch_size=64"
     train += [f"SET=storage={storage}", args, "NAME=headloss"]
-    command = [sys.executable, "-m", "rayfleet.local", "run", "--workers", "2", "--cpus-per-worker", "1"]
+    command = [sys.executable, "-m", "rayfleet.cli.main", "cluster", "run", "--workers", "2", "--cpus-per-worker", "1"]
     out_path = tmp_path / "out"
     with open(out_path, "w") as out:
         proc = subprocess.Popen([*command, "--gcs-store", "--", *train], env=env, cwd=REPO, stdout=out, stderr=out)
@@ -74,7 +74,7 @@ def test_local_cluster_run_starts_a_cluster_whose_head_is_killed_and_replaced_mi
             assert proc.poll() is None and time.monotonic() < deadline, out_path.read_text()[-3000:]
             time.sleep(0.5)
         replaced = subprocess.run(
-            [sys.executable, "-m", "rayfleet.local", "replace-head"],
+            [sys.executable, "-m", "rayfleet.cli.main", "cluster", "replace-head"],
             env=env,
             cwd=REPO,
             capture_output=True,
@@ -90,7 +90,9 @@ def test_local_cluster_run_starts_a_cluster_whose_head_is_killed_and_replaced_mi
                 proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
                 proc.kill()
-                subprocess.run([sys.executable, "-m", "rayfleet.local", "down"], env=env, cwd=REPO, timeout=120)
+                subprocess.run(
+                    [sys.executable, "-m", "rayfleet.cli.main", "cluster", "down"], env=env, cwd=REPO, timeout=120
+                )
     output = out_path.read_text()
     assert proc.returncode == 0, output[-4000:]
     assert "GCS store: redis-server at 127.0.0.1:6698" in output
@@ -137,7 +139,7 @@ with open(os.path.join(run_dir, "times.json"), "w") as f:
 
 
 def submit_detached(env: dict, recipe, run: str, *args: str) -> None:
-    argv = [sys.executable, "-m", "rayfleet.targets.run", str(recipe), "--target", "local", "--run-name", run]
+    argv = [sys.executable, "-m", "rayfleet.cli.main", "run", str(recipe), "--on", "local", "--name", run]
     done = subprocess.run([*argv, "--detach", "--", *args], env=env, cwd=REPO, capture_output=True, text=True)
     assert done.returncode == 0 and "followed in the background" in done.stdout, done.stdout + done.stderr
 
@@ -156,7 +158,7 @@ def test_a_served_app_and_a_running_and_a_queued_run_outlive_a_head_replacement(
     API) and starts only once the held worker is free. Runs after the session cluster is stopped, never beside
     it."""
     env = {**_own_cluster_env(session_cluster_stopped, tmp_path), "RAYFLEET_OUTPUTS": str(tmp_path / "none.json")}
-    cli = [sys.executable, "-m", "rayfleet.local"]
+    cli = [sys.executable, "-m", "rayfleet.cli.main", "cluster"]
     up = subprocess.run(
         [*cli, "up", "--workers", "2", "--gcs-store"], env=env, cwd=REPO, capture_output=True, text=True
     )
@@ -174,9 +176,19 @@ def test_a_served_app_and_a_running_and_a_queued_run_outlive_a_head_replacement(
     queue = Queue(str(tmp_path / "state" / "cluster"))
     try:
         port = free_port()
-        serve = [sys.executable, "-m", "rayfleet.ops.serve", "up", "basic", "--runs-dir", str(ddp_basic["storage"])]
+        serve = [
+            sys.executable,
+            "-m",
+            "rayfleet.cli.main",
+            "serve",
+            "up",
+            "--run",
+            "basic",
+            "--runs-dir",
+            str(ddp_basic["storage"]),
+        ]
         served = subprocess.run(
-            [*serve, "--set", f"port={port}", "--target", "local"], env=env, cwd=REPO, capture_output=True, text=True
+            [*serve, "--set", f"port={port}", "--on", "local"], env=env, cwd=REPO, capture_output=True, text=True
         )
         assert served.returncode == 0, served.stdout[-2000:] + served.stderr[-2000:]
         key = (tmp_path / "state" / "serve" / "api_key").read_text().strip()

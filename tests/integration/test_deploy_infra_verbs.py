@@ -1,4 +1,4 @@
-"""make deploy / plan / clean drive Terraform in the right order, save the outputs the verbs read, stop
+"""rayfleet deploy / plan / clean drive Terraform in the right order, save the outputs the verbs read, stop
 paying before destroying, are safe to run twice, and fail in one line without terraform or credentials.
 
 The verb's Terraform is a recording stand-in (tests/fakes/terraform, through RAYFLEET_TERRAFORM): what is
@@ -314,8 +314,8 @@ def test_deploy_refuses_to_replace_the_head_while_a_job_runs_or_an_application_s
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line.startswith("error: this plan replaces the Ray head (module.ray.aws_ecs_task_definition.head")
-    assert "ddp-20260101-000000" in line and "1 trainer task" in line and "FORCE=1" in line
-    assert "serving run clf" in line and "make serve-down" in line
+    assert "ddp-20260101-000000" in line and "1 trainer task" in line and "rayfleet deploy --force" in line
+    assert "serving run clf" in line and "rayfleet serve down" in line
     assert [c[0] for c in calls(env)] == ["init", "plan", "show"]  # never applied
 
 
@@ -389,7 +389,7 @@ def test_clean_keeps_results_without_consent_and_touches_nothing(deployable):
     refused = run_verb(env, "down", "--yes")
     assert refused.returncode == 1
     assert f"the results bucket {bucket} holds 2 object(s) (4 versions and delete markers)" in refused.stderr
-    assert "DELETE_RESULTS=1" in refused.stderr and "nothing was stopped or destroyed" in refused.stderr
+    assert "rayfleet down --delete-results" in refused.stderr and "nothing was stopped or destroyed" in refused.stderr
     assert [c[0] for c in calls(env)] == ["init"]  # never destroy
     assert _versions(moto.client("s3"), bucket) == 4
     assert len(moto.client("ecr").describe_images(repositoryName=repositories[0])["imageDetails"]) == 2
@@ -417,7 +417,7 @@ def test_clean_empties_bucket_and_registry_and_survives_a_partial_failure_twice(
     assert "2 resource(s) left in the state: module.iam.aws_kms_key.this, module.storage.aws_s3_bucket.results" in (
         first.stderr
     )
-    assert "make clean DELETE_RESULTS=1" in first.stderr  # what to run again
+    assert "rayfleet down --delete-results" in first.stderr  # what to run again
     assert _versions(s3, bucket) == 0  # every version and delete marker
     assert all(ecr.describe_images(repositoryName=r)["imageDetails"] == [] for r in repositories)
     assert Path(env["RAYFLEET_OUTPUTS"]).exists()  # kept: the next clean still knows what to empty
@@ -530,7 +530,7 @@ def answered(env: dict, answer: str, *args: str, timeout: int = 120) -> subproce
     main, terminal = pty.openpty()
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "rayfleet.ops.infra", *args],
+            [sys.executable, "-m", "rayfleet.cli.main", *args],
             env=env,
             cwd=REPO,
             stdin=terminal,
@@ -551,8 +551,7 @@ def test_deploy_without_a_terminal_or_yes_refuses_before_terraform(deployable):
     result = run_verb(env, "deploy", "--image-tag", "t1")
     assert result.returncode == 2
     assert result.stderr.strip().splitlines() == [
-        "error: make deploy asks before applying and there is no terminal to ask on; "
-        "make deploy AUTO_APPROVE=1 (rayfleet deploy --yes) applies"
+        "error: rayfleet deploy asks before applying and there is no terminal to ask on; rayfleet deploy --yes applies"
     ]
     assert not calls(env)
 
@@ -566,7 +565,7 @@ def test_deploy_shows_summary_and_cost_then_applies_only_on_yes(recording_moto, 
     assert [c[0] for c in calls(env)] == ["init", "plan", "show"]  # planned and priced, never applied
     out = declined.stdout
     assert "plan: 104 to add, 0 to change, 0 to destroy" in out
-    assert "cost: $2.25/h running, $0.237/h idle (autostopped), $0.045/h stopped (make stop)" in out
+    assert "cost: $2.25/h running, $0.237/h idle (autostopped), $0.045/h stopped (rayfleet stop)" in out
     assert "  worker: 2 x g5.xlarge at $1.006/h" in out
     assert out.index("preflight: ") < out.index("cost: ") < out.index("apply this plan? [y/N]")
     assert "not applied: nothing changed" in out
@@ -584,10 +583,10 @@ def test_clean_asks_once_first_and_an_answer_of_no_changes_nothing(recording_mot
     shutil.copy(env["FAKE_TF_OUTPUTS"], env["RAYFLEET_OUTPUTS"])
     bucket, repositories = _fill(deployable)
     start_recording(recording_moto)
-    declined = answered(env, "no", "destroy", "--delete-results")
+    declined = answered(env, "no", "down", "--delete-results")
     assert declined.returncode == 1, declined.stderr
     out, cluster = declined.stdout, deployable["outputs"]["cluster_name"]
-    assert f"make clean destroys: the ECS cluster {cluster} in {stack.REGION}" in out
+    assert f"rayfleet down destroys: the ECS cluster {cluster} in {stack.REGION}" in out
     assert f"every image in {len(repositories)} ECR repositories" in out
     assert f"the results bucket {bucket} with its 2 object(s), every version deleted" in out
     assert "destroy all of it? [y/N]" in out and "not destroyed: nothing was stopped, emptied or deleted" in out
@@ -603,10 +602,10 @@ def test_clean_asks_once_first_and_an_answer_of_no_changes_nothing(recording_mot
     assert services["services"][0]["desiredCount"] == 1
 
     refused = run_verb(env, "down", "--delete-results")  # no terminal, no AUTO_APPROVE
-    assert refused.returncode == 2 and "AUTO_APPROVE=1" in refused.stderr
+    assert refused.returncode == 2 and "rayfleet down --delete-results --yes" in refused.stderr
     assert [c[0] for c in calls(env)] == ["init"]  # refused before even Terraform's init
 
-    accepted = answered(env, "y", "destroy", "--delete-results", timeout=300)
+    accepted = answered(env, "y", "down", "--delete-results", timeout=300)
     assert accepted.returncode == 0, accepted.stderr
     assert [c[0] for c in calls(env)][1:] == ["init", "destroy"]
     assert "-auto-approve" in calls(env)[-1]  # asked once, by rayfleet: Terraform does not ask again
@@ -619,7 +618,7 @@ def test_ctrl_c_reaches_terraform_once_and_rayfleet_waits_for_its_state(deployab
     env = {**deployable["env"], "FAKE_TF_SLOW": "apply:3"}
     events = Path(env["FAKE_TF_LOG"] + ".events")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rayfleet.ops.infra", "deploy", "--yes", "--image-tag", "t1"],
+        [sys.executable, "-m", "rayfleet.cli.main", "deploy", "--yes", "--image-tag", "t1"],
         env=env,
         cwd=REPO,
         stdin=subprocess.DEVNULL,

@@ -1,7 +1,7 @@
 """Runs beyond the head instance's driver slots wait for one instead of failing, against moto_server with the
 stack Terraform renders at its real trainer size (one driver slot: tools/moto_stack/stack.py trainer_slots=1),
 whose patched RunTask refuses a second trainer as ECS does (RESOURCE:MEMORY, tools/moto_stack/ecs.py): `make
-run` keeps the RunTask (cluster/launches/), `make queue` lists it, the control task's dispatch
+run` keeps the RunTask (cluster/launches/), `rayfleet queue` lists it, the control task's dispatch
 (rayfleet/node/driver_dispatch.py) sends it again, refused while the slot is taken and placed once the first
 trainer stops, `make logs` finds that trainer, and `make cancel` takes a waiting one out. Every verb runs as a
 process of its own, as from a laptop.
@@ -61,11 +61,12 @@ def test_runs_past_the_driver_slots_wait_in_order_start_when_the_control_task_fi
         launched = verb(
             env,
             "-m",
-            "rayfleet.targets.run",
+            "rayfleet.cli.main",
+            "run",
             recipe(tmp_path, priority),
-            "--target",
+            "--on",
             "ecs",
-            "--run-name",
+            "--name",
             name,
             "--detach",
         )
@@ -75,7 +76,7 @@ def test_runs_past_the_driver_slots_wait_in_order_start_when_the_control_task_fi
     assert "task arn:aws:ecs:" in run(0, "slot-first")  # the one driver slot
     said = run(0, "slot-low")
     assert "the head instance's 1 driver slot(s) are taken; queued (position 1)" in said, said
-    assert "make cancel RUN=slot-low" in said
+    assert "rayfleet cancel --run slot-low" in said
     assert "queued (position 1)" in run(5, "slot-high")  # the higher priority goes first
     launches = Launches.of_bucket(out.results_bucket)
     assert [p.run for p in launches.waiting()] == ["slot-high", "slot-low"]

@@ -28,7 +28,7 @@ def test_launch_detached_sets_overrides_network_and_records_the_run(aws_stack):
     result = run_verb(aws_stack["env"], "launch", "ddp", "epochs=1", "--name", "detached-1", "--detach")
     assert result.returncode == 0, result.stderr
     assert "run detached-1: task arn:aws:ecs:" in result.stdout
-    assert f"s3://{bucket}/runs/detached-1/" in result.stdout and "make logs RUN=detached-1" in result.stdout
+    assert f"s3://{bucket}/runs/detached-1/" in result.stdout and "rayfleet logs --run detached-1" in result.stdout
     s3 = aws_stack["server"].client("s3")
     record = run_record(aws_stack["env"], bucket, "detached-1")
     task = _task(aws_stack, record["task_arn"])
@@ -63,7 +63,7 @@ def test_launch_detached_sets_overrides_network_and_records_the_run(aws_stack):
 def test_launch_follows_the_driver_log_until_the_task_stops(aws_stack):
     env = aws_stack["env"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rayfleet.ecs.launch", "ddp", "--run-name", "followed-1"],
+        [sys.executable, "-m", "rayfleet.cli.main", "launch", "ddp", "--name", "followed-1"],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,

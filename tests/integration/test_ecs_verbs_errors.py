@@ -31,7 +31,7 @@ def one_clear_line(result, *expected: str) -> None:
 def test_missing_outputs(aws_stack, tmp_path, verb):
     env = {**aws_stack["env"], "RAYFLEET_OUTPUTS": str(tmp_path / "none.json")}
     args = {"launch": ["ddp"], "logs": ["--run", "some-run"]}.get(verb, [])
-    one_clear_line(run_verb(env, verb, *args), "Terraform outputs", "run `make deploy`")
+    one_clear_line(run_verb(env, verb, *args), "Terraform outputs", "run `rayfleet deploy`")
 
 
 def test_broken_outputs_file(aws_stack, tmp_path):
@@ -57,7 +57,7 @@ def test_cluster_that_does_not_exist(aws_stack, tmp_path):
         one_clear_line(
             run_verb(aws_stack["env"], verb, "--outputs", str(tmp_path / "o.json"), *args),
             "ECS cluster rf-gone does not exist",
-            "make deploy",
+            "rayfleet deploy",
         )
 
 
@@ -85,7 +85,7 @@ def test_placement_failure_says_which_reason_ecs_gave(aws_stack, monkeypatch):
         with pytest.raises(PlacementFailed) as full:
             launch(aws, out, "ddp", [])
     assert "RESOURCE:GPU: no registered container instance has a free GPU" in str(err.value)
-    assert "make status" in str(err.value) and "no container instances registered" in str(silent.value)
+    assert "rayfleet status" in str(err.value) and "no container instances registered" in str(silent.value)
     assert "holds 1 run driver(s) at once, Terraform's concurrent_runs" in str(full.value)
     assert full.value.slots_full and not err.value.slots_full  # only a full head instance makes a run wait
     assert full.value.request["overrides"]["containerOverrides"][0]["command"][0] == "ddp"  # kept to send again

@@ -59,9 +59,9 @@ def test_an_elastic_run_starts_on_the_free_worker_and_grows_when_the_other_frees
     (tmp_path / "code" / "hold.py").write_text(HOLDER)
     recipe = {"name": "holder", "code": "code", "entrypoint": "hold.py", "resources": {"workers": 1}}
     (tmp_path / "holder.yaml").write_text(json.dumps({**recipe, "storage": str(storage)}))
-    how = ["--target", "local", "--run-name", "holder", "--", str(gate)]
+    how = ["--on", "local", "--name", "holder", "--", str(gate)]
     holder = subprocess.Popen(
-        [sys.executable, "-m", "rayfleet.targets.run", str(tmp_path / "holder.yaml"), *how],
+        [sys.executable, "-m", "rayfleet.cli.main", "run", str(tmp_path / "holder.yaml"), *how],
         env=cluster_env,
         cwd=REPO,
         stdout=subprocess.PIPE,

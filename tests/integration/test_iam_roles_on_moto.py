@@ -1,5 +1,5 @@
 """`make train-ddp` and `make train-fsdp` on ECS, with IAM enforced (tools/moto_stack/iam.py), up to the ranks
-reading their staged data: the operator stages the recipe's `data:` (rayfleet/recipes/stage.py, as `make run`
+reading their staged data: the operator stages the recipe's `data:` (rayfleet/recipes/stage.py, as `rayfleet run`
 does before RunTask), then a process holding only the task role's credentials reads it as a rank does
 (rayfleet/train/data/staged.py local_copy for DDP's folder, text.py read_text for FSDP's corpus). The data is
 a small generated stand-in of the real format. And a job that reaches outside its role's prefixes is refused.
@@ -69,7 +69,7 @@ def as_a_rank(deployment: dict, tmp_path) -> dict:
 
 @pytest.fixture(scope="module")
 def fsdp_stack(tmp_path_factory):
-    """The FSDP shape (`make deploy TFVARS=fsdp.tfvars`), IAM enforced, in a moto of this module's own."""
+    """The FSDP shape (`rayfleet deploy --var-file fsdp.tfvars`), IAM enforced, in a moto of this module's own."""
     picture = stack.default_picture(var_files=[REPO / "infra" / "fsdp.tfvars"])
     server = EcsMotoServer().start()
     try:

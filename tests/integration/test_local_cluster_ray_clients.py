@@ -1,5 +1,5 @@
 """Ray's own clients against a real local cluster, the way a new user meets them: a shell without the
-virtualenv on PATH, `eval "$(.venv/bin/python -m rayfleet.local env)"`, then `ray job submit`,
+virtualenv on PATH, `eval "$(.venv/bin/rayfleet cluster env)"`, then `ray job submit`,
 `ray status`, `ray list nodes` and JobSubmissionClient. Also `run`, the nodes' memory and private dirs.
 
 They use the session's cluster (same shape as `make cluster-up`: head + 2 workers x 1 CPU), met from a
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
-CLI = [sys.executable, "-m", "rayfleet.local"]
+CLI = [sys.executable, "-m", "rayfleet.cli.main", "cluster"]
 SHOW_RESOURCES = "import json, ray; ray.init(); print('RESOURCES', json.dumps(ray.cluster_resources()))"
 LIST_JOBS = (  # the Python client, with no address: it reads RAY_API_SERVER_ADDRESS like the CLI
     "from ray.job_submission import JobSubmissionClient as C; "
@@ -54,8 +54,8 @@ def new_user_env(state_dir: Path, token_file: Path, ray_port: int, dashboard_por
 
 
 def shell(env: dict, script: str, cwd: Path = REPO, timeout: int = 120) -> subprocess.CompletedProcess:
-    """`script` in bash after the user's `eval "$(.venv/bin/python -m rayfleet.local env)"`."""
-    prelude = f'eval "$(cd {shlex.quote(str(REPO))} && {shlex.quote(sys.executable)} -m rayfleet.local env)"'
+    """`script` in bash after the user's `eval "$(.venv/bin/rayfleet cluster env)"`."""
+    prelude = f'eval "$(cd {shlex.quote(str(REPO))} && {shlex.quote(sys.executable)} -m rayfleet.cli.main cluster env)"'
     return subprocess.run(
         ["/bin/bash", "-c", f"set -e; {prelude}; {script}"],
         env=env,

@@ -167,7 +167,7 @@ ARGS = ["--steps", "300", "--checkpoint-every", "20", "--pace", "0.05"]  # still
 def submit_launcher_job(env: dict, tmp_path: Path) -> subprocess.Popen:
     """recipes/examples/torch-ddp as a launcher recipe's job on one worker node of 2 CPUs: only an entry point's
     node fits it, never the session's 1-CPU workers. Submitted with Ray's own CLI and the job variables `make
-    run` sets (rayfleet/recipes/command.py): `make run` checks the recipe against the cluster's configured
+    run` sets (rayfleet/recipes/command.py): `rayfleet run` checks the recipe against the cluster's configured
     1-CPU workers and would refuse it."""
     code = tmp_path / "code"
     shutil.copytree(REPO / "recipes" / "examples" / "torch-ddp", code)

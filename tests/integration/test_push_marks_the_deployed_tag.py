@@ -52,7 +52,7 @@ def upload(ecr, repositories, tag):
 
 
 def push(env, tag):
-    command = [sys.executable, "-m", "rayfleet.ops.images", "push", "--tag", tag]
+    command = [sys.executable, "-m", "rayfleet.cli.main", "images", "push", "--tag", tag]
     return subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True, timeout=120)
 
 

@@ -57,8 +57,8 @@ SCRIPT = textwrap.dedent("""
 
 def submit(env: dict, recipe: Path, run: str, priority: int, *args: str, detach: bool = False) -> subprocess.Popen:
     """`rayfleet run` of the recipe on the session cluster, with its priority and the script's arguments."""
-    how = ["--target", "local", "--run-name", run, "--set", f"priority={priority}", *(["--detach"] if detach else [])]
-    argv = [sys.executable, "-m", "rayfleet.targets.run", str(recipe), *how, "--", *args]
+    how = ["--on", "local", "--name", run, "--set", f"priority={priority}", *(["--detach"] if detach else [])]
+    argv = [sys.executable, "-m", "rayfleet.cli.main", "run", str(recipe), *how, "--", *args]
     return subprocess.Popen(argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -17,7 +17,7 @@ DIGEST = "@sha256:" + "ab" * 32
 
 @pytest.fixture
 def ecr(moto, monkeypatch):
-    # `make run` checks a recipe's image on the laptop: as the operator (IAM enforced)
+    # `rayfleet run` checks a recipe's image on the laptop: as the operator (IAM enforced)
     for key, value in {"AWS_ENDPOINT_URL": moto.url, **moto.as_identity("operator")}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.delenv(image_policy.ALLOW_ENV, raising=False)

@@ -1,4 +1,4 @@
-"""`make run` with `launcher:` recipes of unmodified Hugging Face scripts (recipes/examples/accelerate and
+"""`rayfleet run` with `launcher:` recipes of unmodified Hugging Face scripts (recipes/examples/accelerate and
 hf-trainer) on the real local test cluster: one launcher per worker node, ranks on both worker nodes. A failing
 rank fails the run the same way whatever the launcher (the node's exit code, its output): the torchrun run of
 tests/integration/test_recipe_launchers.py shows it with a restart, and accelerate's run here without one

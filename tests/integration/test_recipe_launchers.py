@@ -124,7 +124,7 @@ def test_a_failing_rank_is_launched_again_resumes_and_then_fails_the_run_with_it
     assert "[node 1] [rank1]: RuntimeError: injected failure on rank 1 at step 12" in report
     assert "raise RuntimeError" in report and "[node 1]   rank      : 1 (local_rank: 0)" in report
     assert "[node 0]" not in report
-    # and the traceback make run prints on stderr is the script's own, unprefixed
+    # and the traceback rayfleet run prints on stderr is the script's own, unprefixed
     assert "\nRuntimeError: injected failure on rank 1 at step 12" in result.stderr, result.stderr[-3000:]
     record = json.loads((tmp_path / "runs" / "torch-rank1-fails" / "run.json").read_text())
     assert record["state"] == "FAILED" and record["exit_code"] == 1
@@ -141,7 +141,7 @@ def test_stopping_the_run_stops_every_nodes_processes(cluster_env, tmp_path):
     env = {"API_KEY": {"secret": "env:TEST_LAUNCHER_KEY"}}
     recipe = copy_example(tmp_path, args=["--steps", "100000", "--checkpoint-every", "1000"], env=env)
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rayfleet.targets.run", str(recipe), "--target", "local", "--run-name", "torch-stop"],
+        [sys.executable, "-m", "rayfleet.cli.main", "run", str(recipe), "--on", "local", "--name", "torch-stop"],
         env={**cluster_env, "TEST_LAUNCHER_KEY": value}, cwd=REPO, stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT, text=True, preexec_fn=ctrl_c_reaches_it,
     )  # fmt: skip

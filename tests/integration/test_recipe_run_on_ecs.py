@@ -53,7 +53,7 @@ def write_recipe(tmp_path, **extra):
 
 def run_recipe(env, *args, timeout=180):
     return subprocess.run(
-        [sys.executable, "-m", "rayfleet.targets.run", *args],
+        [sys.executable, "-m", "rayfleet.cli.main", "run", *args],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -71,7 +71,7 @@ def launched(aws_stack, tmp_path_factory):
     server.client("ecr").create_repository(repositoryName="custom-trainer", imageTagMutability="IMMUTABLE")
     recipe = write_recipe(tmp_path_factory.mktemp("recipe"), image=IMAGE, pip=["einops==0.8.1"])
     result = run_recipe(
-        aws_stack["env"], str(recipe), "--target", "ecs", "--run-name", "ecs-1", "--detach", "--", "--epochs", "2"
+        aws_stack["env"], str(recipe), "--on", "ecs", "--name", "ecs-1", "--detach", "--", "--epochs", "2"
     )
     assert result.returncode == 0, result.stderr
     return {
@@ -202,13 +202,13 @@ def test_a_code_zip_replaced_in_s3_is_refused_before_ray_sees_it(launched, aws_s
     )
     assert result.returncode == 1, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
-    assert "is not the one `make run` uploaded" in line and line.endswith("refusing to run it")
+    assert "is not the one `rayfleet run` uploaded" in line and line.endswith("refusing to run it")
     assert _record(launched, "tampered-1")["state"] == "FAILED"
 
 
 def test_recipe_beyond_the_worker_instance_is_refused_before_upload(aws_stack, tmp_path):
     recipe = write_recipe(tmp_path, resources={"workers": 1, "gpus_per_worker": 4})
-    result = run_recipe(aws_stack["env"], str(recipe), "--target", "ecs", "--run-name", "too-big", "--detach")
+    result = run_recipe(aws_stack["env"], str(recipe), "--on", "ecs", "--name", "too-big", "--detach")
     assert result.returncode == 2
     assert "gpus_per_worker: 4 GPUs, but a worker of the ECS workers (g5.xlarge) has 1" in result.stderr
     listed = (
@@ -221,8 +221,8 @@ def test_recipe_beyond_the_worker_instance_is_refused_before_upload(aws_stack, t
 
 def test_env_secrets_are_refused_on_ecs(aws_stack, tmp_path):
     recipe = write_recipe(tmp_path, env={"HF_TOKEN": {"secret": "env:HF_TOKEN"}}, resources={"workers": 1})
-    result = run_recipe(aws_stack["env"], str(recipe), "--target", "ecs", "--run-name", "env-secret", "--detach")
-    assert result.returncode == 1 and "env: secrets exist only where `make run` runs" in result.stderr
+    result = run_recipe(aws_stack["env"], str(recipe), "--on", "ecs", "--name", "env-secret", "--detach")
+    assert result.returncode == 1 and "env: secrets exist only where `rayfleet run` runs" in result.stderr
 
 
 def test_make_runs_lists_s3_runs_with_their_state(launched, aws_stack, tmp_path):
@@ -248,13 +248,13 @@ def test_make_runs_lists_s3_runs_with_their_state(launched, aws_stack, tmp_path)
 
 
 class Follower:
-    """`make run` on ECS without --detach, as a process, and the run's record in moto's bucket."""
+    """`rayfleet run` on ECS without --detach, as a process, and the run's record in moto's bucket."""
 
     def __init__(self, aws_stack, recipe, run: str) -> None:
         self.ecs = aws_stack["server"].client("ecs")
         self.cluster, self.bucket = aws_stack["outputs"]["cluster_name"], aws_stack["outputs"]["results_bucket"]
         self.env, self.run = aws_stack["env"], run
-        command = [sys.executable, "-m", "rayfleet.targets.run", str(recipe), "--target=ecs", f"--run-name={run}"]
+        command = [sys.executable, "-m", "rayfleet.cli.main", "run", str(recipe), "--on=ecs", f"--name={run}"]
         self.proc = subprocess.Popen(
             command, env=aws_stack["env"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
         )
@@ -327,7 +327,7 @@ def test_a_lost_trainer_task_beyond_the_retries_fails_the_run(aws_stack, tmp_pat
 def test_a_failed_record_of_a_lost_head_relaunches_the_trainer_and_one_of_a_sigterm_does_not(aws_stack, tmp_path):
     """The follower's decision on the record a driver leaves when it exits: FAILED "the submitter stopped
     (ConnectionError) ..." (its head went away under it: rayfleet/recipes/job.py) is a lost trainer, relaunched;
-    FAILED "the submitter stopped (SIGTERM) ..." (make stop) is the run's end. The test writes each record in
+    FAILED "the submitter stopped (SIGTERM) ..." (rayfleet stop) is the run's end. The test writes each record in
     the driver's place and stops the task (moto runs no container): no head is replaced and nothing resumes
     here. A head replaced under a running job is test_rehearsal.py::test_a_head_killed_mid_run_is_replaced_on_
     its_store_and_the_run_goes_on; a second submission under the same run name resuming from what the first left,
@@ -360,9 +360,9 @@ def test_the_built_in_ddp_recipe_stages_its_data_for_the_trainer(aws_stack, smal
     first = run_recipe(
         env,
         "recipes/ddp.yaml",
-        "--target",
+        "--on",
         "ecs",
-        "--run-name",
+        "--name",
         "ddp-data-1",
         "--set",
         f"data={small_dataset}",
@@ -389,9 +389,9 @@ def test_the_built_in_ddp_recipe_stages_its_data_for_the_trainer(aws_stack, smal
     second = run_recipe(
         env,
         "recipes/ddp.yaml",
-        "--target",
+        "--on",
         "ecs",
-        "--run-name",
+        "--name",
         "ddp-data-2",
         "--set",
         f"data={small_dataset}",
@@ -405,7 +405,7 @@ def test_a_recipe_needing_more_worker_nodes_than_the_group_is_refused_before_upl
     """The default deployment's worker group holds 2 x g5.xlarge (1 GPU each): 3 one-GPU workers never fit."""
     synthetic.generate(tmp_path / "data", train=10, test=10)  # inside the recipe's folder, where data: must be
     recipe = write_recipe(tmp_path, resources={"workers": 3, "gpus_per_worker": 1}, data="data")
-    result = run_recipe(aws_stack["env"], str(recipe), "--target", "ecs", "--run-name", "too-many", "--detach")
+    result = run_recipe(aws_stack["env"], str(recipe), "--on", "ecs", "--name", "too-many", "--detach")
     assert result.returncode == 2, result.stdout + result.stderr
     assert "3 workers do not fit the ECS workers (g5.xlarge): 2 node(s) of 1 hold 2 of this size" in result.stderr
     s3, bucket = aws_stack["server"].client("s3"), aws_stack["outputs"]["results_bucket"]
@@ -423,7 +423,7 @@ def test_the_built_in_fsdp_recipe_stages_its_corpus_and_reads_it_from_s3(aws_sta
     (corpus / "tiny_shakespeare.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n")
     env, bucket = aws_stack["env"], aws_stack["outputs"]["results_bucket"]
     sets = ["--set", f"data={corpus}", "--set", "resources.workers=2", "--set", "resources.cpus_per_worker=4"]
-    result = run_recipe(env, "recipes/fsdp.yaml", "--target", "ecs", "--run-name", "fsdp-data-1", *sets, "--detach")
+    result = run_recipe(env, "recipes/fsdp.yaml", "--on", "ecs", "--name", "fsdp-data-1", *sets, "--detach")
     assert result.returncode == 0, result.stderr
     record = run_record(env, bucket, "fsdp-data-1")
     ecs = aws_stack["server"].client("ecs")

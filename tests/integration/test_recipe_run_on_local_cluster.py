@@ -1,4 +1,4 @@
-"""`make run` with a user's own Ray Train program, on the real local test cluster, through the Jobs API."""
+"""`rayfleet run` with a user's own Ray Train program, on the real local test cluster, through the Jobs API."""
 
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ def only_run(storage: Path) -> Path:
 
 
 def test_user_train_script_runs_from_a_recipe(cluster_env, tmp_path):
-    """One Ray Train program through `make run` proves: the whole code directory ships (helper module, a data
+    """One Ray Train program through `rayfleet run` proves: the whole code directory ships (helper module, a data
     file opened relative to the code from each Ray Train worker, excludes honoured), ARGS/env/secret/setup
     reach the script, the all-reduce spans both workers, the run record/zip/log/listing/logs verb, and the stall
     notice and start/end messages to the webhook. (It merges three earlier runs: the relative-files and stall
@@ -212,7 +212,7 @@ def test_user_train_script_runs_from_a_recipe(cluster_env, tmp_path):
     assert [(r["run"], r["where"], r["state"]) for r in rows] == [("user-job-ok", "local", "SUCCEEDED")]
     assert rows[0]["duration_s"] > 0 and rows[0]["results"] == str(run)
     logs = subprocess.run(
-        [str(REPO / ".venv/bin/python"), "-m", "rayfleet.ops.logs", "user-job-ok"],
+        [str(REPO / ".venv/bin/python"), "-m", "rayfleet.cli.main", "logs", "--run", "user-job-ok"],
         env={**cluster_env, "PYTHONPATH": str(REPO)},
         cwd=storage.parent,
         capture_output=True,
@@ -222,7 +222,7 @@ def test_user_train_script_runs_from_a_recipe(cluster_env, tmp_path):
 
 
 def test_failing_script_fails_make_run_with_its_traceback_and_its_exit_code(cluster_env, tmp_path):
-    """A script that prints its traceback and exits 76, which the recipe's retries do not name: make run fails
+    """A script that prints its traceback and exits 76, which the recipe's retries do not name: rayfleet run fails
     at once (make's `Error 76`: the verb's exit code is the script's), the traceback tail on stderr, the
     record FAILED with exit 76 and one attempt. (It merges the former exit-code and non-retried runs.)"""
     storage = tmp_path / "runs"
@@ -297,7 +297,7 @@ def test_ctrl_c_stops_the_job_and_keeps_its_record(cluster_env, tmp_path):
     script = "import time\nprint('started', flush=True)\ntime.sleep(600)\n"
     recipe = write_recipe(tmp_path, script, storage, resources={"workers": 1, "cpus_per_worker": 1})
     proc = subprocess.Popen(
-        [str(REPO / ".venv/bin/python"), "-m", "rayfleet.targets.run", str(recipe), "--target", "local"],
+        [str(REPO / ".venv/bin/python"), "-m", "rayfleet.cli.main", "run", str(recipe), "--on", "local"],
         env={**cluster_env, "TEST_API_KEY": SECRET},
         cwd=REPO,
         stdout=subprocess.PIPE,

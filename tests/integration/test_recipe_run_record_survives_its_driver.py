@@ -1,6 +1,6 @@
 """A run's record reaches a final state and its log reaches S3 when its driver dies (issue 15, item 13).
 
-The driver here is `python -m rayfleet.targets.run --target local` with its run directory in the moto
+The driver here is `rayfleet run --on local` with its run directory in the moto
 bucket: the same code (rayfleet/recipes/job.py) the trainer task runs on ECS. It is killed mid-run with
 SIGTERM (what ECS sends when the task is stopped) and with SIGKILL (what nothing can catch); a chatty job
 shows that the driver's memory does not grow with the job's output. On ECS, the reader side: a RUNNING
@@ -54,7 +54,7 @@ class Driver:
 
     def __init__(self, env: dict, recipe, run_name: str):
         self.proc = subprocess.Popen(
-            [PYTHON, "-m", "rayfleet.targets.run", str(recipe), "--target", "local", "--run-name", run_name],
+            [PYTHON, "-m", "rayfleet.cli.main", "run", str(recipe), "--on", "local", "--name", run_name],
             env={**env, "RAYFLEET_LOG_FLUSH_S": "1"},
             cwd=REPO,
             stdout=subprocess.PIPE,
@@ -170,11 +170,12 @@ def test_a_chatty_job_keeps_the_driver_memory_bounded(cluster_env, aws_stack, bu
                 measure,
                 PYTHON,
                 "-m",
-                "rayfleet.targets.run",
+                "rayfleet.cli.main",
+                "run",
                 str(recipe),
-                "--target",
+                "--on",
                 "local",
-                "--run-name",
+                "--name",
                 run_name,
             ],
             env=cluster_env,

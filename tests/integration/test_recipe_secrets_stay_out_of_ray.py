@@ -99,11 +99,12 @@ def test_secret_values_reach_the_job_but_never_ray(cluster_env, aws_stack, tmp_p
         [
             str(REPO / ".venv/bin/python"),
             "-m",
-            "rayfleet.targets.run",
+            "rayfleet.cli.main",
+            "run",
             str(tmp_path / "recipe.yaml"),
-            "--target",
+            "--on",
             "local",
-            "--run-name",
+            "--name",
             f"probe-{tag[:8]}",
         ],
         env={**cluster_env, **endpoints, "PROBE_ENV_TOKEN": values["ENV_TOKEN"]},
@@ -134,7 +135,7 @@ def test_secret_values_reach_the_job_but_never_ray(cluster_env, aws_stack, tmp_p
     }
     leaks += [f"Jobs API {what}: {name}" for what, text in answers.items() for name, v in values.items() if v in text]
     # and what the submitter printed and wrote
-    leaks += [f"make run output: {name}" for name, v in values.items() if v in result.stdout + result.stderr]
+    leaks += [f"rayfleet run output: {name}" for name, v in values.items() if v in result.stdout + result.stderr]
     leaks += files_holding(storage, {n: v for n, v in needles.items()})
 
     assert not leaks, "secret values found:\n  " + "\n  ".join(leaks)

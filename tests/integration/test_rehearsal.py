@@ -430,8 +430,8 @@ def test_ddp_recipe_through_the_trainer_survives_a_stopped_worker_and_status_rea
     sidecars = containers(rehearsal.rid, "-gpu-metrics")
     assert len(sidecars) == 2
     started = time.monotonic()
-    args = ["recipes/ddp.yaml", "--target", "ecs", "--run-name", run, *data_of(rehearsal), "--", f"epochs={epochs}"]
-    follow = start_verb(aws["env"], "rayfleet.targets.run", *args, *SMALL[1:])
+    args = ["recipes/ddp.yaml", "--on", "ecs", "--name", run, *data_of(rehearsal), "--", f"epochs={epochs}"]
+    follow = start_verb(aws["env"], "rayfleet.cli.main", "run", *args, *SMALL[1:])
     try:
         seen = sidecars_that_saw(run, sidecars, follow)
         deadline = time.monotonic() + 300
@@ -562,7 +562,7 @@ def test_a_torchrun_recipe_runs_its_script_on_the_worker_tasks(rehearsal, aws):
     rayfleet/node/node_launcher.py), which runs the unmodified example with gloo across the two."""
     run = "rehearsal-torchrun"
     recipe = "recipes/examples/torch-ddp/recipe.yaml"
-    result = run_verb(aws["env"], "rayfleet.targets.run", recipe, "--target", "ecs", "--run-name", run, timeout=900)
+    result = run_verb(aws["env"], "rayfleet.cli.main", "run", recipe, "--on", "ecs", "--name", run, timeout=900)
     assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
     assert "[node 0] done: 30 steps" in result.stdout and "[node 1] rank 1/2 ready on" in result.stdout
     assert run_record(aws, run)["state"] == "SUCCEEDED"
@@ -706,7 +706,7 @@ def refusals(logs, cluster: str, victim: str) -> list[dict]:
 def test_rotate_ray_token_brings_every_node_back(rehearsal, aws):
     """After the half-done rotation above, `make rotate-ray-token` restarts the head, then the workers (forced
     new deployments), and all of them join with the new token."""
-    result = run_verb(aws["env"], "rayfleet.ecs.rotate_token", timeout=900)
+    result = run_verb(aws["env"], "rayfleet.cli.main", "token", "rotate", timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "head: 1 new task(s) running" in result.stdout and "worker: 2 new task(s) running" in result.stdout
     secret = aws["client"]("secretsmanager").get_secret_value(SecretId=aws["outputs"]["ray_token_secret_arn"])
@@ -759,8 +759,8 @@ def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehe
     # What the head kill must not cause is counted from here: how the store's deployment formed before this (its
     # first head may fail its own start-up and be replaced, as below) is not what this test is about.
     rejoined = rejoins(aws, workers, aws["outputs"]["head_dns_name"])
-    args = ["recipes/ddp.yaml", "--target", "ecs", "--run-name", run, *data_of(rehearsal), "--", f"epochs={epochs}"]
-    follow = start_verb(aws["env"], "rayfleet.targets.run", *args, *SMALL[1:])
+    args = ["recipes/ddp.yaml", "--on", "ecs", "--name", run, *data_of(rehearsal), "--", f"epochs={epochs}"]
+    follow = start_verb(aws["env"], "rayfleet.cli.main", "run", *args, *SMALL[1:])
     try:
         deadline = time.monotonic() + 400
         while not (rows := rows_of(aws, run)):

@@ -39,8 +39,9 @@ def port() -> int:
 
 
 def serve(env, *args, timeout=600, target="local") -> subprocess.CompletedProcess:
+    """`rayfleet serve ARGS --on TARGET`."""
     return subprocess.run(
-        [sys.executable, "-m", "rayfleet.ops.serve", *args, "--target", target],
+        [sys.executable, "-m", "rayfleet.cli.main", "serve", *args, "--on", target],
         env=env,
         cwd=REPO,
         capture_output=True,
@@ -80,7 +81,7 @@ def greedy(model, tokenizer, prompt: str, tokens: int) -> list[int]:
 def test_the_export_answers_completions_equal_to_generate(cluster_env, runs, port):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    up = serve(cluster_env, "up", "learn", "--runs-dir", str(runs["lm"]), "--set", f"port={port}")
+    up = serve(cluster_env, "up", "--run", "learn", "--runs-dir", str(runs["lm"]), "--set", f"port={port}")
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
     assert "RUNNING" in up.stdout and f"http://127.0.0.1:{port}/v1/completions" in up.stdout
     key = key_of(cluster_env)
@@ -102,7 +103,7 @@ def test_the_export_answers_completions_equal_to_generate(cluster_env, runs, por
 
 
 def test_a_ddp_run_classifies_the_test_images_as_its_evaluation_did(cluster_env, runs, port, small_dataset):
-    up = serve(cluster_env, "up", "basic", "--runs-dir", str(runs["clf"]), "--set", f"port={port}")
+    up = serve(cluster_env, "up", "--run", "basic", "--runs-dir", str(runs["clf"]), "--set", f"port={port}")
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
     test = fashion_mnist.load(small_dataset, train=False)
     correct = 0
@@ -121,13 +122,13 @@ def test_what_cannot_be_served_is_refused_in_one_line(cluster_env, runs, tmp_pat
     (tmp_path / "empty-run").mkdir()
     (tmp_path / "empty-run" / "metrics.jsonl").write_text("{}\n")
     cases = [
-        (["up", "nope", "--runs-dir", str(runs["lm"])], "no run at"),
-        (["up", "empty-run", "--runs-dir", str(tmp_path)], "nothing to serve"),
+        (["up", "--run", "nope", "--runs-dir", str(runs["lm"])], "no run at"),
+        (["up", "--run", "empty-run", "--runs-dir", str(tmp_path)], "nothing to serve"),
         (
-            ["up", "learn", "--runs-dir", str(runs["lm"]), "--set", "gpus_per_replica=1"],
+            ["up", "--run", "learn", "--runs-dir", str(runs["lm"]), "--set", "gpus_per_replica=1"],
             "gpus_per_replica=1, but the local workers have 0 GPUs",
         ),
-        (["up", "learn", "--runs-dir", str(runs["lm"]), "--set", "replica=2"], "replica: unknown key"),
+        (["up", "--run", "learn", "--runs-dir", str(runs["lm"]), "--set", "replica=2"], "replica: unknown key"),
     ]
     for args, words in cases:
         result = serve(cluster_env, *args)
@@ -135,7 +136,9 @@ def test_what_cannot_be_served_is_refused_in_one_line(cluster_env, runs, tmp_pat
     broken = tmp_path / "broken"
     (broken / "export").mkdir(parents=True)
     (broken / "export" / "config.json").write_text("{not json")
-    failed = serve(cluster_env, "up", "broken", "--runs-dir", str(tmp_path), "--set", f"port={port}", timeout=300)
+    failed = serve(
+        cluster_env, "up", "--run", "broken", "--runs-dir", str(tmp_path), "--set", f"port={port}", timeout=300
+    )
     assert failed.returncode == 1 and "the application failed to start" in failed.stderr, (
         failed.stdout[-2000:] + failed.stderr
     )
@@ -150,7 +153,7 @@ def test_a_run_in_s3_is_downloaded_by_the_replica_and_served(cluster_env, runs, 
     """The replica reads the run as the task role (the cluster's keys), from the deployment's bucket."""
     s3, bucket = aws_stack["server"].client("s3"), aws_stack["outputs"]["results_bucket"]
     upload(s3, bucket, runs["lm"] / "learn" / "export", "runs/lm-in-s3/export")
-    up = serve(cluster_env, "up", "lm-in-s3", "--runs-dir", f"s3://{bucket}/runs", "--set", f"port={port}")
+    up = serve(cluster_env, "up", "--run", "lm-in-s3", "--runs-dir", f"s3://{bucket}/runs", "--set", f"port={port}")
     assert up.returncode == 0, up.stdout[-2000:] + up.stderr[-3000:]
     assert f"from s3://{bucket}/runs/lm-in-s3/export" in up.stdout
     status, body = post(
@@ -180,13 +183,13 @@ def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_mana
     upload(s3, bucket, latest, f"runs/clf-ecs/{latest.name}")
     config = (runs["clf"] / "basic" / "config.yaml").read_bytes()
     s3.put_object(Bucket=bucket, Key="runs/clf-ecs/config.yaml", Body=config)
-    refused = serve(env, "up", "clf-ecs", "--set", "gpus_per_replica=2", target="ecs")
+    refused = serve(env, "up", "--run", "clf-ecs", "--set", "gpus_per_replica=2", target="ecs")
     assert (
         refused.returncode == 2 and "gpus_per_replica=2, but the ECS workers (g5.xlarge) have 1 GPUs" in refused.stderr
     )
     began = time.time()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rayfleet.ops.serve", "up", "clf-ecs", "--target", "ecs"],
+        [sys.executable, "-m", "rayfleet.cli.main", "serve", "up", "--run", "clf-ecs", "--on", "ecs"],
         env=env,
         cwd=REPO,
         stdout=subprocess.PIPE,
@@ -229,7 +232,7 @@ def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_mana
     assert found == {"run": "clf-ecs", "config": config, "kept_at": found["kept_at"]}
     assert began <= found["kept_at"] <= ended  # kept by this `serve up`, not left from before
     down = subprocess.Popen(
-        [sys.executable, "-m", "rayfleet.ops.serve", "down", "--target", "ecs"],
+        [sys.executable, "-m", "rayfleet.cli.main", "serve", "down", "--on", "ecs"],
         env=env,
         cwd=REPO,
         stderr=subprocess.PIPE,

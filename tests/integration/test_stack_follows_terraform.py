@@ -178,7 +178,7 @@ def test_the_fsdp_shape_deploys_too(ecs_moto, tmp_path):
 
 def test_terraforms_sizes_leave_room_for_one_trainer_beside_the_head(ecs_moto, tmp_path):
     """A finding the hand-written stack hid (256 CPU units, 1 GiB per task): the head instance holds the head
-    (60% of its memory) and one trainer (40%); a second `make launch` is refused with ECS's reason."""
+    (60% of its memory) and one trainer (40%); a second `rayfleet launch` is refused with ECS's reason."""
     outputs = stack.create(ecs_moto, tmp_path, trainer_slots=1)
     env = _env(ecs_moto, outputs)
     first = run_verb(env, "launch", "ddp", "--name", "first", "--detach")

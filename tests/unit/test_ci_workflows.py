@@ -43,7 +43,7 @@ def test_only_the_push_job_on_main_gets_an_oidc_token(path):
 
 def test_images_are_pushed_with_the_tag_deploy_uses():
     text = (WORKFLOWS[0].parent / "images.yml").read_text()
-    assert "github.sha" not in text  # make's IMAGE_TAG (12 characters of the commit), as make deploy uses
+    assert "github.sha" not in text  # make's IMAGE_TAG (12 characters of the commit), as rayfleet deploy uses
 
 
 # --- `make test` does its own set-up (tools/system_deps.py); .ci/run is `make test` ------------------------------

@@ -181,7 +181,13 @@ def _cluster_and_serving(sub) -> None:
     p = sub.add_parser("cluster", help="the local Ray cluster: up, down, status, env, or run a command on it")
     p.add_argument("action", choices=["up", "down", "status", "env", "run", "replace-head"])
     p.add_argument("--workers", type=int_in(1, 10_000), help="worker nodes (default 2)")
-    p.add_argument("--gcs-store", action="store_true", help="the GCS in a local redis-server (replace-head)")
+    p.add_argument(
+        "--gcs-store",
+        action="store_true",
+        default=None,
+        help="keep the GCS in a local redis-server, so replace-head can replace a killed head "
+        "(default: $RAYFLEET_GCS_STORE)",
+    )
     p.add_argument("--cpus-per-worker", type=float_in(0, 1024, low_open=True))
     p.add_argument("--gpus-per-worker", type=int_in(0, 64))
     p.add_argument("command", nargs="*", metavar="-- CMD", help="run: the command (a cluster is started if none)")
@@ -192,6 +198,7 @@ def _cluster_and_serving(sub) -> None:
     p.add_argument("--run", type=run_name_arg, help="up: the run to serve (rayfleet runs lists them)")
     p.add_argument("--on", choices=ON, default="auto")
     p.add_argument("--config", help="the serving config (default: recipes/serve.yaml)")
+    p.add_argument("--runs-dir", help="up, locally: where the run is (default: runs; or s3://bucket/prefix)")
     _sets(p, "serving-config")
     p.add_argument("--timeout", type=float_in(0, WEEK_S, low_open=True), help="up: seconds to wait for the replicas")
     _bucket(p)

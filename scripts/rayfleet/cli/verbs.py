@@ -12,32 +12,19 @@ from rayfleet.core.errors import EXIT_BAD_INPUT
 from rayfleet.core.run_dir import LOCAL_RUNS, runs_root
 
 
-def _flag(name: str, value) -> list[str]:
-    """`--name value` when a value was given, `--name` for a true switch, nothing otherwise."""
-    if value is None or value is False:
-        return []
-    return [name] if value is True else [name, str(value)]
-
-
-def _sets(opts: argparse.Namespace, storage: bool = False) -> list[str]:
-    """--set flags; for a recipe, also the storage a --bucket means (a local run keeps its results there too)."""
-    sets = [*opts.set, *([f"storage={runs_root(opts.bucket)}"] if storage and opts.bucket else [])]
-    return [x for item in sets for x in ("--set", item)]
-
-
 def run(opts: argparse.Namespace) -> int:
-    from rayfleet.targets import run as target_run
+    from rayfleet.targets.run import submit_recipe
 
-    argv = [opts.recipe, "--target", opts.on, *_flag("--local-recipe", opts.local_recipe), *_flag("--root", opts.root)]
-    argv += [*_flag("--run-name", opts.name), *_sets(opts, storage=True), *_flag("--detach", opts.detach)]
-    return target_run.main([*argv, *_flag("--outputs", opts.outputs), "--", *opts.args])
+    # a --bucket is the run's storage too (a local run keeps its results there as well)
+    sets = [*opts.set, *([f"storage={runs_root(opts.bucket)}"] if opts.bucket else [])]
+    where = {"on": opts.on, "local_recipe": opts.local_recipe, "root": opts.root, "outputs": opts.outputs}
+    return submit_recipe(opts.recipe, name=opts.name, sets=sets, detach=opts.detach, args=opts.args, **where)
 
 
 def launch(opts: argparse.Namespace) -> int:
     from rayfleet.ecs import launch as ecs_launch
 
-    argv = [opts.job, *opts.args, *_flag("--run-name", opts.name), *_flag("--detach", opts.detach)]
-    return ecs_launch.main([*argv, *_flag("--json", opts.json), *_flag("--outputs", opts.outputs)])
+    return ecs_launch.launch_job(opts.job, opts.args, opts.name, opts.detach, opts.json, opts.outputs)
 
 
 def runs(opts: argparse.Namespace) -> int:
@@ -121,11 +108,17 @@ def tensorboard(opts: argparse.Namespace) -> int:
 
 def infra(opts: argparse.Namespace) -> int:
     from rayfleet.ops import infra as ops_infra
+    from rayfleet.ops.terraform_cli import DeploymentArgs
 
-    argv = [opts.action, *_flag("--var-file", opts.var_file), *_flag("--image-tag", opts.image_tag)]
-    argv += [*_flag("--region", opts.region), *_flag("--force", getattr(opts, "force", False))]
-    argv += [*_flag("--yes", getattr(opts, "yes", False))]
-    return ops_infra.main([*argv, *_flag("--delete-results", getattr(opts, "delete_results", False))])
+    args = DeploymentArgs(
+        var_file=opts.var_file,
+        image_tag=opts.image_tag,
+        region=opts.region,
+        yes=getattr(opts, "yes", False),
+        force=getattr(opts, "force", False),
+        delete_results=getattr(opts, "delete_results", False),
+    )
+    return ops_infra.run_deployment(opts.action, args)
 
 
 def status(opts: argparse.Namespace) -> int:
@@ -160,29 +153,23 @@ def start(opts: argparse.Namespace) -> int:
 def images(opts: argparse.Namespace) -> int:
     from rayfleet.ops import images as ops_images
 
-    argv = [opts.action, *_flag("--images", opts.images), *_flag("--tag", opts.tag)]
-    return ops_images.main([*argv, *_flag("--models", opts.models), *_flag("--outputs", opts.outputs)])
+    return ops_images.build_or_push(opts.action, opts.images, opts.tag, opts.models, opts.outputs)
 
 
 def token(opts: argparse.Namespace) -> int:
     from rayfleet.ecs import rotate_token
 
-    return rotate_token.main([*_flag("--force", opts.force), *_flag("--outputs", opts.outputs)])
+    return rotate_token.rotate_token(opts.force, opts.outputs)
 
 
 def cluster(opts: argparse.Namespace) -> int:
-    from rayfleet.local import cli as local_cli
+    from rayfleet.local.cli import cluster_verb
 
-    argv = [opts.action]
-    if opts.action in ("up", "run"):
-        argv += [*_flag("--workers", opts.workers), *_flag("--cpus-per-worker", opts.cpus_per_worker)]
-        argv += [*_flag("--gpus-per-worker", opts.gpus_per_worker), *_flag("--gcs-store", opts.gcs_store)]
-    if opts.action == "run":
-        if not opts.command:
-            print("error: name the command: rayfleet cluster run -- python -m ...", file=sys.stderr)
-            return EXIT_BAD_INPUT
-        argv += ["--", *opts.command]
-    return local_cli.main(argv)
+    if opts.action == "run" and not opts.command:
+        print("error: name the command: rayfleet cluster run -- python -m ...", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    shape = (opts.workers, opts.cpus_per_worker, opts.gpus_per_worker, opts.gcs_store)
+    return cluster_verb(opts.action, opts.command, *shape)
 
 
 def serve(opts: argparse.Namespace) -> int:
@@ -191,9 +178,10 @@ def serve(opts: argparse.Namespace) -> int:
     if opts.action == "up" and not opts.run:
         print("error: name the run to serve: rayfleet serve up --run NAME (rayfleet runs lists them)", file=sys.stderr)
         return EXIT_BAD_INPUT
-    argv = [opts.action, *([opts.run] if opts.run else []), "--target", opts.on, *_sets(opts)]
-    argv += [*_flag("--config", opts.config), *_flag("--timeout", opts.timeout), *_flag("--outputs", opts.outputs)]
-    return ops_serve.main(argv)
+    where = opts.runs_dir or (runs_root(opts.bucket) if opts.bucket else LOCAL_RUNS)
+    return ops_serve.serve_verb(
+        opts.action, opts.run, opts.on, opts.config, opts.set, opts.timeout, opts.outputs, runs_dir=where
+    )
 
 
 def rehearse(opts: argparse.Namespace) -> int:

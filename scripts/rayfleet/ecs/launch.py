@@ -1,7 +1,7 @@
 """Run a job on the ECS cluster: RunTask of the trainer task definition, then follow its log.
 
-    python -m rayfleet.ecs.launch ddp [key=value ...] [--detach]       # make train-ddp BUCKET=... / make launch
-    python -m rayfleet.ecs.launch fsdp epochs=1 --run-name my-run
+    rayfleet launch ddp [key=value ...] [--detach]
+    rayfleet launch fsdp epochs=1 --name my-run
 
 The trainer (the Ray driver) starts in the cluster's private subnets and security group, with the job and
 its arguments as the container command and the run's storage under the results bucket. The verb prints the
@@ -11,13 +11,12 @@ exits with the job's exit code. `--detach` returns after the start.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from datetime import UTC, datetime
 
-from rayfleet.core.aws import STARTED_BY, Aws, PlacementFailed, run_cli
+from rayfleet.core.aws import STARTED_BY, Aws, PlacementFailed
 from rayfleet.core.errors import RayfleetError
+from rayfleet.core.moved import gone
 from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.ecs import image_policy
 from rayfleet.ecs.logs import follow_task, log_stream
@@ -25,7 +24,7 @@ from rayfleet.ecs.outputs import Outputs
 
 OVERRIDES_LIMIT = 8192  # RunTask: the JSON of all container overrides
 _REASONS = {
-    "RESOURCE:GPU": "no registered container instance has a free GPU (are the GPU instances up? make status)",
+    "RESOURCE:GPU": "no registered container instance has a free GPU (are the GPU instances up? rayfleet status)",
     "RESOURCE:MEMORY": "no container instance has enough free memory for the trainer",
     "RESOURCE:CPU": "no container instance has enough free CPU for the trainer",
     "AGENT": "the ECS agent on the instance is disconnected",
@@ -35,7 +34,7 @@ _REASONS = {
 
 def explain(failures: list[dict]) -> str:
     if not failures:
-        return "ECS started no task and gave no reason (no container instances registered yet? make status)"
+        return "ECS started no task and gave no reason (no container instances registered yet? rayfleet status)"
     parts = []
     for failure in failures:
         reason = failure.get("reason", "?")
@@ -75,7 +74,7 @@ def launch(
         if full:
             why += (
                 f" (the head instance holds {out.concurrent_runs} run driver(s) at once, Terraform's concurrent_runs:"
-                " wait for a run to end (make queue), cancel one (make cancel RUN=...), or deploy a larger"
+                " wait for a run to end (rayfleet queue), cancel one (rayfleet cancel --run ...), or deploy a larger"
                 " concurrent_runs: 2 needs an m5.2xlarge head or larger)"
             )
         raise PlacementFailed(why, request=request, slots_full=full)
@@ -183,28 +182,28 @@ def trainer_with_image(aws: Aws, out: Outputs, image: str) -> str:
     return registered["taskDefinition"]["taskDefinitionArn"]
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rayfleet.ecs.launch", description=__doc__.split("\n")[0])
-    parser.add_argument("job", help="ddp, fsdp, or any module the trainer image runs")
-    parser.add_argument("args", nargs="*", metavar="key=value", help="passed to the job")
-    parser.add_argument("--run-name", help="default: <job>-<UTC time>; an existing run's name resumes it")
-    parser.add_argument("--detach", action="store_true", help="return once the task has started")
-    parser.add_argument("--json", action="store_true", help="print the launch record as JSON")
-    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
-    opts = parser.parse_intermixed_args(argv)  # options and key=value in any order
-    out = Outputs.load(opts.outputs)
+def launch_job(
+    job: str,
+    args: list[str],
+    name: str | None = None,
+    detach: bool = False,
+    as_json: bool = False,
+    outputs: str | None = None,
+) -> int:
+    """`rayfleet launch JOB [key=value ...]`: the job module as a trainer task, followed unless `detach`."""
+    out = Outputs.load(outputs)
     aws = Aws(out.region)
-    record = launch(aws, out, opts.job, opts.args, opts.run_name)
-    if opts.json:
+    record = launch(aws, out, job, args, name)
+    if as_json:
         print(json.dumps(record))
     else:
         print(f"run {record['run_name']}: task {record['task_arn']}")
         print(f"  results   {record['results']}")
-        print(f"  log       {record['log_group']} {record['log_stream']}  (make logs RUN={record['run_name']})")
-    if opts.detach:
+        print(f"  log       {record['log_group']} {record['log_stream']}  (rayfleet logs --run {record['run_name']})")
+    if detach:
         return 0
     return follow_task(aws, out, record["task_arn"], record["log_stream"])
 
 
-if __name__ == "__main__":
-    sys.exit(run_cli(main))
+if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
+    gone("python -m rayfleet.ecs.launch", "rayfleet launch")

@@ -48,7 +48,9 @@ def run_record(out: Outputs, run: str) -> dict:
         if pending is not None and pending.task_arn:
             return {**record, "task_arn": pending.task_arn, "log_stream": log_stream(out, pending.task_arn)}
         if pending is not None:
-            raise RayfleetError(f"run {run} waits for a driver slot, so it has no log yet ({pending.why}; make queue)")
+            raise RayfleetError(
+                f"run {run} waits for a driver slot, so it has no log yet ({pending.why}; rayfleet queue)"
+            )
         raise RayfleetError(f"no run {run} in {runs_root(out.results_bucket)}/ (rayfleet runs lists them)")
     return record
 

@@ -54,7 +54,7 @@ class Outputs:
             try:
                 raw = json.loads(path.read_text())
             except json.JSONDecodeError as exc:
-                raise MissingOutputs(f"{path} is not JSON ({exc}); run `make deploy` to write it again") from None
+                raise MissingOutputs(f"{path} is not JSON ({exc}); run `rayfleet deploy` to write it again") from None
         values = {k: (v["value"] if isinstance(v, dict) and "value" in v else v) for k, v in raw.items()}
         for f in fields(cls):
             env = os.environ.get(f"RAYFLEET_{f.name.upper()}")
@@ -63,5 +63,5 @@ class Outputs:
         required = [f.name for f in fields(cls) if f.default is MISSING and f.name not in values]
         if required:
             where = str(path) if path.is_file() else f"{path} (missing)"
-            raise MissingOutputs(f"Terraform outputs {', '.join(required)} not found in {where}; run `make deploy`")
+            raise MissingOutputs(f"Terraform outputs {', '.join(required)} not found in {where}; run `rayfleet deploy`")
         return cls(**{f.name: values[f.name] for f in fields(cls) if f.name in values})

@@ -1,6 +1,6 @@
 """Rotate the ECS cluster's Ray auth token: a new secret version, then the head, then every other holder restarted.
 
-    python -m rayfleet.ecs.rotate_token [--force] [--outputs FILE]      # make rotate-ray-token
+    rayfleet token rotate [--force] [--outputs FILE]
 
 1. Refuses while a job's trainer runs (it would lose the cluster mid-run) or `make serve` keeps a served
    application (rayfleet/core/serve_kept.py: it would stop answering until the new head has it again) unless --force.
@@ -20,14 +20,13 @@ a running job's trainer keeps the old one and fails with its head).
 
 from __future__ import annotations
 
-import argparse
 import secrets
-import sys
 import time
 
 from rayfleet.core import serve_kept as kept
-from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.aws import Aws
 from rayfleet.core.errors import RayfleetError
+from rayfleet.core.moved import gone
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import running_tasks
 
@@ -130,25 +129,27 @@ def wait_replaced(
         if time.monotonic() > deadline:
             raise RayfleetError(
                 f"{service} not replaced after {timeout:.0f}s ({len(remaining)} old, {len(new)} new running); "
-                "check `make status`; the new token is already current, so new tasks will use it"
+                "check `rayfleet status`; the new token is already current, so new tasks will use it"
             )
         time.sleep(poll)
 
 
 def rotate(aws: Aws, out: Outputs, force: bool = False, say=print, poll: float = 5, timeout: float = 1800) -> dict:
     if not out.ray_token_secret_arn:
-        raise RayfleetError("the outputs have no ray_token_secret_arn: run `make deploy` with this version of infra/")
+        raise RayfleetError(
+            "the outputs have no ray_token_secret_arn: run `rayfleet deploy` with this version of infra/"
+        )
     ecs = aws.client("ecs")
     aws.check_cluster(out.cluster_name)
     running = running_tasks(ecs, out)
     if running["trainer"] and not force:
         jobs = len(running["trainer"])
-        raise RayfleetError(f"{jobs} job(s) running would lose the cluster: wait, `make stop`, or --force")
+        raise RayfleetError(f"{jobs} job(s) running would lose the cluster: wait, `rayfleet stop`, or --force")
     serving = kept.kept(aws.client("s3"), out.results_bucket)
     if serving and not force:
         raise RayfleetError(
             f"run {serving['run']} is served: the restarted head gets it back, but it stops answering meanwhile: "
-            "`make serve-down` first, or --force"
+            "`rayfleet serve down` first, or --force"
         )
     version = aws.client("secretsmanager").put_secret_value(
         SecretId=out.ray_token_secret_arn, SecretString=new_token()
@@ -165,18 +166,14 @@ def rotate(aws: Aws, out: Outputs, force: bool = False, say=print, poll: float =
     return {"secret_version": version, "restarted": services}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rayfleet.ecs.rotate_token", description=__doc__.split("\n")[0])
-    parser.add_argument("--force", action="store_true", help="rotate even while a job runs (the job will fail)")
-    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
-    parser.add_argument("--poll", type=float, default=5.0, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    out = Outputs.load(args.outputs)
-    result = rotate(Aws(out.region), out, force=args.force, poll=args.poll)
+def rotate_token(force: bool = False, outputs: str | None = None, poll_s: float = 5.0) -> int:
+    """`rayfleet token rotate`: a new token in the secret, every service restarted with it, in order."""
+    out = Outputs.load(outputs)
+    result = rotate(Aws(out.region), out, force=force, poll=poll_s)
     restarted = ", ".join(result["restarted"]) or "no service"
     print(f"rotated: secret version {result['secret_version']}; restarted with it, in this order: {restarted}")
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(run_cli(main))
+if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
+    gone("python -m rayfleet.ecs.rotate_token", "rayfleet token rotate")

@@ -21,6 +21,7 @@ import sysconfig
 
 from rayfleet.core.aws import Aws, PluginMissing
 from rayfleet.core.errors import ConfigError, RayfleetError
+from rayfleet.core.moved import gone
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import running_tasks
 
@@ -74,12 +75,12 @@ def find_task(aws: Aws, out: Outputs, target: str) -> tuple[dict, str]:
     )
     tasks = running_tasks(aws.client("ecs"), out)[role]
     if not tasks:
-        raise RayfleetError(f"no running {role} task in {out.cluster_name} (make status)")
+        raise RayfleetError(f"no running {role} task in {out.cluster_name} (rayfleet status)")
     if role == "trainer":
         return tasks[-1], container  # the newest run
     index = index or 0
     if index >= len(tasks):
-        raise RayfleetError(f"{target}: only {len(tasks)} worker task(s) are running (make status)")
+        raise RayfleetError(f"{target}: only {len(tasks)} worker task(s) are running (rayfleet status)")
     return tasks[index], container
 
 
@@ -91,7 +92,8 @@ def check_exec_agent(task: dict, container: str) -> None:
     if not task.get("enableExecuteCommand"):
         raise ExecUnavailable(
             f"task {task_id} was started without ECS Exec (enableExecuteCommand); "
-            "`make deploy` turns it on for the services, `make launch` for trainers, for the tasks started after"
+            "`rayfleet deploy` turns it on for the services, `rayfleet launch` for trainers, "
+            "for the tasks started after"
         )
     entry = next((c for c in task.get("containers", []) if c.get("name") == container), None)
     if entry is None:
@@ -102,7 +104,7 @@ def check_exec_agent(task: dict, container: str) -> None:
         reason = f" ({' '.join(agent['reason'].split())})" if agent.get("reason") else ""
         raise ExecUnavailable(
             f"the ECS Exec agent in {container} of task {task_id} is {status}{reason}, not RUNNING: "
-            "retry in a minute; if it stays so, check the task role's ssmmessages permissions (make deploy)"
+            "retry in a minute; if it stays so, check the task role's ssmmessages permissions (rayfleet deploy)"
         )
 
 
@@ -151,3 +153,7 @@ def open_shell(node: str = "head", command: str = "/bin/bash", outputs: str | No
     out = Outputs.load(outputs)
     exec_in(Aws(out.region), out, node, command)
     return 1  # not reached: exec_in replaces this process or raises
+
+
+if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
+    gone("python -m rayfleet.ecs.shell", "rayfleet exec")

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from rayfleet.core.aws import Aws
 from rayfleet.core.bucket import RAY_STATUS as RAY_STATUS_KEY
 from rayfleet.core.errors import ConfigError, RayfleetError
+from rayfleet.core.moved import gone
 from rayfleet.ecs import capacity, preflight
 from rayfleet.ecs.outputs import Outputs
 
@@ -88,10 +89,12 @@ def start(
             return {"cluster": out.cluster_name, "workers": seen, "waited_s": round(clock() - began)}
         reasons = why(aws, out, since)
         if fatal := [r for r in reasons if r.fatal]:  # waiting cannot help: say so now, not after the timeout
-            raise RayfleetError(f"capacity cannot come: {fatal[0]}; `make stop` scales the services back to zero")
+            raise RayfleetError(f"capacity cannot come: {fatal[0]}; `rayfleet stop` scales the services back to zero")
         if clock() - began > timeout_s:
             last = f" (last reasons: {'; '.join(map(str, reasons))})" if reasons else ""
-            raise RayfleetError(f"after {timeout_s:.0f} s Ray sees {seen}/{wanted} workers{last}; see `make status`")
+            raise RayfleetError(
+                f"after {timeout_s:.0f} s Ray sees {seen}/{wanted} workers{last}; see `rayfleet status`"
+            )
         new = [r for r in reasons if r.text not in shown]
         shown.update(r.text for r in new)
         if clock() - said >= PROGRESS_EVERY_S:
@@ -109,7 +112,7 @@ def _workers_wanted(out: Outputs, workers: int | None, say) -> int:
     if workers is None:
         return most
     if workers < 1:
-        raise ConfigError(f"workers must be at least 1 (got {workers}); `make stop` scales them to zero")
+        raise ConfigError(f"workers must be at least 1 (got {workers}); `rayfleet stop` scales them to zero")
     if workers > most:
         say(f"{workers} workers asked for; the worker group launches at most {most}: starting {most}")
     return min(workers, most)
@@ -146,3 +149,7 @@ def start_deployment(timeout_s: float = 1800, workers: int | None = None, output
     out = Outputs.load(outputs)
     start(Aws(out.region), out, timeout_s=timeout_s, workers=workers)
     return 0
+
+
+if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
+    gone("python -m rayfleet.ecs.start", "rayfleet start")

@@ -11,6 +11,7 @@ import json
 import sys
 
 from rayfleet.core.aws import STARTED_BY, Aws
+from rayfleet.core.moved import gone
 from rayfleet.ecs.outputs import Outputs
 
 
@@ -58,3 +59,7 @@ def stop_deployment(as_json: bool = False, outputs: str | None = None) -> int:
     else:
         print(f"stopped: {len(result['trainer_tasks_stopped'])} trainer task(s); services at 0; nothing left running")
     return 0
+
+
+if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
+    gone("python -m rayfleet.ecs.teardown", "rayfleet stop")

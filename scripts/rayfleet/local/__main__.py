@@ -1,7 +1,5 @@
-"""`python -m rayfleet.local up|down|status|env|run|replace-head`: see rayfleet/local/cluster.py."""
+"""`python -m rayfleet.local ...`, the local cluster's command line before `rayfleet cluster` took it over."""
 
-import sys
+from rayfleet.core.moved import gone
 
-from rayfleet.local.cli import main
-
-sys.exit(main())
+gone("python -m rayfleet.local", "rayfleet cluster up|down|status|env|run|replace-head")

@@ -1,10 +1,10 @@
 """A real local Ray cluster shaped like the ECS one: a head that trains nothing, N worker nodes.
 
-    python -m rayfleet.local up [--workers 2] [--cpus-per-worker 1]   # make cluster-up
-    python -m rayfleet.local status                                   # make cluster-status
-    python -m rayfleet.local down                                     # make cluster-down
-    eval "$(python -m rayfleet.local env)"     # then `ray status`, `ray job submit -- python x.py`
-    python -m rayfleet.local run [--workers 2] -- CMD ...   # CMD on the running cluster, or its own
+    rayfleet cluster up [--workers 2] [--cpus-per-worker 1]
+    rayfleet cluster status
+    rayfleet cluster down
+    eval "$(rayfleet cluster env)"                  # then `ray status`, `ray job submit -- python x.py`
+    rayfleet cluster run [--workers 2] -- CMD ...   # CMD on the running cluster, or its own
 
 Every node is a separate `ray start --block` process in its own session, started with
 `RAY_AUTH_MODE=token` and the machine's token file (rayfleet/core/ray_auth.py). Every process the cluster
@@ -144,7 +144,7 @@ def _up_once(spec: ClusterSpec, quiet: bool) -> ClusterState:
     existing = load_state()
     if existing and find_cluster_pids(existing.cluster_id, existing.pids):
         raise ClusterError(
-            f"a rayfleet cluster is already running at {existing.address}; run `make cluster-down` first"
+            f"a rayfleet cluster is already running at {existing.address}; run `rayfleet cluster down` first"
         )
     if existing:
         _clear(existing)
@@ -270,10 +270,10 @@ def running() -> ClusterState | None:
 def status() -> str:
     state = load_state()
     if state is None:
-        return "no rayfleet cluster recorded (make cluster-up starts one)"
+        return "no rayfleet cluster recorded (rayfleet cluster up starts one)"
     pids = find_cluster_pids(state.cluster_id, state.pids)
     if not pids:
-        return f"cluster {state.cluster_id} is recorded but not running (make cluster-down clears it)"
+        return f"cluster {state.cluster_id} is recorded but not running (rayfleet cluster down clears it)"
     spec = state.spec
     return (
         f"cluster {state.cluster_id}: RAY_ADDRESS={state.address}, dashboard {state.dashboard_url}, "
@@ -288,7 +288,7 @@ def run(command: list[str], spec: ClusterSpec) -> int:
     if command[:1] == ["--"]:
         command = command[1:]
     if not command:
-        raise ClusterError("run needs a command: python -m rayfleet.local run [--workers N] -- CMD ...")
+        raise ClusterError("run needs a command: rayfleet cluster run [--workers N] -- CMD ...")
     ray_auth.use_token_auth()
     state = running()
     started = state is None

@@ -2,8 +2,8 @@
 head on ECS can keep its GCS in ElastiCache (infra/modules/gcs_store), so a killed head is replaced on the same
 store and what ran on the workers goes on.
 
-    python -m rayfleet.local up --gcs-store      # make cluster-up GCS_STORE=1
-    python -m rayfleet.local replace-head        # SIGKILL the head, start a new one on the same store
+    rayfleet cluster up --gcs-store
+    rayfleet cluster replace-head        # SIGKILL the head, start a new one on the same store
 
 Ray 2.60's GCS fault tolerance: with RAY_REDIS_ADDRESS the head's GCS keeps its tables in Redis under
 RAY_external_storage_namespace; a new head on the same store and namespace takes the cluster back (nodes,

@@ -21,7 +21,7 @@ def replace_head() -> float:
     same GCS store; returns seconds until every node is alive on it again. Only a cluster with a store."""
     state = running()
     if state is None:
-        raise ClusterError("no rayfleet cluster is running; run `make cluster-up GCS_STORE=1`")
+        raise ClusterError("no rayfleet cluster is running; run `rayfleet cluster up --gcs-store`")
     if not state.store:
         raise ClusterError(
             "this cluster keeps its GCS in the head: a new head would know nothing (start it with --gcs-store)"

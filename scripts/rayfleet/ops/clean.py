@@ -3,7 +3,6 @@ twice and after a half-done run (see rayfleet/ops/infra.py for the whole story).
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import subprocess
@@ -15,7 +14,7 @@ from rayfleet.core.errors import ConfigError, RayfleetError
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ops.deployment_files import INFRA, OUTPUTS
 from rayfleet.ops.teardown_data import empty_bucket, empty_repository, results_held
-from rayfleet.ops.terraform_cli import confirm, terraform, variables
+from rayfleet.ops.terraform_cli import DeploymentArgs, confirm, terraform, variables
 
 OUTPUT_FIELDS = {f.name for f in dataclasses.fields(Outputs)}
 
@@ -67,7 +66,7 @@ def what_clean_destroys(names: dict, held: tuple | None, delete_results: bool) -
             if delete_results
             else f"the results bucket {names['bucket']} (empty)"
         )
-    return "make clean destroys: " + "; ".join(parts) + "."
+    return "rayfleet down destroys: " + "; ".join(parts) + "."
 
 
 def state_left(binary: str) -> list[str]:
@@ -75,13 +74,13 @@ def state_left(binary: str) -> list[str]:
     return [line.strip() for line in result.stdout.splitlines() if line.strip()] if result.returncode == 0 else []
 
 
-def destroy(binary: str, opts: argparse.Namespace) -> int:
+def destroy(binary: str, opts: DeploymentArgs) -> int:
     """make clean: refuse first (results present, no consent), ask once, then stop, empty, destroy; each step
     accepts what a half-done earlier clean left (a cluster, repository or bucket already gone)."""
-    again = "make clean" + (" DELETE_RESULTS=1" if opts.delete_results else "")
+    again = "rayfleet down" + (" --delete-results" if opts.delete_results else "")
     if not opts.yes and not sys.stdin.isatty():  # before anything: a script learns it at once
         raise ConfigError(
-            f"make clean asks before destroying and there is no terminal to ask on; `{again} AUTO_APPROVE=1` "
+            f"rayfleet down asks before destroying and there is no terminal to ask on; `{again} --yes` "
             "destroys without asking"
         )
     terraform(binary, "init", "-input=false")
@@ -92,10 +91,10 @@ def destroy(binary: str, opts: argparse.Namespace) -> int:
         raise RayfleetError(
             f"the results bucket {names['bucket']} holds {held[0]} object(s) ({held[1]} versions and delete "
             "markers): copy what you need (aws s3 sync s3://" + names["bucket"] + " ./results), then run "
-            "`make clean DELETE_RESULTS=1` to delete them with everything else; nothing was stopped or destroyed"
+            "`rayfleet down --delete-results` to delete them with everything else; nothing was stopped or destroyed"
         )
     print(what_clean_destroys(names, held, opts.delete_results))
-    if not confirm("destroy all of it?", opts.yes, f"`{again} AUTO_APPROVE=1`"):
+    if not confirm("destroy all of it?", opts.yes, f"`{again} --yes`"):
         print("not destroyed: nothing was stopped, emptied or deleted")
         return 1
     if names["outputs"] is not None:

@@ -71,6 +71,6 @@ def refuse_head_replacement(plan: dict, force: bool) -> None:
         )
         return
     raise HeadBusy(
-        f"{what}: they would lose their cluster. Wait for the jobs, `make stop` or `make serve-down`, or "
-        "`make deploy FORCE=1` (then resubmit a run under its name to resume from its last checkpoint)"
+        f"{what}: they would lose their cluster. Wait for the jobs, `rayfleet stop` or `rayfleet serve down`, or "
+        "`rayfleet deploy --force` (then resubmit a run under its name to resume from its last checkpoint)"
     )

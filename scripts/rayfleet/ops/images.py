@@ -1,13 +1,13 @@
 """Build the four images with docker or podman, and push them to the ECR repositories Terraform made.
 
-    python -m rayfleet.ops.images build [--images ray-head,trainer] [--tag TAG] [--models M]   # make build
-    python -m rayfleet.ops.images push  [--images ...] [--tag TAG]                             # make push
+    rayfleet images build [--images ray-head,trainer] [--tag TAG] [--models M]
+    rayfleet images push  [--images ...] [--tag TAG]
 
 Images are tagged with the git revision (`--tag`, default `git rev-parse --short=12 HEAD`). ray-head,
 ray-worker and trainer build FROM the shared `ray-base` (images/base/ray.Dockerfile), built first.
-The trainer preloads no model unless `--models` (make's MODELS) names some: the FSDP recipe wants
-`MODELS=databricks/dolly-v2-7b`, about 14 GB that a DDP-only user should not build and push. The build says
-first what it builds and preloads, and last each image's size and what `make push` will upload.
+The trainer preloads no model unless `--models` names some: the FSDP recipe wants
+`--models databricks/dolly-v2-7b`, about 14 GB that a DDP-only user should not build and push. The build says
+first what it builds and preloads, and last each image's size and what `rayfleet images push` will upload.
 Bases: BASE_IMAGE (Ray images) and PYTHON_BASE_IMAGE (gpu-metrics) override the Dockerfiles' defaults,
 which is how tests build on a local debootstrap base. With podman, the host's pip configuration (local
 package indexes, the CA bundle of an intercepting proxy) is mounted for the build only, never copied
@@ -16,20 +16,19 @@ into a layer.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import configparser
 import os
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 from rayfleet.core import pip_config
-from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.aws import Aws
 from rayfleet.core.errors import RayfleetError
+from rayfleet.core.moved import gone
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ops.deployment_files import ROOT
 
@@ -156,7 +155,11 @@ def build_plan(images: list[str], models: str | None) -> list[str]:
             lines.append("--models ignored: the trainer is not among the images")
         return lines
     if not entries:
-        return [*lines, f"trainer: no models preloaded; for the FSDP recipe: MODELS={FSDP_MODEL} make build push"]
+        return [
+            *lines,
+            f"trainer: no models preloaded; for the FSDP recipe: rayfleet images build --models {FSDP_MODEL}, "
+            "then rayfleet images push",
+        ]
     lines.append("trainer preloads:")
     sizes = {e: model_size(e) for e in entries}
     width = max(len(e) for e in [*entries, "total"])
@@ -190,7 +193,7 @@ def size_report(tool: str, names: list[str], run=None) -> list[str]:
     return [
         "image sizes:",
         *lines,
-        f"make push uploads {len(names)} image(s): at most {human(total)}{unknown} (uncompressed sizes)",
+        f"rayfleet images push uploads {len(names)} image(s): at most {human(total)}{unknown} (uncompressed sizes)",
     ]
 
 
@@ -250,7 +253,7 @@ def mark_deployed(ecr, repositories: list[str], tag: str, say=print) -> int:
             say(f"repository {name} does not exist: nothing to mark")
             continue
         if not found.get("images"):
-            say(f"{name}:{tag} is not pushed yet: `make push` marks it {mark} when it pushes it")
+            say(f"{name}:{tag} is not pushed yet: `rayfleet images push` marks it {mark} when it pushes it")
             continue
         image = found["images"][0]
         media = (
@@ -280,7 +283,9 @@ def push(images: list[str], tag: str, out: Outputs, say=print) -> list[str]:
     tool = engine()
     urls = out.ecr_repository_urls
     if not urls:
-        raise RayfleetError("the Terraform outputs have no ecr_repository_urls: re-run `make deploy` with this infra/")
+        raise RayfleetError(
+            "the Terraform outputs have no ecr_repository_urls: re-run `rayfleet deploy` with this infra/"
+        )
     missing = [i for i in images if i not in urls]
     if missing:
         raise RayfleetError(f"no ECR repository for {', '.join(missing)} in the outputs")
@@ -301,36 +306,35 @@ def push(images: list[str], tag: str, out: Outputs, say=print) -> list[str]:
         say(f"pushing {remote} ...")
         for command in ([tool, "tag", local_name(image, tag), remote], [tool, "push", remote]):
             if subprocess.run(command).returncode != 0:
-                raise RayfleetError(f"{' '.join(command[:2])} {image} failed (built? make build IMAGES={image})")
+                raise RayfleetError(
+                    f"{' '.join(command[:2])} {image} failed (built? rayfleet images build --images {image})"
+                )
         pushed.append(remote)
     if out.image_tag == tag:  # the tag the services run (deployed before its images were pushed): protect it
         mark_deployed(Aws(out.region).client("ecr"), [urls[i].split("/", 1)[1] for i in images], tag, say=say)
     return pushed
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.images", description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=["build", "push"])
-    parser.add_argument("--images", default=",".join(IMAGES), help="comma-separated subset of " + ", ".join(IMAGES))
-    parser.add_argument("--tag", default=None, help="default: the git revision")
-    parser.add_argument(
-        "--models",
-        default=None,
-        help=f"models the trainer preloads (Hub ids or name=/dir; none by default): {FSDP_MODEL}",
-    )
-    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
-    opts = parser.parse_args(argv)
-    images = [i.strip() for i in opts.images.split(",") if i.strip()]
-    unknown = sorted(set(images) - set(IMAGES))
+def build_or_push(
+    action: str,
+    images: str | None = None,
+    tag: str | None = None,
+    models: str | None = None,
+    outputs: str | None = None,
+) -> int:
+    """`rayfleet images build|push`: `images` a comma-separated subset (default all), `tag` default the git
+    revision, `models` what the trainer preloads (Hub ids or name=/dir; none by default)."""
+    chosen = [i.strip() for i in (images or ",".join(IMAGES)).split(",") if i.strip()]
+    unknown = sorted(set(chosen) - set(IMAGES))
     if unknown:
         raise RayfleetError(f"unknown image(s) {', '.join(unknown)}; choose from {', '.join(IMAGES)}")
-    tag = opts.tag or revision()
-    if opts.action == "build":
-        build(images, tag, opts.models)
+    tag = tag or revision()
+    if action == "build":
+        build(chosen, tag, models)
     else:
-        push(images, tag, Outputs.load(opts.outputs))
+        push(chosen, tag, Outputs.load(outputs))
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(run_cli(main))
+if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
+    gone("python -m rayfleet.ops.images", "rayfleet images build|push")

@@ -1,27 +1,27 @@
 """Terraform in one command each: plan, check, deploy (init, plan shown, priced, asked, applied), destroy.
 
-    python -m rayfleet.ops.infra plan    [--var-file fsdp.tfvars] [--image-tag TAG]     # make plan
-    python -m rayfleet.ops.infra check   [--var-file fsdp.tfvars]                       # make check
-    python -m rayfleet.ops.infra deploy  [--var-file F] [--image-tag TAG] [--force] [--yes]  # make deploy
-    python -m rayfleet.ops.infra destroy [--yes] [--delete-results]                     # make clean
+    rayfleet plan    [--var-file fsdp.tfvars] [--image-tag TAG]
+    rayfleet check   [--var-file fsdp.tfvars]
+    rayfleet deploy  [--var-file F] [--image-tag TAG] [--force] [--yes]
+    rayfleet down    [--yes] [--delete-results]
 
 Before Terraform runs, the terraform binary and AWS credentials are checked (one line each). `check` plans
 and runs the preflight (rayfleet/ecs/preflight.py) on the shape Terraform would build: permissions, the
 vCPU quotas against the worker group at full size, the instance types offered in the zones. `deploy` does
 the same, refuses (exit 2) a plan that replaces the Ray head's task definition or service while a job runs
-(a trainer task, or a run.json RUNNING) unless --force (FORCE=1), shows the plan's summary and what the
+(a trainer task, or a run.json RUNNING) unless --force, shows the plan's summary and what the
 deployment costs per hour running, idle and stopped (rayfleet/ops/plan_summary.py), then asks; --yes
-(AUTO_APPROVE=1) applies without asking, and a run with no terminal to ask on refuses without it. It applies
+applies without asking, and a run with no terminal to ask on refuses without it. It applies
 exactly the plan it showed, then writes `terraform output -json` to .rayfleet/outputs.json, where every
 other verb reads it, and seeds the Ray token secret's first value when it has none (Terraform never writes
 or reads the token; a rotated token is never overwritten).
 
-`destroy` first refuses while the results bucket holds objects unless --delete-results, then asks once,
-naming what goes, before anything destructive; then it scales the services to zero and stops running jobs
-(rayfleet/ecs/teardown.py), deletes every image of the ECR repositories and, with --delete-results, every
-version and delete marker of the bucket, then destroys. It is safe to run twice and after a half-done run:
-names come from .rayfleet/outputs.json or else Terraform's state, what is already gone is skipped, and a
-failed destroy says which resources the state still holds.
+`down` (Terraform's destroy) first refuses while the results bucket holds objects unless --delete-results,
+then asks once, naming what goes, before anything destructive; then it scales the services to zero and
+stops running jobs (rayfleet/ecs/teardown.py), deletes every image of the ECR repositories and, with
+--delete-results, every version and delete marker of the bucket, then destroys. It is safe to run twice
+and after a half-done run: names come from .rayfleet/outputs.json or else Terraform's state, what is
+already gone is skipped, and a failed destroy says which resources the state still holds.
 
 Ctrl-C during a Terraform command reaches Terraform once, as SIGINT (it runs in its own process group),
 and rayfleet waits for it to stop cleanly: it writes its state and releases its lock. A second Ctrl-C
@@ -31,7 +31,6 @@ is passed on too (Terraform then stops at once). Running Terraform and the quest
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -39,23 +38,24 @@ import sys
 
 from botocore.exceptions import ClientError
 
-from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.aws import Aws
 from rayfleet.core.errors import ConfigError, RayfleetError
+from rayfleet.core.moved import gone
 from rayfleet.ecs import preflight as checks
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ops import clean, plan_summary
 from rayfleet.ops.deployment_files import INFRA, OUTPUTS, PLAN_FILE
 from rayfleet.ops.head_guard import refuse_head_replacement
 from rayfleet.ops.teardown_data import error_code
-from rayfleet.ops.terraform_cli import confirm, preflight, terraform, variables
+from rayfleet.ops.terraform_cli import DeploymentArgs, confirm, preflight, terraform, variables
 
 
-def plan(binary: str, opts: argparse.Namespace) -> None:
+def plan(binary: str, opts: DeploymentArgs) -> None:
     terraform(binary, "init", "-input=false")
     terraform(binary, "plan", "-input=false", f"-out={PLAN_FILE}", *variables(opts))
 
 
-def check(binary: str, opts: argparse.Namespace, planned: dict | None = None) -> None:
+def check(binary: str, opts: DeploymentArgs, planned: dict | None = None) -> None:
     """make check: the preflight on the shape the plan would build; one line per problem, then refuse."""
     if planned is None:
         plan(binary, opts)
@@ -67,7 +67,7 @@ def check(binary: str, opts: argparse.Namespace, planned: dict | None = None) ->
     if report.problems:
         for problem in report.problems:
             print(f"problem: {problem.what}: {problem.fix}", file=sys.stderr)
-        raise RayfleetError(f"preflight: {len(report.problems)} problem(s) above; fix them, then `make check`")
+        raise RayfleetError(f"preflight: {len(report.problems)} problem(s) above; fix them, then `rayfleet check`")
     print(
         f"preflight: ok for {shape.worker_count} x {shape.worker_instance_types[0]} and a "
         f"{shape.head_instance_type} head in {shape.region}"
@@ -101,10 +101,10 @@ def ensure_autoscaling_role(iam, say=print) -> bool:
     return True
 
 
-def deploy(binary: str, opts: argparse.Namespace) -> int:
-    ask = "make deploy AUTO_APPROVE=1 (rayfleet deploy --yes)"
+def deploy(binary: str, opts: DeploymentArgs) -> int:
+    ask = "rayfleet deploy --yes"
     if not opts.yes and not sys.stdin.isatty():  # before anything: a script learns it at once
-        raise ConfigError(f"make deploy asks before applying and there is no terminal to ask on; {ask} applies")
+        raise ConfigError(f"rayfleet deploy asks before applying and there is no terminal to ask on; {ask} applies")
     plan(binary, opts)
     planned = plan_summary.saved_plan(binary)
     refuse_head_replacement(planned, opts.force)
@@ -141,7 +141,9 @@ def deploy(binary: str, opts: argparse.Namespace) -> int:
 
         repositories = sorted(url.split("/", 1)[1] for url in out.ecr_repository_urls.values())
         mark_deployed(Aws(out.region).client("ecr"), repositories, tag)
-    print("next: make build push (once per code change), then make train-ddp")
+    print(
+        "next: rayfleet images build, rayfleet images push (once per code change), then rayfleet run recipes/ddp.yaml"
+    )
     return 0
 
 
@@ -157,30 +159,11 @@ def save_outputs(binary: str) -> Outputs:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.infra", description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=["plan", "check", "deploy", "destroy"])
-    parser.add_argument("--var-file", help="a .tfvars file, say fsdp.tfvars (looked up in . then infra/)")
-    parser.add_argument("--image-tag", help="tag of the images in ECR (make passes the git commit)")
-    parser.add_argument("--region", help="AWS region (default: AWS_REGION, else the variable's us-east-1)")
-    parser.add_argument(
-        "--yes",
-        "--auto-approve",
-        dest="yes",
-        action="store_true",
-        help="deploy, destroy: go ahead without asking (AUTO_APPROVE=1); needed where there is no terminal",
-    )
-    parser.add_argument("--force", action="store_true", help="deploy even if it replaces the head while a job runs")
-    parser.add_argument(
-        "--delete-results",
-        action="store_true",
-        help="destroy: delete the results bucket's objects (every version) too; without it a non-empty bucket "
-        "stops make clean before anything is stopped or destroyed",
-    )
-    opts = parser.parse_args(argv)
-    binary = preflight(opts.region)
-    return {"plan": plan, "check": check, "deploy": deploy, "destroy": clean.destroy}[opts.action](binary, opts) or 0
+def run_deployment(action: str, args: DeploymentArgs) -> int:
+    """`rayfleet plan|check|deploy|down`: `action` is plan, check, deploy or destroy."""
+    binary = preflight(args.region)
+    return {"plan": plan, "check": check, "deploy": deploy, "destroy": clean.destroy}[action](binary, args) or 0
 
 
-if __name__ == "__main__":
-    sys.exit(run_cli(main))
+if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
+    gone("python -m rayfleet.ops.infra", "rayfleet plan|check|deploy|down")

@@ -14,6 +14,7 @@ from pathlib import Path
 from rayfleet.core import ray_auth
 from rayfleet.core.aws import Aws
 from rayfleet.core.errors import EXIT_INTERRUPTED, RayfleetError
+from rayfleet.core.moved import gone
 from rayfleet.core.run_dir import LOCAL_RUNS, RunDir
 from rayfleet.core.terminal import printable
 from rayfleet.ecs.logs import LogReader, follow_task, parse_since, run_record
@@ -94,3 +95,7 @@ def show_logs(run: str, since: str | None = None, follow: bool = False, outputs:
         for event in events:
             print(event["message"])
     return 0
+
+
+if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
+    gone("python -m rayfleet.ops.logs", "rayfleet logs --run RUN")

@@ -11,6 +11,7 @@ from pathlib import Path
 from botocore.exceptions import BotoCoreError, ClientError
 
 from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED
+from rayfleet.core.moved import gone
 from rayfleet.ops.runs_arg import run_dirs
 from rayfleet.train.metrics import read_rows
 from rayfleet.train.tracking import curves
@@ -29,3 +30,7 @@ def plot_runs(runs: list[str], runs_dir: str, out: Path | None = None) -> int:
         return EXIT_FAILED
     print(f"wrote {written} ({', '.join(f'{name}: {len(points)} points' for name, points in rows.items())})")
     return 0
+
+
+if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
+    gone("python -m rayfleet.ops.plot", "rayfleet plot --run RUN")

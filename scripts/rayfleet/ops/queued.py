@@ -21,6 +21,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.launch_queue import Launches, Pending
+from rayfleet.core.moved import gone
 from rayfleet.core.run_queue import ADMITTED, RUNNING, WAITING, Entry, Ignored, Queue, waiting
 from rayfleet.core.terminal import printable
 from rayfleet.ecs.outputs import MissingOutputs, Outputs
@@ -147,3 +148,7 @@ def show_queue(as_json: bool = False, outputs: str | None = None) -> int:
         print(f"warning: the deployment's queue not listed: {exc}", file=sys.stderr)
     print(json.dumps(found, indent=2) if as_json else table(found, now))
     return 0
+
+
+if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
+    gone("python -m rayfleet.ops.queued", "rayfleet queue")

@@ -25,6 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from rayfleet.core.aws import Aws, MissingOutputs
 from rayfleet.core.errors import ConfigError, RayfleetError
+from rayfleet.core.moved import gone
 from rayfleet.core.run_dir import LOCAL_RUNS, RunDir, list_runs, runs_root
 from rayfleet.core.run_name import RULE, valid
 from rayfleet.core.terminal import printable
@@ -205,7 +206,7 @@ def table(rows: list[dict]) -> str:
     write (runs/ is the task role's), so each field is shown without control characters: an escape sequence
     there would otherwise reach the operator's terminal (rayfleet/core/terminal.py)."""
     if not rows:
-        return "no runs yet: make run RECIPE=recipes/ddp.yaml (or make demo)"
+        return "no runs yet: rayfleet run recipes/ddp.yaml (or, in a checkout, make demo)"
     lines = [f"{'RUN':<34}{'WHERE':<7}{'STATE':<18}{'TRIES':<6}{'STARTED':<27}{'DURATION':<10}{'COST':<10}RESULTS"]
     for r in rows:
         run, state, started, results = (printable(r[k]) for k in ("run", "state", "started", "results"))
@@ -230,3 +231,7 @@ def show_runs(limit: int = 20, as_json: bool = False, local_dir: str = LOCAL_RUN
     rows = rows[:limit]
     print(json.dumps(rows, indent=2) if as_json else table(rows))
     return 0
+
+
+if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
+    gone("python -m rayfleet.ops.runs", "rayfleet runs")

@@ -1,10 +1,10 @@
 """Serve a run's model on the cluster: the FSDP export (OpenAI completions) or a DDP run (classification).
 
-    python -m rayfleet.ops.serve up RUN [--config recipes/serve.yaml] [--set replicas=2]   # make serve RUN=...
-    python -m rayfleet.ops.serve status                                                   # make serve-status
-    python -m rayfleet.ops.serve down                                                     # make serve-down
+    rayfleet serve up --run RUN [--config recipes/serve.yaml] [--set replicas=2]
+    rayfleet serve status
+    rayfleet serve down
 
-local: on the running local cluster (make cluster-up); the endpoint listens on 127.0.0.1:<port>; the API
+local: on the running local cluster (rayfleet cluster up); the endpoint listens on 127.0.0.1:<port>; the API
        key is .rayfleet/serve/api_key (made once, mode 0600).
 ecs:   the run's files from s3://<results bucket>/runs/<RUN>/; a trainer task deploys through the head's
        dashboard and exits; the endpoint is the head's private DNS name on the Serve port, reachable only
@@ -19,20 +19,18 @@ said in one line before anything is deployed.
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rayfleet.core import ray_auth
+from rayfleet.core import local_state, ray_auth
 from rayfleet.core import serve_kept as kept
-from rayfleet.core.aws import Aws, run_cli
+from rayfleet.core.aws import Aws
 from rayfleet.core.catalog import INSTANCE_TYPES
 from rayfleet.core.config import ConfigError, load_config
 from rayfleet.core.errors import RayfleetError
+from rayfleet.core.moved import gone
 from rayfleet.core.run_dir import LOCAL_RUNS, RunDir, runs_root
-from rayfleet.core.run_name import run_name_arg
 from rayfleet.core.terminal import printable
 from rayfleet.ecs.launch import launch
 from rayfleet.ecs.logs import follow_task
@@ -45,8 +43,6 @@ from rayfleet.serve.keys import ensure_key_file
 from rayfleet.serve.served_run import ServedRun, find
 from rayfleet.serve.summary import lines
 from rayfleet.targets.run import choose_target
-
-DEFAULT_CONFIG = Path(__file__).resolve().parents[2] / "recipes" / "serve.yaml"
 
 
 def serve_run_name(run: str, now: datetime | None = None) -> str:
@@ -83,7 +79,9 @@ def local_key_file() -> Path:
 def up_local(run: str, cfg: ServeConfig, runs_dir: str, timeout: float) -> int:
     state = local_cluster.load_state()
     if state is None:
-        raise RayfleetError("no local cluster is running: make cluster-up first (a served model lives as long as it)")
+        raise RayfleetError(
+            "no local cluster is running: rayfleet cluster up first (a served model lives as long as it)"
+        )
     run_dir = RunDir(runs_dir if runs_dir.startswith("s3://") else str(Path(runs_dir).resolve()), run)
     served = find(run_dir)
     spec = state.spec
@@ -105,7 +103,7 @@ def up_ecs(run: str, cfg: ServeConfig, outputs: str | None, timeout: float) -> i
     out = Outputs.load(outputs)
     if not out.serve_endpoint:
         raise ConfigError(
-            "serving is off in this deployment: set serve_enabled = true in your tfvars, then make deploy"
+            "serving is off in this deployment: set serve_enabled = true in your tfvars, then rayfleet deploy"
         )
     port = int(out.serve_endpoint.rsplit(":", 1)[1])
     if cfg.port != port:
@@ -151,7 +149,7 @@ def up_ecs(run: str, cfg: ServeConfig, outputs: str | None, timeout: float) -> i
             f"serving at {out.serve_endpoint} (from the allowed sources only); key: aws secretsmanager "
             f"get-secret-value --secret-id {out.serve_api_key_secret_arn} --query SecretString --output text"
         )
-        say(f"kept in s3://{out.results_bucket}/{kept.KEY}: re-applied to a restarted head until make serve-down")
+        say(f"kept in s3://{out.results_bucket}/{kept.KEY}: re-applied to a restarted head until rayfleet serve down")
     return code
 
 
@@ -170,35 +168,40 @@ def on_ecs(action: str, outputs: str | None, timeout: float) -> int:
 def dashboard() -> str:
     state = local_cluster.load_state()
     if state is None:
-        raise RayfleetError("no local cluster is running (make cluster-up); nothing is served")
+        raise RayfleetError("no local cluster is running (rayfleet cluster up); nothing is served")
     return state.dashboard_url
 
 
-def main(argv: list[str] | None = None) -> int:
+def default_config() -> Path:
+    """The built-in serving config: recipes/serve.yaml of the project the verb runs in."""
+    return local_state.project_dir() / "recipes" / "serve.yaml"
+
+
+def serve_verb(
+    action: str,
+    run: str | None = None,
+    on: str = "auto",
+    config: str | None = None,
+    sets: list[str] | None = None,
+    timeout_s: float | None = None,
+    outputs: str | None = None,
+    runs_dir: str = LOCAL_RUNS,
+) -> int:
+    """`rayfleet serve up|status|down`: `up` serves `run` (its config: `config`, default recipes/serve.yaml, with
+    `sets` KEY=VALUE overrides) locally or on ECS, as `on` says (auto: ECS once deployed)."""
     ray_auth.use_token_auth()  # first: Ray reads its auth mode once, when it is imported
-    parser = argparse.ArgumentParser(prog="python -m rayfleet.ops.serve", description=__doc__.split("\n")[0])
-    parser.add_argument("action", choices=["up", "status", "down"])
-    parser.add_argument("run", nargs="?", type=run_name_arg, help="up: the run to serve (make runs lists them)")
-    parser.add_argument("--config", default=str(DEFAULT_CONFIG), help="the serving config (recipes/serve.yaml)")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config key")
-    parser.add_argument("--target", choices=["auto", "local", "ecs"], default="auto")
-    parser.add_argument("--outputs", help="Terraform outputs JSON (default: .rayfleet/outputs.json)")
-    parser.add_argument(
-        "--runs-dir", default=LOCAL_RUNS, help="local: where runs are (default: ./runs; or s3://bucket/prefix)"
-    )
-    parser.add_argument("--timeout", type=float, default=900, help="seconds to wait for the replicas")
-    opts = parser.parse_args(argv)
-    target = choose_target(opts.target, opts.outputs)
-    if opts.action == "up":
-        if not opts.run:
-            raise ConfigError("which run? make serve RUN=<run> (make runs lists them)")
-        cfg = load_config(ServeConfig, opts.config, [s for item in opts.set for s in item.split()])
+    timeout_s = 900.0 if timeout_s is None else timeout_s
+    target = choose_target(on, outputs)
+    if action == "up":
+        if not run:
+            raise ConfigError("which run? rayfleet serve up --run <run> (rayfleet runs lists them)")
+        cfg = load_config(ServeConfig, config or default_config(), [s for item in sets or [] for s in item.split()])
         if target == "local":
-            return up_local(opts.run, cfg, opts.runs_dir, opts.timeout)
-        return up_ecs(opts.run, cfg, opts.outputs, opts.timeout)
+            return up_local(run, cfg, runs_dir, timeout_s)
+        return up_ecs(run, cfg, outputs, timeout_s)
     if target == "ecs":
-        return on_ecs(opts.action, opts.outputs, opts.timeout)
-    if opts.action == "down":
+        return on_ecs(action, outputs, timeout_s)
+    if action == "down":
         control.shutdown(dashboard())
         say("Serve shut down: no applications, no replicas, no proxy")
         return 0
@@ -206,5 +209,5 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-if __name__ == "__main__":
-    sys.exit(run_cli(main))
+if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
+    gone("python -m rayfleet.ops.serve", "rayfleet serve up|status|down")

@@ -17,6 +17,7 @@ from email.utils import parsedate_to_datetime
 from rayfleet.core.aws import Aws
 from rayfleet.core.bucket import RAY_STATUS as RAY_STATUS_KEY
 from rayfleet.core.catalog import PRICES_AS_OF, gpus_of, hourly_cost
+from rayfleet.core.moved import gone
 from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.core.run_queue import HELD, WAITING, Queue
 from rayfleet.core.terminal import printable
@@ -208,7 +209,7 @@ def queue_line(queue: list[dict]) -> str:
     line += f", {ignored} ignored (forged or unreadable)" if ignored else ""
     first = (waiting or held or [None])[0]
     shown = f"; next: {printable(first['run'])} ({printable(first['reason'])})" if first else ""
-    return line + shown + "; `make queue` for all"
+    return line + shown + "; `rayfleet queue` for all"
 
 
 def _amount(name: str, value: float) -> str:
@@ -264,7 +265,7 @@ def kept_line(kept: dict) -> str:
     if "error" in kept:
         return f"unreadable ({printable(kept['error'])})"
     again = f"; applied again to this head: {printable(', '.join(kept['reapplied']))}" if kept.get("reapplied") else ""
-    return f"run {printable(kept['run'])} (a restarted head gets it back; make serve-down ends it){again}"
+    return f"run {printable(kept['run'])} (a restarted head gets it back; rayfleet serve down ends it){again}"
 
 
 def autostop_line(decided: dict | None) -> str:
@@ -277,7 +278,7 @@ def autostop_line(decided: dict | None) -> str:
         return f"not idle ({printable(decided['busy'])}); stops after {decided['idle_min']:g} idle minutes"
     what = " and ".join(decided["stops"])
     if decided["stopped"]:
-        return f"{what} scaled to 0 at {decided['stops_at']} (idle since {decided['idle_since']}); `make start`"
+        return f"{what} scaled to 0 at {decided['stops_at']} (idle since {decided['idle_since']}); `rayfleet start`"
     return f"{what} to 0 at {decided['stops_at']} unless a run starts (idle since {decided['idle_since']})"
 
 
@@ -332,7 +333,7 @@ def render(s: dict) -> str:
     lines += [
         "",
         f"cost: ${s['cost_per_hour_usd']:.2f}/hour for {len(s['instances'])} instance(s){unknown}; "
-        f"prices {s['prices_as_of']}; `make stop` scales to zero",
+        f"prices {s['prices_as_of']}; `rayfleet stop` scales to zero",
     ]
     if s.get("running_since"):
         lines.append(f"spent: ~${s['spent_usd']:,.2f} since the instances running now started ({s['running_since']})")
@@ -345,3 +346,7 @@ def show_status(runs: int = 5, as_json: bool = False, outputs: str | None = None
     result = status(Aws(out.region), out, runs)
     print(json.dumps(result, indent=2) if as_json else render(result))
     return 0
+
+
+if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
+    gone("python -m rayfleet.ops.status", "rayfleet status")

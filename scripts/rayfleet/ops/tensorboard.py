@@ -13,6 +13,7 @@ from pathlib import Path
 
 from rayfleet.core import local_state
 from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED
+from rayfleet.core.moved import gone
 from rayfleet.core.run_dir import RunDir, UnsafeKey
 from rayfleet.ops.runs_arg import run_dirs
 from rayfleet.train.tracking.events import FOLDER
@@ -50,3 +51,7 @@ def serve_tensorboard(runs: list[str], runs_dir: str, port: int = 6006) -> int:
     print(f"TensorBoard on http://127.0.0.1:{port} (Ctrl-C stops it)", flush=True)
     cmd = command(folders, port)
     os.execv(cmd[0], cmd)
+
+
+if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
+    gone("python -m rayfleet.ops.tensorboard", "rayfleet tensorboard --run RUN")

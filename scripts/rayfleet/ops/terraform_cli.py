@@ -4,11 +4,11 @@ question asked before anything irreversible."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 from rayfleet.core.aws import Aws
@@ -67,7 +67,19 @@ def confirm(question: str, yes: bool, how: str) -> bool:
     return answer in ("y", "yes")
 
 
-def variables(opts: argparse.Namespace) -> list[str]:
+@dataclass(frozen=True)
+class DeploymentArgs:
+    """What the deployment verbs take (rayfleet plan, check, deploy, down), parsed once by the command line."""
+
+    var_file: str | None = None
+    image_tag: str | None = None
+    region: str | None = None
+    yes: bool = False  # deploy, down: go ahead without asking
+    force: bool = False  # deploy: even if it replaces the head while a job runs
+    delete_results: bool = False  # down: the results bucket's objects too
+
+
+def variables(opts: DeploymentArgs) -> list[str]:
     found = []
     if opts.var_file:
         path = Path(opts.var_file)

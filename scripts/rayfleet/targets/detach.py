@@ -70,8 +70,8 @@ def _wait_for_submission(run_dir: RunDir, child: int, log: Path) -> int:
             print(
                 f"[rayfleet] run {name}: job {record.get('job_id')} submitted ({str(record.get('state')).lower()}); "
                 f"followed in the background (pid {child}, {log})\n"
-                f"  follow it:  rayfleet logs --run {name} -f     (make logs RUN={name} FOLLOW=1)\n"
-                f"  cancel it:  rayfleet cancel --run {name}      (make cancel RUN={name})",
+                f"  follow it:  rayfleet logs --run {name} -f\n"
+                f"  cancel it:  rayfleet cancel --run {name}",
                 flush=True,
             )
             return 0

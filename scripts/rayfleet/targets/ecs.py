@@ -101,7 +101,7 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
         run_dir.send("submitted", **fields)  # the trainer's driver owns run.json
         print(f"run {run_name}: task {record['task_arn']}")
         print(f"  results   {run_dir.url}/")
-        print(f"  log       {record['log_group']} {record['log_stream']}  (make logs RUN={run_name})")
+        print(f"  log       {record['log_group']} {record['log_stream']}  (rayfleet logs --run {run_name})")
         return record
 
     def start_trainer() -> dict:
@@ -145,7 +145,7 @@ def bring_up(aws: Aws, out: Outputs, nodes: int | None) -> None:
     found = ecs.describe_services(cluster=out.cluster_name, services=[out.worker_service_name])["services"]
     desired = found[0]["desiredCount"] if found else 0
     if down:
-        print(f"[rayfleet] {', '.join(down)} at zero (make stop, or an autostop): starting them first", flush=True)
+        print(f"[rayfleet] {', '.join(down)} at zero (rayfleet stop, or an autostop): starting them first", flush=True)
     elif nodes and desired < nodes:
         print(f"[rayfleet] the run needs {nodes} worker nodes and {desired} run: adding them first", flush=True)
     else:

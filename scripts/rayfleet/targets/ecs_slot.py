@@ -32,7 +32,7 @@ def queue_for_slot(out: Outputs, run_dir: RunDir, entry: Entry, failed: Placemen
     print(
         f"[rayfleet] run {name}: the head instance's {out.concurrent_runs} driver slot(s) are taken; queued"
         f" (position {launches.position(name)}): the control task starts its trainer when one frees"
-        f" (make queue; make cancel RUN={name})",
+        f" (rayfleet queue; rayfleet cancel --run {name})",
         flush=True,
     )
     return launches

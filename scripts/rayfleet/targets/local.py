@@ -27,7 +27,7 @@ def local_capacity(loaded: LoadedRecipe, state: local_cluster.ClusterState | Non
     if state is not None:
         spec = state.spec
         return Capacity(
-            "the running local cluster (make cluster-up)",
+            "the running local cluster (rayfleet cluster up)",
             float(spec["cpus_per_worker"]),
             int(spec.get("gpus_per_worker", 0)),
             None,

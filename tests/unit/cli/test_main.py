@@ -1,4 +1,4 @@
-"""`rayfleet`, in-process: each verb's flags become the argv of the module that does the work, refusals are
+"""`rayfleet`, in-process: each verb's flags become the one typed call of the module that does the work, refusals are
 one line and exit 2, and the exit codes are the documented ones. The modules themselves are tested beside
 them (and end to end through make in the integration tier); here they are replaced by a recorder."""
 
@@ -69,16 +69,15 @@ def test_every_verb_has_help(capsys):
 def test_run_forwards_where_name_sets_bucket_detach_and_the_jobs_args(called, monkeypatch):
     from rayfleet.targets import run as target_run
 
-    seen = called(target_run, code=3)
+    seen = called(target_run, "submit_recipe", code=3)
     argv = ["run", "recipes/ddp.yaml", "--on", "local", "--name", "r1", "--set", "resources.workers=2"]
     code = cli.main([*argv, "--bucket", "bk", "-d", "--", "epochs=1", "--lr", "0.1"])
     assert code == 3  # the job's own exit code comes back unchanged
-    forwarded = seen["argv"]
-    assert forwarded[:3] == ["recipes/ddp.yaml", "--target", "local"] and "--detach" in forwarded
-    assert forwarded[forwarded.index("--run-name") + 1] == "r1"
-    sets = [forwarded[i + 1] for i, a in enumerate(forwarded) if a == "--set"]
-    assert sets == ["resources.workers=2", "storage=s3://bk/runs"]
-    assert forwarded[forwarded.index("--") + 1 :] == ["epochs=1", "--lr", "0.1"]
+    assert seen["args"] == ("recipes/ddp.yaml",)
+    called_with = seen["kwargs"]
+    assert called_with["on"] == "local" and called_with["detach"] is True and called_with["name"] == "r1"
+    assert called_with["sets"] == ["resources.workers=2", "storage=s3://bk/runs"]
+    assert called_with["args"] == ["epochs=1", "--lr", "0.1"]
     import os
 
     assert os.environ["RAYFLEET_RESULTS_BUCKET"] == "bk"
@@ -91,10 +90,11 @@ def test_exec_and_serve_use_node_and_on_and_keep_sets_to_the_config(called):
     seen = called(shell, "open_shell")
     cli.main(["exec", "--node", "worker-2", "--command", "nvidia-smi"])
     assert seen["args"][:2] == ("worker-2", "nvidia-smi")
-    seen = called(serve)
+    seen = called(serve, "serve_verb")
     cli.main(["serve", "up", "--run", "r1", "--on", "ecs", "--set", "replicas=2", "--bucket", "b"])
-    assert seen["argv"][:4] == ["up", "r1", "--target", "ecs"]
-    assert [a for a in seen["argv"] if "=" in a] == ["replicas=2"]  # a bucket is no serving-config field
+    assert seen["args"][:3] == ("up", "r1", "ecs")
+    assert seen["args"][4] == ["replicas=2"]  # a bucket is no serving-config field
+    assert seen["kwargs"]["runs_dir"] == "s3://b/runs"
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""`make launch`: the trainer's job command, and what a placement failure means."""
+"""`rayfleet launch`: the trainer's job command, and what a placement failure means."""
 
 from __future__ import annotations
 

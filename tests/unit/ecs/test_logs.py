@@ -1,4 +1,4 @@
-"""`make logs`: --since as a duration or an ISO time."""
+"""`rayfleet logs`: --since as a duration or an ISO time."""
 
 from __future__ import annotations
 

@@ -178,10 +178,10 @@ def test_a_bad_target_exits_2_with_one_line(monkeypatch, tools, tmp_path, capsys
 
 def test_a_worker_past_the_running_ones_and_a_role_with_no_task(monkeypatch, tools):
     aws, _ = aws_with(monkeypatch, CLUSTER)
-    with pytest.raises(RayfleetError, match=r"^worker-7: only 2 worker task\(s\) are running \(make status\)$"):
+    with pytest.raises(RayfleetError, match=r"^worker-7: only 2 worker task\(s\) are running \(rayfleet status\)$"):
         shell.command_line(aws, OUT, "worker-7", "sh")
     aws, _ = aws_with(monkeypatch, [HEAD, WORKER_OLD])
-    with pytest.raises(RayfleetError, match=r"^no running trainer task in rf \(make status\)$"):
+    with pytest.raises(RayfleetError, match=r"^no running trainer task in rf \(rayfleet status\)$"):
         shell.command_line(aws, OUT, "trainer", "sh")
     aws, _ = aws_with(monkeypatch, [])
     with pytest.raises(RayfleetError, match=r"^no running head task in rf"):

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from rayfleet.cli import main as cli
 from rayfleet.local import cli as local_cli
 from rayfleet.local import cluster as local_cluster
 from rayfleet.local import host, processes
@@ -79,44 +80,43 @@ def running_cluster(monkeypatch) -> list[str]:
 
 
 def test_run_starts_a_cluster_of_the_given_shape_and_stops_it(calls):
-    code = local_cli.main(["run", "--workers", "3", "--cpus-per-worker", "2", "--", sys.executable, "-c", CHECK_ENV])
+    code = local_cli.cluster_verb("run", [sys.executable, "-c", CHECK_ENV], workers=3, cpus_per_worker=2)
     assert code == 0
     assert calls == ["up workers=3 cpus=2", "down"]
 
 
 def test_run_exits_with_the_commands_code_and_stops_its_cluster_on_failure(calls):
-    assert local_cli.main(["run", "--", sys.executable, "-c", "raise SystemExit(7)"]) == 7
-    assert calls == ["up workers=2 cpus=1", "down"]  # ClusterSpec's defaults, as `make cluster-up`
+    assert local_cli.cluster_verb("run", [sys.executable, "-c", "raise SystemExit(7)"]) == 7
+    assert calls == ["up workers=2 cpus=1", "down"]  # ClusterSpec's defaults, as `rayfleet cluster up`
 
 
 def test_run_on_a_running_cluster_leaves_it_running(running_cluster):
-    assert local_cli.main(["run", "--workers", "5", "--", sys.executable, "-c", CHECK_ENV]) == 0
-    assert local_cli.main(["run", "--", sys.executable, "-c", "raise SystemExit(3)"]) == 3
+    assert local_cli.cluster_verb("run", [sys.executable, "-c", CHECK_ENV], workers=5) == 0
+    assert local_cli.cluster_verb("run", [sys.executable, "-c", "raise SystemExit(3)"]) == 3
     assert running_cluster == []
 
 
 def test_run_reports_a_command_killed_by_a_signal_like_a_shell(running_cluster):
     kill_self = "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"
-    assert local_cli.main(["run", "--", sys.executable, "-c", kill_self]) == 128 + signal.SIGKILL
+    assert cli.main(["cluster", "run", "--", sys.executable, "-c", kill_self]) == 128 + signal.SIGKILL
     assert processes.exit_code(-signal.SIGTERM) == 143 and processes.exit_code(4) == 4
 
 
 def test_run_passes_options_after_the_command_to_the_command(running_cluster):
-    """`--workers` after CMD belongs to CMD, with or without `--`."""
+    """`--workers` after CMD belongs to CMD."""
     check = "import sys; sys.exit(0 if sys.argv[1:] == ['--workers', '9', '--'] else 1)"
-    assert local_cli.main(["run", "--", sys.executable, "-c", check, "--workers", "9", "--"]) == 0
-    assert local_cli.main(["run", sys.executable, "-c", check, "--workers", "9", "--"]) == 0
+    assert cli.main(["cluster", "run", "--", sys.executable, "-c", check, "--workers", "9", "--"]) == 0
 
 
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["run"], "error: run needs a command"),
-        (["run", "--"], "error: run needs a command"),
+        (["run"], "error: name the command: rayfleet cluster run -- "),
+        (["run", "--"], "error: name the command: rayfleet cluster run -- "),
     ],
 )
 def test_run_refuses_bad_input_with_one_line_and_starts_nothing(calls, capsys, argv, message):
-    assert local_cli.main(argv) == 1
+    assert cli.main(["cluster", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith(message) and err.count("\n") == 1
     assert calls == []
@@ -134,26 +134,26 @@ def test_run_refuses_bad_input_with_one_line_and_starts_nothing(calls, capsys, a
 def test_numbers_out_of_bounds_are_refused_by_the_parser_with_exit_2(calls, capsys, argv, message):
     """Issue 54 R10: these were exit 1 (or, for nan, not refused at all) from the cluster's own checks."""
     with pytest.raises(SystemExit) as exc:
-        local_cli.main(argv)
+        cli.main(["cluster", *argv])
     assert exc.value.code == 2 and message in capsys.readouterr().err
     assert calls == []
 
 
 def test_the_clusters_own_limits_are_bad_input_with_one_line(calls, capsys):
-    assert local_cli.main(["up", "--workers", "51"]) == 2
+    assert local_cli.cluster_verb("up", workers=51) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: rayfleet cluster up: at most 50 local workers") and err.count("\n") == 1
     assert calls == []
 
 
 def test_run_of_a_missing_program_is_a_one_line_error_and_still_stops_its_cluster(calls, capsys):
-    assert local_cli.main(["run", "--", "/nonexistent/rayfleet-cmd"]) == 1
+    assert cli.main(["cluster", "run", "--", "/nonexistent/rayfleet-cmd"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: cannot run /nonexistent/rayfleet-cmd") and err.count("\n") == 1
     assert calls == ["up workers=2 cpus=1", "down"]
 
 
-# --- run under signals: a real `python -m rayfleet.local run` process ------------------------------
+# --- run under signals: a real `rayfleet cluster run` process ------------------------------
 
 CHILD = """
 import signal, sys, time
@@ -183,7 +183,7 @@ def fake_up(spec, quiet=False):
 c.running = lambda: None
 c.up = fake_up
 c.down = lambda quiet=False: note("down")
-sys.exit(cli.main(["run", "--", sys.executable, "-c", child, log]))
+sys.exit(cli.cluster_verb("run", [sys.executable, "-c", child, log]))
 """
 
 
@@ -251,7 +251,7 @@ def test_env_prints_what_rays_clients_read(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(local_cluster, "running", lambda: FAKE_STATE)
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.setenv("RAY_AUTH_TOKEN", "stale")
-    assert local_cli.main(["env"]) == 0
+    assert local_cli.cluster_verb("env") == 0
     exports = capsys.readouterr().out
     shown = subprocess.run(
         ["/bin/bash", "-c", 'eval "$EXPORTS"; command -v ray; env | grep ^RAY_ | sort'],
@@ -271,8 +271,8 @@ def test_env_prints_what_rays_clients_read(monkeypatch, capsys, tmp_path):
 
 def test_env_without_a_cluster_is_a_one_line_error(monkeypatch, capsys):
     monkeypatch.setattr(local_cluster, "running", lambda: None)
-    assert local_cli.main(["env"]) == 1
-    assert capsys.readouterr().err == "error: no rayfleet cluster is running; run `make cluster-up`\n"
+    assert local_cli.cluster_verb("env") == 1
+    assert capsys.readouterr().err == "error: no rayfleet cluster is running; run `rayfleet cluster up`\n"
 
 
 # --- memory shares ----------------------------------------------------------------------------------------
@@ -336,13 +336,8 @@ def test_private_dir_refuses_a_link_or_another_users_directory(tmp_path, monkeyp
 # --- import has no side effects; main() sets up auth ------------------------------------------------------
 
 NO_SIDE_EFFECTS = """
-import os, sys, types
+import os, sys
 before = dict(os.environ)
-# rayfleet/train/__init__.py sets Ray's auth variables for the training jobs; a bare package stands in for it,
-# so that what is measured is cluster.py's own import (and rayfleet.core's).
-package = types.ModuleType("training")
-package.__path__ = [os.path.join(os.getcwd(), "training")]
-sys.modules["training"] = package
 import rayfleet.local.cli
 changed = sorted(k for k in set(before) | set(os.environ) if before.get(k) != os.environ.get(k))
 print(changed, "ray" in sys.modules)
@@ -359,6 +354,6 @@ def test_importing_the_module_changes_no_environment_and_imports_no_ray():
 
 def test_main_turns_on_token_auth_before_anything_imports_ray(tmp_path, capsys):
     assert "RAY_AUTH_MODE" not in os.environ
-    assert local_cli.main(["status"]) == 0
+    assert local_cli.cluster_verb("status") == 0
     assert os.environ["RAY_AUTH_MODE"] == "token"
     assert os.environ["RAY_AUTH_TOKEN_PATH"] == str(tmp_path / "token")

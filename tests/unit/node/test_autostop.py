@@ -59,7 +59,7 @@ SETTINGS = Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=30 * 60)
         (
             {**IDLE, "serve_kept": {"run": "clf", "reapplied": ["rayfleet"]}},
             0,
-            "serving run clf (kept: make serve-down ends it)",
+            "serving run clf (kept: rayfleet serve down ends it)",
         ),
         (
             {**IDLE, "serve_kept": {"error": "ClientError: x"}},

@@ -143,7 +143,7 @@ def test_the_wait_is_bounded_with_a_clear_error(monkeypatch):
     with pytest.raises(SystemExit) as exc:
         head_wait.wait_for_head("head.rayfleet-test.invalid", 6379, timeout=1, interval=0.25)
     assert tried == [0.0, 0.25, 0.5, 0.75, 1.0]
-    assert "did not answer within 1s" in str(exc.value) and "make status" in str(exc.value)
+    assert "did not answer within 1s" in str(exc.value) and "rayfleet status" in str(exc.value)
 
 
 def test_jobs_by_name_or_module_and_a_driver_that_offers_nothing():

@@ -65,7 +65,10 @@ def test_a_build_without_models_preloads_none_and_says_how_to_add_them(engine):
     assert build_arg(trainer, "MODELS") == ""  # passed, and empty: the Dockerfile's default never decides
     assert "-v" not in trainer
     assert said[0] == "building ray-base (not pushed), ray-head, ray-worker, trainer, gpu-metrics"
-    assert said[1] == "trainer: no models preloaded; for the FSDP recipe: MODELS=databricks/dolly-v2-7b make build push"
+    assert said[1] == (
+        "trainer: no models preloaded; for the FSDP recipe: rayfleet images build --models databricks/dolly-v2-7b, "
+        "then rayfleet images push"
+    )
 
 
 def test_the_build_says_its_plan_first_and_the_sizes_last(engine, tmp_path):
@@ -98,7 +101,7 @@ def test_the_build_says_its_plan_first_and_the_sizes_last(engine, tmp_path):
         [images.local_name("ray-head", "t"), "8.1", "GB"],
         [images.local_name("trainer", "t"), "8.2", "GB"],
     ]
-    assert report[3] == "make push uploads 2 image(s): at most 16.3 GB (uncompressed sizes)"
+    assert report[3] == "rayfleet images push uploads 2 image(s): at most 16.3 GB (uncompressed sizes)"
     assert fake.commands[-2:] == [
         ["podman", "image", "inspect", "--format", "{{.Size}}", images.local_name(i, "t")]
         for i in ("ray-head", "trainer")
@@ -127,7 +130,7 @@ def test_an_image_the_engine_cannot_inspect_is_left_out_of_the_total_and_said():
     report = images.size_report("docker", ["a", "b", "c"], run=run)
     assert [r.split()[-2:] for r in report[1:4]] == [["3.0", "GB"], ["size", "unknown"], ["size", "unknown"]]
     assert report[4] == (
-        "make push uploads 3 image(s): at most 3.0 GB and the images of unknown size (uncompressed sizes)"
+        "rayfleet images push uploads 3 image(s): at most 3.0 GB and the images of unknown size (uncompressed sizes)"
     )
     assert run.commands[0] == ["docker", "image", "inspect", "--format", "{{.Size}}", "a"]
 
@@ -148,7 +151,9 @@ def test_an_fsdp_job_without_its_model_says_in_one_line_how_to_preload_it(tmp_pa
     with pytest.raises(ModelNotFound) as caught:
         resolve_model_dir("nobody/no-such-model")
     message = str(caught.value)
-    assert "\n" not in message and message.endswith("; preload it: MODELS=nobody/no-such-model make build push")
+    assert "\n" not in message and message.endswith(
+        "; preload it: rayfleet images build --models nobody/no-such-model, then rayfleet images push"
+    )
     with pytest.raises(ModelNotFound) as caught:
         resolve_model_dir(str(tmp_path / "missing"))  # a path: no image build would help
     assert "make build" not in str(caught.value)

@@ -1,4 +1,4 @@
-"""`make status`: GPU counts from the ECS agent or the catalog, and the report of an empty cluster."""
+"""`rayfleet status`: GPU counts from the ECS agent or the catalog, and the report of an empty cluster."""
 
 from __future__ import annotations
 
@@ -103,7 +103,7 @@ def test_status_renders_rays_view_nodes_resources_and_jobs():
     assert "  serve: rayfleet  RUNNING  route /\n      model: HEALTHY (2 RUNNING)" in text
     assert "serve kept" not in text
     kept = {"run": "clf", "applications": ["rayfleet"], "reapplied": ["rayfleet"]}
-    shown = "run clf (a restarted head gets it back; make serve-down ends it); applied again to this head: rayfleet"
+    shown = "run clf (a restarted head gets it back; rayfleet serve down ends it); applied again to this head: rayfleet"
     assert f"  serve kept: {shown}" in render_ray({**ray, "serve_kept": kept})
     assert kept_line({"error": "ClientError: x"}) == "unreadable (ClientError: x)"
 
@@ -137,7 +137,7 @@ def test_the_autostop_line_says_when_the_workers_stop():
 
 
 def test_a_partial_snapshot_shows_what_it_has_and_never_a_traceback():
-    """A snapshot another head version wrote, with its nodes only (as `make status` met one in CI): the status
+    """A snapshot another head version wrote, with its nodes only (as `rayfleet status` met one in CI): the status
     screen names the nodes it has and leaves the rest out."""
     partial = {"nodes": [{"node_id": "h", "alive": True, "head": True}, {"node_id": "w1", "alive": True}]}
     lines = render_ray(partial)
@@ -170,7 +170,7 @@ def test_status_says_in_one_line_what_the_queue_holds():
         {"run": "c", "state": "waiting", "reason": "first of 1 in the queue"},
     ]
     assert queue_line(queue) == (
-        "  1 running, 1 waiting, 1 held by the budget; next: c (first of 1 in the queue); `make queue` for all"
+        "  1 running, 1 waiting, 1 held by the budget; next: c (first of 1 in the queue); `rayfleet queue` for all"
     )
     assert "queue\n  empty" in render({**empty_status(), "queue": []})
     forged = {"run": "x", "state": "ignored", "reason": "admitted_at is in the future"}

@@ -162,7 +162,7 @@ def test_spot_workers_are_priced_from_ec2s_spot_price_history_and_the_cluster_sp
 
 
 class LostTrainer:
-    """The ECS side of `make run`'s follower (rayfleet/targets/run.py follow_relaunching): the first trainer task
+    """The ECS side of `rayfleet run`'s follower (rayfleet/targets/run.py follow_relaunching): the first trainer task
     is lost an hour after its job was submitted (its instance reclaimed); a relaunched one, if any, ends the run."""
 
     def __init__(self, run_dir: RunDir, now):
@@ -250,4 +250,4 @@ def test_a_run_lost_beyond_its_retries_costs_the_time_of_its_lost_attempt(tmp_pa
     final = trainer.run_dir.record()
     assert final["state"] == "LOST" and [a["duration_s"] for a in final["attempts"]] == [3600.0]
     assert final["cost_usd"] == 4.0 and final["duration_s"] == 3600.0
-    assert _row("lost", "ecs", final, "")["cost_usd"] == 4.0  # make runs' COST
+    assert _row("lost", "ecs", final, "")["cost_usd"] == 4.0  # rayfleet runs' COST

@@ -177,11 +177,11 @@ def test_a_key_said_twice_and_a_file_that_is_not_utf8_are_one_line_each(tmp_path
 
 
 def test_the_cli_says_a_bad_recipe_file_in_one_line_and_exits_2(tmp_path, capsys):
-    from rayfleet.targets import run as target_run
+    from rayfleet.cli import main as cli
 
     path = write(tmp_path, GOOD)
     for body in (b"name: caf\xe9\n", b"name: job\nname: job\n", b"name: [unclosed\n"):
         path.write_bytes(body)
-        assert target_run.main([str(path), "--target", "local"]) == 2
+        assert cli.main(["run", str(path), "--on", "local"]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: recipe {path} is not ") and err.count("\n") == 1 and "Traceback" not in err

@@ -1,4 +1,4 @@
-"""`make run` waiting for a driver slot on ECS (rayfleet/targets/ecs_slot.py), on launches in a local folder."""
+"""`rayfleet run` waiting for a driver slot on ECS (rayfleet/targets/ecs_slot.py), on launches in a local folder."""
 
 from __future__ import annotations
 

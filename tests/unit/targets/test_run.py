@@ -1,4 +1,4 @@
-"""`make run`: a bad recipe fails the CLI before anything is written or a cluster starts."""
+"""`rayfleet run`: a bad recipe fails the CLI before anything is written or a cluster starts."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ def test_bad_recipe_fails_the_cli_before_anything_is_written(tmp_path):
         "RAYFLEET_OUTPUTS": str(tmp_path / "x.json"),
     }
     result = subprocess.run(
-        [sys.executable, "-m", "rayfleet.targets.run", str(path)],
+        [sys.executable, "-m", "rayfleet.cli.main", "run", str(path)],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -42,7 +42,7 @@ def test_gpu_recipe_on_a_cpu_machine_fails_before_a_cluster_starts(tmp_path):
         "RAYFLEET_OUTPUTS": str(tmp_path / "x.json"),
     }
     result = subprocess.run(
-        [sys.executable, "-m", "rayfleet.targets.run", str(path), "--target", "local"],
+        [sys.executable, "-m", "rayfleet.cli.main", "run", str(path), "--on", "local"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -61,7 +61,7 @@ def test_a_run_name_that_is_not_a_plain_name_is_refused_in_one_line(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAYFLEET_STATE_DIR": str(tmp_path / "state")}
     for name in ("../outside", "a/b", ".hidden"):
         result = subprocess.run(
-            [sys.executable, "-m", "rayfleet.targets.run", str(path), "--run-name", name],
+            [sys.executable, "-m", "rayfleet.cli.main", "run", str(path), "--name", name],
             cwd=tmp_path,
             env=env,
             capture_output=True,
@@ -69,7 +69,7 @@ def test_a_run_name_that_is_not_a_plain_name_is_refused_in_one_line(tmp_path):
             timeout=120,
         )
         last = result.stderr.strip().splitlines()[-1]  # after argparse's usage
-        assert result.returncode == 2 and "argument --run-name" in last and "a run name is up to 100" in last, last
+        assert result.returncode == 2 and "argument --name" in last and "a run name is up to 100" in last, last
         assert not (tmp_path / "runs").exists() and not (tmp_path / "state").exists()
 
 

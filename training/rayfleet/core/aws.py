@@ -79,7 +79,7 @@ class Aws:
         found = self.client("ecs").describe_clusters(clusters=[cluster])
         clusters = [c for c in found.get("clusters", []) if c.get("status") == "ACTIVE"]
         if not clusters:
-            raise ClusterNotFound(f"ECS cluster {cluster} does not exist in {self.region}; run `make deploy`")
+            raise ClusterNotFound(f"ECS cluster {cluster} does not exist in {self.region}; run `rayfleet deploy`")
         return clusters[0]
 
 
@@ -125,7 +125,7 @@ def translate(exc: Exception) -> RayfleetError:
         if code in {"ExpiredToken", "ExpiredTokenException", "RequestExpired", "TokenRefreshRequired"}:
             return TokenExpired("the AWS credentials have expired: run `aws sso login` (or renew them) and retry")
         if code == "ClusterNotFoundException":
-            return ClusterNotFound("the ECS cluster does not exist: run `make deploy`")
+            return ClusterNotFound("the ECS cluster does not exist: run `rayfleet deploy`")
         if code in {"AccessDeniedException", "AccessDenied", "UnauthorizedOperation"}:
             return AwsCallFailed(f"AWS denied {exc.operation_name}: {message}")
         return AwsCallFailed(f"{exc.operation_name} failed: {code}: {message}")

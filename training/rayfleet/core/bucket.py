@@ -73,14 +73,14 @@ LAYOUT: tuple[Prefix, ...] = (
         "no job may write here: the control task's snapshot, the deployer's Serve config and launches",
         {OPERATOR: _a(READ, WRITE, DELETE), CONTROL: _a(READ, WRITE)},
     ),
-    Prefix(RAY_STATUS, "the head's snapshot: control writes, make start/status read", {CONTROL: _a(READ, WRITE)}),
-    Prefix(SERVE_CONFIG, "make serve keeps, the control task re-applies", {OPERATOR: ALL, CONTROL: _a(READ)}),
+    Prefix(RAY_STATUS, "the head's snapshot: control writes, rayfleet start/status read", {CONTROL: _a(READ, WRITE)}),
+    Prefix(SERVE_CONFIG, "rayfleet serve up keeps, the control task re-applies", {OPERATOR: ALL, CONTROL: _a(READ)}),
     Prefix(
         LAUNCHES,
-        "make run keeps a RunTask waiting for a driver slot; the control task sends it and moves it",
+        "rayfleet run keeps a RunTask waiting for a driver slot; the control task sends it and moves it",
         {OPERATOR: ALL, CONTROL: ALL},
     ),
-    Prefix(LAUNCHES_STARTED, "placed launches (make logs finds the task)", {OPERATOR: ALL, CONTROL: _a(WRITE)}),
+    Prefix(LAUNCHES_STARTED, "placed launches (rayfleet logs finds the task)", {OPERATOR: ALL, CONTROL: _a(WRITE)}),
 )
 # S3's HeadBucket is authorized as s3:ListBucket with no prefix: Ray Train's storage check (pyarrow's create_dir)
 # asks it of the results bucket in every process that writes a run. The roles here are granted it; with it they

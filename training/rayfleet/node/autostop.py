@@ -56,7 +56,7 @@ def busy_because(snapshot: dict, trainer_tasks: int, failed_apps: frozenset[str]
     kept_apps = set(kept.get("applications") or [])
     if "run" in kept and not (kept_apps and kept_apps <= failed_apps):  # `make serve` kept a config
         # (rayfleet/core/serve_kept.py): serving, even on a head that lost it, unless every one of its apps failed
-        return f"serving run {kept['run']} (kept: make serve-down ends it)"
+        return f"serving run {kept['run']} (kept: rayfleet serve down ends it)"
     if "error" in kept:  # it may be serving: never scale that to zero on a guess
         return f"maybe serving (the kept Serve config is unreadable: {kept['error']})"
     if trainer_tasks > hung:

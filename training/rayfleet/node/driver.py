@@ -54,7 +54,7 @@ def verified_code(run_dir: RunDir, uri: str, sha256: str, scratch: Path) -> Path
     local = run_dir.download(name, scratch / name)
     found = sha256_of(local)
     if found != sha256:
-        message = f"the code zip {uri} is not the one `make run` uploaded (sha256 {found[:12]}, not {sha256[:12]})"
+        message = f"the code zip {uri} is not the one `rayfleet run` uploaded (sha256 {found[:12]}, not {sha256[:12]})"
         run_dir.update(state="FAILED", message=f"{message}: not run")
         raise RayfleetError(f"{message}: refusing to run it")
     return local
@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     missing = [k for k in REQUIRED if not env.get(k)]
     if missing:
         raise RayfleetError(
-            f"recipe driver: {', '.join(missing)} not set (this runs in the trainer task that `make run` starts)"
+            f"recipe driver: {', '.join(missing)} not set (this runs in the trainer task that `rayfleet run` starts)"
         )
     try:
         recipe = Recipe.model_validate_json(env["RAYFLEET_RECIPE"])

@@ -58,7 +58,7 @@ def wait_for_head(host: str, port: int, timeout: float, interval: float = 2.0, s
         if now >= deadline:
             raise SystemExit(
                 f"rayfleet-node: error: the head {host}:{port} did not answer within {timeout:.0f}s ({reason}); "
-                "is the head service running? (make status)"
+                "is the head service running? (rayfleet status)"
             )
         if now - last_log >= 10:
             say(f"waiting for the head {host}:{port} ({now - started:.0f}s of {timeout:.0f}s): {reason}")

@@ -65,7 +65,7 @@ def deploy_and_wait(dashboard_url: str, config: dict, timeout_s: float, say: Cal
             raise RayfleetError(f"the application failed to start: {reason}")
         if time.monotonic() - start > timeout_s:
             raise RayfleetError(
-                f"the application is not running after {timeout_s:.0f}s (make serve-status; make serve-down)"
+                f"the application is not running after {timeout_s:.0f}s (rayfleet serve status; rayfleet serve down)"
             )
         time.sleep(2)
 

@@ -36,7 +36,7 @@ def check_target(refs: dict[str, str], target: str) -> None:
         local_only = [k for k, ref in refs.items() if ref.startswith("env:")]
         if local_only:
             raise RayfleetError(
-                f"env.{local_only[0]}: env: secrets exist only where `make run` runs; on ECS use "
+                f"env.{local_only[0]}: env: secrets exist only where `rayfleet run` runs; on ECS use "
                 "secretsmanager:<name> or ssm:<parameter>"
             )
 

@@ -32,7 +32,7 @@ class ServedRun:
 def find(run_dir: RunDir) -> ServedRun:
     entries = run_dir.entries()
     if not entries:
-        raise NothingToServe(f"no run at {run_dir.display()} (make runs lists them)")
+        raise NothingToServe(f"no run at {run_dir.display()} (rayfleet runs lists them)")
     if EXPORT in entries:
         return ServedRun("llm", EXPORT)
     checkpoints = sorted(name for name in entries if DDP_CHECKPOINT.match(name))

@@ -38,7 +38,11 @@ def resolve_model_dir(model: str) -> Path:
         return Path(snapshot_download(model, allow_patterns=patterns))
     except (RepositoryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError, ValueError, OSError) as exc:
         # The trainer image is offline (HF_HUB_OFFLINE) and preloads nothing unless built with MODELS: say how.
-        hint = "" if model.startswith(("/", ".", "~")) else f"; preload it: MODELS={model} make build push"
+        hint = (
+            ""
+            if model.startswith(("/", ".", "~"))
+            else f"; preload it: rayfleet images build --models {model}, then rayfleet images push"
+        )
         raise ModelNotFound(
             f"model: {model!r} is neither a directory, nor under $MODEL_DIR, nor in the Hugging Face cache, "
             f"and could not be downloaded ({type(exc).__name__}){hint}"

@@ -1,6 +1,6 @@
 """Connect a job's driver to Ray: RAY_ADDRESS, else the rayfleet local cluster this checkout started.
 
-The library never starts a cluster itself: on a laptop, `python -m rayfleet.local run -- CMD` (what
+The library never starts a cluster itself: on a laptop, `rayfleet cluster run -- CMD` (what
 `make demo` and `make train-ddp-local` use) starts one for the command when none runs, and stops it after.
 The entry point calls `use_token_auth()` before Ray is imported (Ray reads its auth mode once, at import).
 """
@@ -31,8 +31,8 @@ def cluster_address() -> str:
     if state.is_file():
         return json.loads(state.read_text())["address"]
     raise NoCluster(
-        "no Ray cluster: start one with `make cluster-up` (or run the job through "
-        "`python -m rayfleet.local run -- ...`), or set RAY_ADDRESS"
+        "no Ray cluster: start one with `rayfleet cluster up` (or run the job through "
+        "`rayfleet cluster run -- ...`), or set RAY_ADDRESS"
     )
 
 
@@ -43,8 +43,8 @@ def ray_session() -> Iterator[str]:
     address = cluster_address()
     if not (os.environ.get("RAY_AUTH_MODE") or os.environ.get("RAY_AUTH_TOKEN")):
         raise NoCluster(
-            "Ray token auth is not set up in this shell: run the job through make, or first "
-            'eval "$(.venv/bin/python -m rayfleet.local env)"'
+            "Ray token auth is not set up in this shell: run the job through `rayfleet cluster run`, or first "
+            'eval "$(.venv/bin/rayfleet cluster env)"'
         )
     # A job's worker processes fork from the nodes' warm servers (rayfleet/core/warm_workers.py); a driver
     # that the Jobs API started has its job's runtime_env, which says so itself (rayfleet/recipes/job.py).

@@ -49,7 +49,8 @@ def check_placement(cfg: JobConfig, use_gpu: bool) -> None:
         what = f"{cfg.cpus_per_worker:g} CPU" + (" + 1 GPU" if use_gpu else "")
         raise ConfigError(
             f"num_workers: {cfg.num_workers} workers of {what} each do not fit this cluster, which can place "
-            f"{fits}; lower num_workers or cpus_per_worker, or add workers (make cluster-up WORKERS={cfg.num_workers})"
+            f"{fits}; lower num_workers or cpus_per_worker, or add workers "
+            f"(rayfleet cluster up --workers {cfg.num_workers})"
         )
 
 
@@ -218,6 +219,6 @@ def summary(run_dir: RunDir, result, total_s: float, lines: list[str]) -> str:
             f"  checkpoint      {checkpoint_text}",
             f"  metrics         {run_dir.display(METRICS_FILE)}",
             f"  curves          {run_dir.display(curves.FILE)}",
-            f"  tensorboard     make tensorboard RUN={run_dir.run_name}",
+            f"  tensorboard     rayfleet tensorboard --run {run_dir.run_name}",
         ]
     )

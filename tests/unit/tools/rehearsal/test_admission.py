@@ -58,7 +58,7 @@ def test_an_unknown_family_is_refused():
 
 
 def test_the_trainer_may_run_another_image_this_host_has():
-    """make run IMAGE=...: the one difference the launcher makes (rayfleet/ecs/launch.py trainer_with_image)."""
+    """rayfleet run IMAGE=...: the one difference the launcher makes (rayfleet/ecs/launch.py trainer_with_image)."""
     own = described(TRAINER)
     own["containerDefinitions"][0]["image"] = "localhost/acme/recipe:1"
     assert admit(own, RENDERED, here) == "trainer"
