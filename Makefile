@@ -251,9 +251,10 @@ lint-infra: setup ## checkov over infra/ (its own venv); terraform fmt -check an
 	$(CHECKOV_VENV)/bin/checkov -d infra --framework terraform --skip-download --quiet --compact
 	$(PY) -m tools.terraform_standin.check
 
-format: setup ## Apply ruff's fixes and formatting
+format: setup ## Apply ruff's fixes and formatting; write docs/command.md from the verbs' parser
 	$(PY) -m ruff check --fix .
 	$(PY) -m ruff format .
+	$(PY) -m tools.command_doc
 
 clean-local: cluster-down ## Remove local runs, generated data and cluster state (keeps .venv)
 	rm -rf runs .rayfleet $(DATA_DIR)
