@@ -6,9 +6,9 @@
 #   RECIPE=recipes/x.yaml  ON=local|ecs (default: ecs once deployed)  NAME=a new run's name
 #   RUN=an existing run (RUNS="more runs")  SET="key=value ..."  ARGS="the job's own arguments"  DETACH=1
 #   NODE=head|worker-N|trainer  CMD="a command"  SINCE=10m  FOLLOW=1  FORCE=1  BUCKET=results bucket
-#   WORKERS, CPUS_PER_WORKER, GCS_STORE=1 (local cluster)  TFVARS, IMAGE_TAG, IMAGES, MODELS (deployment)
+#   WORKERS, CPUS_PER_WORKER (the demo's local cluster)  TFVARS, IMAGE_TAG, IMAGES, MODELS (deployment)
 #   AUTO_APPROVE=1 (deploy, clean: no question)  DELETE_RESULTS=1 (clean: the results bucket too)
-#   BENCH_ARGS (benchmarks' flags)  PYTEST_ARGS (tests' flags)
+#   BENCH=ddp|fsdp|... and BENCH_ARGS (make bench)  PYTEST_ARGS (tests' flags)  ACTION (make serve, make clean)
 
 PYTHON  ?= python3.11
 VENV    ?= .venv
@@ -22,7 +22,6 @@ ARGS    ?=
 BENCH_ARGS ?=
 BUCKET  ?=
 PYTEST_ARGS ?=
-JOB     ?= ddp
 RUN     ?=
 RUNS    ?=
 NAME    ?=
@@ -46,12 +45,33 @@ ONE_RUN = $(if $(RUN),--run $(RUN))
 ALL_RUNS = $(ONE_RUN) $(foreach r,$(RUNS),--run $(r)) $(BUCKET_FLAG)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup data text-data demo run runs logs queue cancel plot tensorboard train-ddp train-ddp-local train-fsdp \
-        train-fsdp-local launch cluster-up cluster-down cluster-status plan check deploy build push status exec ray-status \
-        stop start clean rotate-ray-token rehearse rehearse-down serve serve-status serve-down test test-system-deps test-images-early test-quick \
-        test-unit test-integration lint lint-infra format clean-local dashboard gpu-metrics-once bench-ddp \
-        bench-vs-blueprint bench-speed-levers bench-data bench-fsdp bench-recipe bench-launcher bench-tracking \
-        bench-serve bench-run-start bench-sidecar bench-gpu bench-checkpoint
+.PHONY: help setup data text-data demo run train-ddp train-fsdp runs logs queue cancel plot tensorboard build push \
+        check plan deploy status exec stop start clean serve test test-system-deps test-images-early test-quick lint \
+        lint-infra format bench cloudwatch-template
+
+# Old names, in shell histories and scripts: each fails in one line naming what replaced it (exit 2).
+GONE_train-ddp-local = make train-ddp ON=local (the recipe) or rayfleet cluster run -- python -m rayfleet.train.ddp
+GONE_train-fsdp-local = make train-fsdp ON=local
+GONE_launch = rayfleet launch JOB
+GONE_cluster-up = rayfleet cluster up
+GONE_cluster-down = rayfleet cluster down
+GONE_cluster-status = rayfleet cluster status
+GONE_ray-status = make exec CMD="ray status"
+GONE_rotate-ray-token = rayfleet token rotate
+GONE_rehearse = rayfleet rehearse up
+GONE_rehearse-down = rayfleet rehearse down
+GONE_serve-status = make serve ACTION=status
+GONE_serve-down = make serve ACTION=down
+GONE_test-unit = make test-quick PYTEST_ARGS=tests/unit
+GONE_test-integration = make test PYTEST_ARGS=tests/integration
+GONE_clean-local = make clean ACTION=local
+GONE_dashboard = make cloudwatch-template
+GONE_gpu-metrics-once = python -m monitoring --once
+GONE := $(firstword $(foreach goal,$(MAKECMDGOALS),$(if $(GONE_$(goal)),$(goal))) \
+          $(filter bench-%,$(MAKECMDGOALS)))
+ifneq ($(GONE),)
+$(error make $(GONE) is gone: use $(or $(GONE_$(GONE)),make bench BENCH=$(patsubst bench-%,%,$(GONE))))
+endif
 
 help: ## List every target, grouped, with what it does
 	@if [ -t 1 ]; then b='\033[1m'; n='\033[0m'; else b=''; n=''; fi; \
@@ -117,15 +137,6 @@ train-ddp: setup data ## The DDP recipe (recipes/ddp.yaml): on ECS once deployed
 train-fsdp: setup text-data ## The FSDP recipe: recipes/fsdp.yaml (dolly-v2-7b) on ECS, recipes/fsdp-tiny.yaml locally
 	$(RF) run recipes/fsdp.yaml --local-recipe recipes/fsdp-tiny.yaml $(RUN_FLAGS) -- $(ARGS)
 
-train-ddp-local: setup data ## The DDP job directly (no Jobs API) on RAY_ADDRESS or the local cluster (started if none)
-	$(ON_CLUSTER) $(PY) -m rayfleet.train.ddp data_dir=$(DATA_DIR) $(if $(BUCKET),storage=s3://$(BUCKET)/runs) $(ARGS)
-
-train-fsdp-local: setup text-data ## The FSDP job directly (no Jobs API): tiny GPT-NeoX, generated corpus, CPU
-	$(ON_CLUSTER) $(PY) -m rayfleet.train.fsdp --config rayfleet/train/configs/fsdp-tiny.yaml $(ARGS)
-
-launch: setup ## Run JOB (ddp, fsdp, a module) on ECS without a recipe and follow it (ARGS="k=v"; NAME; DETACH=1)
-	$(RF) launch $(JOB) $(if $(NAME),--name $(NAME)) $(if $(DETACH),--detach) $(BUCKET_FLAG) -- $(ARGS)
-
 runs: setup ## List recent runs, local and in S3: state, duration, cost, where the results are
 	$(RF) runs
 
@@ -143,16 +154,6 @@ plot: setup ## Draw runs' curves into plots/<run>.png: loss, accuracy/perplexity
 
 tensorboard: setup ## Serve runs' TensorBoard on 127.0.0.1:6006 (RUN=; RUNS="more runs"; BUCKET= for runs in S3)
 	$(RF) tensorboard $(ALL_RUNS)
-
-##@ Local cluster
-cluster-up: setup ## Start a local Ray cluster: head with no CPUs + WORKERS workers x CPUS_PER_WORKER, token auth; GCS_STORE=1 keeps its GCS in a local redis-server (the head can be replaced)
-	$(RF) cluster up --workers $(WORKERS) --cpus-per-worker $(CPUS_PER_WORKER) $(if $(filter 1,$(GCS_STORE)),--gcs-store)
-
-cluster-down: ## Stop exactly what cluster-up started (also after a crash)
-	@if [ -x $(RF) ]; then $(RF) cluster down; else echo "no .venv: nothing was started"; fi
-
-cluster-status: setup ## Show the local cluster
-	$(RF) cluster status
 
 ##@ Deployment (AWS)
 build: setup ## Build the images with docker or podman, tagged with the git commit (IMAGES=a,b; MODELS=hub/id to preload in the trainer: none by default)
@@ -176,40 +177,27 @@ status: setup ## One screen on the ECS cluster: services, tasks, GPUs, Ray nodes
 exec: setup ## A shell in a container via ECS Exec (NODE=head|worker-N|trainer; CMD="nvidia-smi")
 	$(RF) exec --node $(NODE) $(if $(CMD),--command "$(CMD)")
 
-ray-status: setup ## `ray status` on the head, through ECS Exec
-	$(RF) exec --node head --command "ray status"
-
 stop: setup ## Stop paying for GPUs: services to zero, trainer tasks stopped (idempotent)
 	$(RF) stop
 
 start: setup ## Bring a stopped deployment back (make stop, an autostop) and wait until Ray sees it (RECIPE=: as many workers as it needs)
 	$(RF) start $(if $(RECIPE),--recipe $(RECIPE))
 
-rotate-ray-token: setup ## New Ray auth token in Secrets Manager, then restart the head, then every service that reads it (workers, control) (FORCE=1 during a job)
-	$(RF) token rotate $(if $(FORCE),--force)
-
-clean: setup ## Ask once, first; then services to zero, images deleted, terraform destroy (DELETE_RESULTS=1: the results too; AUTO_APPROVE=1; safe twice)
+clean: setup ## Ask once, first; then services to zero, images deleted, terraform destroy (DELETE_RESULTS=1: the results too; AUTO_APPROVE=1; safe twice). ACTION=local: the local cluster stopped, runs, data and its state removed
+ifeq ($(ACTION),local)
+	$(RF) cluster down
+	rm -rf runs .rayfleet $(DATA_DIR)
+else
 	$(RF) down $(INFRA) $(if $(AUTO_APPROVE),--yes) $(if $(DELETE_RESULTS),--delete-results)
-
-# A rehearsal of the ECS deployment on this machine (tools/rehearsal): the task definitions Terraform renders
-# run as podman containers against a moto server; the verbs above work against it after
-# `eval "$$(.venv/bin/rayfleet rehearse env)"`. Needs podman and the images of IMAGE_TAG (make build).
-PORT    ?=
-rehearse: setup ## Run the ECS deployment on this machine with podman + moto until Ctrl-C (make build first; TFVARS; PORT)
-	$(RF) rehearse up -- --tag $(IMAGE_TAG) $(if $(TFVARS),--var-file $(TFVARS)) $(if $(PORT),--port $(PORT))
-
-rehearse-down: ## Stop the rehearsal and remove what it started: containers, network, moto (safe twice)
-	@if [ -x $(RF) ]; then $(RF) rehearse down; else echo "no .venv: nothing was started"; fi
+endif
 
 ##@ Serving
-serve: setup ## Serve a run's model on the cluster: OpenAI completions (FSDP export) or classification (DDP) (RUN=; ON; SET="replicas=2")
+serve: setup ## Serve a run's model: OpenAI completions (FSDP export) or classification (DDP) (RUN=; ON; SET="replicas=2"); ACTION=status|down
+ifeq ($(or $(ACTION),up),up)
 	$(RF) serve up $(ONE_RUN) --on $(ON) $(BUCKET_FLAG) $(if $(SERVE_CONFIG),--config $(SERVE_CONFIG)) $(foreach s,$(SET),--set $(s))
-
-serve-status: setup ## The Serve applications on the cluster: deployments, replicas and their health
-	$(RF) serve status --on $(ON)
-
-serve-down: setup ## Shut Serve down on the cluster: no applications, replicas or proxy left
-	$(RF) serve down --on $(ON)
+else
+	$(RF) serve $(ACTION) --on $(ON)
+endif
 
 ##@ Development
 # Two pytest-xdist workers: the local-cluster tests and then the podman rehearsal in one, the image build and
@@ -236,18 +224,14 @@ test-images-early: test-system-deps
 test-quick: setup ## The edit loop: unit, infra and moto tests, no local cluster, images or podman (minutes)
 	$(PY) -m pytest --quick $(PYTEST_SPLIT) --durations=10 $(PYTEST_ARGS)
 
-test-unit: setup ## Unit tests only (seconds)
-	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
-
-test-integration: test-system-deps setup ## Integration tests only (the system packages first, as make test)
-	$(PY) -m pytest tests/integration $(PYTEST_SPLIT) $(PYTEST_ARGS)
-
 lint: setup lint-infra ## ruff check + format check, the import layers (import-linter), and lint-infra
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(VENV)/bin/lint-imports
 
-lint-infra: setup ## checkov over infra/ (its own venv); terraform fmt -check and validate of the root and every module (pinned Terraform, offline)
+# checkov over infra/ (its own venv); terraform fmt -check and validate of the root and every module (pinned
+# Terraform, offline): part of lint
+lint-infra: setup
 	$(CHECKOV_VENV)/bin/checkov -d infra --framework terraform --skip-download --quiet --compact
 	$(PY) -m tools.terraform_standin.check
 
@@ -256,52 +240,30 @@ format: setup ## Apply ruff's fixes and formatting; write docs/command.md from t
 	$(PY) -m ruff format .
 	$(PY) -m tools.command_doc
 
-clean-local: cluster-down ## Remove local runs, generated data and cluster state (keeps .venv)
-	rm -rf runs .rayfleet $(DATA_DIR)
-
-dashboard: setup ## Regenerate the CloudWatch dashboard template from monitoring/metrics.json
+cloudwatch-template: setup ## Regenerate the CloudWatch dashboard's Terraform template from monitoring/metrics.json
 	$(PY) -m monitoring.dashboard --write
 
-gpu-metrics-once: setup ## Print one NVML sample of every local GPU as JSON (needs an NVIDIA driver)
-	$(PY) -m monitoring --once
-
 ##@ Benchmarks (prints tables; bench/RESULTS.md keeps the figures)
-bench-ddp: setup data ## Benchmark DDP epochs; prints a table (BENCH_ARGS="--epochs 2 --workers 2 ...")
-	$(PY) -m bench.ddp_epoch --data-dir $(DATA_DIR) $(BENCH_ARGS)
+# BENCH= names one (not NAME, which names a run); BENCH_ARGS are its flags (python -m bench.<module> --help).
+BENCH_ddp = ddp_epoch --data-dir $(DATA_DIR)
+BENCH_vs-blueprint = vs_blueprint --data-dir $(DATA_DIR)
+BENCH_speed-levers = speed_levers_learning --data-dir $(DATA_DIR)
+BENCH_data = data_path --data-dir $(DATA_DIR)
+BENCH_fsdp = fsdp_throughput
+BENCH_recipe = recipe_overhead
+BENCH_launcher = launcher_overhead
+BENCH_tracking = tracking_overhead
+BENCH_serve = serve_load
+BENCH_run-start = run_start
+BENCH_sidecar = sidecar_cost
+BENCH_checkpoint = checkpoint_pause
+BENCH_gpu = gpu
+BENCHES = ddp vs-blueprint speed-levers data fsdp recipe launcher tracking serve run-start sidecar checkpoint gpu
 
-bench-vs-blueprint: setup data ## rayfleet's DDP job against the blueprint's loop, interleaved (BENCH_ARGS="--rounds 2 --variant LABEL:key=value")
-	$(PY) -m bench.vs_blueprint --data-dir $(DATA_DIR) $(BENCH_ARGS)
-
-bench-speed-levers: setup data ## Whether the bf16 gradient all-reduce and bf16 autocast learn like fp32, from one initialization (prints a table)
-	$(PY) -m bench.speed_levers_learning --data-dir $(DATA_DIR) $(BENCH_ARGS)
-
-bench-data: setup data ## Benchmark the data path alone: blueprint DataLoader+PIL vs device-resident batches
-	$(PY) -m bench.data_path --data-dir $(DATA_DIR) $(BENCH_ARGS)
-
-bench-fsdp: setup ## Benchmark the FSDP2 step: tokens/s, TFLOP/s, MFU (BENCH_ARGS="--shape pythia-1.4b --seq-len 2048")
-	$(PY) -m bench.fsdp_throughput $(BENCH_ARGS)
-
-bench-recipe: setup ## What a recipe run adds over running the same script as a Ray driver by hand (prints a table)
-	$(PY) -m bench.recipe_overhead $(BENCH_ARGS)
-
-bench-launcher: setup ## What a `launcher: torchrun` recipe adds over torchrun by hand (prints a table)
-	$(PY) -m bench.launcher_overhead $(BENCH_ARGS)
-
-bench-tracking: setup ## What rank 0's tracking (TensorBoard, progress) costs a DDP step, measured two ways
-	$(PY) -m bench.tracking_overhead $(BENCH_ARGS)
-
-bench-serve: setup ## Load on a served tiny model: N concurrent clients, p50/p99 latency, requests/s (BENCH_ARGS="--clients 1 4 8 --replicas 2")
-	$(PY) -m bench.serve_load $(BENCH_ARGS)
-
-bench-run-start: setup data ## Seconds from submitting a DDP run to its first step and to the end of a 1-step run, direct and as a recipe (BENCH_ARGS=--timeline: one run, phase by phase)
-	$(PY) -m bench.run_start $(BENCH_ARGS)
-
-bench-sidecar: setup ## Measure the GPU-metrics sidecar's CPU and memory at its default intervals
-	$(PY) -m bench.sidecar_cost $(BENCH_ARGS)
-
-bench-checkpoint: setup data text-data ## Seconds of training held up per checkpoint, synchronous vs asynchronous saves, the FSDP and DDP jobs (prints a table)
-	$(PY) -m bench.checkpoint_pause $(BENCH_ARGS)
-
-bench-gpu: setup ## On one NVIDIA GPU: the DDP and FSDP jobs through Ray Train beside their step benches, one table in runs/bench-gpu.md (BENCH_ARGS="--device cpu": a tiny try)
-	$(PY) -m bench.gpu $(BENCH_ARGS)
-
+ifneq ($(filter bench,$(MAKECMDGOALS)),)
+ifeq ($(BENCH_$(BENCH)),)
+$(error BENCH=$(BENCH): choose one of $(BENCHES))
+endif
+endif
+bench: setup data text-data ## Run one benchmark and print its table (BENCH=ddp|vs-blueprint|speed-levers|data|fsdp|recipe|launcher|tracking|serve|run-start|sidecar|checkpoint|gpu; BENCH_ARGS)
+	$(PY) -m bench.$(BENCH_$(BENCH)) $(BENCH_ARGS)

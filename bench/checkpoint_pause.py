@@ -1,8 +1,8 @@
 """Seconds of training held up per checkpoint: synchronous against asynchronous saves, the real jobs.
 
-    python -m bench.checkpoint_pause [--jobs fsdp ddp] [--fsdp-set key=value ...]     # make bench-checkpoint
+    python -m bench.checkpoint_pause [--jobs fsdp ddp] [--fsdp-set key=value ...]     # make bench BENCH=checkpoint
 
-Each job runs twice on one local Ray cluster (the running `make cluster-up`, else 2 workers x 1 CPU started
+Each job runs twice on one local Ray cluster (the running `rayfleet cluster up`, else 2 workers x 1 CPU started
 here), once with `async_checkpoint=false` and once with `true`, everything else equal, and the table reads
 the pauses from the runs' own metrics rows (`checkpoint_pause_s`: from the loop's save call to its return):
   fsdp: the tiny GPT-NeoX (`make text-data`), a sharded checkpoint every 10 steps (DCP: synchronous `save`

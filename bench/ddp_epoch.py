@@ -1,6 +1,6 @@
 """Seconds per epoch and images/s of the DDP job, as a table.
 
-    make bench-ddp                                   # 2 epochs, 2 workers, full 60k training set
+    make bench BENCH=ddp                                   # 2 epochs, 2 workers, full 60k training set
     python -m bench.ddp_epoch --epochs 3 --workers 2 --train-subset 12000
     RAY_ADDRESS=... python -m bench.ddp_epoch --device cuda --workers 1 --compile
 

@@ -1,6 +1,6 @@
 """Tokens/s, TFLOP/s and MFU of the FSDP2 training step for a GPT-NeoX shape, as a table.
 
-    make bench-fsdp                                              # tiny shape on CPU (a regression guard)
+    make bench BENCH=fsdp                                              # tiny shape on CPU (a regression guard)
     python -m bench.fsdp_throughput --shape pythia-1.4b --seq-len 2048 --batch 4       # one GPU
     python -m bench.fsdp_throughput --shape pythia-1.4b --seq-len 2048 --batch 8 --no-ac --compile --grad-accum 4
     torchrun --nproc-per-node 8 -m bench.fsdp_throughput --shape dolly-v2-7b          # eight GPUs

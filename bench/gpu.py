@@ -1,6 +1,6 @@
 """The figures on one NVIDIA GPU in one run: the real jobs through Ray Train beside their step benches, one table.
 
-    make bench-gpu                                  # = python -m bench.gpu (cuda when torch sees a GPU)
+    make bench BENCH=gpu                                  # = python -m bench.gpu (cuda when torch sees a GPU)
     python -m bench.gpu --device cpu                # tiny settings, a few minutes: how the command is tested
     python -m bench.gpu --only fsdp --timeout fsdp-job=600 --budget 0
     python -m bench.gpu --dry-run                   # the stages in order, their timeouts and commands

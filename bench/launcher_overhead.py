@@ -1,8 +1,8 @@
 """What a `launcher: torchrun` recipe costs on top of starting the same script with torchrun by hand.
 
-    python -m bench.launcher_overhead [--repeats 2] [--steps 20]      # make bench-launcher
+    python -m bench.launcher_overhead [--repeats 2] [--steps 20]      # make bench BENCH=launcher
 
-Interleaved in one run, on one local cluster (the running `make cluster-up`, else one of 2 workers x 1 CPU
+Interleaved in one run, on one local cluster (the running `rayfleet cluster up`, else one of 2 workers x 1 CPU
 started for the benchmark), the unmodified recipes/examples/torch-ddp/train.py:
   by hand:  `torchrun --nproc-per-node 2 train.py` on this machine (two local processes, gloo);
   recipe:   `rayfleet run` of the example's recipe: validate, package, Jobs API, place one

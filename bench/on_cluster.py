@@ -13,7 +13,7 @@ from rayfleet.local import cluster as local_cluster
 
 @contextlib.contextmanager
 def local_cluster_state() -> Iterator[local_cluster.ClusterState]:
-    """The running `make cluster-up` cluster, else one of 2 workers x 1 CPU started here and stopped after."""
+    """The running `rayfleet cluster up` cluster, else one of 2 workers x 1 CPU started here and stopped after."""
     state = local_cluster.running()
     if state is not None:
         yield state

@@ -1,8 +1,8 @@
 """What a recipe run costs on top of running the same script as a Ray driver yourself.
 
-    python -m bench.recipe_overhead [--repeats 3]          # make bench-recipe
+    python -m bench.recipe_overhead [--repeats 3]          # make bench BENCH=recipe
 
-On one local cluster (the running `make cluster-up`, else one started for the benchmark), in the same run:
+On one local cluster (the running `rayfleet cluster up`, else one started for the benchmark), in the same run:
   direct:  `python task.py` (ray.init to the cluster, one remote task, print), as a user would by hand;
   recipe:  `rayfleet run` of a recipe with that script: validate, package, store the run
            record, submit through the Jobs API, follow the log, save driver.log and run.json.

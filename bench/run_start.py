@@ -1,12 +1,12 @@
 """Seconds from submitting a run to its first training step, and to the end of a 1-step run.
 
-    python -m bench.run_start [--repeats 3] [--data DIR]          # make bench-run-start
+    python -m bench.run_start [--repeats 3] [--data DIR]          # make bench BENCH=run-start
     python -m bench.run_start --timeline                           # one run each way, phase by phase
 
-On one local cluster (the running `make cluster-up`, else one of 2 workers x 1 CPU started for the
+On one local cluster (the running `rayfleet cluster up`, else one of 2 workers x 1 CPU started for the
 benchmark), the DDP job on 256 generated images (one step of batch 128 on each of 2 workers, no evaluation
 beyond 128 test images), timed from outside, line by line as the output arrives:
-  direct:  `rayfleet cluster run -- python -m rayfleet.train.ddp ...` (what `make train-ddp-local` runs);
+  direct:  `rayfleet cluster run -- python -m rayfleet.train.ddp ...` (what `make train-ddp ON=local` runs);
   recipe:  `rayfleet run recipes/ddp.yaml --on local` (what `make run` / `make train-ddp`
            run: package the code, submit through the Jobs API, follow the log).
 Columns: the driver's "run ...: N workers" line (imports, connection, placement check, storage, tracking),
@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         env = {**local_cluster.command_env(state), "PYTHONUNBUFFERED": "1"}  # token auth, as `make` sets it
         job = [f"data_dir={args.data.resolve()}", f"storage={tmp}", *ONE_STEP]
         ways = {
-            "direct (make train-ddp-local)": lambda run: [
+            "direct (make train-ddp ON=local)": lambda run: [
                 *[sys.executable, "-m", "rayfleet.cli.main", "cluster", "run", "--"],
                 *[sys.executable, "-m", "rayfleet.train.ddp", *job, f"run_name={run}"],
             ],

@@ -1,6 +1,6 @@
 """Where the seconds of one run start go: the job's own lines beside Ray's task events, on one clock.
 
-    python -m bench.run_start --timeline                   # make bench-run-start BENCH_ARGS=--timeline
+    python -m bench.run_start --timeline                   # make bench BENCH=run-start BENCH_ARGS=--timeline
 
 One direct DDP run (`python -m rayfleet.train.ddp`, one step, as bench/run_start.py times it) on the local
 cluster. Its output lines are stamped as they arrive; after it ends, Ray's state API lists the tasks and

@@ -1,6 +1,6 @@
 """Whether the DDP job's precision levers learn like fp32: the bf16 gradient all-reduce and bf16 autocast.
 
-    python -m bench.speed_levers_learning                    # make bench-speed-levers
+    python -m bench.speed_levers_learning                    # make bench BENCH=speed-levers
     python -m bench.speed_levers_learning --train-images 3000 --epochs 5 --levers grad-bf16
 
 The job's own model, optimizer, step and evaluation (`rayfleet.train.ddp.build_model`, `parallelize`,

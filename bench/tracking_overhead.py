@@ -1,6 +1,6 @@
 """What rank 0's tracking costs the DDP job per step (target: under 1% of the step time).
 
-    python -m bench.tracking_overhead [--steps 40] [--rounds 3] [--batch 128]    # make bench-tracking
+    python -m bench.tracking_overhead [--steps 40] [--rounds 3] [--batch 128]    # make bench BENCH=tracking
 
 The job's own model and step (`rayfleet.train.ddp.build_model`, `train_epoch` on one CPU process, generated
 FashionMNIST-format data), epochs of --steps steps, interleaved A B A B: without tracking, and with the

@@ -1,6 +1,6 @@
 """rayfleet's DDP job against the original AWS blueprint's training loop, interleaved on one local cluster.
 
-    make bench-vs-blueprint                                  # 2 rounds of 3 epochs on 12,000 images
+    make bench BENCH=vs-blueprint                                  # 2 rounds of 3 epochs on 12,000 images
     python -m bench.vs_blueprint --rounds 2 --epochs 2 --train-subset 60000
     python -m bench.vs_blueprint --variant "nchw:channels_last=false"   # one lever alone, as key=value overrides
 

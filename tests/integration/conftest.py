@@ -1,6 +1,6 @@
 """A real local Ray cluster (head + 2 workers, token auth) and a real moto S3 server, for the session.
 
-Both use their own ports, state directory and token file, so a developer's own `make cluster-up` on the
+Both use their own ports, state directory and token file, so a developer's own `rayfleet cluster up` on the
 default ports is left alone. Jobs run as real driver subprocesses (`python -m rayfleet.train.ddp`). What the tests
 share besides these fixtures is in helpers.py.
 """

@@ -1,5 +1,5 @@
-"""The library never starts a cluster; `rayfleet cluster run` (make demo, make train-ddp-local)
-starts one for the job when none runs (same shape as make cluster-up) and stops it after. With its GCS on a
+"""The library never starts a cluster; `rayfleet cluster run` (make demo, make train-ddp ON=local)
+starts one for the job when none runs (same shape as rayfleet cluster up) and stops it after. With its GCS on a
 store (--gcs-store), a killed head is replaced and the run goes on."""
 
 from __future__ import annotations

@@ -219,7 +219,7 @@ def test_deploy_seeds_the_token_once_and_never_rolls_back_a_rotation(recording_m
     assert modified["AuthToken"] == store_token and store_token != seeded and len(store_token) == 64
     assert store_token not in first.stdout + first.stderr and "seeded the GCS store's token" in first.stdout
 
-    # make rotate-ray-token writes a new current version (tests/integration/test_ecs_rotate_token.py)
+    # rayfleet token rotate writes a new current version (tests/integration/test_ecs_rotate_token.py)
     rotated = sm.put_secret_value(SecretId=arn, SecretString="r" * 64)["VersionId"]
     start_recording(recording_moto)
     second = run_verb(env, "deploy", "--yes", "--image-tag", "t2")

@@ -1,4 +1,4 @@
-"""make rotate-ray-token on a real moto_server: a new secret version, the head replaced before every other
+"""rayfleet token rotate on a real moto_server: a new secret version, the head replaced before every other
 service that holds the token (the workers, the control task) is restarted, jobs protected, the token never
 printed, and afterwards no running task holds an old version.
 

@@ -2,7 +2,7 @@
 virtualenv on PATH, `eval "$(.venv/bin/rayfleet cluster env)"`, then `ray job submit`,
 `ray status`, `ray list nodes` and JobSubmissionClient. Also `run`, the nodes' memory and private dirs.
 
-They use the session's cluster (same shape as `make cluster-up`: head + 2 workers x 1 CPU), met from a
+They use the session's cluster (same shape as `rayfleet cluster up`: head + 2 workers x 1 CPU), met from a
 shell that knows only its state directory, token file and ports, as a user's shell knows only the defaults.
 `run` starting a cluster of its own is test_ddp_starts_its_own_cluster's (last, alone).
 """

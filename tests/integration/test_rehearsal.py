@@ -1,4 +1,4 @@
-"""`make rehearse` end to end: the task definitions Terraform renders, run with podman on this host against
+"""`rayfleet rehearse up` end to end: the task definitions Terraform renders, run with podman on this host against
 moto, used through the laptop verbs as on ECS.
 
 One rehearsal for the module (the four images of tests/images, tag `test`), its moto enforcing IAM as the
@@ -11,7 +11,7 @@ training on its node through the task's current-run volume (and nothing once it 
 ray-control container puts Ray's view (nodes, resources, jobs) where `status` prints it; a worker container
 stopped mid-run is replaced by the service and the job resumes from its last checkpoint; without a store, the
 head container killed is replaced and the same worker containers resolve its name again and rejoin; a worker
-started with another token is kept out, and `make rotate-ray-token` brings every node back; then, on the
+started with another token is kept out, and `rayfleet token rotate` brings every node back; then, on the
 deployment's GCS store (a TLS redis-server stand-in), the head container killed mid-run is replaced with a new
 IP and the run goes on; `make stop` twice; Ctrl-C leaves nothing. Before it, bad input: one line each, nothing
 left running.
@@ -182,7 +182,7 @@ def rehearsal(images, tmp_path_factory):
     running.data = data
     try:
         running.wait_for("cluster formed", timeout=600)
-        running.wait_for("Ctrl-C (or `make rehearse-down`)", timeout=60)
+        running.wait_for("Ctrl-C (or `rayfleet rehearse down`)", timeout=60)
         running.started_s = time.monotonic() - started
         running.rid = running.state["rid"]
         yield running
@@ -704,7 +704,7 @@ def refusals(logs, cluster: str, victim: str) -> list[dict]:
 
 
 def test_rotate_ray_token_brings_every_node_back(rehearsal, aws):
-    """After the half-done rotation above, `make rotate-ray-token` restarts the head, then the workers (forced
+    """After the half-done rotation above, `rayfleet token rotate` restarts the head, then the workers (forced
     new deployments), and all of them join with the new token."""
     result = run_verb(aws["env"], "rayfleet.cli.main", "token", "rotate", timeout=900)
     assert result.returncode == 0, result.stdout + result.stderr

@@ -47,11 +47,9 @@ def test_train_ddp_passes_data_dir_bucket_and_detach_only_when_given():
         ("logs", ["RUN=r1", "FOLLOW=1", "SINCE=10m"], "logs", {"run": "r1", "follow": True, "since": "10m"}),
         ("cancel", ["RUN=r1"], "cancel", {"run": "r1"}),
         ("exec", ["NODE=worker-2", "CMD=nvidia-smi"], "exec", {"node": "worker-2", "command": "nvidia-smi"}),
-        ("ray-status", [], "exec", {"node": "head", "command": "ray status"}),
         ("plot", ["RUN=a", "RUNS=b c"], "plot", {"run": ["a", "b", "c"], "runs_dir": None}),
         ("tensorboard", ["RUN=a", "BUCKET=bk"], "tensorboard", {"run": ["a"], "bucket": "bk"}),
         ("serve", ["RUN=r1", "ON=ecs", "SET=replicas=2"], "serve", {"run": "r1", "on": "ecs", "set": ["replicas=2"]}),
-        ("launch", ["JOB=fsdp", "NAME=n", "DETACH=1", "ARGS=steps=3"], "launch", {"job": "fsdp", "name": "n"}),
         ("clean", ["AUTO_APPROVE=1", "DELETE_RESULTS=1"], "down", {"yes": True, "delete_results": True}),
         ("clean", [], "down", {"yes": False, "delete_results": False}),
         (
@@ -64,8 +62,8 @@ def test_train_ddp_passes_data_dir_bucket_and_detach_only_when_given():
         ("check", ["TFVARS=fsdp.tfvars"], "check", {"var_file": "fsdp.tfvars"}),
         ("start", ["RECIPE=recipes/ddp.yaml"], "start", {"recipe": "recipes/ddp.yaml"}),
         ("start", [], "start", {"recipe": None}),
-        ("rotate-ray-token", ["FORCE=1"], "token", {"action": "rotate", "force": True}),
-        ("cluster-up", ["WORKERS=3"], "cluster", {"action": "up", "workers": 3}),
+        ("serve", ["ACTION=down", "ON=local"], "serve", {"action": "down", "on": "local"}),
+        ("clean", ["ACTION=local"], "cluster", {"action": "down"}),
     ],
 )
 def test_each_variable_means_one_thing_in_every_target(target, variables, verb, expected):
@@ -81,3 +79,39 @@ def test_a_missing_run_is_the_clis_one_line_and_exit_2_and_target_is_gone(capsys
     assert exc.value.code == 2 and "--run" in capsys.readouterr().err
     result = make_n("run", "TARGET=local")
     assert result.returncode == 2 and "TARGET is gone: ON=local|ecs" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("cluster-up", "rayfleet cluster up"),
+        ("train-ddp-local", "make train-ddp ON=local"),
+        ("rotate-ray-token", "rayfleet token rotate"),
+        ("serve-down", "make serve ACTION=down"),
+        ("dashboard", "make cloudwatch-template"),
+        ("bench-run-start", "make bench BENCH=run-start"),
+    ],
+)
+def test_an_old_target_fails_in_one_line_naming_the_new_one(old, new):
+    """Names from shell histories and scripts stop make before anything runs, exit 2, with what replaced them."""
+    import subprocess
+
+    from tests.integration.helpers import REPO
+
+    done = subprocess.run(["make", "-n", old], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""
+    (line,) = done.stderr.splitlines()
+    assert f"make {old} is gone: use {new}" in line
+
+
+def test_bench_runs_the_named_benchmark_and_refuses_an_unknown_one():
+    import subprocess
+
+    from tests.integration.helpers import REPO
+
+    planned_lines = make_n("bench", "BENCH=run-start", "BENCH_ARGS=--timeline").stdout.splitlines()
+    assert planned_lines[-1].split()[1:] == ["-m", "bench.run_start", "--timeline"]
+    done = subprocess.run(["make", "bench", "BENCH=nope"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == ""  # refused before set-up or any data is made
+    (line,) = done.stderr.splitlines()
+    assert "BENCH=nope: choose one of ddp vs-blueprint" in line

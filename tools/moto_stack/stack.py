@@ -36,7 +36,7 @@ What moto does not hold or cannot represent (the rendered picture keeps it; noth
     rendered policies are created last, with the operator and an inspector, and enforced (iam.py);
   * instances boot moto's stock AMI, not the SSM parameter's ECS-optimized one;
   * trainer capacity: Terraform sizes the head instance for the head and one trainer (60% / 40% of its
-    memory), so a second `make launch` while one trainer runs would be refused (RESOURCE:MEMORY). The
+    memory), so a second `rayfleet launch` while one trainer runs would be refused (RESOURCE:MEMORY). The
     tests leave several detached trainers running in one session, so the head group's instances register
     memory for `trainer_slots` trainers beside the head (create(..., trainer_slots=1) is the real size).
 """

@@ -7,7 +7,7 @@
     python -m tools.rehearsal picture         # the deployment picture it runs, as JSON (its input file)
     python -m tools.rehearsal apply --var-file F   # other variables, applied to the running one in place
 
-`make rehearse` runs `up` (foreground: Ctrl-C stops everything), `make rehearse-down` runs `down`.
+`rayfleet rehearse up` runs `up` (foreground: Ctrl-C stops everything), `rayfleet rehearse down` runs `down`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def applied(state_dir: Path, picture: dict, timeout_s: float = 300) -> str:
     """Hand the running rehearsal `picture` (tools/rehearsal/reapply.py) and wait until it has applied it."""
     state = read_state(state_dir) or {}
     if not state.get("ready"):
-        raise RehearsalError("no rehearsal is running (start one with `make rehearse`)")
+        raise RehearsalError("no rehearsal is running (start one with `rayfleet rehearse up`)")
     reapply.request(state_dir, picture)
     source = picture.get("source", "a picture")
     deadline = time.monotonic() + timeout_s

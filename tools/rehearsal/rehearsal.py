@@ -122,7 +122,7 @@ class Rehearsal:
         existing = read_state(opts.state_dir)
         if existing and _alive(existing.get("pid", -1)) and existing.get("pid") != os.getpid():
             raise RehearsalError(
-                f"a rehearsal is already running (pid {existing['pid']}); stop it with `make rehearse-down`"
+                f"a rehearsal is already running (pid {existing['pid']}); stop it with `rayfleet rehearse down`"
             )
         if existing:  # killed outright last time: clear what it left
             podman.remove_everything(existing.get("rid"))
@@ -135,7 +135,7 @@ class Rehearsal:
         except OSError as exc:
             if exc.errno == errno.EADDRINUSE:
                 raise RehearsalError(
-                    f"port {opts.port} is already taken (another rehearsal? `make rehearse-down`); "
+                    f"port {opts.port} is already taken (another rehearsal? `rayfleet rehearse down`); "
                     "pick a free one with PORT=<n>, or leave it out for any free port"
                 ) from None
             raise
@@ -291,7 +291,7 @@ class Rehearsal:
             '  make train-ddp TARGET=ecs ARGS="epochs=2 train_subset=600 test_subset=200"; make status; make stop',
             flush=True,
         )
-        say("Ctrl-C (or `make rehearse-down`) stops everything")
+        say("Ctrl-C (or `rayfleet rehearse down`) stops everything")
         if ready is not None:
             ready(self)
 
@@ -345,7 +345,7 @@ def environment(state: dict, identity: str = "operator") -> dict[str, str]:
     """What the laptop verbs need to work against a running rehearsal: the operator's keys (IAM is enforced:
     infra/operator-policy.json); identity="inspector" for a test's own all-allowed look at moto."""
     if not state.get("outputs") or identity not in state.get("credentials", {}):
-        raise RehearsalError("no rehearsal is running (start one with `make rehearse`)")
+        raise RehearsalError("no rehearsal is running (start one with `rayfleet rehearse up`)")
     return {
         "RAYFLEET_OUTPUTS": state["outputs"],
         "AWS_ENDPOINT_URL": f"http://127.0.0.1:{state['moto_port']}",

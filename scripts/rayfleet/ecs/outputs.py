@@ -33,7 +33,7 @@ class Outputs:
     trainer_log_stream_prefix: str = "trainer"
     head_container_name: str = "ray-head"
     worker_container_name: str = "ray-worker"
-    ray_token_secret_arn: str = ""  # make rotate-ray-token needs it
+    ray_token_secret_arn: str = ""  # rayfleet token rotate needs it
     ecr_repository_urls: dict | None = None  # make push needs it
     worker_instance_type: str = ""  # make run checks a recipe's resources against it
     head_instance_type: str = ""  # make start checks the quotas for it

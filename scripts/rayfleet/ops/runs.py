@@ -108,7 +108,7 @@ def settle(run_dir: RunDir, record: dict, ecs=None, out: Outputs | None = None) 
     if record.get("task_arn"):
         if ecs is None or out is None:
             return record
-        if state == "SUBMITTED" and not record.get("job_id"):  # `make launch`, or not yet run: the task's state
+        if state == "SUBMITTED" and not record.get("job_id"):  # `rayfleet launch`, or not yet run: the task's state
             return {**record, "state": task_state(ecs, out, record["task_arn"])}
         task = _trainer_task(ecs, out, record["task_arn"])
         if task is not None and task["lastStatus"] != "STOPPED":

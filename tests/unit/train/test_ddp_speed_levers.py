@@ -1,6 +1,6 @@
 """The DDP job's two precision levers, each proved in one step: the bf16 gradient all-reduce averages the
 gradients of real ranks in bf16, and bf16 autocast runs the model in bf16 while its loss and its step stay
-close to fp32's. Learning over epochs with these levers is compared by `make bench-speed-levers`
+close to fp32's. Learning over epochs with these levers is compared by `make bench BENCH=speed-levers`
 (bench/speed_levers_learning.py); their speed by bench/vs_blueprint.py."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The DDP job's step (rayfleet/train/train_step.py): eager on CPU here; the whole-step CUDA graph where a GPU is.
 
-The CUDA tests run on a GPU machine (`make bench-gpu` runs them first); without one they are skipped, since a
+The CUDA tests run on a GPU machine (`make bench BENCH=gpu` runs them first); without one they are skipped, since a
 CUDA graph cannot be captured on a CPU. What a CPU can check is checked here without them: the partial batch
 never recompiles, the Runtime's choices, and that no convolution cuDNN sees has a 1x1 map under compile.
 """

@@ -3,11 +3,11 @@
 Ray keeps Serve's applications in the head's GCS. A head that starts again without it (a crash, `make
 rotate-ray-token`, `make deploy` of a new image, a deployment without the GCS store) has no application,
 and autostop would then see an idle cluster. So `make serve` keeps the configuration it deployed in
-s3://<results bucket>/cluster/serve.json once the application runs, and `make serve-down` removes it.
+s3://<results bucket>/cluster/serve.json once the application runs, and `make serve ACTION=down` removes it.
 cluster/ is written by the deployer and the control task only, never by a task a job can reach, so no job
 can plant an application there. The control task (rayfleet/node/head_snapshot.py) applies a kept
 configuration to a head that serves nothing, and while one is kept the cluster counts as serving: autostop
-never scales it to zero, and `make deploy` and `make rotate-ray-token` refuse to restart the head under it.
+never scales it to zero, and `make deploy` and `rayfleet token rotate` refuse to restart the head under it.
 """
 
 from __future__ import annotations

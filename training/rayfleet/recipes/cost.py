@@ -64,7 +64,7 @@ def spent_s(record: dict) -> float:
 
 def attempt_started(record: dict) -> datetime | None:
     """When the attempt in progress began to hold the workers: its job's submission, or before that its trainer
-    task's launch (ECS; `make launch` runs have only that). A submission older than the launch was an earlier
+    task's launch (ECS; `rayfleet launch` runs have only that). A submission older than the launch was an earlier
     trainer task's, already counted in `spent_s`."""
     submitted, launched = (
         datetime.fromisoformat(record[k]) if record.get(k) else None for k in ("submitted_at", "launched_at")

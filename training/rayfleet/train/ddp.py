@@ -3,8 +3,8 @@
 Local, on a laptop (starts its own Ray cluster unless one runs; `make data` first for generated data):
     python -m rayfleet.train.ddp                                   # rayfleet/train/configs/ddp.yaml
     python -m rayfleet.train.ddp epochs=3 train_subset=12000       # any key=value overrides the YAML
-    make train-ddp-local ARGS="epochs=3"
-On a running Ray cluster (make cluster-up, or any cluster with token auth):
+    make train-ddp ON=local ARGS="epochs=3"
+On a running Ray cluster (rayfleet cluster up, or any cluster with token auth):
     RAY_ADDRESS=127.0.0.1:6390 python -m rayfleet.train.ddp storage=s3://my-bucket/runs
 On ECS (the trainer task runs this module inside the VPC; see rayfleet/ecs/launch.py):
     make train-ddp BUCKET=my-bucket

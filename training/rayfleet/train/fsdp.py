@@ -2,11 +2,11 @@
 
 Local, offline, on CPU (a tiny GPT-NeoX and a generated corpus: `make text-data` first):
     python -m rayfleet.train.fsdp --config rayfleet/train/configs/fsdp-tiny.yaml
-    make train-fsdp-local ARGS="max_steps=20"
+    make train-fsdp ON=local ARGS="max_steps=20"
 On a running Ray cluster with GPUs:
     RAY_ADDRESS=... python -m rayfleet.train.fsdp model=databricks/dolly-v2-7b data=s3://bucket/tiny_shakespeare.txt
 On ECS (the trainer task runs this module inside the VPC):
-    make launch JOB=fsdp ARGS="max_steps=500"
+    rayfleet launch JOB=fsdp ARGS="max_steps=500"
 Re-running with the same run_name resumes at the step after its latest checkpoint; stop_at_step ends an
 invocation early (checkpointed), for time-boxed or preemptible runs.
 """

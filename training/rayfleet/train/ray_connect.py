@@ -1,7 +1,7 @@
 """Connect a job's driver to Ray: RAY_ADDRESS, else the rayfleet local cluster this checkout started.
 
 The library never starts a cluster itself: on a laptop, `rayfleet cluster run -- CMD` (what
-`make demo` and `make train-ddp-local` use) starts one for the command when none runs, and stops it after.
+`make demo` and `make train-ddp ON=local` use) starts one for the command when none runs, and stops it after.
 The entry point calls `use_token_auth()` before Ray is imported (Ray reads its auth mode once, at import).
 """
 
