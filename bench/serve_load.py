@@ -1,6 +1,6 @@
 """Load on a served model: N concurrent clients for a fixed time, p50/p99 latency and requests/s.
 
-    python -m bench.serve_load [--clients 1 4 8] [--seconds 20] [--max-tokens 16] [--replicas 1]   # make bench BENCH=serve
+    python -m bench.serve_load [--clients 1 4 8] [--seconds 20] [--max-tokens 16] [--replicas 1]  # BENCH=serve
     python -m bench.serve_load --url http://HOST:8000 --key-file K --clients 32   # an endpoint already up (GPU/vLLM)
 
 Without --url it serves a tiny GPT-NeoX export (generated, SYNTHETIC weights) on the local cluster (the
