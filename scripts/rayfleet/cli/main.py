@@ -63,6 +63,7 @@ def _runs(sub) -> None:
         action="store_true",
         help="return once the run is submitted (followed in the background locally)",
     )
+    p.add_argument("--check", action="store_true", help="validate the recipe and its data; start nothing")
     p.add_argument("args", nargs="*", metavar="-- ARG", help="after --: appended to the recipe's args")
     _bucket(p)
     _outputs(p)

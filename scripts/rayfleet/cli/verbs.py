@@ -18,7 +18,8 @@ def run(opts: argparse.Namespace) -> int:
     # a --bucket is the run's storage too (a local run keeps its results there as well)
     sets = [*opts.set, *([f"storage={runs_root(opts.bucket)}"] if opts.bucket else [])]
     where = {"on": opts.on, "local_recipe": opts.local_recipe, "root": opts.root, "outputs": opts.outputs}
-    return submit_recipe(opts.recipe, name=opts.name, sets=sets, detach=opts.detach, args=opts.args, **where)
+    how = {"name": opts.name, "sets": sets, "detach": opts.detach, "args": opts.args, "check": opts.check}
+    return submit_recipe(opts.recipe, **how, **where)
 
 
 def launch(opts: argparse.Namespace) -> int:

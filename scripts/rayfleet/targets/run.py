@@ -54,17 +54,23 @@ def submit_recipe(
     detach: bool = False,
     outputs: str | None = None,
     args: list[str] | None = None,
+    check: bool = False,
 ) -> int:
     """`rayfleet run RECIPE`: the recipe (or `local_recipe` when the run goes to the local cluster) with its
     `sets` KEY=VALUE overrides and `args` appended to its args, submitted where `on` says (choose_target) as
-    run `name` (default <recipe name>-<UTC time>), followed unless `detach`. The job's exit code, 2 on a
-    recipe refused before anything started."""
+    run `name` (default <recipe name>-<UTC time>), followed unless `detach`; `check`: validated only (schema,
+    code folder, data), nothing packaged or started. The job's exit code, 2 on a recipe refused before anything
+    started."""
     ray_auth.use_token_auth()  # first: Ray reads its auth mode once, when it is imported
     try:
         target = choose_target(on, outputs)
         chosen = local_recipe if target == "local" and local_recipe else recipe
         loaded = load(chosen, [s for item in sets or [] for s in item.split()], root=root)
-        loaded.require_data()  # before anything is started, packaged or staged
+        data = loaded.require_data()  # before anything is started, packaged or staged
+        if check:
+            what = f"{loaded.entry_kind()} {loaded.recipe.entrypoint}"
+            print(f"recipe {loaded.recipe.name} is valid: {what} in {loaded.code_dir}, data {data or 'none'}")
+            return 0
         run_name = name or f"{loaded.recipe.name}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
         return target_for(target, outputs, Path.cwd()).submit(loaded, list(args or []), run_name, detach)
     except (ConfigError, PackageError) as exc:
