@@ -112,7 +112,7 @@ $(DATA_DIR)/FashionMNIST/raw/t10k-labels-idx1-ubyte: | $(VENV)/.installed
 data: $(DATA_DIR)/FashionMNIST/raw/t10k-labels-idx1-ubyte ## Generate a FashionMNIST-format dataset in data/ (offline; labelled SYNTHETIC)
 
 models/tiny-gpt-neox/config.json: | $(VENV)/.installed
-	$(PY) -m rayfleet.train.tiny_lm models/tiny-gpt-neox --text data/text/tiny_shakespeare.txt
+	$(PY) -m tools.tiny_lm models/tiny-gpt-neox --text data/text/tiny_shakespeare.txt
 
 text-data: models/tiny-gpt-neox/config.json ## Generate a text corpus and a tiny GPT-NeoX + tokenizer (offline; SYNTHETIC)
 

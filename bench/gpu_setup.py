@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-# build() arguments per shape (rayfleet.train.tiny_lm.build); bench.fsdp_throughput's SHAPES say the same.
+# build() arguments per shape (tools.tiny_lm.build); bench.fsdp_throughput's SHAPES say the same.
 SHAPES = {
     "pythia-1.4b": {"hidden": 2048, "layers": 24, "heads": 16, "vocab": 50304, "max_positions": 2048},
     "tiny": {"hidden": 64, "layers": 2, "heads": 4, "vocab": 512, "max_positions": 512},
@@ -44,8 +44,8 @@ def build(model_dir: Path, corpus_file: Path, spec: dict) -> None:
     from transformers import AutoTokenizer
 
     from rayfleet.train.data.text import tokenize
-    from rayfleet.train.tiny_lm import build as build_model
-    from rayfleet.train.tiny_lm import corpus
+    from tools.tiny_lm import build as build_model
+    from tools.tiny_lm import corpus
 
     started = time.perf_counter()
     (model_dir / MARKER).unlink(missing_ok=True)

@@ -24,7 +24,7 @@ from pathlib import Path
 from bench.on_cluster import local_cluster_state
 from rayfleet.core import ray_auth
 from rayfleet.ops import serve
-from rayfleet.train import tiny_lm
+from tools import tiny_lm
 
 REPO = Path(__file__).resolve().parents[1]
 PROMPT = "ROMEO:\nThe noble king speaks the gentle"

@@ -46,7 +46,7 @@ def build_images(scratch: Path, images: tuple[str, ...] = IMAGES, python: str = 
         model = ROOT / "models" / "tiny-gpt-neox"
         if not (model / "config.json").is_file():
             model = scratch / "tiny-gpt-neox"
-            generate = [python, "-m", "rayfleet.train.tiny_lm", str(model), "--text", str(scratch / "corpus.txt")]
+            generate = [python, "-m", "tools.tiny_lm", str(model), "--text", str(scratch / "corpus.txt")]
             subprocess.run(generate, cwd=ROOT, check=True, timeout=300)
         command += ["--models", f"tiny-gpt-neox={model}"]
     build = subprocess.run(command, cwd=ROOT, env={**env, "BASE_IMAGE": BASE, "PYTHON_BASE_IMAGE": BASE}, timeout=1800)

@@ -15,7 +15,6 @@ from functools import partial
 import pytest
 
 from rayfleet.core import ray_auth
-from rayfleet.train import tiny_lm
 from tests.integration.fsdp_recipe_run import train_fsdp
 from tests.integration.helpers import (
     DASHBOARD_PORT,
@@ -28,6 +27,7 @@ from tests.integration.helpers import (
     run_fsdp,
     verbs_env,
 )
+from tools import tiny_lm
 from tools.moto_stack import iam, stack
 
 

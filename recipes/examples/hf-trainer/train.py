@@ -4,7 +4,7 @@
     launcher: torchrun                                              # the same script from a recipe, across worker nodes
 
 Fine-tunes a causal LM (a Hub-style directory: save_pretrained weights and tokenizer, such as the tiny
-GPT-NeoX of `python -m rayfleet.train.tiny_lm`) on a text file cut into fixed-length blocks, for --max-steps steps.
+GPT-NeoX of `python -m tools.tiny_lm`) on a text file cut into fixed-length blocks, for --max-steps steps.
 The Trainer sets up the process group itself from torchrun's variables (gloo on CPU). Every process writes
 what it saw, with the logged losses, to ranks/rank-<R>.json. --fail-rank R --fail-at-step S raises on that
 rank to show how a failure ends a run.

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from rayfleet.serve.http import api_app, parse
 from rayfleet.serve.keys import KeySource
 from rayfleet.serve.llm import ChatRequest, CompletionRequest, TextGenerator
-from rayfleet.train import tiny_lm
+from tools import tiny_lm
 
 KEY = "k" * 20
 CHAT_TEMPLATE = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}assistant:"

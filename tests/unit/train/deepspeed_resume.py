@@ -25,8 +25,9 @@ import torch
 import torch.distributed as dist
 
 from rayfleet.core.config import load_config
-from rayfleet.train import checkpoint, tiny_lm
+from rayfleet.train import checkpoint
 from rayfleet.train.fsdp_config import FSDPConfig
+from tools import tiny_lm
 
 MODEL_STATES = "zero_pp_rank_0_mp_rank_00_model_states.pt"
 OPTIM_STATES = "zero_pp_rank_0_mp_rank_00_optim_states.pt"  # with a bf16_ prefix when the run is bf16

@@ -22,7 +22,7 @@ from ray.train.v2._internal.execution.train_fn_utils import LocalTrainFnUtils, s
 from rayfleet.core import stop_request
 from rayfleet.core.config import load_config
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train import fsdp, tiny_lm
+from rayfleet.train import fsdp
 from rayfleet.train.fsdp import _boundary, _train_step, lr_at
 from rayfleet.train.fsdp_config import FSDPConfig
 from rayfleet.train.fsdp_metrics import step_metrics, window
@@ -32,6 +32,7 @@ from rayfleet.train.metrics import read_rows
 from rayfleet.train.preemption import Preemption
 from rayfleet.train.run_control import RunControl
 from rayfleet.train.tracking.scalars import Target
+from tools import tiny_lm
 
 
 def cfg(*overrides: str) -> FSDPConfig:

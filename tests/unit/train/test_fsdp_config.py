@@ -34,7 +34,7 @@ def test_config_rejections(overrides, message):
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    from rayfleet.train import tiny_lm
+    from tools import tiny_lm
 
     root = tmp_path_factory.mktemp("tiny")
     text = tiny_lm.corpus()

@@ -12,8 +12,8 @@ import textwrap
 
 import torch
 
-from rayfleet.train import tiny_lm
 from tests.unit.recipes.helpers import REPO
+from tools import tiny_lm
 
 # One rank of a world of `world`: train one step and save (world 2), or load (world 1); both write the full
 # parameters and optimizer state they hold, for the test to compare.

@@ -18,8 +18,8 @@ import textwrap
 
 import pytest
 
-from rayfleet.train import tiny_lm
 from tests.unit.recipes.helpers import REPO
+from tools import tiny_lm
 
 # One rank: six steps on one batch (the loss must fall), then the job's export and its check (rank 0). What the
 # steps really ran is recorded, not only the settings: the dtypes a block's first Linear saw in every forward

@@ -18,8 +18,9 @@ from torch.distributed.checkpoint.filesystem import FileSystemWriter
 from torch.distributed.tensor import DTensor
 
 from rayfleet.core.config import load_config
-from rayfleet.train import checkpoint, tiny_lm
+from rayfleet.train import checkpoint
 from rayfleet.train.fsdp_config import FSDPConfig
+from tools import tiny_lm
 
 
 @pytest.fixture(scope="module")

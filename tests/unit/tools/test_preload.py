@@ -1,13 +1,19 @@
-"""The trainer image's model preloading: copies a model directory and lists every file with its hash."""
+"""The trainer image's model preloading (images/trainer/preload.py, a build-time script that ships in no package):
+copies a model directory and lists every file with its hash."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
 
-from rayfleet.train import preload
+SCRIPT = Path(__file__).resolve().parents[3] / "images" / "trainer" / "preload.py"
+_spec = importlib.util.spec_from_file_location("preload", SCRIPT)
+preload = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(preload)
 
 
 def test_a_local_model_is_copied_and_listed(tmp_path):
