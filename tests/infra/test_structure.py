@@ -8,7 +8,7 @@ from dataclasses import fields
 
 import pytest
 
-from rayfleet.ecs.outputs import Outputs
+from rayfleet.ecs.outputs import GROUP_OUTPUTS, Outputs, WorkerGroup
 from tests.infra.hcl import INFRA, MODULES, load_dir, merged
 
 MODULE_DIRS = sorted(p for p in MODULES.iterdir() if p.is_dir())
@@ -50,12 +50,13 @@ def test_root_composes_every_module_once():
 
 def test_every_output_the_scripts_read_exists():
     outputs = merged(load_dir(INFRA), "output")
-    wanted = {f.name for f in fields(Outputs)}
+    wanted = {f.name for f in fields(Outputs) if f.name != "worker_groups"} | set(GROUP_OUTPUTS.values())
     assert wanted <= set(outputs), sorted(wanted - set(outputs))
     # the defaults the scripts fall back on are what the Terraform actually names
     ray_outputs = merged(load_dir(MODULES / "ray"), "output")
     names = ray_outputs["container_names"]["value"]
     locals_ = merged(load_dir(MODULES / "ray"), "locals")
+    defaults = {f.name: f.default for f in fields(Outputs)} | {"worker_container_name": WorkerGroup.container_name}
     for role, field in (
         ("head", "head_container_name"),
         ("worker", "worker_container_name"),
@@ -64,7 +65,7 @@ def test_every_output_the_scripts_read_exists():
         container = locals_[f"{role}_container"]  # merge(local.locked_down, {...}): hcl2 keeps it as text
         assert names[role] == f"${{local.{role}_container.name}}"
         name = container["name"] if isinstance(container, dict) else re.search(r'"name": "([^"]+)"', container)[1]
-        assert name == Outputs.__dataclass_fields__[field].default
+        assert name == defaults[field]
     prefix = Outputs.__dataclass_fields__["trainer_log_stream_prefix"].default
     assert outputs["trainer_log_stream_prefix"]["value"] == prefix
     assert locals_["logging"]  # the stream prefix is the container's name: trainer/trainer/<task id>

@@ -37,7 +37,7 @@ def stack(aws_stack, monkeypatch):
             monkeypatch.setenv(key, value)
     out = Outputs.load()
     ecs = aws_stack["server"].client("ecs")
-    names = [out.head_service_name, out.worker_service_name, out.control_service_name]
+    names = [out.head_service_name, out.workers.service_name, out.control_service_name]
     before = {
         s["serviceName"]: s["desiredCount"]
         for s in ecs.describe_services(cluster=out.cluster_name, services=names)["services"]
@@ -53,7 +53,7 @@ def stack(aws_stack, monkeypatch):
 def desired(stack) -> dict[str, int]:
     out = stack["out"]
     found = stack["ecs"].describe_services(
-        cluster=out.cluster_name, services=[out.head_service_name, out.worker_service_name, out.control_service_name]
+        cluster=out.cluster_name, services=[out.head_service_name, out.workers.service_name, out.control_service_name]
     )
     return {s["serviceName"]: s["desiredCount"] for s in found["services"]}
 
@@ -100,16 +100,16 @@ class Clock:
 
 def test_autostop_scales_the_workers_to_zero_after_the_idle_time(stack):
     out, clock = stack["out"], Clock()
-    settings = Settings(out.cluster_name, out.head_service_name, out.worker_service_name, idle_s=600)
+    settings = Settings(out.cluster_name, out.head_service_name, out.workers.service_name, idle_s=600)
     stopper = Autostop(settings, stack["control_ecs"], clock=clock, say=lambda _: None)
     deployed = desired(stack)
-    assert deployed[out.worker_service_name] >= 1 and deployed[out.head_service_name] == 1
+    assert deployed[out.workers.service_name] >= 1 and deployed[out.head_service_name] == 1
     stopper.tick(IDLE)
     clock.now += 599
     assert not stopper.tick(IDLE)["stopped"] and desired(stack) == deployed
     clock.now += 1
     assert stopper.tick(IDLE)["stopped"]
-    assert desired(stack) == {out.head_service_name: 1, out.worker_service_name: 0, out.control_service_name: 1}
+    assert desired(stack) == {out.head_service_name: 1, out.workers.service_name: 0, out.control_service_name: 1}
 
 
 def test_a_running_trainer_task_keeps_the_workers(stack):
@@ -129,7 +129,7 @@ def test_a_running_trainer_task_keeps_the_workers(stack):
         settings = Settings(
             out.cluster_name,
             out.head_service_name,
-            out.worker_service_name,
+            out.workers.service_name,
             idle_s=60,
             stop_head=True,
             control_service=out.control_service_name,
@@ -186,29 +186,29 @@ def test_start_brings_the_services_back_and_waits_until_ray_sees_the_workers(sta
     first that shows them all. taken_at has whole seconds: start's clock here does too (the new head's first
     snapshot may come in the second start began; on ECS it comes minutes later)."""
     out, ecs = stack["out"], stack["ecs"]
-    for name in (out.worker_service_name, out.head_service_name):
+    for name in (out.workers.service_name, out.head_service_name):
         ecs.update_service(cluster=out.cluster_name, service=name, desiredCount=0)
     write_snapshot(stack, 0, taken_at=time.time() - 60)  # the old head's last word: older than the start
     said: list[str] = []
-    aws = NewHeadOnPolls(stack, [None, 1, out.worker_count, 0])  # the last one must never be read
+    aws = NewHeadOnPolls(stack, [None, 1, out.workers.count, 0])  # the last one must never be read
     began = float(int(time.time()))
     aws.began = datetime.fromtimestamp(began, UTC).isoformat(timespec="seconds")
     clock = lambda: float(int(time.time()))  # noqa: E731
     result = start(aws, out, say=said.append, poll_s=0.01, timeout_s=180, clock=clock)
-    assert result["workers"] == out.worker_count
-    assert aws.read == ["old", 1, out.worker_count]  # each poll, in order: it returned on the first complete one
+    assert result["workers"] == out.workers.count
+    assert aws.read == ["old", 1, out.workers.count]  # each poll, in order: it returned on the first complete one
     assert desired(stack) == {
         out.head_service_name: 1,
-        out.worker_service_name: out.worker_count,
+        out.workers.service_name: out.workers.count,
         out.control_service_name: 1,
     }
     assert said[:3] == [
         f"scaling {out.head_service_name} to 1 ...",
         f"scaling {out.control_service_name} to 1 ...",
-        f"scaling {out.worker_service_name} to {out.worker_count} ...",
+        f"scaling {out.workers.service_name} to {out.workers.count} ...",
     ]
     assert "; no snapshot from the new head yet" in said[3]  # the first poll's progress line
-    assert said[-1].startswith(f"Ray sees the head and {out.worker_count}/{out.worker_count} workers after")
+    assert said[-1].startswith(f"Ray sees the head and {out.workers.count}/{out.workers.count} workers after")
 
 
 def run_detached(stack, recipe, name: str) -> subprocess.CompletedProcess:
@@ -218,7 +218,7 @@ def run_detached(stack, recipe, name: str) -> subprocess.CompletedProcess:
 
 def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
     out, ecs = stack["out"], stack["ecs"]
-    ecs.update_service(cluster=out.cluster_name, service=out.worker_service_name, desiredCount=0)
+    ecs.update_service(cluster=out.cluster_name, service=out.workers.service_name, desiredCount=0)
     (tmp_path / "train.py").write_text("print('hello')\n")
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(json.dumps({"name": "wake", "entrypoint": "train.py", "resources": {"workers": 1}}))
@@ -226,11 +226,11 @@ def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
         result = run_detached(stack, recipe, "wake")
     assert result.returncode == 0, result.stdout + result.stderr
     assert (
-        f"[rayfleet] {out.worker_service_name} at zero (rayfleet stop, or an autostop): starting them first"
+        f"[rayfleet] {out.workers.service_name} at zero (rayfleet stop, or an autostop): starting them first"
         in result.stdout
     )
     assert result.stdout.index("Ray sees the head") < result.stdout.index("run wake: task")  # started, then launched
-    assert out.worker_count == 2 and desired(stack)[out.worker_service_name] == 1  # what the recipe needs, no more
+    assert out.workers.count == 2 and desired(stack)[out.workers.service_name] == 1  # what the recipe needs, no more
 
     # A run that needs both nodes (a worker takes all of a g5.xlarge's 4 vCPUs) adds the missing one first.
     recipe.write_text(
@@ -240,7 +240,7 @@ def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
         result = run_detached(stack, recipe, "wide")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "[rayfleet] the run needs 2 worker nodes and 1 run: adding them first" in result.stdout
-    assert desired(stack)[out.worker_service_name] == 2
+    assert desired(stack)[out.workers.service_name] == 2
 
 
 def test_capacity_follows_the_queue_up_to_its_need(stack):
@@ -253,12 +253,12 @@ def test_capacity_follows_the_queue_up_to_its_need(stack):
     from rayfleet.node.queue_capacity import NODE_VAR, QueueCapacity, shape_from
 
     out, ecs = stack["out"], stack["ecs"]
-    ecs.update_service(cluster=out.cluster_name, service=out.worker_service_name, desiredCount=0)  # autostopped
-    most = int(out.worker_count)
+    ecs.update_service(cluster=out.cluster_name, service=out.workers.service_name, desiredCount=0)  # autostopped
+    most = int(out.workers.count)
     shape = shape_from({NODE_VAR: json.dumps({"vcpus": 4, "gpus": 1, "memory_mib": 16384, "count": most})})
     queue = Queue(f"s3://{out.results_bucket}/capacity-test")
     control_ecs = stack["control_ecs"]  # its S3 reads are this process's (a folder of its own, outside queue/)
-    follower = QueueCapacity(queue, shape, control_ecs, out.cluster_name, out.worker_service_name, say=lambda _: None)
+    follower = QueueCapacity(queue, shape, control_ecs, out.cluster_name, out.workers.service_name, say=lambda _: None)
     now = time.time()
 
     def entry(run: str, workers: int, **fields) -> Entry:
@@ -267,16 +267,16 @@ def test_capacity_follows_the_queue_up_to_its_need(stack):
 
     try:
         queue.put(entry("held", most + 3, state=HELD))  # the budget holds it: it asks for nothing
-        assert follower.tick() == {"wanted": None} and desired(stack)[out.worker_service_name] == 0
+        assert follower.tick() == {"wanted": None} and desired(stack)[out.workers.service_name] == 0
         queue.put(entry("first", 1, state=RUNNING, admitted_at=now))
         queue.put(entry("second", 1, submitted_at=now + 1))
         assert follower.tick()["raised_from"] == 0
-        assert desired(stack)[out.worker_service_name] == 2  # one node each
+        assert desired(stack)[out.workers.service_name] == 2  # one node each
         queue.put(entry("big", most + 3, priority=9))  # at the front now: the group's maximum, no more
-        assert follower.tick()["wanted"] == most and desired(stack)[out.worker_service_name] == most
+        assert follower.tick()["wanted"] == most and desired(stack)[out.workers.service_name] == most
         for run in ("held", "first", "second", "big"):
             queue.remove(run)
-        assert follower.tick() == {"wanted": None} and desired(stack)[out.worker_service_name] == most
+        assert follower.tick() == {"wanted": None} and desired(stack)[out.workers.service_name] == most
     finally:
         for run in ("held", "first", "second", "big"):
             queue.remove(run)
@@ -291,26 +291,26 @@ def test_autostop_stops_again_what_the_queue_raised_after_it_stopped(stack):
     from rayfleet.node.queue_capacity import NODE_VAR, QueueCapacity, shape_from
 
     out, ecs, clock = stack["out"], stack["ecs"], Clock()
-    stopper = Autostop(Settings(out.cluster_name, out.head_service_name, out.worker_service_name, idle_s=600),
+    stopper = Autostop(Settings(out.cluster_name, out.head_service_name, out.workers.service_name, idle_s=600),
                        ecs, clock=clock, say=lambda _: None)  # fmt: skip
     stopper.trainer_tasks = lambda: 0  # other tests' detached runs leave trainer tasks in moto: not this test's
     stopper.tick(IDLE)
     clock.now += 600
-    assert stopper.tick(IDLE)["stopped"] and desired(stack)[out.worker_service_name] == 0
+    assert stopper.tick(IDLE)["stopped"] and desired(stack)[out.workers.service_name] == 0
     shape = shape_from({NODE_VAR: json.dumps({"vcpus": 4, "gpus": 1, "memory_mib": 16384, "count": 2})})
     queue = Queue(f"s3://{out.results_bucket}/rearm-test")
     control_ecs = stack["control_ecs"]  # its S3 reads are this process's (a folder of its own, outside queue/)
-    follower = QueueCapacity(queue, shape, control_ecs, out.cluster_name, out.worker_service_name, say=lambda _: None)
+    follower = QueueCapacity(queue, shape, control_ecs, out.cluster_name, out.workers.service_name, say=lambda _: None)
     entry = Entry(run="forged", workers=1, cpus_per_worker=4.0, gpus_per_worker=1, priority=0,
                   submitted_at=time.time(), heartbeat_at=time.time())  # fmt: skip
     try:
         queue.put(entry)
         raised = follower.tick()
-        assert raised["raised_from"] == 0 and desired(stack)[out.worker_service_name] == 1
+        assert raised["raised_from"] == 0 and desired(stack)[out.workers.service_name] == 1
         follow_queue(stopper, raised)
         clock.now += 599
-        assert not stopper.tick(IDLE)["stopped"] and desired(stack)[out.worker_service_name] == 1
+        assert not stopper.tick(IDLE)["stopped"] and desired(stack)[out.workers.service_name] == 1
         clock.now += 1
-        assert stopper.tick(IDLE)["stopped"] and desired(stack)[out.worker_service_name] == 0
+        assert stopper.tick(IDLE)["stopped"] and desired(stack)[out.workers.service_name] == 0
     finally:
         queue.remove("forged")

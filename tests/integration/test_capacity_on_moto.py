@@ -78,7 +78,7 @@ def deployed(tmp_path_factory):
 def deployment(deployed):
     """The module's deployment, its services put back to their deployed counts afterwards."""
     out, ecs = deployed["out"], deployed["ecs"]
-    names = [out.head_service_name, out.worker_service_name, out.control_service_name]
+    names = [out.head_service_name, out.workers.service_name, out.control_service_name]
     before = {
         s["serviceName"]: s["desiredCount"]
         for s in ecs.describe_services(cluster=out.cluster_name, services=names)["services"]
@@ -247,7 +247,7 @@ def test_a_service_that_cannot_place_its_task_says_why():
 
 def test_start_stops_at_once_on_a_reason_waiting_cannot_fix(deployment):
     out, said = deployment["out"], []
-    deployment["ecs"].update_service(cluster=out.cluster_name, service=out.worker_service_name, desiredCount=0)
+    deployment["ecs"].update_service(cluster=out.cluster_name, service=out.workers.service_name, desiredCount=0)
 
     clocks = []
 
@@ -274,7 +274,7 @@ def test_start_stops_at_once_on_a_reason_waiting_cannot_fix(deployment):
 
 def test_start_says_a_transient_reason_in_its_progress_lines_and_at_the_timeout(deployment):
     out, said = deployment["out"], []
-    deployment["ecs"].update_service(cluster=out.cluster_name, service=out.worker_service_name, desiredCount=0)
+    deployment["ecs"].update_service(cluster=out.cluster_name, service=out.workers.service_name, desiredCount=0)
     reason = "worker group: InsufficientInstanceCapacity for g5.12xlarge in us-west-2a"
     with pytest.raises(RayfleetError) as raised:
         start(
@@ -313,22 +313,22 @@ def write_snapshot(deployed, workers: int) -> None:
 
 def desired_workers(deployed) -> int:
     out = deployed["out"]
-    found = deployed["ecs"].describe_services(cluster=out.cluster_name, services=[out.worker_service_name])
+    found = deployed["ecs"].describe_services(cluster=out.cluster_name, services=[out.workers.service_name])
     return found["services"][0]["desiredCount"]
 
 
 def test_start_with_fewer_workers_scales_up_to_them_and_never_down(deployment):
     out, said = deployment["out"], []
-    assert out.worker_count == 2 and desired_workers(deployment) == 2  # the deployed stack runs both
+    assert out.workers.count == 2 and desired_workers(deployment) == 2  # the deployed stack runs both
     write_snapshot(deployment, 2)
     result = start(Aws(out.region), out, say=said.append, poll_s=0, clock=Clock(), workers=1)
     assert desired_workers(deployment) == 2 and result["workers"] == 2
-    assert f"{out.worker_service_name} stays at 2 (asked for 1) ..." in said
-    deployment["ecs"].update_service(cluster=out.cluster_name, service=out.worker_service_name, desiredCount=0)
+    assert f"{out.workers.service_name} stays at 2 (asked for 1) ..." in said
+    deployment["ecs"].update_service(cluster=out.cluster_name, service=out.workers.service_name, desiredCount=0)
     write_snapshot(deployment, 1)
     said.clear()
     start(Aws(out.region), out, say=said.append, poll_s=0, clock=Clock(), workers=1)
-    assert desired_workers(deployment) == 1 and f"scaling {out.worker_service_name} to 1 ..." in said
+    assert desired_workers(deployment) == 1 and f"scaling {out.workers.service_name} to 1 ..." in said
     write_snapshot(deployment, 2)
     start(Aws(out.region), out, say=said.append, poll_s=0, clock=Clock(), workers=5)
     assert desired_workers(deployment) == 2  # capped at the group's maximum
@@ -339,7 +339,7 @@ def test_start_checks_the_quota_for_what_it_launches_before_scaling_anything(dep
     """A G quota of 0 (Service Quotas' recorded answer): `rayfleet start` says so with the number to ask for and
     scales nothing, instead of waiting on instances that cannot come."""
     out, ecs = deployment["out"], deployment["ecs"]
-    names = [out.head_service_name, out.worker_service_name]
+    names = [out.head_service_name, out.workers.service_name]
     for name in names:
         ecs.update_service(cluster=out.cluster_name, service=name, desiredCount=0)
     with pytest.raises(RayfleetError) as refused:

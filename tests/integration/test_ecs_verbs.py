@@ -203,7 +203,7 @@ def test_make_targets_drive_the_same_verbs(aws_stack):
             ["make", "-s", *args], env=aws_stack["env"], cwd=REPO, capture_output=True, text=True, timeout=180
         )
 
-    launched = make("launch", "JOB=ddp", "NAME=via-make", "DETACH=1", "ARGS=epochs=2")
+    launched = run_verb(aws_stack["env"], "launch", "ddp", "epochs=2", "--name", "via-make", "--detach")
     assert launched.returncode == 0, launched.stderr
     assert "run via-make: task arn:aws:ecs:" in launched.stdout
     status = make("status")

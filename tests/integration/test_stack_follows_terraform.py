@@ -90,7 +90,7 @@ def test_services_tasks_and_outputs_are_the_rendered_deployment(aws_stack):
     ]
     services = ecs.describe_services(
         cluster=loaded.cluster_name,
-        services=[loaded.head_service_name, loaded.worker_service_name, loaded.control_service_name],
+        services=[loaded.head_service_name, loaded.workers.service_name, loaded.control_service_name],
     )
     by_name = {s["serviceName"]: s for s in services["services"]}
     for rendered in picture["services"]:
@@ -115,7 +115,7 @@ def test_services_tasks_and_outputs_are_the_rendered_deployment(aws_stack):
             containerInstances=ecs.list_container_instances(cluster=loaded.cluster_name)["containerInstanceArns"],
         )["containerInstances"]
     }
-    for role, service in (("head", loaded.head_service_name), ("worker", loaded.worker_service_name)):
+    for role, service in (("head", loaded.head_service_name), ("worker", loaded.workers.service_name)):
         placed = [t["containerInstanceArn"] for t in tasks if t["group"] == f"service:{service}"]
         assert placed and all(instances[arn]["rayfleet.node-group"] == role for arn in placed)
         assert len(set(placed)) == len(placed)  # distinctInstance (and one head)

@@ -146,7 +146,7 @@ def scaling_activities(autoscaling, group: str, since: datetime) -> list[dict]:
 def groups(ecs, out: Outputs, services: list[dict]) -> dict[str, str]:
     """Auto Scaling group name -> "head" or "worker", from the services' capacity providers (a service without
     a strategy of its own uses the cluster's default one, as ECS does)."""
-    roles = {out.head_service_name: "head", out.control_service_name: "head", out.worker_service_name: "worker"}
+    roles = {out.head_service_name: "head", out.control_service_name: "head", out.workers.service_name: "worker"}
     default = []
     if any(not s.get("capacityProviderStrategy") for s in services):
         cluster = ecs.describe_clusters(clusters=[out.cluster_name])["clusters"]
@@ -181,12 +181,12 @@ def reasons(aws: Aws, out: Outputs, since: datetime, activities: Activities = sc
 
 def _reasons(aws: Aws, out: Outputs, since: datetime, activities: Activities) -> list[Reason]:
     ecs = aws.client("ecs")
-    names = [n for n in (out.head_service_name, out.control_service_name, out.worker_service_name) if n]
+    names = [n for n in (out.head_service_name, out.control_service_name, out.workers.service_name) if n]
     services = ecs.describe_services(cluster=out.cluster_name, services=names)["services"]
     found: list[Reason] = []
     for group, role in groups(ecs, out, services).items():
-        worker_type = (out.worker_instance_types or (out.worker_instance_type,))[0] if role == "worker" else ""
-        spot = role == "worker" and out.worker_lifecycle == "spot"
+        worker_type = (out.workers.instance_types or (out.workers.instance_type,))[0] if role == "worker" else ""
+        spot = role == "worker" and out.workers.lifecycle == "spot"
         try:
             listed = activities(aws.client("autoscaling"), group, since)
         except ClientError as exc:  # a policy without autoscaling:Describe*: say so, do not stop the wait
@@ -194,7 +194,7 @@ def _reasons(aws: Aws, out: Outputs, since: datetime, activities: Activities) ->
             continue
         found += [r for a in listed if (r := activity_reason(a, role, worker_type, spot))]
     for service in services:
-        role = "worker" if service["serviceName"] == out.worker_service_name else "head"
+        role = "worker" if service["serviceName"] == out.workers.service_name else "head"
         for event in service.get("events") or []:  # newest first; a steady state ends what came before it
             if event["createdAt"] < since or "has reached a steady state" in event.get("message", ""):
                 break

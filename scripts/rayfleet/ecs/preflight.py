@@ -153,7 +153,7 @@ def check_capacity(aws: Aws, shape: Shape, *, quota: Callable[[object, str], flo
 def deployment_shape(aws: Aws, out, workers: int) -> Shape | None:
     """What starting `workers` worker nodes of a deployment launches (from its outputs and its subnets' zones);
     None when the outputs name no worker type."""
-    types = tuple(out.worker_instance_types) or ((out.worker_instance_type,) if out.worker_instance_type else ())
+    types = tuple(out.workers.instance_types) or ((out.workers.instance_type,) if out.workers.instance_type else ())
     if not types:
         return None
     subnets = aws.client("ec2").describe_subnets(SubnetIds=list(out.private_subnet_ids))["Subnets"]
@@ -163,7 +163,7 @@ def deployment_shape(aws: Aws, out, workers: int) -> Shape | None:
         head_instance_type=out.head_instance_type,
         worker_instance_types=types,
         worker_count=workers,
-        worker_spot=out.worker_lifecycle == "spot",
+        worker_spot=out.workers.lifecycle == "spot",
         zones=zones,
         az_count=len(zones) or 1,
     )

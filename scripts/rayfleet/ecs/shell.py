@@ -70,7 +70,7 @@ def parse_target(target: str) -> tuple[str, int | None]:
 def find_task(aws: Aws, out: Outputs, target: str) -> tuple[dict, str]:
     """(the described task, container name) for head, worker-N (1-based, oldest first) or trainer (newest)."""
     role, index = parse_target(target)
-    container = {"head": out.head_container_name, "worker": out.worker_container_name}.get(
+    container = {"head": out.head_container_name, "worker": out.workers.container_name}.get(
         role, out.trainer_container_name
     )
     tasks = running_tasks(aws.client("ecs"), out)[role]

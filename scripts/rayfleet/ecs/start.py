@@ -29,7 +29,7 @@ PROGRESS_EVERY_S = 30
 
 def stopped(ecs, out: Outputs) -> list[str]:
     """The services that are at zero (`make stop`, an autostop): what start brings back."""
-    found = ecs.describe_services(cluster=out.cluster_name, services=[out.head_service_name, out.worker_service_name])
+    found = ecs.describe_services(cluster=out.cluster_name, services=[out.head_service_name, out.workers.service_name])
     return [s["serviceName"] for s in found["services"] if s.get("status") == "ACTIVE" and s["desiredCount"] == 0]
 
 
@@ -61,7 +61,7 @@ def start(
     quota=preflight.read_quota,
 ) -> dict:
     """Scale the head (and control) to 1 and the workers to `workers` (default and most: the group's maximum,
-    out.worker_count; a service already above it keeps its count), then wait until Ray sees them. `why`
+    out.workers.count; a service already above it keeps its count), then wait until Ray sees them. `why`
     (aws, out, since) -> [capacity.Reason] says why instances are not coming."""
     ecs, s3 = aws.client("ecs"), aws.client("s3")
     aws.check_cluster(out.cluster_name)
@@ -108,7 +108,7 @@ def start(
 
 
 def _workers_wanted(out: Outputs, workers: int | None, say) -> int:
-    most = int(out.worker_count or 0) or 1
+    most = int(out.workers.count or 0) or 1
     if workers is None:
         return most
     if workers < 1:
@@ -121,13 +121,13 @@ def _workers_wanted(out: Outputs, workers: int | None, say) -> int:
 def _scale_workers(ecs, out: Outputs, wanted: int, say) -> None:
     """Scale the worker service up to `wanted`, never down: a deployment's running workers are not taken away
     by a start that asks for fewer."""
-    found = ecs.describe_services(cluster=out.cluster_name, services=[out.worker_service_name])["services"]
+    found = ecs.describe_services(cluster=out.cluster_name, services=[out.workers.service_name])["services"]
     now = found[0]["desiredCount"] if found else 0
     if now >= wanted:
-        say(f"{out.worker_service_name} stays at {now} (asked for {wanted}) ...")
+        say(f"{out.workers.service_name} stays at {now} (asked for {wanted}) ...")
         return
-    say(f"scaling {out.worker_service_name} to {wanted} ...")
-    ecs.update_service(cluster=out.cluster_name, service=out.worker_service_name, desiredCount=wanted)
+    say(f"scaling {out.workers.service_name} to {wanted} ...")
+    ecs.update_service(cluster=out.cluster_name, service=out.workers.service_name, desiredCount=wanted)
 
 
 def _taken(snapshot: dict) -> float:
@@ -135,9 +135,9 @@ def _taken(snapshot: dict) -> float:
 
 
 def _tasks(ecs, out: Outputs) -> str:
-    found = ecs.describe_services(cluster=out.cluster_name, services=[out.head_service_name, out.worker_service_name])
+    found = ecs.describe_services(cluster=out.cluster_name, services=[out.head_service_name, out.workers.service_name])
     by_name = {s["serviceName"]: s for s in found["services"]}
-    head, worker = by_name.get(out.head_service_name, {}), by_name.get(out.worker_service_name, {})
+    head, worker = by_name.get(out.head_service_name, {}), by_name.get(out.workers.service_name, {})
     return (
         f"head {head.get('runningCount', 0)}/{head.get('desiredCount', 0)} running, "
         f"workers {worker.get('runningCount', 0)}/{worker.get('desiredCount', 0)} running"

@@ -25,7 +25,7 @@ def teardown(aws: Aws, out: Outputs, say=print, wait_delay: int = 6, wait_attemp
     aws.check_cluster(out.cluster_name)
     # workers first (they depend on the head), the control task last (it would scale them back... never up,
     # but it writes the snapshot until the head is gone)
-    wanted = [out.worker_service_name, out.head_service_name] + [s for s in [out.control_service_name] if s]
+    wanted = [out.workers.service_name, out.head_service_name] + [s for s in [out.control_service_name] if s]
     found = ecs.describe_services(cluster=out.cluster_name, services=wanted)["services"]
     active = {s["serviceName"] for s in found if s.get("status") == "ACTIVE"}
     services = [s for s in wanted if s in active]  # a half-done destroy may have deleted some already

@@ -3,7 +3,6 @@ twice and after a half-done run (see rayfleet/ops/infra.py for the whole story).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -15,8 +14,6 @@ from rayfleet.ecs.outputs import Outputs
 from rayfleet.ops.deployment_files import INFRA, OUTPUTS
 from rayfleet.ops.teardown_data import empty_bucket, empty_repository, results_held
 from rayfleet.ops.terraform_cli import DeploymentArgs, confirm, terraform, variables
-
-OUTPUT_FIELDS = {f.name for f in dataclasses.fields(Outputs)}
 
 
 def deployed_names(binary: str) -> dict:
@@ -34,8 +31,7 @@ def deployed_names(binary: str) -> dict:
             values = {}
     urls = values.get("ecr_repository_urls") or {}
     try:  # the teardown needs the cluster's and services' names; a partial state may not have them all
-        known = {k: values[k] for k in OUTPUT_FIELDS & set(values)}
-        outputs = Outputs.load(OUTPUTS) if OUTPUTS.exists() else Outputs(**known)
+        outputs = Outputs.load(OUTPUTS) if OUTPUTS.exists() else Outputs.from_flat(**values)
     except TypeError:
         outputs = None
     return {

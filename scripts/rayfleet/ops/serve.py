@@ -114,9 +114,9 @@ def up_ecs(run: str, cfg: ServeConfig, outputs: str | None, timeout: float) -> i
         )
     run_dir = RunDir(runs_root(out.results_bucket), run, region=out.region)
     served = find(run_dir)
-    shape = INSTANCE_TYPES.get(out.worker_instance_type)
+    shape = INSTANCE_TYPES.get(out.workers.instance_type)
     if shape is not None:
-        check_fits(cfg, float(shape["vcpus"]), int(shape["gpus"]), f"the ECS workers ({out.worker_instance_type})")
+        check_fits(cfg, float(shape["vcpus"]), int(shape["gpus"]), f"the ECS workers ({out.workers.instance_type})")
     # The gate holds the Serve port and checks the key; the replicas hold none (keys.py).
     args = ServeArgs(
         storage=run_dir.storage,

@@ -33,11 +33,11 @@ from rayfleet.targets.base import package_into
 
 def ecs_capacity(out: Outputs) -> Capacity | None:
     """What one worker offers: with several Spot types, the smallest of them (the tasks are sized to it)."""
-    types = list(out.worker_instance_types) or [out.worker_instance_type]
+    types = list(out.workers.instance_types) or [out.workers.instance_type]
     shapes = [INSTANCE_TYPES.get(t) for t in types]
     if not types or None in shapes:
         return None
-    nodes = int(out.worker_count or 0) or None  # the worker group's maximum: a run needing more never starts
+    nodes = int(out.workers.count or 0) or None  # the worker group's maximum: a run needing more never starts
     where = f"the ECS workers ({', '.join(types)})"
     vcpus, memory_mib = min(s["vcpus"] for s in shapes), min(s["memory_mib"] for s in shapes)
     return Capacity(where, float(vcpus), int(shapes[0]["gpus"]), memory_mib / 1024, nodes)
@@ -45,10 +45,10 @@ def ecs_capacity(out: Outputs) -> Capacity | None:
 
 def worker_spot_price(aws: Aws, out: Outputs) -> float | None:
     """The workers' Spot price per instance-hour when the deployment runs them on Spot, else None."""
-    if out.worker_lifecycle != "spot":
+    if out.workers.lifecycle != "spot":
         return None
     now = datetime.now(UTC)
-    return cost.spot_usd_per_hour(aws.client("ec2"), out.worker_instance_type, now - timedelta(hours=1), now)
+    return cost.spot_usd_per_hour(aws.client("ec2"), out.workers.instance_type, now - timedelta(hours=1), now)
 
 
 def trainer_environment(recipe, code: dict, storage: str, extra_args: list[str], data: str | None) -> dict:
@@ -69,7 +69,7 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     capacity = ecs_capacity(out)
     if capacity is None:
         print(
-            f"[rayfleet] warning: worker instance type {out.worker_instance_type or '?'} is not in the catalog; "
+            f"[rayfleet] warning: worker instance type {out.workers.instance_type or '?'} is not in the catalog; "
             "resources not checked",
             file=sys.stderr,
         )
@@ -85,7 +85,7 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     run_dir = RunDir(storage, run_name, region=out.region)
     data = stage(loaded.data_path, storage, out.region) if loaded.data_path else None
     with tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp:
-        held = cost.held_ecs(recipe, out.worker_instance_type, capacity, worker_spot_price(aws, out))
+        held = cost.held_ecs(recipe, out.workers.instance_type, capacity, worker_spot_price(aws, out))
         code = package_into(loaded, run_dir, Path(tmp), "ecs", extra_args, held)
     task_definition = trainer_with_image(aws, out, recipe.image) if recipe.image else None
     environment = trainer_environment(recipe, code, storage, extra_args, data)
@@ -132,7 +132,7 @@ def workers_for(recipe_file: str, outputs: str | None = None) -> int:
     recipe = load(recipe_file, root="/").recipe  # only its resources: nothing of code: or data: is read here
     capacity = ecs_capacity(out)
     if capacity is None:
-        raise ConfigError(f"worker instance type {out.worker_instance_type or '?'} is not in the catalog")
+        raise ConfigError(f"worker instance type {out.workers.instance_type or '?'} is not in the catalog")
     check_fits(recipe, capacity)
     return nodes_needed(recipe, capacity)
 
@@ -142,7 +142,7 @@ def bring_up(aws: Aws, out: Outputs, nodes: int | None) -> None:
     to a running one that has fewer; never fewer than it has (another run may use them)."""
     ecs = aws.client("ecs")
     down = start.stopped(ecs, out)
-    found = ecs.describe_services(cluster=out.cluster_name, services=[out.worker_service_name])["services"]
+    found = ecs.describe_services(cluster=out.cluster_name, services=[out.workers.service_name])["services"]
     desired = found[0]["desiredCount"] if found else 0
     if down:
         print(f"[rayfleet] {', '.join(down)} at zero (rayfleet stop, or an autostop): starting them first", flush=True)

@@ -35,7 +35,7 @@ OUTPUTS = {
     "results_bucket": "rf-results",
     "trainer_log_group": "/rayfleet/rf/trainer",
 }
-OUT = Outputs(**OUTPUTS)
+OUT = Outputs.from_flat(**OUTPUTS)
 
 
 def task(name: str, container: str, minute: int, *, group: str = "", started_by: str = "", **overrides) -> dict:

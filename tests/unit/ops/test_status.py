@@ -200,9 +200,11 @@ def test_status_lists_the_control_service_beside_the_head_and_workers():
     from rayfleet.ops.status import service_names
 
     names = dict(head_service_name="c-ray-head", worker_service_name="c-ray-worker")
-    out = Outputs("r", "c", [], "sg", "td", results_bucket="b", trainer_log_group="g", **names)
+    flat = dict(region="r", cluster_name="c", private_subnet_ids=[], task_security_group_id="sg")
+    flat |= dict(trainer_task_definition="td", results_bucket="b", trainer_log_group="g", **names)
+    out = Outputs.from_flat(**flat)
     assert service_names(out) == ["c-ray-head", "c-ray-worker"]  # a deployment from before the control task
-    with_control = Outputs(**{**out.__dict__, "control_service_name": "c-ray-control"})
+    with_control = Outputs.from_flat(**flat, control_service_name="c-ray-control")
     assert service_names(with_control) == ["c-ray-head", "c-ray-worker", "c-ray-control"]
 
 
