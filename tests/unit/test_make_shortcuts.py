@@ -7,6 +7,8 @@ DeepSpeed run "learn" of test_fsdp_on_local_cluster (tests/integration/fsdp_reci
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from rayfleet.cli.main import parser
@@ -81,6 +83,11 @@ def test_a_missing_run_is_the_clis_one_line_and_exit_2_and_target_is_gone(capsys
     assert result.returncode == 2 and "TARGET is gone: ON=local|ecs" in result.stderr
 
 
+# make as a user's shell runs it: under `make test` the tests inherit MAKELEVEL and MAKEFLAGS, and a make started
+# from there prints "make[1]: Entering directory" around what a user would see.
+SHELL_ENV = {k: v for k, v in os.environ.items() if not k.startswith("MAKE") and k != "MFLAGS"}
+
+
 @pytest.mark.parametrize(
     ("old", "new"),
     [
@@ -98,7 +105,7 @@ def test_an_old_target_fails_in_one_line_naming_the_new_one(old, new):
 
     from tests.integration.helpers import REPO
 
-    done = subprocess.run(["make", "-n", old], cwd=REPO, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(["make", "-n", old], cwd=REPO, env=SHELL_ENV, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stdout == ""
     (line,) = done.stderr.splitlines()
     assert f"make {old} is gone: use {new}" in line
@@ -111,7 +118,9 @@ def test_bench_runs_the_named_benchmark_and_refuses_an_unknown_one():
 
     planned_lines = make_n("bench", "BENCH=run-start", "BENCH_ARGS=--timeline").stdout.splitlines()
     assert planned_lines[-1].split()[1:] == ["-m", "bench.run_start", "--timeline"]
-    done = subprocess.run(["make", "bench", "BENCH=nope"], cwd=REPO, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        ["make", "bench", "BENCH=nope"], cwd=REPO, env=SHELL_ENV, capture_output=True, text=True, timeout=60
+    )
     assert done.returncode == 2 and done.stdout == ""  # refused before set-up or any data is made
     (line,) = done.stderr.splitlines()
     assert "BENCH=nope: choose one of ddp vs-blueprint" in line
