@@ -1,4 +1,4 @@
-"""Jobs API outcomes: exit codes, the traceback tail, and a follower that outlives a replaced head."""
+"""Jobs API outcomes: exit codes, the traceback tail, and a follower that outlives a replaced head and loses\nno line written after its stream's last look."""
 
 from __future__ import annotations
 
@@ -21,18 +21,30 @@ def test_job_outcome_exit_codes_and_traceback_tail():
 
 class HeadReplacedClient:
     """The Jobs API of a head that is SIGKILLed once while the job runs (Ray's own client shapes): the log
-    stream ends, the API refuses connections for two polls, then a new head on the same store answers with
-    the job still running and streams its log from the start, as Ray does."""
+    stream breaks, the API refuses connections for two polls, then a new head on the same store answers with
+    the job still running and streams its log from the start, as Ray does. Its last line is written after
+    the stream's last look: only the whole log, read at the end, has it."""
 
     def __init__(self):
-        self.streams, self.refusals, self.stopped = 0, 2, False
+        self.streams, self.refusals, self.stopped, self.ended = 0, 2, False, False
+        self.before_log = 1  # the first stream is refused once: the supervisor has not opened the log yet
 
-    async def tail_job_logs(self, job_id):
+    async def log_stream(self, job_id, node_id):
+        import asyncio
+
+        from rayfleet.recipes.jobs_api import NotYet
+
+        assert node_id == "n1"
+        if self.before_log:
+            self.before_log -= 1
+            raise NotYet("the log stream answered 500: no such file")
         self.streams += 1
         yield "step 1\nstep 2\n"
         if self.streams == 1:
-            return  # the head died: the websocket closes
+            raise ConnectionError("the head died: the stream breaks")
         yield "step 3\n"
+        self.ended = True
+        await asyncio.Event().wait()  # Ray's stream never ends by itself
 
     def get_job_info(self, job_id):
         from types import SimpleNamespace
@@ -42,8 +54,13 @@ class HeadReplacedClient:
         if self.streams == 1 and self.refusals:
             self.refusals -= 1
             raise ConnectionError("Connection refused")
-        status = "RUNNING" if self.streams == 1 else "SUCCEEDED"
-        return SimpleNamespace(status=status, driver_exit_code=0 if status == "SUCCEEDED" else None, message="")
+        status = "SUCCEEDED" if self.ended else "RUNNING"
+        return SimpleNamespace(
+            status=status, driver_exit_code=0 if self.ended else None, message="", driver_node_id="n1"
+        )
+
+    def get_job_logs(self, job_id):
+        return "step 1\nstep 2\nstep 3\nstep 4\n"
 
     def stop_job(self, job_id):
         self.stopped = True
@@ -53,13 +70,14 @@ def test_a_follower_waits_out_a_replaced_head_and_shows_each_line_once():
     from rayfleet.recipes.jobs_api import follow
 
     client, out = HeadReplacedClient(), []
-    outcome = follow(client, "j", echo=out.append, poll_s=0.01)
+    outcome = follow(client, "j", echo=out.append, poll_s=0.01, stream=client.log_stream)
     text = "".join(out)
     assert outcome.status == "SUCCEEDED" and outcome.exit_code == 0 and not client.stopped
-    assert client.streams == 2 and client.refusals == 0
-    assert [line for line in text.splitlines() if line.startswith("step")] == ["step 1", "step 2", "step 3"]
+    assert client.streams == 2 and client.refusals == 0 and client.before_log == 0
+    assert [line for line in text.splitlines() if line.startswith("step")] == ["step 1", "step 2", "step 3", "step 4"]
     assert text.count("the head's Jobs API does not answer (ConnectionError); waiting for it") == 1
-    assert "".join(outcome.log) == "step 1\nstep 2\nstep 3\n"
+    assert text.count("log stream interrupted") == 1  # the head's death, not the log not there yet
+    assert "".join(outcome.log) == "step 1\nstep 2\nstep 3\nstep 4\n"
 
 
 def test_a_follower_gives_up_on_a_head_that_never_comes_back_and_not_on_an_error():

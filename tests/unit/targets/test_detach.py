@@ -72,9 +72,12 @@ class StoppingClient:
     def __init__(self):
         self.stopped: list[str] = []
 
-    async def tail_job_logs(self, job_id):
+    async def log_stream(self, job_id, node_id):
         yield "step 1\n"
         raise KeyboardInterrupt
+
+    def get_job_logs(self, job_id):
+        return "step 1\n"
 
     def stop_job(self, job_id):
         self.stopped.append(job_id)
@@ -82,6 +85,7 @@ class StoppingClient:
     def get_job_info(self, job_id):
         class Info:
             status, driver_exit_code, message = ("STOPPED" if self.stopped else "RUNNING"), None, ""
+            driver_node_id = "n1"
 
         return Info()
 
@@ -90,11 +94,11 @@ def test_ctrl_c_stops_the_followed_job_but_not_a_reattached_one():
     from rayfleet.recipes import jobs_api
 
     client = StoppingClient()
-    assert jobs_api.follow(client, "j", echo=lambda _: None).interrupted_by == "SIGINT"
+    assert jobs_api.follow(client, "j", echo=lambda _: None, stream=client.log_stream).interrupted_by == "SIGINT"
     assert client.stopped == ["j"]
     reader = StoppingClient()
     with pytest.raises(KeyboardInterrupt):
-        jobs_api.follow(reader, "j", echo=lambda _: None, stop_on_interrupt=False)
+        jobs_api.follow(reader, "j", echo=lambda _: None, stop_on_interrupt=False, stream=reader.log_stream)
     assert reader.stopped == []
 
 

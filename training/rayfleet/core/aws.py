@@ -12,17 +12,17 @@ import sys
 import threading
 from collections.abc import Callable
 
-import boto3
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError, EndpointConnectionError, NoCredentialsError
-from botocore.parsers import ResponseParserError
 
 from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_INTERRUPTED, ConfigError, RayfleetError
 
 # ECS RunTask's startedBy of the trainer tasks the launch verb starts: how the verbs, the head's autostop and
 # the rehearsal tell trainers from service tasks.
 STARTED_BY = "rayfleet"
-_RETRIES = Config(retries={"mode": "standard", "max_attempts": 5}, connect_timeout=5, read_timeout=30)
+# boto3 and botocore's config and parsers are imported where a client is made or an answer fails, not here: they
+# cost 0.15 s of CPU, and every process that imports this module for its errors (a recipe job's entry, the
+# command line) would pay it before doing anything.
+RETRIES = {"retries": {"mode": "standard", "max_attempts": 5}, "connect_timeout": 5, "read_timeout": 30}
 
 
 class MissingOutputs(RayfleetError):
@@ -60,6 +60,8 @@ class AwsCallFailed(RayfleetError):
 
 class Aws:
     def __init__(self, region: str | None = None):
+        import boto3
+
         self.session = boto3.Session(region_name=region)
         self.region = self.session.region_name
         if not self.region:
@@ -71,7 +73,10 @@ class Aws:
         `attempts` fewer for a call whose failure is only noted (a preflight's optional checks)."""
         key = service if endpoint_url is None and attempts is None else f"{service}@{endpoint_url}@{attempts}"
         if key not in self._clients:
-            config = _RETRIES if attempts is None else _RETRIES.merge(Config(retries={"max_attempts": attempts}))
+            from botocore.config import Config
+
+            config = Config(**RETRIES)
+            config = config if attempts is None else config.merge(Config(retries={"max_attempts": attempts}))
             self._clients[key] = self.session.client(service, config=config, endpoint_url=endpoint_url)
         return self._clients[key]
 
@@ -110,6 +115,8 @@ def shared_client(service: str, region: str | None = None, endpoint_url: str | N
 
 
 def translate(exc: Exception) -> RayfleetError:
+    from botocore.parsers import ResponseParserError
+
     if isinstance(exc, RayfleetError):
         return exc
     if isinstance(exc, NoCredentialsError):

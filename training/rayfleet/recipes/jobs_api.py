@@ -9,10 +9,11 @@ up (rayfleet.core.ray_auth.use_token_auth) before anything imports ray.
 from __future__ import annotations
 
 import asyncio
+import codecs
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
@@ -82,18 +83,74 @@ def exit_code_of(status: str, driver_exit_code: int | None) -> int:
     return driver_exit_code if driver_exit_code not in (None, 0) else 1
 
 
-async def _tail(client, job_id: str, sink: Callable[[str], None], tick: Callable[[], None]) -> None:
-    async def ticker() -> None:
-        while True:
-            await asyncio.sleep(1.0)
-            tick()
+class NotYet(RuntimeError):
+    """The log stream refused to start: asked again while the job runs (its whole log is read at its end)."""
 
-    ticking = asyncio.create_task(ticker())
+
+# How often the driver node's log agent looks for new output while a follower streams it. The Jobs API's own
+# tail (`tail_job_logs`) looks every 1 s and its head every 1 s more: lines reached the user 1-2 s late.
+LOG_INTERVAL_S = 0.1
+
+
+async def log_stream(address: str, job_id: str, node_id: str) -> AsyncIterator[str]:
+    """The job's output from its start, as it is written: Ray's state API stream of the job's driver log on
+    the node that runs it (what `ray logs job --follow` reads), checked every LOG_INTERVAL_S. It never ends by
+    itself; the caller stops reading once the job has ended."""
+    import aiohttp
+    from ray._private.authentication.http_token_authentication import (  # noqa: PLC2701 (Ray's own header for its HTTP APIs)
+        get_auth_headers_if_auth_enabled,
+    )
+
+    query = {"submission_id": job_id, "node_id": node_id, "lines": "-1", "interval": str(LOG_INTERVAL_S)}
+    decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character split between chunks
+    url, no_limit = f"{address}/api/v0/logs/stream", aiohttp.ClientTimeout()
+    async with (
+        aiohttp.ClientSession(headers=get_auth_headers_if_auth_enabled({})) as session,
+        session.get(url, params=query, timeout=no_limit) as r,
+    ):
+        if r.status != 200:  # the job's log file not there yet, or the head not ready
+            raise NotYet(f"the log stream answered {r.status}: {(await r.text())[:300]}")
+        async for data in r.content.iter_any():
+            text = decoder.decode(data)
+            if text:
+                yield text
+    raise ConnectionError("the log stream ended while the job ran")
+
+
+async def _tail(client, job_id: str, sink: Callable[[str], None], tick: Callable[[], None], stream, poll_s: float):
+    """Stream the job's output into `sink` until the job has ended (its state asked every `poll_s`, `tick`
+    called every second); returns its last info. Raises when the stream or the Jobs API breaks."""
+
+    async def pump(node_id: str) -> None:
+        while True:
+            got = False
+            try:
+                async for chunk in stream(job_id, node_id):
+                    got = True
+                    sink(chunk)
+            except NotYet:
+                if got:
+                    raise
+            await asyncio.sleep(poll_s)  # its supervisor has not opened the log yet
+
+    pumping, ticked = None, time.monotonic()
     try:
-        async for chunk in client.tail_job_logs(job_id):
-            sink(chunk)
+        while True:
+            info = await asyncio.to_thread(client.get_job_info, job_id)
+            if pumping is None and info.driver_node_id:  # its supervisor runs: the log has a node
+                pumping = asyncio.create_task(pump(info.driver_node_id))
+            if str(info.status) in TERMINAL:
+                return info
+            if pumping is not None and pumping.done():
+                pumping.result()  # raises what broke it
+            await asyncio.sleep(poll_s)
+            if time.monotonic() - ticked >= 1.0:
+                tick()
+                ticked = time.monotonic()
     finally:
-        ticking.cancel()
+        if pumping is not None:
+            pumping.cancel()
+            await asyncio.gather(pumping, return_exceptions=True)
 
 
 HEAD_AWAY_S = 600  # how long a follower waits for a replaced head (the nodes wait as long: gcs_store.RECONNECT_S)
@@ -132,6 +189,7 @@ def follow(
     spool=None,
     on_tick: Callable[[], None] | None = None,
     stop_on_interrupt: bool = True,
+    stream: Callable[[str, str], AsyncIterator[str]] | None = None,
 ) -> JobOutcome:
     """Stream the job's output until it ends; Ctrl-C or SIGTERM (Terminated) stops the job (and still
     returns its outcome), unless `stop_on_interrupt` is false (a reader that re-attached: the interrupt goes on
@@ -164,10 +222,12 @@ def follow(
             spool.write(chunk)
         echo(chunk)
 
+    stream = stream or (lambda job, node: log_stream(client.get_address(), job, node))
     try:
         while True:
             try:
-                asyncio.run(_tail(client, job_id, sink, tick))
+                info = asyncio.run(_tail(client, job_id, sink, tick, stream, poll_s))
+                break
             except Exception as exc:  # the log stream broke (head restart, network): the job may still run
                 echo(f"[rayfleet] log stream interrupted ({type(exc).__name__})\n")
             info = job_info(client, job_id, echo, poll_s=poll_s)
@@ -189,10 +249,8 @@ def follow(
             time.sleep(poll_s)
             info = client.get_job_info(job_id)
     status = str(info.status)
-    if not tail.chunks:  # the stream gave nothing (a job that ended before the tail attached)
-        text = client.get_job_logs(job_id)
-        if text:
-            sink(text)
+    replay[0] = seen[0]  # the whole log once more: what the stream had not given yet, or all of it
+    sink(client.get_job_logs(job_id) or "")
     code = exit_code_of(status, info.driver_exit_code)
     return JobOutcome(job_id, status, code, info.message or "", list(tail.chunks), interrupted_by)
 
