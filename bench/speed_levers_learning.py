@@ -30,7 +30,7 @@ from rayfleet.core.config import load_config
 from rayfleet.train.data import fashion_mnist
 from rayfleet.train.data.device_batches import DeviceSplit
 from rayfleet.train.ddp import Runtime, build_model, evaluate, make_step, train_epoch
-from rayfleet.train.ddp_config import DDPConfig
+from rayfleet.train.ddp.config import DDPConfig
 from rayfleet.train.parallel import parallelize
 from rayfleet.train.precision import cpu_has_native_bf16
 

@@ -25,8 +25,8 @@ from rayfleet.core.run_dir import RunDir
 from rayfleet.train.data import fashion_mnist, synthetic
 from rayfleet.train.data.device_batches import DeviceSplit
 from rayfleet.train.ddp import Runtime, build_model, make_step, train_epoch
-from rayfleet.train.ddp_config import DDPConfig
-from rayfleet.train.ddp_report import StepTracking
+from rayfleet.train.ddp.config import DDPConfig
+from rayfleet.train.ddp.report import StepTracking
 from rayfleet.train.tracking.progress import Progress
 from rayfleet.train.tracking.scalars import Scalars, Target
 

@@ -6,7 +6,7 @@ that fell off the bus (NVML answers "GPU is lost") makes the node suspect. The s
 
     {"reasons": ["GPU 3 (NVIDIA H100 80GB HBM3): 2 uncorrectable ECC error(s)"], "since": "<ISO time>"}
 
-The format is the contract with the worker's entry point (rayfleet/node/suspect.py), which drains the node
+The format is the contract with the worker's entry point (rayfleet/node/control/suspect.py), which drains the node
 and has its instance replaced; there is no import between the two.
 """
 

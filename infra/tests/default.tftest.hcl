@@ -152,7 +152,7 @@ run "ray" {
       name       = "ray-control"
       image      = var.images["ray-head"]
       essential  = true
-      entryPoint = ["python", "-m", "rayfleet.node.head_snapshot"]
+      entryPoint = ["python", "-m", "rayfleet.node.control.head_snapshot"]
       command    = ["--bucket", var.results_bucket, "--interval", "30"]
       memory     = 256
       environment = [
@@ -175,7 +175,7 @@ run "ray" {
       }
       stopTimeout = 10
     }
-    error_message = "ray-control: the head image running rayfleet.node.head_snapshot into the results bucket, with the token and the head's name: ${jsonencode(jsondecode(aws_ecs_task_definition.control.container_definitions)[0])}"
+    error_message = "ray-control: the head image running rayfleet.node.control.head_snapshot into the results bucket, with the token and the head's name: ${jsonencode(jsondecode(aws_ecs_task_definition.control.container_definitions)[0])}"
   }
 
   assert {

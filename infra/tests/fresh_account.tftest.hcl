@@ -2,7 +2,7 @@
 # principal that does not exist is refused (MalformedPolicyDocumentException), so the first deploy failed.
 # With create_autoscaling_service_linked_role the iam module creates the role and the key policy names it by
 # reference, so Terraform creates the key after the role; without it (the role exists) nothing is created.
-# `make deploy` creates a missing role itself before Terraform runs (scripts/rayfleet/ops/infra.py
+# `make deploy` creates a missing role itself before Terraform runs (scripts/rayfleet/ops/deploy/infra.py
 # ensure_autoscaling_role; tests/integration/test_deploy_infra_verbs.py) and leaves the variable false.
 
 mock_provider "aws" {

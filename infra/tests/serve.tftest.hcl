@@ -132,7 +132,7 @@ run "serve_ray" {
     condition = (
       [for c in jsondecode(aws_ecs_task_definition.head.container_definitions) : c.name] == ["ray-head", "serve-gate"] &&
       jsondecode(aws_ecs_task_definition.head.container_definitions)[0].dependsOn == [{ containerName = "serve-gate", condition = "START" }] &&
-      jsondecode(aws_ecs_task_definition.head.container_definitions)[1].entryPoint == ["python", "-m", "rayfleet.node.serve_gate"] &&
+      jsondecode(aws_ecs_task_definition.head.container_definitions)[1].entryPoint == ["python", "-m", "rayfleet.node.serve.gate"] &&
       jsondecode(aws_ecs_task_definition.head.container_definitions)[1].command == ["--host", "0.0.0.0", "--port", "8000"] &&
       jsondecode(aws_ecs_task_definition.head.container_definitions)[1].secrets == [{ name = "RAYFLEET_SERVE_API_KEY", valueFrom = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/serve-api-key-20261124-AbCdEf" }] &&
       !strcontains(jsonencode(jsondecode(aws_ecs_task_definition.head.container_definitions)[0]), "RAYFLEET_SERVE_API_KEY") &&

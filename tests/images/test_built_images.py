@@ -153,7 +153,7 @@ def test_the_trainer_holds_the_models_its_manifest_lists(running):
     assert host.check_output("printenv MODEL_DIR") == "/models"
     # the training code finds it offline, the way the FSDP job does
     found = host.check_output(
-        "python -c \"from rayfleet.train.hf_model import resolve_model_dir as r; print(r('tiny-gpt-neox'))\""
+        "python -c \"from rayfleet.train.models.hf import resolve_model_dir as r; print(r('tiny-gpt-neox'))\""
     )
     assert found == "/models/tiny-gpt-neox"
 
@@ -161,7 +161,7 @@ def test_the_trainer_holds_the_models_its_manifest_lists(running):
 def test_the_node_health_directory_is_the_sidecars_in_both_images(running):
     """The task volume node-health starts as a copy of the directory of whichever container mounts it first:
     both images give it to the sidecar's uid, which writes its verdict on the GPUs there
-    (monitoring/node_health.py) for the worker's entry point to read (rayfleet/node/suspect.py)."""
+    (monitoring/node_health.py) for the worker's entry point to read (rayfleet/node/control/suspect.py)."""
     for image in ("ray-worker", "gpu-metrics"):
         directory = running[image].file("/run/rayfleet-health")
         assert directory.is_directory and (directory.uid, directory.mode) == (10001, 0o755), image

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rayfleet.core.catalog import CACHE_NODE_PRICES, INSTANCE_TYPES, NETWORK_PRICES
-from rayfleet.ops import plan_summary
+from rayfleet.ops.deploy import plan_summary
 from tools.terraform_standin.render import rendered_plan
 
 NAT = NETWORK_PRICES["nat_gateway"]

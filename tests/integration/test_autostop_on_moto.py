@@ -2,7 +2,7 @@
 tools/moto_stack/stack.py).
 
 Autostop scales the real services (moto keeps their desired counts; it runs no task, so the head's snapshot
-that start waits for is written here, in the format rayfleet/node/head_snapshot.py writes). What moto
+that start waits for is written here, in the format rayfleet/node/control/head_snapshot.py writes). What moto
 cannot show: the capacity providers removing and launching instances, and IAM refusing a worker's role
 (the policy is tested in infra/tests/iam.tftest.hcl)."""
 
@@ -22,7 +22,7 @@ from rayfleet.core.aws import Aws
 from rayfleet.core.bucket import RAY_STATUS as KEY
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.start import start
-from rayfleet.node.autostop import Autostop, Settings
+from rayfleet.node.control.autostop import Autostop, Settings
 from tests.integration.helpers import REPO
 
 pytestmark = pytest.mark.integration
@@ -250,7 +250,7 @@ def test_capacity_follows_the_queue_up_to_its_need(stack):
     the queue, a held run asking for nothing). Its other half, autostop taking the workers back to zero once
     nothing runs or waits, is test_autostop_scales_the_workers_to_zero_after_the_idle_time."""
     from rayfleet.core.run_queue import HELD, RUNNING, Entry, Queue
-    from rayfleet.node.queue_capacity import NODE_VAR, QueueCapacity, shape_from
+    from rayfleet.node.control.queue_capacity import NODE_VAR, QueueCapacity, shape_from
 
     out, ecs = stack["out"], stack["ecs"]
     ecs.update_service(cluster=out.cluster_name, service=out.workers.service_name, desiredCount=0)  # autostopped
@@ -287,8 +287,8 @@ def test_autostop_stops_again_what_the_queue_raised_after_it_stopped(stack):
     follower raise them; the control task's round re-arms autostop (head_snapshot.follow_queue), which stops
     them again once idle. On the old code `stopped` stayed true and the raised workers ran until destroy."""
     from rayfleet.core.run_queue import Entry, Queue
-    from rayfleet.node.head_snapshot import follow_queue
-    from rayfleet.node.queue_capacity import NODE_VAR, QueueCapacity, shape_from
+    from rayfleet.node.control.head_snapshot import follow_queue
+    from rayfleet.node.control.queue_capacity import NODE_VAR, QueueCapacity, shape_from
 
     out, ecs, clock = stack["out"], stack["ecs"], Clock()
     stopper = Autostop(Settings(out.cluster_name, out.head_service_name, out.workers.service_name, idle_s=600),

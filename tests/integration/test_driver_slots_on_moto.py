@@ -2,7 +2,7 @@
 stack Terraform renders at its real trainer size (one driver slot: tools/moto_stack/stack.py trainer_slots=1),
 whose patched RunTask refuses a second trainer as ECS does (RESOURCE:MEMORY, tools/moto_stack/ecs.py): `make
 run` keeps the RunTask (cluster/launches/), `rayfleet queue` lists it, the control task's dispatch
-(rayfleet/node/driver_dispatch.py) sends it again, refused while the slot is taken and placed once the first
+(rayfleet/node/control/driver_dispatch.py) sends it again, refused while the slot is taken and placed once the first
 trainer stops, `make logs` finds that trainer, and `make cancel` takes a waiting one out. Every verb runs as a
 process of its own, as from a laptop.
 """
@@ -19,7 +19,7 @@ import yaml
 from rayfleet.core.launch_queue import Launches
 from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.ecs.outputs import Outputs
-from rayfleet.node.driver_dispatch import DriverDispatch
+from rayfleet.node.control.driver_dispatch import DriverDispatch
 from tests.integration.helpers import REPO, verbs_env
 from tools.moto_stack import stack as moto_stack
 

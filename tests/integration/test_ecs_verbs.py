@@ -116,7 +116,7 @@ def test_status_reports_services_tasks_runs_ray_and_cost(aws_stack, cluster_env)
         [
             sys.executable,
             "-m",
-            "rayfleet.node.head_snapshot",
+            "rayfleet.node.control.head_snapshot",
             "--bucket",
             bucket,
             "--once",

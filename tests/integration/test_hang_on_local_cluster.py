@@ -1,5 +1,5 @@
 """A hung collective on the real local cluster, found and acted on by the hang watchdog
-(rayfleet/train/hang_watch.py). The run (tests/integration/jobs/hang_job.py, hang_floor_s=8) has rank 1
+(rayfleet/train/control/hang_watch.py). The run (tests/integration/jobs/hang_job.py, hang_floor_s=8) has rank 1
 block in a gloo all-reduce five steps into an attempt.
 
 One run, the fault in every attempt, on a node that joins as the ECS worker's entry point does. Proves what
@@ -23,7 +23,7 @@ import sys
 
 import pytest
 
-from rayfleet.node.head_snapshot import snapshot, token
+from rayfleet.node.control.head_snapshot import snapshot, token
 from tests.integration.helpers import DASHBOARD_PORT, REPO
 from tests.integration.node_helpers import dead_messages, entry_point_node, wait_for
 

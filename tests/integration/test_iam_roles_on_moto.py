@@ -30,7 +30,7 @@ from pathlib import Path
 from rayfleet.recipes.stage import stage
 print("URL=" + stage(Path(sys.argv[1]), sys.argv[2], "us-east-1"))
 """
-# As rayfleet/train/ddp.py and fsdp.py read their data on every rank.
+# As rayfleet/train/ddp/__init__.py and fsdp.py read their data on every rank.
 READ_DDP = """
 import sys
 from rayfleet.train.data import fashion_mnist, staged

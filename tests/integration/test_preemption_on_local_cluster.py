@@ -175,7 +175,7 @@ def submit_launcher_job(env: dict, tmp_path: Path) -> subprocess.Popen:
     variables |= {"RAYFLEET_NUM_WORKERS": "1", "RAYFLEET_CPUS_PER_WORKER": "2", "RAYFLEET_GPUS_PER_WORKER": "0"}
     submit = [str(Path(sys.executable).parent / "ray"), "job", "submit", f"--address=http://127.0.0.1:{DASHBOARD_PORT}"]
     submit += [f"--working-dir={code}", f"--runtime-env-json={json.dumps({'env_vars': variables})}", "--"]
-    driver = [sys.executable, "-m", "rayfleet.node.multinode", "--launcher", "torchrun", "--", "train.py", *ARGS]
+    driver = [sys.executable, "-m", "rayfleet.node.driver.multinode", "--launcher", "torchrun", "--", "train.py", *ARGS]
     return subprocess.Popen(
         submit + driver, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )

@@ -102,7 +102,7 @@ def test_torchrun_runs_once_per_worker_node_and_trains(cluster_env, tmp_path):
     assert "[node 0] done: 20 steps" in (run_dir / "driver.log").read_text()
     record = json.loads((run_dir / "run.json").read_text())
     assert record["state"] == "SUCCEEDED" and record["exit_code"] == 0
-    assert "rayfleet.node.multinode --launcher torchrun" in record["entrypoint"]
+    assert "rayfleet.node.driver.multinode --launcher torchrun" in record["entrypoint"]
     assert left_running("torch-two-nodes") == []
 
 

@@ -1,6 +1,6 @@
 """A recipe run on ECS, against moto_server: the launcher's half (code zip and resolved recipe in the bucket,
 RunTask overrides carrying the recipe, a custom image as a task-definition revision), then the trainer's
-half (rayfleet/node/driver.py) for real: it submits the uploaded zip by its S3 URI to the real local
+half (rayfleet/node/driver/recipe.py) for real: it submits the uploaded zip by its S3 URI to the real local
 Ray cluster, whose runtime-env agents download it from the moto bucket, and records the result in S3."""
 
 from __future__ import annotations
@@ -158,7 +158,12 @@ def test_trainer_submits_the_s3_code_to_the_cluster_and_records_the_result(launc
         "RAYFLEET_DASHBOARD_URL": f"http://127.0.0.1:{DASHBOARD_PORT}",
     }  # set by rayfleet-node on ECS
     result = subprocess.run(
-        [sys.executable, "-m", "rayfleet.node.driver"], env=env, cwd=REPO, capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "rayfleet.node.driver.recipe"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert f"token length {len(SECRET_VALUE)}" in result.stdout and "helper says shipped" in result.stdout
@@ -198,7 +203,12 @@ def test_a_code_zip_replaced_in_s3_is_refused_before_ray_sees_it(launched, aws_s
         "RAYFLEET_DASHBOARD_URL": "http://127.0.0.1:9",  # never asked
     }
     result = subprocess.run(
-        [sys.executable, "-m", "rayfleet.node.driver"], env=env, cwd=REPO, capture_output=True, text=True, timeout=120
+        [sys.executable, "-m", "rayfleet.node.driver.recipe"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 1, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()

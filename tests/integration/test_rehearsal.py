@@ -464,7 +464,7 @@ def test_ddp_recipe_through_the_trainer_survives_a_stopped_worker_and_status_rea
     rows = metrics(aws, run)
     assert [r["epoch"] for r in rows] == list(range(1, epochs + 1))  # the epoch count continues
     assert all(r["attempt"] == 1 for r in rows if r["epoch"] > int(resumed.group(1)))
-    # It read the newest complete checkpoint, the one the line names (rayfleet/train/checkpoint_resume.py).
+    # It read the newest complete checkpoint, the one the line names (rayfleet/train/checkpoint/resume.py).
     read = f"checkpoint_{int(resumed.group(1)):06d}"
     assert {r["resumed_from"] for r in rows if r["attempt"] == 1} == {read}, rows
     # ... and the record says so (the job's own event; retention has deleted that checkpoint since, by design).
@@ -559,7 +559,7 @@ def test_status_shows_rays_view_from_the_heads_snapshot(rehearsal, aws):
 def test_a_torchrun_recipe_runs_its_script_on_the_worker_tasks(rehearsal, aws):
     """issue 16: a `launcher: torchrun` recipe on ECS. The trainer task is the job's driver; it places one
     bundle per worker task and starts one torchrun in each ray-worker container (the worker image's
-    rayfleet/node/node_launcher.py), which runs the unmodified example with gloo across the two."""
+    rayfleet/node/driver/launcher.py), which runs the unmodified example with gloo across the two."""
     run = "rehearsal-torchrun"
     recipe = "recipes/examples/torch-ddp/recipe.yaml"
     result = run_verb(aws["env"], "rayfleet.cli.main", "run", recipe, "--on", "ecs", "--name", run, timeout=900)

@@ -206,7 +206,7 @@ def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_mana
         cluster = aws_stack["outputs"]["cluster_name"]
         task = ecs.describe_tasks(cluster=cluster, tasks=[record["task_arn"]])["tasks"][0]
         command = task["overrides"]["containerOverrides"][0]["command"]
-        assert command[:4] == ["python", "-m", "rayfleet.node.serve_control", "up"]
+        assert command[:4] == ["python", "-m", "rayfleet.node.serve.control", "up"]
         config = json.loads(command[command.index("--config-json") + 1])
         # Serve's proxy on loopback, behind the serve gate that holds the Serve port (8000) in the head's task
         assert config["http_options"] == {"host": "127.0.0.1", "port": GATED_PROXY_PORT}

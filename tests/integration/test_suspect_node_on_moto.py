@@ -1,5 +1,6 @@
 """A suspect worker's instance is taken out by the control task (`replace_suspects` of
-rayfleet/node/head_snapshot.py, rayfleet/node/suspect.py) against a real moto_server: from the snapshot's
+rayfleet/node/control/head_snapshot.py, rayfleet/node/control/suspect.py) against a real moto_server: from the
+snapshot's
 dead node, only when ECS says the instance its drain message names is the one behind the node's own address
 and runs a task of the worker service; its ECS container instance goes DRAINING and its Auto Scaling group
 sees it Unhealthy, once, and nothing else is touched. A message naming the head's instance, another worker's,
@@ -13,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from rayfleet.core.aws import Aws
-from rayfleet.node import suspect
-from rayfleet.node.head_snapshot import replace_suspects
+from rayfleet.node.control import suspect
+from rayfleet.node.control.head_snapshot import replace_suspects
 
 pytestmark = pytest.mark.integration
 WORKERS = "rf-ray-worker"

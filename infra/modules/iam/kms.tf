@@ -16,7 +16,7 @@ locals {
 # Auto Scaling's service-linked role, which the key policy names. AWS creates it with an account's first Auto
 # Scaling group, so a fresh account has none, and KMS refuses a key policy naming a principal that does not
 # exist (MalformedPolicyDocumentException). `make deploy` creates a missing one before Terraform runs
-# (scripts/rayfleet/ops/infra.py); a pipeline that runs Terraform alone sets create = true in a fresh account, and the
+# (scripts/rayfleet/ops/deploy/infra.py); a pipeline that runs Terraform alone sets create = true in a fresh account, and the
 # key policy then references the role, so the key comes after it. Only one may exist per account.
 resource "aws_iam_service_linked_role" "autoscaling" {
   count            = var.create_autoscaling_service_linked_role ? 1 : 0

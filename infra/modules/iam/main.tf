@@ -30,7 +30,7 @@ locals {
   # The worker groups' Auto Scaling groups by their exact names: a name pattern (<name>-*) would also match
   # every group of another deployment named <name>-x, and the head's group.
   replace_statements = [for s in [{
-    # A worker whose GPU went bad drains its Ray node (training/rayfleet/node/suspect.py); the control task marks
+    # A worker whose GPU went bad drains its Ray node (training/rayfleet/node/control/suspect.py); the control task marks
     # that instance unhealthy and its group replaces it. No change of size or configuration.
     Sid      = "ReplaceBadInstance"
     Effect   = "Allow"
@@ -185,7 +185,7 @@ resource "aws_iam_role_policy" "task" {
   })
 }
 
-# The control task's role (the head's snapshot and autostop: training/rayfleet/node/head_snapshot.py). No job can
+# The control task's role (the head's snapshot and autostop: training/rayfleet/node/control/head_snapshot.py). No job can
 # use it: the control task runs no Ray node, so nothing Ray schedules lands there, and every task a job can
 # reach (head, workers, trainer) has the task role above, which can neither change the deployment's size
 # nor write cluster/, where `make start` and `make status` read the head's snapshot.
@@ -211,7 +211,7 @@ resource "aws_iam_role_policy" "control" {
         Condition = { ArnEquals = { "ecs:cluster" = local.cluster_arn } }
       },
       {
-        # A worker whose GPU went bad drains its Ray node, naming its instance (training/rayfleet/node/suspect.py); this
+        # A worker whose GPU went bad drains its Ray node, naming its instance (training/rayfleet/node/control/suspect.py); this
         # task then takes that instance out: ECS places no task there and the Auto Scaling group replaces it.
         # Only instances of this deployment; no change of size or configuration.
         Sid      = "FindOwnContainerInstance"
@@ -237,7 +237,7 @@ resource "aws_iam_role_policy" "control" {
       },
       {
         # A suspect is taken out only when ECS says it is the instance behind the dead node's own address
-        # (training/rayfleet/node/suspect.py worker_instance_at): the worker services' tasks and, in host networking,
+        # (training/rayfleet/node/control/suspect.py worker_instance_at): the worker services' tasks and, in host networking,
         # their instances' addresses. Read-only; DescribeInstances has no resource type.
         Sid       = "SeeOwnWorkerTasks"
         Effect    = "Allow"
@@ -252,7 +252,7 @@ resource "aws_iam_role_policy" "control" {
         Resource = "*"
       },
       {
-        # Capacity follows the queue (training/rayfleet/node/queue_capacity.py): the queue's entries, read only.
+        # Capacity follows the queue (training/rayfleet/node/control/queue_capacity.py): the queue's entries, read only.
         Sid       = "ListTheQueue"
         Effect    = "Allow"
         Action    = "s3:ListBucket"
@@ -266,7 +266,7 @@ resource "aws_iam_role_policy" "control" {
         Resource = "${var.bucket_arn}/${var.queue_prefix}*"
       },
       {
-        # Runs waiting for a driver slot (training/rayfleet/node/driver_dispatch.py): the RunTask `make run` kept under
+        # Runs waiting for a driver slot (training/rayfleet/node/control/driver_dispatch.py): the RunTask `make run` kept under
         # cluster/launches/, which only the deployer and this role write, sent again once the head instance
         # has a slot. Only the trainer's task definitions (a recipe's image is a revision of the same family),
         # only on this cluster, and only this deployment's two roles passed to ECS tasks: no other role.

@@ -23,7 +23,7 @@ locals {
     # head task's network namespace, where any job can bind it and collect callers' keys. A gate that exits
     # stops the whole head task instead (with a GCS store a replaced head takes the cluster back).
     essential   = true
-    entryPoint  = ["python", "-m", "rayfleet.node.serve_gate"]
+    entryPoint  = ["python", "-m", "rayfleet.node.serve.gate"]
     command     = ["--host", "0.0.0.0", "--port", tostring(var.serve.port)]
     memory      = local.sidecar_memory_mib
     user        = local.ray_user

@@ -39,7 +39,7 @@ locals {
     { name = "RAYFLEET_NUM_GPUS", value = tostring(local.worker_gpus) },
     { name = "RAYFLEET_CURRENT_RUN_DIR", value = local.current_run_dir },
     # A bad GPU (the sidecar's suspect file) drains the node, naming its instance for the control task, which
-    # has it replaced (training/rayfleet/node/suspect.py).
+    # has it replaced (training/rayfleet/node/control/suspect.py).
     { name = "RAYFLEET_HEALTH_DIR", value = local.health_dir },
     { name = "RAYFLEET_IDENTITY_FILE", value = "/etc/rayfleet/identity.json" },
   ]
@@ -109,7 +109,7 @@ locals {
     }
   })
 
-  # The control task (its own task, so its own role: training/rayfleet/node/head_snapshot.py): Ray's view (nodes,
+  # The control task (its own task, so its own role: training/rayfleet/node/control/head_snapshot.py): Ray's view (nodes,
   # resources, jobs) every 30 s to s3://<bucket>/cluster/ray-status.json, where `make status` and `make start`
   # read it, and autostop. The head image with the snapshot as its entry point; it reads the head's dashboard
   # by its Cloud Map name with the token and joins no Ray node, so nothing a job runs can land here.
@@ -120,7 +120,7 @@ locals {
     mountPoints     = local.scratch_mounts
     image           = var.images["ray-head"]
     essential       = true
-    entryPoint      = ["python", "-m", "rayfleet.node.head_snapshot"]
+    entryPoint      = ["python", "-m", "rayfleet.node.control.head_snapshot"]
     command         = ["--bucket", var.results_bucket, "--interval", "30"]
     memory          = local.sidecar_memory_mib
     environment = [
@@ -134,7 +134,7 @@ locals {
       { name = "RAYFLEET_AUTOSTOP_IDLE_MIN", value = tostring(var.autostop.idle_minutes) },
       { name = "RAYFLEET_AUTOSTOP_HEAD", value = tostring(var.autostop.head) },
       { name = "RAYFLEET_MAX_PRIORITY", value = tostring(var.queue_max_priority) },
-      # Capacity follows the queue (training/rayfleet/node/queue_capacity.py): a worker node's shape and the group's maximum.
+      # Capacity follows the queue (training/rayfleet/node/control/queue_capacity.py): a worker node's shape and the group's maximum.
       { name = "RAYFLEET_WORKER_NODE", value = jsonencode({ vcpus = var.worker_node.vcpus, gpus = var.worker_node.gpus, memory_mib = var.worker_node.memory_mib, count = var.worker_node.count }) },
     ]
     secrets          = local.ray_secrets

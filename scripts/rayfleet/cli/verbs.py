@@ -35,13 +35,13 @@ def runs(opts: argparse.Namespace) -> int:
 
 
 def logs(opts: argparse.Namespace) -> int:
-    from rayfleet.ops import logs as ops_logs
+    from rayfleet.ops.runs import logs as ops_logs
 
     return ops_logs.show_logs(opts.run, opts.since, opts.follow, opts.outputs)
 
 
 def queue(opts: argparse.Namespace) -> int:
-    from rayfleet.ops import queued as ops_queue
+    from rayfleet.ops.runs import queued as ops_queue
 
     return ops_queue.show_queue(opts.json, opts.outputs)
 
@@ -96,20 +96,20 @@ def _runs_dir(opts: argparse.Namespace) -> str:
 
 
 def plot(opts: argparse.Namespace) -> int:
-    from rayfleet.ops import plot as ops_plot
+    from rayfleet.ops.runs import plot as ops_plot
 
     return ops_plot.plot_runs(opts.run, _runs_dir(opts), Path(opts.out) if opts.out else None)
 
 
 def tensorboard(opts: argparse.Namespace) -> int:
-    from rayfleet.ops import tensorboard as ops_tensorboard
+    from rayfleet.ops.runs import tensorboard as ops_tensorboard
 
     return ops_tensorboard.serve_tensorboard(opts.run, _runs_dir(opts), opts.port)
 
 
 def infra(opts: argparse.Namespace) -> int:
-    from rayfleet.ops import infra as ops_infra
-    from rayfleet.ops.terraform_cli import DeploymentArgs
+    from rayfleet.ops.deploy import infra as ops_infra
+    from rayfleet.ops.deploy.terraform_cli import DeploymentArgs
 
     args = DeploymentArgs(
         var_file=opts.var_file,

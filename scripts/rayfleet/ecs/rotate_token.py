@@ -10,7 +10,7 @@
    tasks the current secret version at start.
 4. Only then does the same for every other service whose task definition reads the token (its `secrets`):
    the workers, which join the new head with the new token, and the control task (`ray-control`), which
-   reads it once at start for the head's dashboard (rayfleet/node/head_snapshot.py): left running, its
+   reads it once at start for the head's dashboard (rayfleet/node/control/head_snapshot.py): left running, its
    snapshot, autostop, the queue's capacity and driver dispatch would all be refused by the new head.
 The holders come from the cluster's services and their task definitions, not from a list kept here, so a
 service that starts reading the token is restarted too. Trainer tasks started afterwards read the new

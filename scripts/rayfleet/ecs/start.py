@@ -2,9 +2,9 @@
 
     rayfleet start [--outputs FILE] [--timeout 1800] [--recipe RECIPE]
 
-After `make stop` or an autostop (rayfleet/node/autostop.py) the services are at zero; `make run` and
+After `make stop` or an autostop (rayfleet/node/control/autostop.py) the services are at zero; `make run` and
 `make train-*` call this first when they find them there. The wait follows Ray's own view, from the head's
-snapshot in S3 (rayfleet/node/head_snapshot.py): done when a snapshot taken after the start shows the
+snapshot in S3 (rayfleet/node/control/head_snapshot.py): done when a snapshot taken after the start shows the
 head and the workers asked for alive. Capacity providers launch the instances; a GPU instance takes minutes,
 and an instance that cannot come (no quota, no capacity in the zone) shows only in the Auto Scaling group's
 scaling activities: the wait reads them (rayfleet/ecs/capacity.py), says each reason once, and stops at once

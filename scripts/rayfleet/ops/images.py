@@ -25,12 +25,13 @@ import tempfile
 import time
 from pathlib import Path
 
-from rayfleet.core import pip_config
+from rayfleet.core import local_state, pip_config
 from rayfleet.core.aws import Aws
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.moved import gone
 from rayfleet.ecs.outputs import Outputs
-from rayfleet.ops.deployment_files import ROOT
+
+ROOT = local_state.project_dir()  # the checkout the images build from: images/ and training/
 
 IMAGES = ("ray-head", "ray-worker", "trainer", "gpu-metrics")
 RAY_IMAGES = ("ray-head", "ray-worker", "trainer")

@@ -9,7 +9,7 @@ local: on the running local cluster (rayfleet cluster up); the endpoint listens 
 ecs:   the run's files from s3://<results bucket>/runs/<RUN>/; a trainer task deploys through the head's
        dashboard and exits; the endpoint is the head's private DNS name on the Serve port, reachable only
        from the sources Terraform lists (serve_allowed_cidrs / serve_allowed_security_group_ids), where the
-       serve gate (rayfleet/node/serve_gate.py) checks the key on every route before Serve's proxy,
+       serve gate (rayfleet/node/serve/gate.py) checks the key on every route before Serve's proxy,
        which listens on 127.0.0.1:GATED_PROXY_PORT behind it; the key is in Secrets Manager
        (serve_api_key_secret_arn) and reaches only the gate. The deployed config is kept with the deployment
        (rayfleet/core/serve_kept.py) until `down`: a head that starts again without it gets it back.
@@ -36,7 +36,7 @@ from rayfleet.ecs.launch import launch
 from rayfleet.ecs.logs import follow_task
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.local import cluster as local_cluster
-from rayfleet.node import serve_control as control
+from rayfleet.node.serve import control
 from rayfleet.serve.app import ServeArgs
 from rayfleet.serve.config import GATED_PROXY_PORT, ServeConfig
 from rayfleet.serve.keys import ensure_key_file
@@ -131,7 +131,7 @@ def up_ecs(run: str, cfg: ServeConfig, outputs: str | None, timeout: float) -> i
     command = [
         "python",
         "-m",
-        "rayfleet.node.serve_control",
+        "rayfleet.node.serve.control",
         "up",
         "--config-json",
         json.dumps(config),
@@ -157,7 +157,7 @@ def on_ecs(action: str, outputs: str | None, timeout: float) -> int:
     """status and down on ECS: a trainer task runs them against the head (the laptop cannot reach it)."""
     out = Outputs.load(outputs)
     aws = Aws(out.region)
-    command = ["python", "-m", "rayfleet.node.serve_control", action]
+    command = ["python", "-m", "rayfleet.node.serve.control", action]
     record = launch(aws, out, "serve", [], run_name=f"serve-{action}-{datetime.now(UTC):%H%M%S}", command=command)
     code = follow_task(aws, out, record["task_arn"], record["log_stream"])
     if action == "down" and code == 0:

@@ -24,8 +24,8 @@ from rayfleet.core.terminal import printable
 from rayfleet.ecs import capacity
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import running_tasks
-from rayfleet.ops.queued import IGNORED, listed
 from rayfleet.ops.runs import s3_runs
+from rayfleet.ops.runs.queued import IGNORED, listed
 from rayfleet.recipes.cost import spend_usd
 from rayfleet.serve.summary import lines as serve_lines
 
@@ -190,7 +190,7 @@ def status(aws: Aws, out: Outputs, runs: int = 5, why=capacity.reasons) -> dict:
 
 
 def _queue(out: Outputs) -> list[dict]:
-    """The deployment's run queue, as `make queue` lists it (rayfleet/ops/queued.py)."""
+    """The deployment's run queue, as `make queue` lists it (rayfleet/ops/runs/queued.py)."""
     if not out.results_bucket:
         return []
     now = datetime.now(UTC).timestamp()
@@ -217,7 +217,7 @@ def _amount(name: str, value: float) -> str:
 
 
 def render_ray(ray: dict, jobs: int = 5) -> list[str]:
-    """Ray's view from the head's snapshot (rayfleet/node/head_snapshot.py): nodes, resources, jobs. A
+    """Ray's view from the head's snapshot (rayfleet/node/control/head_snapshot.py): nodes, resources, jobs. A
     snapshot without some part (another version's head wrote it) shows what it has, never a traceback."""
     nodes = ray.get("nodes", [])
     alive = [n for n in nodes if n.get("alive")]
@@ -269,7 +269,7 @@ def kept_line(kept: dict) -> str:
 
 
 def autostop_line(decided: dict | None) -> str:
-    """What the head's autostop decided with its last snapshot (rayfleet/node/autostop.py)."""
+    """What the head's autostop decided with its last snapshot (rayfleet/node/control/autostop.py)."""
     if decided is None:
         return "off"
     if "error" in decided:
@@ -283,7 +283,7 @@ def autostop_line(decided: dict | None) -> str:
 
 
 def queue_capacity_line(decided: dict) -> str:
-    """What the run queue asked of the workers with the last snapshot (rayfleet/node/queue_capacity.py)."""
+    """What the run queue asked of the workers with the last snapshot (rayfleet/node/control/queue_capacity.py)."""
     if "error" in decided:
         return f"cannot read it ({decided['error']})"
     raised = f", raised from {decided['raised_from']}" if "raised_from" in decided else ""

@@ -6,7 +6,7 @@ run is packaged and the cluster is up: the child leaves the terminal's session, 
 `follower.log` and follows the job to its end exactly as an attached `rayfleet run` would; the parent waits
 until the child has submitted the job (run.json names it as its submitter), says how to follow and cancel
 the run, and exits at once, leaving the temporary code and a cluster started for the run to the child.
-`rayfleet logs --run <run> -f` re-attaches (rayfleet/ops/logs.py). The ECS target needs none of this: its
+`rayfleet logs --run <run> -f` re-attaches (rayfleet/ops/runs/logs.py). The ECS target needs none of this: its
 trainer task is the follower.
 """
 

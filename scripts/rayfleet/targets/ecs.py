@@ -52,7 +52,7 @@ def worker_spot_price(aws: Aws, out: Outputs) -> float | None:
 
 
 def trainer_environment(recipe, code: dict, storage: str, extra_args: list[str], data: str | None) -> dict:
-    """What the trainer's driver reads (rayfleet/node/driver.py): the recipe, its code and where runs live."""
+    """What the trainer's driver reads (rayfleet/node/driver/recipe.py): the recipe, its code and where runs live."""
     return {
         "RAYFLEET_RECIPE": recipe.model_dump_json(exclude_none=True),  # references only, never secret values
         "RAYFLEET_CODE_URI": code["url"],

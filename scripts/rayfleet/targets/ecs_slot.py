@@ -1,5 +1,5 @@
 """An ECS run whose driver has no slot on the head instance yet: kept for the control task to start
-(rayfleet/core/launch_queue.py, rayfleet/node/driver_dispatch.py), and waited for."""
+(rayfleet/core/launch_queue.py, rayfleet/node/control/driver_dispatch.py), and waited for."""
 
 from __future__ import annotations
 

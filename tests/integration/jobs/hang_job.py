@@ -30,7 +30,8 @@ def loop(config: dict) -> None:
     import torch
     import torch.distributed as dist
 
-    from rayfleet.train import checkpoint, hang_watch
+    from rayfleet.train import checkpoint
+    from rayfleet.train.control import hang_watch
 
     rank = ray.train.get_context().get_world_rank()
     steps = hang_watch.Steps.start(config["run_name"], rank)

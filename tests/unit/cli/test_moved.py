@@ -1,4 +1,4 @@
-"""The library modules' old command lines (`python -m rayfleet.ops.infra deploy`, ...) are gone since `rayfleet`
+"""The library modules' old command lines (`python -m rayfleet.ops.deploy.infra deploy`, ...) are gone since `rayfleet`
 parses every verb once: each fails in one line naming the verb that replaced it, exit 2, and does nothing."""
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ import pytest
 
 OLD = {
     "rayfleet.ops.runs": "rayfleet runs",
-    "rayfleet.ops.logs": "rayfleet logs",
-    "rayfleet.ops.queued": "rayfleet queue",
-    "rayfleet.ops.plot": "rayfleet plot",
-    "rayfleet.ops.tensorboard": "rayfleet tensorboard",
+    "rayfleet.ops.runs.logs": "rayfleet logs",
+    "rayfleet.ops.runs.queued": "rayfleet queue",
+    "rayfleet.ops.runs.plot": "rayfleet plot",
+    "rayfleet.ops.runs.tensorboard": "rayfleet tensorboard",
     "rayfleet.ops.status": "rayfleet status",
     "rayfleet.ops.images": "rayfleet images",
-    "rayfleet.ops.infra": "rayfleet plan|check|deploy|down",
+    "rayfleet.ops.deploy.infra": "rayfleet plan|check|deploy|down",
     "rayfleet.ops.serve": "rayfleet serve",
     "rayfleet.ecs.teardown": "rayfleet stop",
     "rayfleet.ecs.start": "rayfleet start",

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from rayfleet.core.config import ConfigError, load_config, parse_overrides
-from rayfleet.train.ddp_config import DDPConfig
+from rayfleet.train.ddp.config import DDPConfig
 
 DDP_YAML = Path("rayfleet/train/configs/ddp.yaml")
 

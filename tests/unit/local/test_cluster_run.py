@@ -196,7 +196,7 @@ def _start_wrapper(tmp_path: Path) -> tuple[subprocess.Popen, Path]:
     while "ready" not in (log.read_text() if log.exists() else ""):
         assert time.monotonic() < deadline and proc.poll() is None, "the command never started"
         time.sleep(0.05)
-    from rayfleet.node.preempt_notice import catches  # reads the process's caught signals (/proc/PID/status)
+    from rayfleet.node.driver.preempt_notice import catches  # reads the process's caught signals (/proc/PID/status)
 
     while not catches(proc.pid, signal.SIGTERM):  # `run` passes SIGTERM on once the command started: in its wait
         assert time.monotonic() < deadline and proc.poll() is None, "`run` never handled SIGTERM"

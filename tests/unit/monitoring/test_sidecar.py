@@ -150,10 +150,11 @@ def watching(nvml: FakeNvml, health_dir) -> Sidecar:
 def test_an_uncorrectable_ecc_error_or_a_lost_gpu_marks_the_node_suspect_once(tmp_path, capsys):
     """The stand-in sampler reports GPU 1 with 2 uncorrectable ECC errors and GPU 2 lost (every NVML call fails
     with "GPU is lost"): the sidecar writes the suspect file the worker's entry point reads
-    (rayfleet/node/suspect.py, the same format), once, keeps sampling the healthy GPU, and says so in its log."""
+    (rayfleet/node/control/suspect.py, the same format), once, keeps sampling the healthy GPU, and says so in its
+    log."""
     import json
 
-    from rayfleet.node import suspect
+    from rayfleet.node.control import suspect
 
     nvml = FakeNvml(gpus=3, uncorrectable={1: 2}, lost=(2,))
     sidecar = watching(nvml, tmp_path)

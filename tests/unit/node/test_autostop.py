@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rayfleet.node.autostop import Autostop, Settings, busy_because
+from rayfleet.node.control.autostop import Autostop, Settings, busy_because
 
 
 class Ecs:

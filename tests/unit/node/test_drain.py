@@ -25,7 +25,8 @@ import ray
 from ray._private import ray_constants
 
 from rayfleet.core import ray_drain
-from rayfleet.node import drain, ray_node, suspect
+from rayfleet.node import drain, ray_node
+from rayfleet.node.control import suspect
 
 NODE_ID = "5f1c0a9e" * 7  # 28 bytes in hex, as Ray's node ids (its CLI refuses anything else)
 GCS = "10.0.0.5:6379"

@@ -1,10 +1,10 @@
-"""The ECS trainer's recipe driver (rayfleet/node/driver.py): its exit code when the head went away while the
+"""The ECS trainer's recipe driver (rayfleet/node/driver/recipe.py): its exit code when the head went away while the
 run was queued is the one rayfleet-node rejoins on (tests/unit/node/test_ray_node.py)."""
 
 from __future__ import annotations
 
 from rayfleet.core.errors import EXIT_HEAD_LOST
-from rayfleet.node import driver
+from rayfleet.node.driver import recipe as driver
 from rayfleet.recipes.job import HeadLostWhileQueued
 from rayfleet.recipes.schema import Recipe
 

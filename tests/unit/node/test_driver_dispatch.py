@@ -5,7 +5,7 @@ tests/integration/test_driver_slots_on_moto.py."""
 from __future__ import annotations
 
 from rayfleet.core.launch_queue import Launches, Pending
-from rayfleet.node.driver_dispatch import DriverDispatch
+from rayfleet.node.control.driver_dispatch import DriverDispatch
 
 FULL = {"tasks": [], "failures": [{"reason": "RESOURCE:MEMORY", "detail": "head instance full"}]}
 

@@ -8,7 +8,7 @@ from typing import ClassVar
 
 import pytest
 
-from rayfleet.node import head_snapshot
+from rayfleet.node.control import head_snapshot
 from tests.unit.node.http_stub import QuietHandler, serving
 
 NODES = [
@@ -236,7 +236,7 @@ def test_a_head_that_lost_the_kept_application_gets_it_again_and_one_that_has_it
 def test_autostop_re_arms_when_the_queue_raised_the_workers():
     """The call site of the control task's round: the queue follower's `raised_from` re-arms autostop (on the
     old code nothing did: a stopped autostop never stopped the raised workers again)."""
-    from rayfleet.node.autostop import Autostop, Settings
+    from rayfleet.node.control.autostop import Autostop, Settings
 
     said: list[str] = []
     stopper = Autostop(Settings("rf", "rf-ray-head", "rf-ray-worker"), ecs=None, say=said.append)
@@ -254,7 +254,7 @@ def test_autostop_re_arms_when_the_queue_raised_the_workers():
 def test_suspects_are_judged_a_few_a_round_and_each_dead_node_once(monkeypatch):
     """A job can leave many dead nodes with suspect messages: the ECS look-ups are bounded per round, and a
     node judged (accepted or not) is not looked up again."""
-    from rayfleet.node import suspect
+    from rayfleet.node.control import suspect
 
     asked: list[str] = []
 

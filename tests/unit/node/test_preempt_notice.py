@@ -1,5 +1,5 @@
-"""The preemption notice a launcher recipe's ranks receive (rayfleet/node/preempt_notice.py, delivered by
-rayfleet/node/node_launcher.py): the file, the signal only where it is caught, and the drained node the driver
+"""The preemption notice a launcher recipe's ranks receive (rayfleet/node/driver/preempt_notice.py, delivered by
+rayfleet/node/driver/launcher.py): the file, the signal only where it is caught, and the drained node the driver
 picks. One test runs a real torchrun of two ranks (recipes/examples/torch-ddp, unmodified) under a
 NodeLauncher without Ray: it proves what no cheaper test does, that every rank of a node gets both the file and
 the signal and saves at the same step. Through the driver and a drained node on the local cluster:
@@ -19,8 +19,8 @@ import psutil
 import pytest
 import torch
 
-from rayfleet.node import preempt_notice
-from rayfleet.node.node_launcher import NodeLauncher
+from rayfleet.node.driver import preempt_notice
+from rayfleet.node.driver.launcher import NodeLauncher
 
 EXAMPLE = Path(__file__).parents[3] / "recipes" / "examples" / "torch-ddp" / "train.py"
 

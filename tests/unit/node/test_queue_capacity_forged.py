@@ -1,4 +1,4 @@
-"""Issue 54 R2 in the control task's queue follower (rayfleet/node/queue_capacity.py): an entry no live run
+"""Issue 54 R2 in the control task's queue follower (rayfleet/node/control/queue_capacity.py): an entry no live run
 wrote does not keep the GPU workers at their maximum, and the priority ceiling is the operator's setting."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 import time
 
 from rayfleet.core.run_queue import Entry, Queue
-from rayfleet.node.queue_capacity import NODE_VAR, QueueCapacity, shape_from
+from rayfleet.node.control.queue_capacity import NODE_VAR, QueueCapacity, shape_from
 
 SHAPE = shape_from({NODE_VAR: json.dumps({"vcpus": 4, "gpus": 1, "memory_mib": 16384, "count": 8})})
 

@@ -155,7 +155,7 @@ def test_jobs_by_name_or_module_and_a_driver_that_offers_nothing():
 
 
 def test_a_recipe_driver_pins_the_jobs_entrypoint_to_its_own_node(monkeypatch):
-    assert ray_node.job_command("recipe", [])[1:] == ["-m", "rayfleet.node.driver"]
+    assert ray_node.job_command("recipe", [])[1:] == ["-m", "rayfleet.node.driver.recipe"]
     env = {"HOSTNAME": "ip-10-0-1-7"}
     command = node_spec.join_command(env, "10.0.0.5", block=False, driver_only=True)
     assert '--resources={"rayfleet_trainer_ip-10-0-1-7": 1}' in command  # only this trainer offers it
@@ -172,7 +172,7 @@ def test_a_recipe_driver_pins_the_jobs_entrypoint_to_its_own_node(monkeypatch):
     task_env = {"RAY_AUTH_MODE": "token", "RAYFLEET_HEAD_HOST": "head.rf.local", "HOSTNAME": "ip-10-0-1-7"}
     assert ray_node.main(["driver", "recipe"], env=task_env) == 0
     job_cmd, job_env = seen["calls"][1]
-    assert job_cmd[1:] == ["-m", "rayfleet.node.driver"]
+    assert job_cmd[1:] == ["-m", "rayfleet.node.driver.recipe"]
     # the head by its name, never the IP it has now: a head replaced on its GCS store comes back on another
     assert "--address=head.rf.local:6379" in seen["calls"][0][0]
     assert job_env["RAYFLEET_DASHBOARD_URL"] == "http://head.rf.local:8265"
@@ -312,7 +312,7 @@ def test_a_graceful_stop_exits_0(fake_ray, listening_port, role):
 
 STOPPABLE_JOB = """
 import os, pathlib, signal, sys, time
-def stop(signum, frame):  # as rayfleet.node.driver does: stop the Ray job, record STOPPED, exit 143
+def stop(signum, frame):  # as rayfleet.node.driver.recipe does: stop the Ray job, record STOPPED, exit 143
     pathlib.Path(os.environ["JOB_MARK"]).write_text("stopped")
     sys.exit(143)
 signal.signal(signal.SIGTERM, stop)

@@ -24,7 +24,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from rayfleet.core.aws import run_cli
-from rayfleet.node import serve_gate
+from rayfleet.node.serve import gate as serve_gate
 from rayfleet.serve.keys import ENV, ensure_key_file
 
 REPO = Path(__file__).resolve().parents[3]
@@ -100,11 +100,11 @@ def free_port() -> int:
 
 
 class Gate:
-    """`python -m rayfleet.node.serve_gate` on 127.0.0.1, its log in a file."""
+    """`python -m rayfleet.node.serve.gate` on 127.0.0.1, its log in a file."""
 
     def __init__(self, tmp: Path, upstream_port: int, extra: list[str], env: dict):
         self.port, self.log = free_port(), tmp / f"gate-{time.monotonic_ns()}.log"
-        command = [sys.executable, "-m", "rayfleet.node.serve_gate", "--port", str(self.port)]
+        command = [sys.executable, "-m", "rayfleet.node.serve.gate", "--port", str(self.port)]
         command += ["--upstream-port", str(upstream_port), *extra]
         with self.log.open("w") as out:
             self.proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)

@@ -136,7 +136,7 @@ def test_an_image_the_engine_cannot_inspect_is_left_out_of_the_total_and_said():
 
 
 def test_the_hint_names_the_model_the_fsdp_job_defaults_to():
-    from rayfleet.train.fsdp_config import FSDPConfig
+    from rayfleet.train.fsdp.config import FSDPConfig
 
     config = (ROOT / "training" / "rayfleet" / "train" / "configs" / "fsdp.yaml").read_text()
     assert re.search(r"^model:\s*(\S+)", config, re.M).group(1) == images.FSDP_MODEL
@@ -144,7 +144,7 @@ def test_the_hint_names_the_model_the_fsdp_job_defaults_to():
 
 
 def test_an_fsdp_job_without_its_model_says_in_one_line_how_to_preload_it(tmp_path, monkeypatch):
-    from rayfleet.train.hf_model import ModelNotFound, resolve_model_dir
+    from rayfleet.train.models.hf import ModelNotFound, resolve_model_dir
 
     monkeypatch.setenv("MODEL_DIR", str(tmp_path))  # the trainer image built without MODELS: nothing there
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as in the trainer image

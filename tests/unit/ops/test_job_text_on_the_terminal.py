@@ -35,7 +35,7 @@ def test_runs_table_shows_a_forged_record_without_its_escape_sequences(tmp_path)
 
 
 def test_logs_refusal_names_a_forged_state_as_plain_text(tmp_path, monkeypatch):
-    from rayfleet.ops.logs import local_run_log
+    from rayfleet.ops.runs.logs import local_run_log
 
     monkeypatch.setenv("RAYFLEET_STATE_DIR", str(tmp_path / "state"))  # no local cluster
     RunDir(str(tmp_path), "r1").write("run.json", json.dumps({"target": "local", "state": f"X{CLEAR}"}))

@@ -48,7 +48,7 @@ def test_an_empty_queue_says_so(tmp_path, monkeypatch, capsys):
 
 
 def test_each_waiting_run_has_its_latest_start_and_each_run_its_cost_so_far():
-    from rayfleet.ops.queued import rows, table
+    from rayfleet.ops.runs.queued import rows, table
 
     now = 1_000_000.0
 

@@ -1,4 +1,4 @@
-"""Issue 54 R2 and R12 in `rayfleet queue` (rayfleet/ops/queued.py): an object under queue/ that no reader
+"""Issue 54 R2 and R12 in `rayfleet queue` (rayfleet/ops/runs/queued.py): an object under queue/ that no reader
 counts is listed as ignored with the reason, and what a job wrote reaches the terminal without its escapes."""
 
 from __future__ import annotations

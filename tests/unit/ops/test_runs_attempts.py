@@ -19,7 +19,7 @@ def test_each_resubmission_shows_its_reason_in_the_table_and_the_json(tmp_path, 
 
     def once(recipe, run_dir, **how):  # a stand-in for one submission: it writes what a real one writes
         code, message = ends.pop(0)
-        if len(ends) == 1:  # the second attempt's job resumed (rayfleet/train/ddp_report.py's event)
+        if len(ends) == 1:  # the second attempt's job resumed (rayfleet/train/ddp/report.py's event)
             run_dir.send("resumed", resumed_from={"attempt": 0, "checkpoint": "checkpoint_000003"})
         run_dir.update(state="FAILED" if code else "SUCCEEDED", exit_code=code, message=message)
         return code, None

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from rayfleet.core.config import ConfigError, load_config
-from rayfleet.node import serve_control as control
+from rayfleet.node.serve import control
 from rayfleet.ops import serve
 from rayfleet.serve.app import ServeArgs
 from rayfleet.serve.config import GATED_PROXY_PORT, ServeConfig

@@ -4,7 +4,7 @@ import pytest
 
 from rayfleet.core.errors import ConfigError
 from rayfleet.core.run_dir import RunDir
-from rayfleet.ops import plot, tensorboard
+from rayfleet.ops.runs import plot, tensorboard
 from rayfleet.train.tracking.events import EventFiles
 
 

@@ -9,7 +9,7 @@ from rayfleet.ops.runs import table
 from rayfleet.recipes import budget, cost
 from rayfleet.recipes.fit import Capacity
 from rayfleet.recipes.schema import Recipe
-from rayfleet.train import run_control
+from rayfleet.train.control import run_control
 
 
 class Clock:

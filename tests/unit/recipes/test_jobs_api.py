@@ -1,4 +1,5 @@
-"""Jobs API outcomes: exit codes, the traceback tail, and a follower that outlives a replaced head and loses\nno line written after its stream's last look."""
+"""Jobs API outcomes: exit codes, the traceback tail, and a follower that outlives a replaced head and loses
+no line written after its stream's last look."""
 
 from __future__ import annotations
 

@@ -7,8 +7,8 @@ import shlex
 import pytest
 
 from rayfleet.core.config import ConfigError
-from rayfleet.node.launch_line import Shape, launcher_argv, launcher_env
-from rayfleet.node.multinode import parse
+from rayfleet.node.driver.launch_line import Shape, launcher_argv, launcher_env
+from rayfleet.node.driver.multinode import parse
 from rayfleet.recipes.command import command, job_env
 from rayfleet.recipes.fit import Capacity, check_fits
 from rayfleet.recipes.schema import load
@@ -55,7 +55,7 @@ def test_a_launcher_recipe_runs_multinode_as_the_driver(tmp_path):
     variables = job_env(recipe, "r1", "/runs", "/home/me")
     words = shlex.split(command(recipe, "/venv/bin/python", variables, ["--lr", "1"]).split("; ", 1)[1])
     assert words == [
-        "/venv/bin/python", "-m", "rayfleet.node.multinode", "--launcher", "torchrun", "--max-restarts", "2",
+        "/venv/bin/python", "-m", "rayfleet.node.driver.multinode", "--launcher", "torchrun", "--max-restarts", "2",
         "--launcher-arg=--max-restarts=0", "--", "train.py", "--out", "/runs/r1", "--lr", "1",
     ]  # fmt: skip
     parsed = parse(words[3:])
@@ -102,7 +102,7 @@ def test_shape_comes_from_the_jobs_variables():
 
 
 def test_a_failed_nodes_report_starts_with_the_scripts_own_traceback():
-    from rayfleet.node.launcher_output import excerpt
+    from rayfleet.node.driver.launcher_output import excerpt
 
     lines = [
         "step 1",
@@ -123,7 +123,7 @@ def test_a_failed_nodes_report_starts_with_the_scripts_own_traceback():
 
 
 def test_the_scripts_traceback_loses_torchruns_prefix():
-    from rayfleet.node.launcher_output import script_traceback
+    from rayfleet.node.driver.launcher_output import script_traceback
 
     lines = [
         "x",
@@ -139,7 +139,7 @@ def test_the_scripts_traceback_loses_torchruns_prefix():
 def test_a_rank_killed_by_a_signal_is_reported_by_its_last_words_not_torchruns_traceback():
     """A rank that aborts in C++ prints no traceback: the first one is torchrun's, and the abort message
     before it is what says why (a CI run once showed only torchrun's traceback for a SIGABRT)."""
-    from rayfleet.node.launcher_output import excerpt, script_traceback
+    from rayfleet.node.driver.launcher_output import excerpt, script_traceback
 
     lines = [
         *[f"step {i}" for i in range(30)],

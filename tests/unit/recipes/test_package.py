@@ -43,7 +43,7 @@ def test_builtin_recipes_load_and_ship_only_what_runs_on_the_cluster():
         loaded = load(REPO / "recipes" / f"{name}.yaml")
         assert loaded.code_dir == REPO / "training" and loaded.entry_kind() == "module"
     shipped = files_of(REPO / "training", load(REPO / "recipes" / "ddp.yaml").recipe.exclude)
-    assert "rayfleet/train/ddp.py" in shipped and "rayfleet/train/data/fashion_mnist.py" in shipped
+    assert "rayfleet/train/ddp/__init__.py" in shipped and "rayfleet/train/data/fashion_mnist.py" in shipped
     assert "rayfleet/train/configs/fsdp.yaml" in shipped  # the fsdp recipes' --config, relative to the code
     assert all(f.startswith("rayfleet/") for f in shipped), shipped  # nothing of the operator's machine
     assert not (REPO / "training" / "rayfleet" / "local").exists()

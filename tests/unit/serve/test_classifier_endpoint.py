@@ -18,7 +18,7 @@ from rayfleet.serve.keys import KeySource
 from rayfleet.train import checkpoint
 from rayfleet.train.data.device_batches import normalize
 from rayfleet.train.ddp import Runtime, build_model
-from rayfleet.train.ddp_config import DDPConfig
+from rayfleet.train.ddp.config import DDPConfig
 
 KEY = "c" * 24
 AUTH = {"Authorization": f"Bearer {KEY}"}

@@ -12,9 +12,10 @@ from rayfleet.core.errors import RayfleetError
 from rayfleet.core.run_dir import RunDir
 from rayfleet.serve.classifier import ImageClassifier
 from rayfleet.serve.served_run import NothingToServe, ServedRun, find
-from rayfleet.train import checkpoint, ddp_state
+from rayfleet.train import checkpoint
 from rayfleet.train.ddp import Runtime, build_model
-from rayfleet.train.ddp_config import DDPConfig
+from rayfleet.train.ddp import state as ddp_state
+from rayfleet.train.ddp.config import DDPConfig
 from tests.unit.train.ray_storage_seam import RunStorage, installed
 
 CONFIG = "precision: fp32\nsmall_convs_as_gemm: auto\n"

@@ -26,7 +26,7 @@ import torch.distributed as dist
 
 from rayfleet.core.config import load_config
 from rayfleet.train import checkpoint
-from rayfleet.train.fsdp_config import FSDPConfig
+from rayfleet.train.fsdp.config import FSDPConfig
 from tools import tiny_lm
 
 MODEL_STATES = "zero_pp_rank_0_mp_rank_00_model_states.pt"
@@ -85,7 +85,7 @@ def main(root: Path, precision: str, cases: list[str]) -> dict:
     overrides += [f"precision={precision}", "micro_batch_size=2", "grad_accum=1"]
     cfg = load_config(FSDPConfig, "rayfleet/train/configs/fsdp-tiny.yaml", overrides)
 
-    from rayfleet.train.deepspeed_strategy import DeepSpeedStrategy
+    from rayfleet.train.fsdp.deepspeed import DeepSpeedStrategy
 
     def strategy():
         return DeepSpeedStrategy(cfg, root / "model", torch.device("cpu"), rank=0)

@@ -30,7 +30,7 @@ def _first(*events) -> None:
 def rank(role: str, root: str, kept, events: dict, results) -> None:
     from ray.train import _checkpoint
 
-    from rayfleet.train import ddp_state
+    from rayfleet.train.ddp import state as ddp_state
     from tests.unit.train.ray_storage_seam import RunStorage, installed
 
     number = 0 if role == "A" else 1

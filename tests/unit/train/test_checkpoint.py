@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from rayfleet.core.config import load_config
 from rayfleet.train import checkpoint
 from rayfleet.train.ddp import Runtime, build_model
-from rayfleet.train.ddp_config import DDPConfig
+from rayfleet.train.ddp.config import DDPConfig
 
 
 def _step(model, optimizer, seed):
@@ -74,7 +74,7 @@ def test_an_epoch_checkpoint_is_written_and_uploaded_in_the_background_from_a_co
     uploaded in the report call itself."""
     import ray.train
 
-    from rayfleet.train.ddp_state import Resume, save_epoch
+    from rayfleet.train.ddp.state import Resume, save_epoch
 
     calls = []
     uploaded = SimpleNamespace(persist_current_checkpoint=lambda local, name: ("persisted", local.path, name))

@@ -21,7 +21,8 @@ import pytest
 import torch
 
 from rayfleet.core.errors import RayfleetError
-from rayfleet.train import checkpoint, ddp_state
+from rayfleet.train import checkpoint
+from rayfleet.train.ddp import state as ddp_state
 from tests.unit.train.ray_storage_seam import RunStorage, installed
 
 
@@ -115,7 +116,7 @@ def test_the_run_record_and_the_epoch_rows_name_the_checkpoint_an_attempt_resume
     """What `rayfleet runs --json` and run.json read: an event from rank 0 (the driver owns run.json), and
     every epoch row of the attempt; nothing on a fresh start."""
     from rayfleet.core.run_dir import RunDir
-    from rayfleet.train import ddp_report
+    from rayfleet.train.ddp import report as ddp_report
 
     run_dir = RunDir(str(tmp_path), "run")
     run_dir.update(state="RUNNING")

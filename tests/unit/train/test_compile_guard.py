@@ -1,4 +1,5 @@
-"""A torch.compile failure is recorded and the next attempt trains without compile (rayfleet/train/compile_guard.py)."""
+"""A torch.compile failure is recorded and the next attempt trains without compile
+(rayfleet/train/control/compile_guard.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import torch
 
 from rayfleet.core.config import load_config
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train import compile_guard, ddp
-from rayfleet.train.ddp_config import DDPConfig
+from rayfleet.train import ddp
+from rayfleet.train.control import compile_guard
+from rayfleet.train.ddp.config import DDPConfig
 
 
 def _raise_from(filename: str, exc: BaseException):

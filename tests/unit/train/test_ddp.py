@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from rayfleet.core.config import load_config
-from rayfleet.train.ddp_config import DDPConfig, Runtime
-from rayfleet.train.ddp_report import StepTracking
+from rayfleet.train.ddp.config import DDPConfig, Runtime
+from rayfleet.train.ddp.report import StepTracking
 from rayfleet.train.tracking.progress import Progress
 
 

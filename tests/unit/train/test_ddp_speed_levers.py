@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from rayfleet.core.config import load_config
 from rayfleet.train.data import fashion_mnist
 from rayfleet.train.data.device_batches import DeviceSplit
-from rayfleet.train.ddp_config import DDPConfig
+from rayfleet.train.ddp.config import DDPConfig
 from rayfleet.train.parallel import parallelize
 
 CPU = torch.device("cpu")

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rayfleet.train.deepspeed_strategy import deepspeed_config
-from rayfleet.train.fsdp_config import FSDPConfig
+from rayfleet.train.fsdp.config import FSDPConfig
+from rayfleet.train.fsdp.deepspeed import deepspeed_config
 
 
 def test_zero3_with_torchs_adamw_so_no_optimizer_is_compiled_at_start():
@@ -20,7 +20,7 @@ def test_zero3_with_torchs_adamw_so_no_optimizer_is_compiled_at_start():
 SKIPPED_BUILD = """
 import os, sys, torch, torch.distributed as dist
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=sys.argv[2], RANK="0", WORLD_SIZE="1")
-from rayfleet.train.deepspeed_strategy import skip_unused_cpu_ops
+from rayfleet.train.fsdp.deepspeed import skip_unused_cpu_ops
 import deepspeed
 skip_unused_cpu_ops(torch.device(sys.argv[1]))
 if sys.argv[1] == "cpu":

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import torch
 
-from rayfleet.train.deepspeed_strategy import DeepSpeedStrategy
+from rayfleet.train.fsdp.deepspeed import DeepSpeedStrategy
 
 
 class Engine:

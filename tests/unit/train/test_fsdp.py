@@ -23,14 +23,14 @@ from rayfleet.core import stop_request
 from rayfleet.core.config import load_config
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train import fsdp
+from rayfleet.train.control.hang_watch import Steps
+from rayfleet.train.control.preemption import Preemption
+from rayfleet.train.control.run_control import RunControl
 from rayfleet.train.fsdp import _boundary, _train_step, lr_at
-from rayfleet.train.fsdp_config import FSDPConfig
-from rayfleet.train.fsdp_metrics import step_metrics, window
-from rayfleet.train.fsdp_worker import Worker
-from rayfleet.train.hang_watch import Steps
+from rayfleet.train.fsdp.config import FSDPConfig
+from rayfleet.train.fsdp.metrics import step_metrics, window
+from rayfleet.train.fsdp.worker import Worker
 from rayfleet.train.metrics import read_rows
-from rayfleet.train.preemption import Preemption
-from rayfleet.train.run_control import RunControl
 from rayfleet.train.tracking.scalars import Target
 from tools import tiny_lm
 
@@ -218,7 +218,8 @@ def attempt(loop_config: dict, ray_train: RayTrainStandIn, notice_at: int | None
 def test_the_loop_saves_at_a_notice_waits_and_its_restart_resumes_at_the_next_step(
     group, tiny, ray_train, tmp_path, monkeypatch, capsys
 ):
-    """The FSDP loop itself (rayfleet/train/fsdp.py run_loop, its preemption branch), three attempts on one rank,
+    """The FSDP loop itself (rayfleet/train/fsdp/__init__.py run_loop, its preemption branch), three attempts on
+    one rank,
     the notice asked for every step, the cadence's checkpoint every 4 steps of 6: a notice at step 3, then one
     at step 4 of the restart (a cadence step). Each notice's checkpoint is written and reported before the
     worker waits for the restart (blocking), once (step 4: not also the cadence's), preemptions + 1 in its train

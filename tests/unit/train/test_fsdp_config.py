@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from rayfleet.core.config import ConfigError, load_config
-from rayfleet.train.fsdp_config import FSDPConfig
+from rayfleet.train.fsdp.config import FSDPConfig
 from tests.unit.recipes.helpers import REPO
 
 

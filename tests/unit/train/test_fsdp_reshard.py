@@ -25,8 +25,8 @@ RANK = textwrap.dedent("""
     from torch.distributed.tensor import DTensor
     from rayfleet.core.config import load_config
     from rayfleet.train import checkpoint
-    from rayfleet.train.fsdp_config import FSDPConfig
-    from rayfleet.train.fsdp_strategy import FSDPStrategy
+    from rayfleet.train.fsdp.config import FSDPConfig
+    from rayfleet.train.fsdp.strategy import FSDPStrategy
 
     root, rank, world, mode = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     dist.init_process_group("gloo", init_method=f"file://{root}/pg-{mode}", rank=rank, world_size=world)

@@ -34,10 +34,10 @@ RANK = textwrap.dedent("""
     from transformers import AutoTokenizer
     from rayfleet.core.config import load_config
     from rayfleet.core.run_dir import RunDir
-    from rayfleet.train.fsdp_config import FSDPConfig
-    from rayfleet.train.fsdp_strategy import FSDPStrategy
-    from rayfleet.train.hf_export import write_and_verify
-    from rayfleet.train.hf_model import transformer_blocks
+    from rayfleet.train.fsdp.config import FSDPConfig
+    from rayfleet.train.fsdp.strategy import FSDPStrategy
+    from rayfleet.train.checkpoint.hf_export import write_and_verify
+    from rayfleet.train.models.hf import transformer_blocks
 
     root, rank, world, settings = Path(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4:]
     dist.init_process_group("gloo", init_method=f"file://{root}/pg", rank=rank, world_size=world)

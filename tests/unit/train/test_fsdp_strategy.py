@@ -19,7 +19,7 @@ from torch.distributed.tensor import DTensor
 
 from rayfleet.core.config import load_config
 from rayfleet.train import checkpoint
-from rayfleet.train.fsdp_config import FSDPConfig
+from rayfleet.train.fsdp.config import FSDPConfig
 from tools import tiny_lm
 
 
@@ -34,7 +34,7 @@ def root(tmp_path_factory):
 
 
 def strategy(root, *overrides: str):
-    from rayfleet.train.fsdp_strategy import FSDPStrategy
+    from rayfleet.train.fsdp.strategy import FSDPStrategy
 
     base = [f"model={root / 'model'}", f"data={root / 'corpus.txt'}", "grad_accum=2", *overrides]
     cfg = load_config(FSDPConfig, "rayfleet/train/configs/fsdp-tiny.yaml", base)

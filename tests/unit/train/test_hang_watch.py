@@ -1,4 +1,4 @@
-"""The hang watchdog's judgement and bookkeeping (rayfleet/train/hang_watch.py), without Ray: which beats make a
+"""The hang watchdog's judgement and bookkeeping (rayfleet/train/control/hang_watch.py), without Ray: which beats make a
 hang, who did not arrive, heals counted across attempts, and how a node is marked. End to end, a rank blocked
 in a gloo all-reduce on the local cluster: tests/integration/test_hang_on_local_cluster.py."""
 
@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from rayfleet.node import suspect
-from rayfleet.train import hang_beats
-from rayfleet.train.hang_watch import Coordinator, Steps, describe, judge, mark_suspect
+from rayfleet.node.control import suspect
+from rayfleet.train.control import hang_beats
+from rayfleet.train.control.hang_watch import Coordinator, Steps, describe, judge, mark_suspect
 
 
 def beat(rank: int, entered: int, done: int, done_at: float, step_s: float | None = 0.1, worker: str = "a") -> dict:
@@ -189,7 +189,7 @@ def test_a_node_without_the_entry_point_is_drained_through_rays_gcs(monkeypatch,
     import ray
 
     from rayfleet.core import ray_drain
-    from rayfleet.train import hang_watch
+    from rayfleet.train.control import hang_watch
 
     asked = []
     context = SimpleNamespace(gcs_address="127.0.0.1:6490", get_node_id=lambda: "ab" * 28)

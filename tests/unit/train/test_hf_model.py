@@ -6,7 +6,7 @@ import pytest
 
 
 def test_model_dir_from_a_path_or_the_preloaded_model_dir(tmp_path, monkeypatch):
-    from rayfleet.train.hf_model import ModelNotFound, resolve_model_dir
+    from rayfleet.train.models.hf import ModelNotFound, resolve_model_dir
 
     preloaded = tmp_path / "models" / "databricks" / "dolly-v2-7b"
     preloaded.mkdir(parents=True)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from rayfleet.core.config import ConfigError, load_config
-from rayfleet.train.ddp_config import DDPConfig
-from rayfleet.train.fsdp_config import FSDPConfig
+from rayfleet.train.ddp.config import DDPConfig
+from rayfleet.train.fsdp.config import FSDPConfig
 from rayfleet.train.job_config import JobConfig
 
 SHARED = {

@@ -9,8 +9,7 @@ import pytest
 import torch
 
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train.data.order import epoch_shard
-from rayfleet.train.preemption import (
+from rayfleet.train.control.preemption import (
     RESTART_GRACE_S,
     NoRestart,
     Preemption,
@@ -18,6 +17,7 @@ from rayfleet.train.preemption import (
     redone_since,
     steps_between_checks,
 )
+from rayfleet.train.data.order import epoch_shard
 
 
 class Clock:

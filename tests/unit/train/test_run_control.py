@@ -15,9 +15,9 @@ import torch.distributed as dist
 
 from rayfleet.core import stop_request
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train import run_control
-from rayfleet.train.preemption import REACHED_FILE, NoRestart, Preemption
-from rayfleet.train.run_control import Decision, RunControl
+from rayfleet.train.control import run_control
+from rayfleet.train.control.preemption import REACHED_FILE, NoRestart, Preemption
+from rayfleet.train.control.run_control import Decision, RunControl
 from tests.unit.train.test_preemption import Clock
 
 CPU = torch.device("cpu")

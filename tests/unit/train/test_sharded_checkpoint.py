@@ -14,7 +14,7 @@ import torch.distributed.checkpoint as dcp
 from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
-from rayfleet.train.sharded_checkpoint import SafePlanner, SafeReader
+from rayfleet.train.checkpoint.sharded import SafePlanner, SafeReader
 
 
 class Payload:
@@ -138,10 +138,10 @@ def test_an_async_checkpoint_is_handed_to_ray_train_to_upload_in_the_background(
 
 def test_async_checkpoints_are_probed_and_a_stager_that_cannot_copy_them_is_named(monkeypatch):
     """Torch 2.11's stager raised `KeyError: <class 'type'>` at an FSDP2 job's first save on an H100; the job
-    must find that out before training, and fall back to synchronous checkpoints (fsdp_strategy.py)."""
+    must find that out before training, and fall back to synchronous checkpoints (rayfleet/train/fsdp/strategy.py)."""
     from torch.distributed.checkpoint.staging import DefaultStager
 
-    from rayfleet.train import sharded_checkpoint
+    from rayfleet.train.checkpoint import sharded as sharded_checkpoint
 
     assert sharded_checkpoint.async_supported() is None  # this torch (the pinned 2.14) copies class objects
 
@@ -161,7 +161,7 @@ def test_a_stager_that_closes_after_every_stage_is_kept_open_across_saves(monkey
     buffers reused) until it is closed."""
     from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
 
-    from rayfleet.train import sharded_checkpoint
+    from rayfleet.train.checkpoint import sharded as sharded_checkpoint
 
     staged_by_torch = DefaultStager._stage
 
@@ -192,7 +192,7 @@ def test_a_stager_that_closes_after_every_stage_is_kept_open_across_saves(monkey
 def test_fsdp_resumes_from_the_newest_complete_checkpoint_when_a_shard_is_missing(tmp_path, capsys):
     """The latest kept checkpoint lost a rank's shard file: the job's load (load_latest) restores the one
     before, whole, and names it; Ray Train's worker API through Ray's own seam (ray_storage_seam.py)."""
-    from rayfleet.train import sharded_checkpoint
+    from rayfleet.train.checkpoint import sharded as sharded_checkpoint
     from tests.unit.train.ray_storage_seam import RunStorage, installed
 
     model, opt = _trained()

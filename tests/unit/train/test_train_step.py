@@ -1,4 +1,4 @@
-"""The DDP job's step (rayfleet/train/train_step.py): eager on CPU here; the whole-step CUDA graph where a GPU is.
+"""The DDP job's step (rayfleet/train/ddp/step.py): eager on CPU here; the whole-step CUDA graph where a GPU is.
 
 The CUDA tests run on a GPU machine (`make bench BENCH=gpu` runs them first); without one they are skipped, since a
 CUDA graph cannot be captured on a CPU. What a CPU can check is checked here without them: the partial batch
@@ -15,10 +15,10 @@ import torch
 import torch.distributed as dist
 
 from rayfleet.core.config import load_config
-from rayfleet.train.ddp_config import DDPConfig, Runtime
+from rayfleet.train.ddp.config import DDPConfig, Runtime
+from rayfleet.train.ddp.step import WARMUP, TrainStep, capture_stream, make_capturable, on_stream
 from rayfleet.train.models.resnet import resnet18_grayscale
 from rayfleet.train.models.small_convs import GPU_MAX_PIXELS, gemm_small_convs
-from rayfleet.train.train_step import WARMUP, TrainStep, capture_stream, make_capturable, on_stream
 
 CUDA = torch.cuda.is_available()
 

@@ -5,7 +5,7 @@ Three kinds of process touch the bucket, each with its own AWS identity:
 
     operator   the deployer: `rayfleet` on the operator's machine (make deploy, run, status, serve, clean),
                with the operator's own credentials (infra/operator-policy.json)
-    control    the ray-control task (rayfleet/node/head_snapshot.py): the head's snapshot, autostop, capacity
+    control    the ray-control task (rayfleet/node/control/head_snapshot.py): the head's snapshot, autostop, capacity
                that follows the queue, runs waiting for a driver slot; no job ever runs with its role
     task       the task role: the head, the workers and the trainer, so every job and whatever it imports
 
@@ -29,7 +29,7 @@ QUEUE = "queue/"  # queue/<run>.json: the run queue (rayfleet/core/run_queue.py)
 QUEUE_LEDGER = "queue/spent/"  # queue/spent/<run>.json: what each ended run spent (the queue's budget)
 STAGED = "staged/"  # staged/<hash>/: a recipe's data: by content (rayfleet/core/staged_data.py)
 CLUSTER = "cluster/"  # what no job may write: the control task's and the deployer's
-RAY_STATUS = "cluster/ray-status.json"  # the head's snapshot (rayfleet/node/head_snapshot.py)
+RAY_STATUS = "cluster/ray-status.json"  # the head's snapshot (rayfleet/node/control/head_snapshot.py)
 SERVE_CONFIG = "cluster/serve.json"  # the Serve config make serve keeps (rayfleet/core/serve_kept.py)
 LAUNCHES = "cluster/launches/"  # <run>.json: RunTask requests waiting for a driver slot (core/launch_queue.py)
 LAUNCHES_STARTED = "cluster/launches/started/"  # <run>.json: the placed ones

@@ -1,7 +1,7 @@
 """How a hung run shows itself to the control task beside the head, which reads Ray only through the head's
-dashboard (rayfleet/node/head_snapshot.py): while the hang watchdog holds a hang verdict for a run
-(rayfleet/train/hang_watch.py), an actor of no resources named `marker(run)` is alive; autostop does not count
-that run as work (rayfleet/node/autostop.py).
+dashboard (rayfleet/node/control/head_snapshot.py): while the hang watchdog holds a hang verdict for a run
+(rayfleet/train/control/hang_watch.py), an actor of no resources named `marker(run)` is alive; autostop does not count
+that run as work (rayfleet/node/control/autostop.py).
 
 Any job can name an actor `rayfleet-hung-<anything>`, so a marker is taken at its word only for the job that
 created it: Ray records each actor's job (its `job_id`, which the job cannot choose), and a marker counts only

@@ -4,7 +4,7 @@ On ECS each run's driver is a trainer task on the head instance, which holds Ter
 them (infra/modules/ray/sizing.tf). When they are all taken, RunTask fails with RESOURCE:MEMORY; instead of
 failing the run, `make run` keeps the RunTask request it made in `s3://<results bucket>/cluster/launches/<run>.json`
 and the control task, beside the head, sends it again each round until ECS places it
-(rayfleet/node/driver_dispatch.py). Its trainer then joins the run queue as any other run's does
+(rayfleet/node/control/driver_dispatch.py). Its trainer then joins the run queue as any other run's does
 (rayfleet/core/run_queue.py), so this is the step before the queue, in the same order: higher `priority`
 first, then the earlier submission; only the first one is tried (no backfill).
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from rayfleet.core.bucket import CONTROL, OPERATOR, TASK
 
-CONTROL_ENTRY = "rayfleet.node.head_snapshot"  # the ray-control task's entry point (infra/modules/ray)
+CONTROL_ENTRY = "rayfleet.node.control.head_snapshot"  # the ray-control task's entry point (infra/modules/ray)
 OPERATOR_ENTRY = "rayfleet.cli.main"  # the `rayfleet` command
 
 PACKAGE_ROLE = {
@@ -39,12 +39,12 @@ PACKAGE_ROLE = {
 
 CALLS_OF_MODULE: dict[str, frozenset[str]] = {
     # the control task's rounds (imported by CONTROL_ENTRY)
-    "rayfleet.node.head_snapshot": frozenset({CONTROL}),
-    "rayfleet.node.autostop": frozenset({CONTROL}),
-    "rayfleet.node.queue_capacity": frozenset({CONTROL}),
-    "rayfleet.node.driver_dispatch": frozenset({CONTROL}),
+    "rayfleet.node.control.head_snapshot": frozenset({CONTROL}),
+    "rayfleet.node.control.autostop": frozenset({CONTROL}),
+    "rayfleet.node.control.queue_capacity": frozenset({CONTROL}),
+    "rayfleet.node.control.driver_dispatch": frozenset({CONTROL}),
     # a worker only writes its drain message; the replacement (SetInstanceHealth) is the control task's
-    "rayfleet.node.suspect": frozenset({CONTROL}),
+    "rayfleet.node.control.suspect": frozenset({CONTROL}),
     # make serve keeps and forgets the config; the control task reads it
     "rayfleet.core.serve_kept": frozenset({OPERATOR, CONTROL}),
     # make run stages a recipe's data: (only the deployer writes staged/)

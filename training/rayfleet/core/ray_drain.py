@@ -2,7 +2,7 @@
 Ray's own CLI (`ray drain-node`). Ray then schedules nothing new on the node, Ray Train sees the notice
 (`ray.train.get_preemption_info()`) and restarts its workers elsewhere at the deadline. Used by a worker
 draining itself (rayfleet/node/drain.py) and by the hang watchdog for a node that did not arrive
-(rayfleet/train/hang_watch.py)."""
+(rayfleet/train/control/hang_watch.py)."""
 
 from __future__ import annotations
 

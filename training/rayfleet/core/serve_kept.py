@@ -5,7 +5,7 @@ rotate-ray-token`, `make deploy` of a new image, a deployment without the GCS st
 and autostop would then see an idle cluster. So `make serve` keeps the configuration it deployed in
 s3://<results bucket>/cluster/serve.json once the application runs, and `make serve ACTION=down` removes it.
 cluster/ is written by the deployer and the control task only, never by a task a job can reach, so no job
-can plant an application there. The control task (rayfleet/node/head_snapshot.py) applies a kept
+can plant an application there. The control task (rayfleet/node/control/head_snapshot.py) applies a kept
 configuration to a head that serves nothing, and while one is kept the cluster counts as serving: autostop
 never scales it to zero, and `make deploy` and `rayfleet token rotate` refuse to restart the head under it.
 """

@@ -3,7 +3,7 @@ budget, rayfleet/recipes/budget.py; `rayfleet cancel`).
 
 The request is a file in the run directory (`stop.json`: the reason), so it works the same locally and in
 S3 and needs nothing from Ray. The job's rank 0 reads it and every rank learns it through one all-reduce
-(rayfleet/train/run_control.py `agreed`), so all stop at the same step. A job can write its own run folder,
+(rayfleet/train/control/run_control.py `agreed`), so all stop at the same step. A job can write its own run folder,
 so the reason is data, never a command: readers compare it with the constants here.
 """
 

@@ -7,7 +7,8 @@ poller reads from IMDS (no container may reach IMDS) into /etc/rayfleet/spot-act
 into the worker. On either, the entry point (rayfleet/node/ray_node.py) asks Ray's GCS to drain its own
 node with the PREEMPTION reason and a deadline inside the time left (`ray drain-node`, Ray's own CLI). Ray
 then schedules nothing new there, and Ray Train sees the notice (`ray.train.get_preemption_info()`), saves
-a checkpoint and restarts the run elsewhere at the deadline (rayfleet/train/preemption.py). The entry point stops
+a checkpoint and restarts the run elsewhere at the deadline (rayfleet/train/control/preemption.py). The entry point
+stops
 Ray when the node's work is gone or the deadline has passed, whichever comes first.
 """
 

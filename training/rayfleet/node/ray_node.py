@@ -20,7 +20,7 @@ The head and the workers run `ray start --block` as a child and pass ECS's SIGTE
 that way exits 0 (Ray's own handler exits 1). A worker first drains its node for preemption, on SIGTERM or
 a Spot interruption notice, so the jobs on it checkpoint and move (rayfleet/node/drain.py;
 RAYFLEET_DRAIN_DEADLINE_S, default 100 of the 120 s stopTimeout; RAYFLEET_SPOT_NOTICE_FILE), and so does a
-node marked suspect (rayfleet/node/suspect.py: a bad GPU, by the gpu-metrics sidecar in RAYFLEET_HEALTH_DIR; a
+node marked suspect (rayfleet/node/control/suspect.py: a bad GPU, by the gpu-metrics sidecar in RAYFLEET_HEALTH_DIR; a
 hung rank, by the hang watchdog in RAYFLEET_CURRENT_RUN_DIR), naming its instance (RAYFLEET_IDENTITY_FILE) so
 that the control task has it replaced.
 "The head answers" means Ray's health check passes against its GCS with this task's token, not only that
@@ -47,7 +47,8 @@ from pathlib import Path
 
 from rayfleet.core import ray_drain
 from rayfleet.core.errors import EXIT_HEAD_LOST
-from rayfleet.node import drain, health, suspect, warm_server
+from rayfleet.node import drain, health, warm_server
+from rayfleet.node.control import suspect
 from rayfleet.node.head_wait import Stopped, head_moved, wait_for_head
 from rayfleet.node.node_spec import (
     GCS_STORE_ENV,
@@ -207,7 +208,8 @@ def run_worker(env: dict, host: str, port: int, wait_s: float, watch_s: float = 
             say(notice[0])
             node.stop_for(*notice)
             return None
-        # The sidecar's verdict on the GPUs, or the hang watchdog's on a rank here (rayfleet/train/hang_watch.py)
+        # The sidecar's verdict on the GPUs, or the hang watchdog's on a rank here
+        # (rayfleet/train/control/hang_watch.py)
         found = suspect.read(env.get("RAYFLEET_HEALTH_DIR")) or suspect.read(env.get("RAYFLEET_CURRENT_RUN_DIR"))
         if found is not None:
             why = suspect.reason(found, suspect.instance_id(env.get("RAYFLEET_IDENTITY_FILE") or IDENTITY_FILE))
@@ -256,7 +258,7 @@ def run_worker(env: dict, host: str, port: int, wait_s: float, watch_s: float = 
 
 def job_command(job: str, args: list[str]) -> list[str]:
     """`ddp` and `fsdp` name rayfleet's jobs; anything else is a module to run."""
-    module = {"ddp": "rayfleet.train.ddp", "fsdp": "rayfleet.train.fsdp", "recipe": "rayfleet.node.driver"}.get(
+    module = {"ddp": "rayfleet.train.ddp", "fsdp": "rayfleet.train.fsdp", "recipe": "rayfleet.node.driver.recipe"}.get(
         job, job
     )
     return [sys.executable, "-m", module, *args]

@@ -49,8 +49,8 @@ def command(recipe: Recipe, python: str, variables: dict[str, str], extra_args: 
         python, prefix = "python", ""
     else:  # the cluster's interpreter, and its bin first: torchrun, accelerate, deepspeed of the same environment
         prefix = f'export PATH={shlex.quote(str(Path(python).parent))}:"$PATH"; '
-    if recipe.launcher:  # the driver places one launcher per worker node (rayfleet/node/multinode.py)
-        head = [python, "-m", "rayfleet.node.multinode", "--launcher", recipe.launcher]
+    if recipe.launcher:  # the driver places one launcher per worker node (rayfleet/node/driver/multinode.py)
+        head = [python, "-m", "rayfleet.node.driver.multinode", "--launcher", recipe.launcher]
         head += ["--max-restarts", str(recipe.max_restarts)]
         head += [f"--launcher-arg={option}" for option in recipe.launcher_args]
         head += ["--", *words]

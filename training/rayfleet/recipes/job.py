@@ -1,5 +1,5 @@
 """One recipe run as a Ray job: submit, follow, keep the record. Used where the job is submitted from:
-`make run` for a local cluster, the trainer task on ECS (rayfleet/node/driver.py).
+`make run` for a local cluster, the trainer task on ECS (rayfleet/node/driver/recipe.py).
 
 The job runs `recipe.command` in its unpacked code (`working_dir`: a local zip, or the zip's S3 URI), with
 the RAYFLEET_* variables, the recipe's env and the recipe's pinned pip packages as Ray's per-job pip
@@ -86,7 +86,7 @@ def first_reason(record: dict, attempts: list[dict]) -> str:
 def attempt_of(record: dict, number: int) -> dict:
     """One entry of run.json's `attempts`: the submission and how it ended, from the record it left."""
     keys = ("job_id", "task_arn", "state", "exit_code", "submitted_at", "ended_at", "duration_s")
-    resumed = record.get("resumed_from")  # the job's own event (rayfleet/train/ddp_report.py): a checkpoint's name
+    resumed = record.get("resumed_from")  # the job's own event (rayfleet/train/ddp/report.py): a checkpoint's name
     return {
         "attempt": number,
         "reason": record.get("attempt_reason", "submitted"),
@@ -104,7 +104,7 @@ def _run_once(recipe: Recipe, run_dir: RunDir, **how) -> tuple[int, str | None]:
     """One submission (keywords as `_submit_and_follow`). The job's output goes to driver.log as it comes
     (rayfleet/recipes/log_spool.py). SIGTERM stops the job and records STOPPED (exit 143); a submitter that
     raises still leaves run.json FAILED. One that is killed outright (SIGKILL, the task's instance lost)
-    writes nothing: `make runs` and `make status` then mark the run LOST (rayfleet/ops/runs.py)."""
+    writes nothing: `make runs` and `make status` then mark the run LOST (rayfleet/ops/runs/__init__.py)."""
     spool = LogSpool(run_dir)
     previous = None
     if threading.current_thread() is threading.main_thread():
@@ -251,7 +251,7 @@ def _job_spec(
     env_vars.update(notify_env(recipe, run_dir.run_name))
     if secret_refs or NOTIFY_VAR in env_vars or queue_root:
         # The queue's entry goes on the job's own command line: every Ray worker of the job gets env_vars, and
-        # a launcher's node (rayfleet/node/node_launcher.py) starts through job_entry too; it must not queue.
+        # a launcher's node (rayfleet/node/driver/launcher.py) starts through job_entry too; it must not queue.
         queued = _queued(recipe, run_dir, queue_root) if queue_root else []
         words = [sys.executable, "-m", "rayfleet.recipes.job_entry", *queued, entry]
         entry = shlex.join(words)

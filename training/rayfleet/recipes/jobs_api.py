@@ -1,7 +1,7 @@
 """Submit a recipe's command through Ray's Jobs API, follow its output, and end with the job's exit code.
 
 Shared by both targets: `make run` submits directly to a local cluster; on ECS the trainer task does the
-same against the head (rayfleet/node/driver.py). The client reads the cluster token the way every Ray
+same against the head (rayfleet/node/driver/recipe.py). The client reads the cluster token the way every Ray
 process here does (RAY_AUTH_MODE=token with RAY_AUTH_TOKEN or RAY_AUTH_TOKEN_PATH); the entry point sets that
 up (rayfleet.core.ray_auth.use_token_auth) before anything imports ray.
 """

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # annotations only: schema.py imports this module
     from rayfleet.recipes.schema import LoadedRecipe
 
-# Launcher options rayfleet sets itself from `resources` (rayfleet/node/multinode.py), in torchrun's and
+# Launcher options rayfleet sets itself from `resources` (rayfleet/node/driver/multinode.py), in torchrun's and
 # accelerate's spellings ('_' read as '-').
 RAYFLEET_SETS = {
     "--nnodes",

@@ -30,7 +30,7 @@ def submitter() -> dict:
 
 def submitter_gone(record: dict) -> bool:
     """True when run.json names a submitter on this host whose process no longer exists; False when it
-    lives or when it runs elsewhere (on ECS the trainer task's state decides: rayfleet/ops/runs.py)."""
+    lives or when it runs elsewhere (on ECS the trainer task's state decides: rayfleet/ops/runs/__init__.py)."""
     who = record.get("submitter") or {}
     if who.get("host") != socket.gethostname() or not who.get("pid"):
         return False

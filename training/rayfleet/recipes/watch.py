@@ -24,7 +24,7 @@ import time
 from rayfleet.recipes.notify import Event, Notifier
 
 RESUMED = re.compile(r"\bresuming\b.*\(attempt (\d+)\)")
-HUNG = re.compile(r"^hang: (.*)")  # the hang watchdog's line with its evidence (rayfleet/train/hang_watch.py)
+HUNG = re.compile(r"^hang: (.*)")  # the hang watchdog's line with its evidence (rayfleet/train/control/hang_watch.py)
 TAIL_LINES = 30
 
 

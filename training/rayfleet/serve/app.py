@@ -37,7 +37,7 @@ class ServeArgs(StrictModel):
     endpoint_url: str | None = None
     region: str | None = None
     api_key_file: str | None = None
-    # True only where the verbs put Serve's proxy on 127.0.0.1 behind rayfleet/node/serve_gate.py, which
+    # True only where the verbs put Serve's proxy on 127.0.0.1 behind rayfleet/node/serve/gate.py, which
     # checks the key on every route of the Serve port (ECS): the replicas then hold no key and check nothing.
     gated: bool = False
     config: ServeConfig = ServeConfig()

@@ -23,7 +23,7 @@ from rayfleet.train import checkpoint
 from rayfleet.train.data.device_batches import normalize
 from rayfleet.train.data.fashion_mnist import CLASS_NAMES
 from rayfleet.train.ddp import Runtime, build_model
-from rayfleet.train.ddp_config import DDPConfig
+from rayfleet.train.ddp.config import DDPConfig
 
 SIDE = 28
 MAX_IMAGES = 1024  # about 3 MB of JSON

@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 from rayfleet.core.config import StrictModel
 
 CONSTRUCTOR_RETRIES = 2
-# On ECS the serve gate (rayfleet/node/serve_gate.py) holds the Serve port and checks the key; Serve's own
+# On ECS the serve gate (rayfleet/node/serve/gate.py) holds the Serve port and checks the key; Serve's own
 # proxy listens behind it on 127.0.0.1 at this port, in the head task's network only. Neither one of Ray's ports
 # (infra/catalog/ray_ports.json) nor in their ranges (Ray's workers, the kernel's ephemeral ports).
 GATED_PROXY_PORT = 18000

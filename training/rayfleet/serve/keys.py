@@ -1,6 +1,6 @@
 """The API key every request carries (`Authorization: Bearer <key>`), and who checks it.
 
-On ECS the serve gate checks it (rayfleet/node/serve_gate.py): a container of its own in the head's task
+On ECS the serve gate checks it (rayfleet/node/serve/gate.py): a container of its own in the head's task
 that holds the Serve port, checks every request with `matches` and forwards it to Serve's proxy on 127.0.0.1.
 ECS injects the key (RAYFLEET_SERVE_API_KEY, from Secrets Manager) into that container only, so no Ray
 process, and with it no job, holds it; the replicas are `gated` and check nothing. On the local cluster the

@@ -11,7 +11,7 @@ from rayfleet.core.checkpoint_seal import Verdict, check_filesystem
 from rayfleet.core.errors import ConfigError
 from rayfleet.core.run_dir import RunDir
 
-EXPORT = "export"  # the FSDP/DeepSpeed job's verified Hugging Face folder (rayfleet/train/hf_export.py)
+EXPORT = "export"  # the FSDP/DeepSpeed job's verified Hugging Face folder (rayfleet/train/checkpoint/hf_export.py)
 DDP_CHECKPOINT = re.compile(r"^checkpoint_\d{6}$")  # rayfleet.train.checkpoint.checkpoint_name
 DDP_STATE = "state.pt"  # rayfleet.train.checkpoint.STATE_FILE: what a DDP checkpoint cannot be without
 

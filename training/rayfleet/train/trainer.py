@@ -22,7 +22,8 @@ from ray.train.torch import TorchTrainer
 from rayfleet.core import stop_request
 from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError, RayfleetError
 from rayfleet.core.run_dir import RunDir
-from rayfleet.train import current_run, hang_watch
+from rayfleet.train import current_run
+from rayfleet.train.control import hang_watch
 from rayfleet.train.job_config import JobConfig
 from rayfleet.train.metrics import METRICS_FILE, read_rows
 from rayfleet.train.ray_connect import cluster_gpus, placeable_workers, ray_session

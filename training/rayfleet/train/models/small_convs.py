@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 MAX_PIXELS = 16  # maps up to 4x4: measured fastest (2x2 only gains less, 7x7 maps are faster in oneDNN)
 # On GPU (with torch.compile only): inputs up to 2x2, so every convolution with a 1x1 input or output, whose
-# NCHW and channels_last layouts coincide, is a matrix product (see rayfleet.train.ddp_config.Runtime).
+# NCHW and channels_last layouts coincide, is a matrix product (see rayfleet.train.ddp.config.Runtime).
 GPU_MAX_PIXELS = 4
 
 

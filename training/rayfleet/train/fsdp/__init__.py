@@ -1,0 +1,297 @@
+"""FSDP: fine-tune a causal LM (dolly-v2-7b by default) on packed text with FSDP2 on Ray Train.
+
+Local, offline, on CPU (a tiny GPT-NeoX and a generated corpus: `make text-data` first):
+    python -m rayfleet.train.fsdp --config rayfleet/train/configs/fsdp-tiny.yaml
+    make train-fsdp ON=local ARGS="max_steps=20"
+On a running Ray cluster with GPUs:
+    RAY_ADDRESS=... python -m rayfleet.train.fsdp model=databricks/dolly-v2-7b data=s3://bucket/tiny_shakespeare.txt
+On ECS (the trainer task runs this module inside the VPC):
+    rayfleet launch JOB=fsdp ARGS="max_steps=500"
+Re-running with the same run_name resumes at the step after its latest checkpoint; stop_at_step ends an
+invocation early (checkpointed), for time-boxed or preemptible runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from datetime import UTC, datetime
+from functools import partial
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from rayfleet.core.config import ConfigError, load_config
+from rayfleet.core.errors import EXIT_BAD_INPUT
+from rayfleet.core.run_dir import RunDir
+from rayfleet.train.checkpoint.hf_export import write_and_verify
+from rayfleet.train.control.preemption import Preemption, record_reached, redone_since
+from rayfleet.train.control.run_control import RunControl
+from rayfleet.train.data.text import PackedBlocks, pack, read_text, tokenize
+from rayfleet.train.flops import flops_per_token, peak_tflops
+from rayfleet.train.fsdp.config import FSDPConfig
+from rayfleet.train.fsdp.metrics import fsdp_summary, progress_line, step_metrics, step_scalars, window
+from rayfleet.train.fsdp.worker import Worker
+from rayfleet.train.metrics import MetricsLog
+from rayfleet.train.models.hf import ModelNotFound, resolve_model_dir
+from rayfleet.train.ray_connect import quiet_report_logs
+from rayfleet.train.tracking.progress import Progress
+from rayfleet.train.tracking.scalars import Scalars
+
+DEFAULT_CONFIG = Path(__file__).parent / "configs" / "fsdp.yaml"
+
+
+def lr_at(cfg: FSDPConfig, step: int) -> float:
+    """Linear warmup, then cosine down to min_lr_ratio x lr at max_steps. A pure function of the step."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)
+    return cfg.lr * (cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0))))
+
+
+def make_strategy(cfg: FSDPConfig, model_dir: Path, device: torch.device, rank: int):
+    if cfg.strategy == "deepspeed":
+        from rayfleet.train.fsdp.deepspeed import DeepSpeedStrategy
+
+        return DeepSpeedStrategy(cfg, model_dir, device, rank)
+    from rayfleet.train.fsdp.strategy import FSDPStrategy
+
+    return FSDPStrategy(cfg, model_dir, device, rank)
+
+
+def train_loop(loop_config: dict) -> None:
+    """Ray Train's training function, on every worker: the loop, on this worker."""
+    quiet_report_logs()
+    run_loop(loop_config, Worker.of_ray_train())
+
+
+def run_loop(loop_config: dict, worker: Worker) -> None:
+    """The FSDP loop on one rank: resume from the latest checkpoint, train to `last`, checkpoint at the cadence,
+    at a stop request and at a preemption notice (then wait for the restart), export at the end."""
+    cfg: FSDPConfig = loop_config["config"]
+    run_name, model_dir = loop_config["run_name"], Path(loop_config["model_dir"])
+    rank, world, device = worker.rank, worker.world, worker.device
+    torch.manual_seed(cfg.seed)
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    data = PackedBlocks(pack(tokenize(read_text(cfg.data, cfg.s3_endpoint_url), tokenizer), cfg.seq_len))
+    strategy = make_strategy(cfg, model_dir, device, rank)
+    state = strategy.load()
+    start, attempt = (state["step"], state["attempt"] + 1) if state else (0, 0)
+    run_dir = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url)
+    carried = {key: (state or {}).get(key, 0) for key in ("preemptions", "steps_redone")}
+    resumed_from = (state or {}).get("resumed_from")  # the newest complete checkpoint's name (checkpoint.latest)
+    if rank == 0 and state:
+        carried["steps_redone"] += redone_since(run_dir, start)  # steps the last attempt took past its checkpoint
+        run_dir.send("resumed", resumed_from={"attempt": attempt, "checkpoint": resumed_from})  # run.json's
+    train_state = {"attempt": attempt, "seed": cfg.seed, "strategy": cfg.strategy}
+    log = MetricsLog(run_dir, start + 1, key="step") if rank == 0 else None
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    info = _model_info(cfg, strategy, device, device_name, world)  # a collective: every rank's shard size
+    if rank == 0:
+        what = f"resuming at step {start + 1} (attempt {attempt})" if state else "starting"
+        _announce(cfg, run_name, what, data, world, device_name)
+
+    last = min(cfg.max_steps, cfg.stop_at_step or cfg.max_steps)
+    window_start, loss_sum, tokens = time.perf_counter(), 0.0, 0
+    scalars = Scalars(run_dir, loop_config["tracking"], purge_step=start + 1) if rank == 0 else None
+    progress = Progress(cfg.max_steps, start, cfg.progress_every_s)
+    # A stop request asked for at each logged step, before its checkpoint: a stop saves the step, due or not.
+    watch = worker.watch(run_name, rank)
+    preemption = Preemption(cfg.preemption_check_steps, ask=worker.preemption_info, sleep=worker.sleep)
+    control = RunControl(run_dir, rank, device, preemption, cfg.checkpoint_every, last, steps=watch)
+    for step in range(start, last):
+        watch.enter()
+        loss_sum, tokens, grad_norm = _train_step(strategy, data, cfg, step, rank, world, device, loss_sum, tokens)
+        watch.leave()
+        if step == start:  # the optimizer has its state now: the checkpoints' staging memory is made once, here
+            _prime_checkpoints(strategy, rank)
+        info["steps"] += 1
+        done = step + 1
+        # Asked first: a step that is checkpointed anyway at a notice is saved once, as the notice's (run_control.py).
+        preempted = control.noticed(done)  # every rank, the same steps
+        if done % cfg.log_every == 0 or control.checkpoint_due(done):
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)  # the window's time includes the kernels it queued
+            metrics = step_metrics(
+                cfg, info, loss_sum, tokens, time.perf_counter() - window_start, device, world, grad_norm
+            )
+            row = {"step": done, "lr": lr_at(cfg, step), "grad_norm": metrics.pop("grad_norm"), "attempt": attempt}
+            row["resumed_from"] = resumed_from
+            row |= {"param_bytes_per_rank": info["shard_bytes"], **carried, **metrics}
+            # Everything from here to the next logged step (logging, checkpoints) counts in the next window.
+            window_start, loss_sum, tokens, info["steps"] = time.perf_counter(), 0.0, 0, 0
+            decision = _boundary(strategy, control, row, {**train_state, **carried}, last)
+            if log is not None:
+                _log_step(log, scalars, run_dir, row, cfg, device, decision.save)
+            if decision.stop_reason:  # a budget: every rank stops here
+                last = done
+                break
+        elif rank == 0 and progress.due():
+            print(progress.line(done, run_name, window(loss_sum, tokens, window_start, info["steps"], cfg)), flush=True)
+            record_reached(run_dir, done)
+        if preempted:  # the notice's checkpoint is synchronous: the worker only waits for the restart after it
+            noticed = {**train_state, **carried, "preemptions": carried["preemptions"] + 1}
+            save = partial(strategy.save, done, noticed, {"step": done, "preempted": True}, blocking=True)
+            control.save_at_notice(save, f"step {done}", done)
+    watch.close()
+    strategy.close()  # nothing left in flight; the staging memory goes before the export needs memory
+    if scalars is not None:
+        scalars.close()
+    if cfg.export and last == cfg.max_steps:  # not a run stopped early
+        _export(strategy, data, tokenizer, model_dir, run_dir, device, rank)
+
+
+def _train_step(
+    strategy, data: PackedBlocks, cfg: FSDPConfig, step: int, rank: int, world: int, device, loss_sum, tokens
+):
+    """One optimizer step over grad_accum micro-batches at the step's LR: (the window's loss sum and tokens on
+    this rank, with this step's added, micro-batch by micro-batch; the gradient norm). The loss sum and the
+    norm stay on the device: reading either would make the host wait for the device every step."""
+    strategy.set_lr(lr_at(cfg, step))
+    for micro in range(cfg.grad_accum):
+        batch = data.micro_batch(step, micro, rank, world, cfg.seed, cfg.micro_batch_size, cfg.grad_accum)
+        loss_sum += strategy.micro_step(_to_device(batch, device))
+        tokens += batch.numel()
+    return loss_sum, tokens, strategy.step()
+
+
+def _to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A copy from pageable host memory waits until the device has run everything queued before it; from
+    pinned memory it is queued like a kernel (the pinned buffer is kept until the copy is done)."""
+    if device.type != "cuda":
+        return batch.to(device)
+    return batch.pin_memory().to(device, non_blocking=True)
+
+
+def _model_info(cfg: FSDPConfig, strategy, device: torch.device, device_name: str, world: int) -> dict:
+    """What the step metrics need of the model: FLOPs per token, the device's peak, each rank's parameter
+    bytes (an all-gather: every rank calls it), and the steps in the current logging window."""
+    mc = strategy.config
+    info = {
+        "flops_per_token": flops_per_token(
+            strategy.non_embedding_params,
+            mc.num_hidden_layers,
+            mc.num_attention_heads,
+            mc.hidden_size // mc.num_attention_heads,
+            cfg.seq_len,
+        ),
+        "peak": peak_tflops(device_name),
+        "steps": 0,
+    }
+    local_bytes = torch.tensor([strategy.local_param_bytes()], dtype=torch.float64, device=device)
+    shard_bytes = [torch.zeros_like(local_bytes) for _ in range(world)]
+    dist.all_gather(shard_bytes, local_bytes)
+    info["shard_bytes"] = [int(b.item()) for b in shard_bytes]
+    return info
+
+
+def _prime_checkpoints(strategy, rank: int) -> None:
+    seconds = strategy.prime_checkpoints()
+    if seconds is not None and rank == 0:
+        print(
+            f"checkpoint staging memory ready in {seconds:.1f} s (once; each checkpoint then only copies)", flush=True
+        )
+
+
+def _announce(cfg: FSDPConfig, run_name: str, what: str, data: PackedBlocks, world: int, device_name: str) -> None:
+    print(
+        f"{run_name}: {what} with {cfg.strategy}; {len(data):,} blocks of {cfg.seq_len} tokens, "
+        f"{data.steps_per_epoch(world, cfg.micro_batch_size, cfg.grad_accum)} steps/epoch, "
+        f"{world} x {device_name}",
+        flush=True,
+    )
+
+
+def _boundary(strategy, control: RunControl, row: dict, train_state: dict, last: int):
+    """A logged step's checkpoints, every rank: the one being written reported once every rank has written it;
+    this step's saved when due or at a stop; waited for and reported when the loop ends here. Their metrics go
+    into the step's row. Returns RunControl's decision."""
+    done = row["step"]
+    row |= strategy.finish_checkpoint(wait=False)
+    decision = control.at_boundary(done, partial(_save, strategy, done, train_state, row), f"at step {done}")
+    if decision.stop_reason or done == last:
+        row |= strategy.finish_checkpoint()
+    return decision
+
+
+def _log_step(log: MetricsLog, scalars: Scalars, run_dir: RunDir, row: dict, cfg: FSDPConfig, device, saved) -> None:
+    """Rank 0 at a logged step: the metrics row, a progress line, the scalars (flushed with a checkpoint), how far
+    the run got."""
+    log.append(row)
+    print(progress_line(row, cfg.max_steps), flush=True)
+    scalars.log(row["step"], step_scalars(row, device))
+    if saved:
+        scalars.flush()
+    record_reached(run_dir, row["step"])
+
+
+def _save(strategy, step: int, train_state: dict, row: dict) -> None:
+    """A step's regular checkpoint (every rank). Into the step's row: checkpoint_pause_s, the seconds the save
+    held up the loop (FSDP2's asynchronous save: while the shards are copied to CPU memory), and, when the one
+    before was still being written, that one's wait (checkpoint_wait_s)."""
+    metrics = {key: value for key, value in row.items() if not key.startswith("checkpoint_")}  # reported with it
+    row |= strategy.finish_checkpoint()  # one at a time: the one before, if still being written
+    started = time.perf_counter()
+    strategy.save(step, train_state, metrics)
+    row["checkpoint_pause_s"] = time.perf_counter() - started
+
+
+def _export(strategy, data: PackedBlocks, tokenizer, model_dir: Path, run_dir: RunDir, device, rank: int) -> None:
+    """The finished model in Hugging Face format, checked against the sharded one (a collective gather)."""
+    probe = data.blocks[:1].to(device)
+    full, logits = strategy.gather_for_export(probe)
+    if rank == 0:
+        result = write_and_verify(full, logits, probe, tokenizer, model_dir, run_dir, strategy.bf16)
+        print(
+            f"exported {result['export']} (max |logit diff| vs sharded: {result['export_max_logit_diff']:.2e})",
+            flush=True,
+        )
+
+
+def check_before_start(cfg: FSDPConfig) -> Path:
+    """What can be checked on the driver, before any worker starts: the model, its length limit, the data."""
+    try:
+        model_dir = resolve_model_dir(cfg.model)
+    except ModelNotFound as exc:
+        raise ConfigError(str(exc)) from None
+    from transformers import AutoConfig
+
+    maximum = getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)
+    if maximum is not None and cfg.seq_len > maximum:
+        raise ConfigError(f"seq_len: {cfg.seq_len} is above the model's maximum of {maximum} positions")
+    if cfg.strategy == "deepspeed":
+        try:
+            import deepspeed  # noqa: F401 - only checking that it is installed
+        except ImportError:
+            raise ConfigError(
+                "strategy: deepspeed is not installed here (pip install -r requirements/train.txt)"
+            ) from None
+    if not cfg.data.startswith(("s3://", "hf://")) and not Path(cfg.data).is_file():
+        raise ConfigError(f"data: {cfg.data} does not exist (make text-data writes a generated corpus)")
+    return model_dir
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rayfleet.train.trainer import fit_and_summarize
+
+    parser = argparse.ArgumentParser(prog="python -m rayfleet.train.fsdp", description=__doc__.split("\n")[0])
+    parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)
+    parser.add_argument("overrides", nargs="*", metavar="key=value")
+    args = parser.parse_intermixed_args(argv)
+    try:
+        cfg = load_config(FSDPConfig, args.config, args.overrides)
+        model_dir = check_before_start(cfg)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    run_name = cfg.run_name or f"fsdp-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    # The imported module's function, not __main__'s: pickled by reference, so workers import it.
+    from rayfleet.train.fsdp import train_loop as loop
+
+    return fit_and_summarize(loop, cfg, run_name, {"model_dir": str(model_dir.resolve())}, fsdp_summary)
