@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bench.on_cluster import local_cluster_state
 from rayfleet.core.run_dir import RunDir
-from rayfleet.local import cluster as local_cluster
+from rayfleet.local.processes import command_env
 from rayfleet.train.metrics import read_rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     args.data, args.model, args.text = args.data.resolve(), args.model.resolve(), args.text.resolve()
     figures: dict[tuple[str, bool], list[float]] = {}
     with local_cluster_state() as state, tempfile.TemporaryDirectory() as tmp:
-        env = {**local_cluster.command_env(state), "PYTHONUNBUFFERED": "1"}
+        env = {**command_env(state), "PYTHONUNBUFFERED": "1"}
         for job in args.jobs:
             for mode in (False, True):
                 figures[job, mode] = pauses(job, args, env, args.storage or tmp, mode)

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bench.on_cluster import local_cluster_state
 from bench.run_start_timeline import first_marks, phase_table, run_lines
-from rayfleet.local import cluster as local_cluster
+from rayfleet.local.processes import command_env
 
 REPO = Path(__file__).resolve().parents[1]
 ONE_STEP = ["epochs=1", "train_subset=256", "test_subset=128", "eval_batch_size=128", "progress_every_s=0.001"]
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no FashionMNIST data in {args.data}: run `make data` first", file=sys.stderr)
         return 2
     with local_cluster_state() as state, tempfile.TemporaryDirectory() as tmp:
-        env = {**local_cluster.command_env(state), "PYTHONUNBUFFERED": "1"}  # token auth, as `make` sets it
+        env = {**command_env(state), "PYTHONUNBUFFERED": "1"}  # token auth, as `make` sets it
         job = [f"data_dir={args.data.resolve()}", f"storage={tmp}", *ONE_STEP]
         ways = {
             "direct (make train-ddp ON=local)": lambda run: [

@@ -24,7 +24,8 @@ from rayfleet.core.errors import EXIT_FAILED, RayfleetError
 from rayfleet.ecs import capacity, preflight
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.start import start
-from rayfleet.ops.status import render, status
+from rayfleet.ops.status.gather import status
+from rayfleet.ops.status.render import render
 from tests.integration.helpers import EcsMotoServer, verbs_env
 from tools.moto_stack import stack as moto_stack
 

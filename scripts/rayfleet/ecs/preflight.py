@@ -9,12 +9,10 @@ succeeds and the Auto Scaling groups fail to launch, silently. `check` asks AWS 
   quotas        the EC2 vCPU quotas of the Shape's instance families against the workers at full size + the head
   offerings     each instance type offered in the chosen zones
 
-Each problem is one line with what to do (Problem). What moto 5.2.5 lacks, and the seam that stands in for it
-(a small function taking the client; the tests pass one answering AWS's recorded response):
-  * Service Quotas knows only VPC's quotas (EC2's answer NoSuchResourceException): `read_quota`;
-  * iam:SimulatePrincipalPolicy is not implemented (an HTTP 500): `simulate`;
-  * a dry run is never denied (moto enforces no IAM): `dry_run_launch`.
-moto answers GetCallerIdentity, DescribeAvailabilityZones, DescribeInstanceTypeOfferings and the dry run.
+Each problem is one line with what to do (Problem). What moto 5.2.5 lacks has a seam in
+rayfleet/ecs/preflight_calls.py (a small function taking the client; the tests pass one answering AWS's
+recorded response). moto answers GetCallerIdentity, DescribeAvailabilityZones, DescribeInstanceTypeOfferings
+and the dry run.
 """
 
 from __future__ import annotations
@@ -31,6 +29,7 @@ from botocore.parsers import ResponseParserError
 from rayfleet.core.aws import Aws, translate
 from rayfleet.core.catalog import INSTANCE_TYPES
 from rayfleet.ecs.capacity import Quota, vcpu_quota
+from rayfleet.ecs.preflight_calls import dry_run_launch, read_quota, simulate
 
 # What `make deploy` creates, one action per kind of resource (not the whole policy: a denied one shows the
 # caller lacks the deploy's rights before Terraform stops half-way).
@@ -84,38 +83,6 @@ class Report:
         who = f"AWS account {self.identity['Account']} as {self.identity['Arn']}" if self.identity else "no identity"
         said = [who, *(f"  problem: {p}" for p in self.problems), *(f"  note: {n}" for n in self.notes)]
         return [*said, "ready to deploy" if not self.problems else f"{len(self.problems)} problem(s) to fix first"]
-
-
-def read_quota(quotas, code: str) -> float | None:
-    """An EC2 quota's value: the account's applied one, else AWS's default (None: Service Quotas knows neither)."""
-    try:
-        return quotas.get_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
-    except quotas.exceptions.NoSuchResourceException:
-        pass
-    try:
-        return quotas.get_aws_default_service_quota(ServiceCode="ec2", QuotaCode=code)["Quota"]["Value"]
-    except quotas.exceptions.NoSuchResourceException:
-        return None
-
-
-def simulate(iam, principal: str, actions: tuple[str, ...]) -> dict[str, str]:
-    """action -> EvalDecision ("allowed", "implicitDeny", "explicitDeny") for the principal's policies."""
-    decisions = {}
-    for page in iam.get_paginator("simulate_principal_policy").paginate(
-        PolicySourceArn=principal, ActionNames=list(actions)
-    ):
-        decisions.update({r["EvalActionName"]: r["EvalDecision"] for r in page["EvaluationResults"]})
-    return decisions
-
-
-def dry_run_launch(ec2, image: str, instance_type: str, spot: bool) -> str:
-    """ec2:RunInstances as a dry run: AWS's answer code ("DryRunOperation": it would have been allowed)."""
-    market = {"InstanceMarketOptions": {"MarketType": "spot"}} if spot else {}
-    try:
-        ec2.run_instances(DryRun=True, ImageId=image, InstanceType=instance_type, MinCount=1, MaxCount=1, **market)
-    except ClientError as exc:
-        return exc.response.get("Error", {}).get("Code", "")
-    return "DryRunOperation"  # AWS always answers a dry run with an error; an endpoint that did not, allowed it
 
 
 def check(

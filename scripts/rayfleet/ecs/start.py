@@ -21,7 +21,7 @@ from rayfleet.core.aws import Aws
 from rayfleet.core.bucket import RAY_STATUS as RAY_STATUS_KEY
 from rayfleet.core.errors import ConfigError, RayfleetError
 from rayfleet.core.moved import gone
-from rayfleet.ecs import capacity, preflight
+from rayfleet.ecs import capacity, preflight, preflight_calls
 from rayfleet.ecs.outputs import Outputs
 
 PROGRESS_EVERY_S = 30
@@ -58,7 +58,7 @@ def start(
     clock=time.time,
     workers: int | None = None,
     why=capacity.reasons,
-    quota=preflight.read_quota,
+    quota=preflight_calls.read_quota,
 ) -> dict:
     """Scale the head (and control) to 1 and the workers to `workers` (default and most: the group's maximum,
     out.workers.count; a service already above it keeps its count), then wait until Ray sees them. `why`

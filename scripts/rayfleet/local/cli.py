@@ -8,7 +8,7 @@ import sys
 from rayfleet.core import ray_auth
 from rayfleet.core.errors import EXIT_BAD_INPUT
 from rayfleet.core.moved import gone
-from rayfleet.local import cluster, head_loss
+from rayfleet.local import cluster, cluster_run, head_loss
 from rayfleet.local.host import ClusterError, shell_exports
 
 
@@ -37,7 +37,7 @@ def cluster_verb(
                 print(f"error: rayfleet cluster {action}: {exc}", file=sys.stderr)
                 return EXIT_BAD_INPUT
             if action == "run":
-                return cluster.run(command or [], spec)
+                return cluster_run.run(command or [], spec)
             cluster.up(spec)
         elif action == "down":
             cluster.down()

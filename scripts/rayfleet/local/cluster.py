@@ -33,7 +33,7 @@ import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rayfleet.core import local_state, ray_auth, ray_start, warm_workers
+from rayfleet.core import local_state, ray_auth, ray_start
 from rayfleet.local import gcs_store
 from rayfleet.local.host import (
     GIB,
@@ -52,7 +52,7 @@ from rayfleet.local.nodes import (
     wait_for_warm_servers,
     worker_command,
 )
-from rayfleet.local.processes import command_env, find_cluster_pids, run_command, signal_all
+from rayfleet.local.processes import find_cluster_pids, signal_all
 
 STOP_GRACE_S = 10
 DEFAULT_OBJECT_STORE_BYTES = 256 * 1024**2
@@ -280,38 +280,3 @@ def status() -> str:
         f"{spec['workers']} workers x {spec['cpus_per_worker']:g} CPU, {len(pids)} processes, "
         f"logs in {state.log_dir}"
     )
-
-
-def run(command: list[str], spec: ClusterSpec) -> int:
-    """Run `command` on the running rayfleet cluster, or on one of `spec`'s shape started for it and
-    stopped when the command ends (Ctrl-C included). A cluster that was already running is left running."""
-    if command[:1] == ["--"]:
-        command = command[1:]
-    if not command:
-        raise ClusterError("run needs a command: rayfleet cluster run [--workers N] -- CMD ...")
-    ray_auth.use_token_auth()
-    state = running()
-    started = state is None
-    if started:
-        print("no rayfleet cluster running: starting one for this command (stopped when it ends)", flush=True)
-        state = up(spec)
-    env = command_env(state)
-    if not state.store:  # a driver forked from the head's warm server (never where the head can be replaced)
-        command, env = (
-            warm_workers.launched(command),
-            {**env, warm_workers.SOCKET_ENV: str(warm_dir(state) / "head.sock")},
-        )
-    try:
-        return run_command(command, env)
-    finally:
-        if started:
-            _down_uninterrupted()
-
-
-def _down_uninterrupted() -> None:
-    """`down`, with Ctrl-C ignored meanwhile: an impatient second Ctrl-C must not leave half a cluster."""
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        down(quiet=True)
-    finally:
-        signal.signal(signal.SIGINT, previous)

@@ -10,7 +10,8 @@ from botocore.exceptions import NoCredentialsError
 from botocore.stub import Stubber
 
 from rayfleet.ecs.capacity import VCPU_QUOTAS, vcpu_quota
-from rayfleet.ecs.preflight import Problem, Report, Shape, check, principal_arn, read_quota, simulate, vcpu_needs
+from rayfleet.ecs.preflight import Problem, Report, Shape, check, principal_arn, vcpu_needs
+from rayfleet.ecs.preflight_calls import read_quota, simulate
 
 G, P, STANDARD = VCPU_QUOTAS[("G", False)], VCPU_QUOTAS[("P", False)], VCPU_QUOTAS[("standard", False)]
 G_SPOT = VCPU_QUOTAS[("G", True)]

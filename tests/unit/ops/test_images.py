@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rayfleet.ops import images
+from rayfleet.ops import image_sizes, images
 
 ROOT = Path(__file__).resolve().parents[3]
 GB = 10**9
@@ -127,7 +127,7 @@ def test_models_of_unknown_size_are_named_so_and_models_without_the_trainer_are_
 
 def test_an_image_the_engine_cannot_inspect_is_left_out_of_the_total_and_said():
     run = FakeEngine({"a": 3 * GB, "b": "not a number"})
-    report = images.size_report("docker", ["a", "b", "c"], run=run)
+    report = image_sizes.size_report("docker", ["a", "b", "c"], run=run)
     assert [r.split()[-2:] for r in report[1:4]] == [["3.0", "GB"], ["size", "unknown"], ["size", "unknown"]]
     assert report[4] == (
         "rayfleet images push uploads 3 image(s): at most 3.0 GB and the images of unknown size (uncompressed sizes)"

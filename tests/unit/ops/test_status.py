@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from rayfleet.core.catalog import gpus_of
-from rayfleet.ops.status import autostop_line, kept_line, registered_gpus, render, render_ray
+from rayfleet.ops.status.gather import registered_gpus
+from rayfleet.ops.status.render import autostop_line, kept_line, render, render_ray
 
 
 def test_gpus_from_the_ecs_agent_or_the_catalog():
@@ -37,7 +38,7 @@ def test_status_renders_an_empty_cluster():
 
 def test_last_checkpoint_ignores_rays_snapshot_file(tmp_path):
     from rayfleet.core.run_dir import RunDir
-    from rayfleet.ops.status import last_checkpoint
+    from rayfleet.ops.status.gather import last_checkpoint
 
     run_dir = RunDir(str(tmp_path), "r")
     for name in ("checkpoint_000002/state.pt", "checkpoint_000010/state.pt", "checkpoint_manager_snapshot.json"):
@@ -161,7 +162,7 @@ def test_the_capacity_section_shows_only_when_instances_are_not_coming():
 
 
 def test_status_says_in_one_line_what_the_queue_holds():
-    from rayfleet.ops.status import queue_line
+    from rayfleet.ops.status.render import queue_line
 
     assert queue_line([]) == "  empty: nothing waits and no queued run runs"
     queue = [
@@ -182,7 +183,7 @@ def test_a_ray_view_older_than_the_stale_threshold_says_so():
     the old view as the cluster now."""
     from datetime import UTC, datetime, timedelta
 
-    from rayfleet.ops.status import STALE_AFTER_S, ray_section
+    from rayfleet.ops.status.gather import STALE_AFTER_S, ray_section
 
     now = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
     old = {"taken_at": (now - timedelta(seconds=STALE_AFTER_S + 1)).isoformat(), "nodes": []}
@@ -197,7 +198,7 @@ def test_a_ray_view_older_than_the_stale_threshold_says_so():
 
 def test_status_lists_the_control_service_beside_the_head_and_workers():
     from rayfleet.ecs.outputs import Outputs
-    from rayfleet.ops.status import service_names
+    from rayfleet.ops.status.gather import service_names
 
     names = dict(head_service_name="c-ray-head", worker_service_name="c-ray-worker")
     flat = dict(region="r", cluster_name="c", private_subnet_ids=[], task_security_group_id="sg")
@@ -234,7 +235,7 @@ def test_staleness_is_judged_by_s3s_clock_not_the_laptops():
     import io
     from datetime import UTC, datetime, timedelta
 
-    from rayfleet.ops.status import STALE_AFTER_S, ray_section, ray_view
+    from rayfleet.ops.status.gather import STALE_AFTER_S, ray_section, ray_view
 
     written = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 

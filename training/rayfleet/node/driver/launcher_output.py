@@ -1,9 +1,11 @@
 """What a failed launcher node printed, made short: the user script's own traceback out of torchrun's or
-accelerate's wrapping, or the last lines."""
+accelerate's wrapping, or the last lines; and the report of the node that failed first."""
 
 from __future__ import annotations
 
 import re
+import sys
+from dataclasses import dataclass
 
 RANK_PREFIX = re.compile(r"^\[rank\d+\]: ?")  # torchrun's prefix on its workers' stderr
 
@@ -50,3 +52,29 @@ def excerpt(lines: list[str], last: int = 12) -> list[str]:
         start = max(0, start - BEFORE)
     rest = lines[max(end, len(lines) - last) :]
     return lines[start:end] + (["..."] if end < len(lines) - last else []) + rest
+
+
+LOST = -9  # the exit code reported for a node whose actor died (its node was lost)
+
+
+@dataclass(frozen=True)
+class Failure:
+    rank: int
+    code: int
+    failed_at: float  # wall clock on the node (its first traceback, else its exit): which failed first
+    tail: list[str]
+
+
+def report(failure: Failure) -> None:
+    """Last in the job's output, after the other nodes have stopped: the failed node's traceback and last
+    lines, then the script's traceback unprefixed, so the tail `make run` prints is the script's own."""
+    if failure.code == LOST:
+        print(f"[rayfleet] error: node {failure.rank} was lost (its Ray actor died)", file=sys.stderr, flush=True)
+        return
+    rank, shown, own = failure.rank, excerpt(failure.tail), script_traceback(failure.tail)
+    print(f"[rayfleet] error: node {rank} exited {failure.code}; its output:", file=sys.stderr, flush=True)
+    for line in shown:
+        print(f"[node {rank}] {line}", file=sys.stderr, flush=True)
+    if own:
+        print(f"[rayfleet] node {rank}: the script's traceback", file=sys.stderr, flush=True)
+        print("\n".join(own), file=sys.stderr, flush=True)

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from rayfleet.core import ray_auth, ray_start
 from rayfleet.node.driver import preempt_notice
 from rayfleet.node.driver.launch_line import LAUNCHERS, Shape, launcher_argv, launcher_env
-from rayfleet.node.driver.launcher_output import excerpt, script_traceback
+from rayfleet.node.driver.launcher_output import LOST, Failure, report
 
 PLACE_TIMEOUT_S = float(os.environ.get("RAYFLEET_PLACE_TIMEOUT_S", "300"))
 # After a preemption the Auto Scaling group replaces the instance: a new Spot instance, its ECS task and its
@@ -48,7 +48,6 @@ REPLACE_TIMEOUT_S = float(os.environ.get("RAYFLEET_REPLACE_TIMEOUT_S", "900"))
 DRAIN_POLL_S = 1.0  # how often the driver asks the GCS whether a node of the run is being drained
 NOTICE_GRACE_S = 30.0  # after the notice, once one node has exited, how long the others have to follow
 POLL_S = 0.5
-LOST = -9  # the exit code reported for a node whose actor died (its node was lost)
 
 
 class Stopped(Exception):
@@ -130,14 +129,6 @@ def pump(run: Attempt) -> None:
             continue
         for line in lines:
             print(f"[node {rank}] {line}", flush=True)
-
-
-@dataclass(frozen=True)
-class Failure:
-    rank: int
-    code: int
-    failed_at: float  # wall clock on the node (its first traceback, else its exit): which failed first
-    tail: list[str]
 
 
 GRACE_S = 3.0  # after one node fails, how long to collect the others' exits before choosing the first
@@ -227,21 +218,6 @@ def finish(run: Attempt) -> None:
         ray.kill(actor)
     if run.group is not None:
         remove_placement_group(run.group)
-
-
-def report(failure: Failure) -> None:
-    """Last in the job's output, after the other nodes have stopped: the failed node's traceback and last
-    lines, then the script's traceback unprefixed, so the tail `make run` prints is the script's own."""
-    if failure.code == LOST:
-        print(f"[rayfleet] error: node {failure.rank} was lost (its Ray actor died)", file=sys.stderr, flush=True)
-        return
-    rank, shown, own = failure.rank, excerpt(failure.tail), script_traceback(failure.tail)
-    print(f"[rayfleet] error: node {rank} exited {failure.code}; its output:", file=sys.stderr, flush=True)
-    for line in shown:
-        print(f"[node {rank}] {line}", file=sys.stderr, flush=True)
-    if own:
-        print(f"[rayfleet] node {rank}: the script's traceback", file=sys.stderr, flush=True)
-        print("\n".join(own), file=sys.stderr, flush=True)
 
 
 def raise_stopped(signum, frame) -> None:
