@@ -250,7 +250,7 @@ def test_capacity_follows_the_queue_up_to_its_need(stack):
     the queue, a held run asking for nothing). Its other half, autostop taking the workers back to zero once
     nothing runs or waits, is test_autostop_scales_the_workers_to_zero_after_the_idle_time."""
     from rayfleet.core.run_queue import HELD, RUNNING, Entry, Queue
-    from rayfleet.node.control.queue_capacity import NODE_VAR, QueueCapacity, shape_from
+    from rayfleet.node.control.queue_scaling import NODE_VAR, QueueScaling, shape_from
 
     out, ecs = stack["out"], stack["ecs"]
     ecs.update_service(cluster=out.cluster_name, service=out.workers.service_name, desiredCount=0)  # autostopped
@@ -258,7 +258,7 @@ def test_capacity_follows_the_queue_up_to_its_need(stack):
     shape = shape_from({NODE_VAR: json.dumps({"vcpus": 4, "gpus": 1, "memory_mib": 16384, "count": most})})
     queue = Queue(f"s3://{out.results_bucket}/capacity-test")
     control_ecs = stack["control_ecs"]  # its S3 reads are this process's (a folder of its own, outside queue/)
-    follower = QueueCapacity(queue, shape, control_ecs, out.cluster_name, out.workers.service_name, say=lambda _: None)
+    follower = QueueScaling(queue, shape, control_ecs, out.cluster_name, out.workers.service_name, say=lambda _: None)
     now = time.time()
 
     def entry(run: str, workers: int, **fields) -> Entry:
@@ -288,7 +288,7 @@ def test_autostop_stops_again_what_the_queue_raised_after_it_stopped(stack):
     them again once idle. On the old code `stopped` stayed true and the raised workers ran until destroy."""
     from rayfleet.core.run_queue import Entry, Queue
     from rayfleet.node.control.head_snapshot import follow_queue
-    from rayfleet.node.control.queue_capacity import NODE_VAR, QueueCapacity, shape_from
+    from rayfleet.node.control.queue_scaling import NODE_VAR, QueueScaling, shape_from
 
     out, ecs, clock = stack["out"], stack["ecs"], Clock()
     stopper = Autostop(Settings(out.cluster_name, out.head_service_name, out.workers.service_name, idle_s=600),
@@ -300,7 +300,7 @@ def test_autostop_stops_again_what_the_queue_raised_after_it_stopped(stack):
     shape = shape_from({NODE_VAR: json.dumps({"vcpus": 4, "gpus": 1, "memory_mib": 16384, "count": 2})})
     queue = Queue(f"s3://{out.results_bucket}/rearm-test")
     control_ecs = stack["control_ecs"]  # its S3 reads are this process's (a folder of its own, outside queue/)
-    follower = QueueCapacity(queue, shape, control_ecs, out.cluster_name, out.workers.service_name, say=lambda _: None)
+    follower = QueueScaling(queue, shape, control_ecs, out.cluster_name, out.workers.service_name, say=lambda _: None)
     entry = Entry(run="forged", workers=1, cpus_per_worker=4.0, gpus_per_worker=1, priority=0,
                   submitted_at=time.time(), heartbeat_at=time.time())  # fmt: skip
     try:

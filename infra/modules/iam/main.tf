@@ -252,7 +252,7 @@ resource "aws_iam_role_policy" "control" {
         Resource = "*"
       },
       {
-        # Capacity follows the queue (training/rayfleet/node/control/queue_capacity.py): the queue's entries, read only.
+        # Capacity follows the queue (training/rayfleet/node/control/queue_scaling.py): the queue's entries, read only.
         Sid       = "ListTheQueue"
         Effect    = "Allow"
         Action    = "s3:ListBucket"

@@ -134,7 +134,7 @@ locals {
       { name = "RAYFLEET_AUTOSTOP_IDLE_MIN", value = tostring(var.autostop.idle_minutes) },
       { name = "RAYFLEET_AUTOSTOP_HEAD", value = tostring(var.autostop.head) },
       { name = "RAYFLEET_MAX_PRIORITY", value = tostring(var.queue_max_priority) },
-      # Capacity follows the queue (training/rayfleet/node/control/queue_capacity.py): a worker node's shape and the group's maximum.
+      # Capacity follows the queue (training/rayfleet/node/control/queue_scaling.py): a worker node's shape and the group's maximum.
       { name = "RAYFLEET_WORKER_NODE", value = jsonencode({ vcpus = var.worker_node.vcpus, gpus = var.worker_node.gpus, memory_mib = var.worker_node.memory_mib, count = var.worker_node.count }) },
     ]
     secrets          = local.ray_secrets

@@ -135,9 +135,9 @@ def exec_(opts: argparse.Namespace) -> int:
 
 
 def stop(opts: argparse.Namespace) -> int:
-    from rayfleet.ecs import teardown
+    from rayfleet.ecs import stop as ecs_stop
 
-    return teardown.stop_deployment(opts.json, opts.outputs)
+    return ecs_stop.stop_deployment(opts.json, opts.outputs)
 
 
 def start(opts: argparse.Namespace) -> int:

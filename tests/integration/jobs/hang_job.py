@@ -18,8 +18,8 @@ import sys
 import time
 
 from rayfleet.core.config import load_config
+from rayfleet.train.fit import fit_and_summarize
 from rayfleet.train.job_config import JobConfig
-from rayfleet.train.trainer import fit_and_summarize
 
 STEPS = 40
 HANG_AFTER = 5

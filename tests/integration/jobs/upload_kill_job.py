@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 from rayfleet.core.config import load_config
+from rayfleet.train.fit import fit_and_summarize
 from rayfleet.train.job_config import JobConfig
-from rayfleet.train.trainer import fit_and_summarize
 
 STEPS, EVERY, SLOW = 20, 4, 8
 

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 
 from rayfleet.core.config import load_config
+from rayfleet.train.fit import fit_and_summarize
 from rayfleet.train.job_config import JobConfig
-from rayfleet.train.trainer import fit_and_summarize
 
 
 def parent_command(pid: int) -> str:

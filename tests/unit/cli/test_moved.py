@@ -17,7 +17,7 @@ OLD = {
     "rayfleet.ops.images": "rayfleet images",
     "rayfleet.ops.deploy.infra": "rayfleet plan|check|deploy|down",
     "rayfleet.ops.serve": "rayfleet serve",
-    "rayfleet.ecs.teardown": "rayfleet stop",
+    "rayfleet.ecs.stop": "rayfleet stop",
     "rayfleet.ecs.start": "rayfleet start",
     "rayfleet.ecs.shell": "rayfleet exec",
     "rayfleet.ecs.launch": "rayfleet launch",

@@ -1,4 +1,4 @@
-"""Issue 54 R2 in the control task's queue follower (rayfleet/node/control/queue_capacity.py): an entry no live run
+"""Issue 54 R2 in the control task's queue follower (rayfleet/node/control/queue_scaling.py): an entry no live run
 wrote does not keep the GPU workers at their maximum, and the priority ceiling is the operator's setting."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 import time
 
 from rayfleet.core.run_queue import Entry, Queue
-from rayfleet.node.control.queue_capacity import NODE_VAR, QueueCapacity, shape_from
+from rayfleet.node.control.queue_scaling import NODE_VAR, QueueScaling, shape_from
 
 SHAPE = shape_from({NODE_VAR: json.dumps({"vcpus": 4, "gpus": 1, "memory_mib": 16384, "count": 8})})
 
@@ -41,10 +41,10 @@ def entry(run: str, workers: int, **more) -> Entry:
     return Entry(run=run, workers=workers, cpus_per_worker=4.0, gpus_per_worker=1, **{**fields, **more})
 
 
-def follower(tmp_path, ecs: Ecs, env: dict | None = None) -> tuple[QueueCapacity, list[str]]:
+def follower(tmp_path, ecs: Ecs, env: dict | None = None) -> tuple[QueueScaling, list[str]]:
     said: list[str] = []
     queue = Queue(str(tmp_path))
-    return QueueCapacity(queue, SHAPE, ecs, "c", "workers", say=said.append, env=env or {}), said
+    return QueueScaling(queue, SHAPE, ecs, "c", "workers", say=said.append, env=env or {}), said
 
 
 def test_an_entry_of_a_run_with_no_live_ray_job_raises_nothing(tmp_path):

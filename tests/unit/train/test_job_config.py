@@ -70,7 +70,7 @@ def test_local_storage_becomes_absolute(small_dataset, tmp_path, monkeypatch):
 def test_elastic_workers_reach_ray_trains_scaling_config_and_a_fixed_range_stays_fixed(small_dataset, tmp_path):
     """`min_workers` below `num_workers` is Ray Train's (min, max) tuple; equal (what a fixed recipe passes as
     RAYFLEET_MIN_WORKERS) is a plain count; FSDP's fixed global batch cannot follow a changing world size."""
-    from rayfleet.train.trainer import build_trainer
+    from rayfleet.train.fit import build_trainer
 
     base = [f"data_dir={small_dataset}", f"storage={tmp_path}", "elastic_resize_s=5"]
     elastic = load_config(DDPConfig, None, [*base, "num_workers=4", "min_workers=2"])

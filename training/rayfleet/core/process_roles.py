@@ -41,7 +41,7 @@ CALLS_OF_MODULE: dict[str, frozenset[str]] = {
     # the control task's rounds (imported by CONTROL_ENTRY)
     "rayfleet.node.control.head_snapshot": frozenset({CONTROL}),
     "rayfleet.node.control.autostop": frozenset({CONTROL}),
-    "rayfleet.node.control.queue_capacity": frozenset({CONTROL}),
+    "rayfleet.node.control.queue_scaling": frozenset({CONTROL}),
     "rayfleet.node.control.driver_dispatch": frozenset({CONTROL}),
     # a worker only writes its drain message; the replacement (SetInstanceHealth) is the control task's
     "rayfleet.node.control.suspect": frozenset({CONTROL}),

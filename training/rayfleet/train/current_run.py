@@ -1,6 +1,6 @@
 """Marks the node a training worker runs on with the run's name, for the GPU-metrics sidecar beside it.
 
-    with current_run.marked(run_name):      # around each Ray Train worker's loop (rayfleet/train/trainer.py)
+    with current_run.marked(run_name):      # around each Ray Train worker's loop (rayfleet/train/fit.py)
         train_loop(config)
 
 The file contract (its reader is monitoring/current_run.py; neither side imports the other):

@@ -94,11 +94,11 @@ def destroy(binary: str, opts: DeploymentArgs) -> int:
         print("not destroyed: nothing was stopped, emptied or deleted")
         return 1
     if names["outputs"] is not None:
-        from rayfleet.ecs.teardown import teardown
+        from rayfleet.ecs.stop import scale_to_zero
 
         out = names["outputs"]
         try:
-            teardown(Aws(out.region), out)
+            scale_to_zero(Aws(out.region), out)
         except ClusterNotFound:
             print(f"cluster {out.cluster_name} is already gone; destroying what remains")
     else:

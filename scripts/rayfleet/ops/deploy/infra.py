@@ -18,7 +18,7 @@ or reads the token; a rotated token is never overwritten).
 
 `down` (Terraform's destroy) first refuses while the results bucket holds objects unless --delete-results,
 then asks once, naming what goes, before anything destructive; then it scales the services to zero and
-stops running jobs (rayfleet/ecs/teardown.py), deletes every image of the ECR repositories and, with
+stops running jobs (rayfleet/ecs/stop.py), deletes every image of the ECR repositories and, with
 --delete-results, every version and delete marker of the bucket, then destroys. It is safe to run twice
 and after a half-done run: names come from .rayfleet/outputs.json or else Terraform's state, what is
 already gone is skipped, and a failed destroy says which resources the state still holds.

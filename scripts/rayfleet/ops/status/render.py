@@ -99,7 +99,7 @@ def autostop_line(decided: dict | None) -> str:
 
 
 def queue_capacity_line(decided: dict) -> str:
-    """What the run queue asked of the workers with the last snapshot (rayfleet/node/control/queue_capacity.py)."""
+    """What the run queue asked of the workers with the last snapshot (rayfleet/node/control/queue_scaling.py)."""
     if "error" in decided:
         return f"cannot read it ({decided['error']})"
     raised = f", raised from {decided['raised_from']}" if "raised_from" in decided else ""

@@ -12,7 +12,7 @@ RAYFLEET_AUTOSTOP_IDLE_MIN minutes (default 30; 0 turns autostop off) the worker
 the head service too when RAYFLEET_AUTOSTOP_HEAD is true; the capacity providers then remove the instances.
 The control task's role may update exactly those services (infra/modules/iam). `make start`, or `make run`
 on a stopped deployment, brings them back (rayfleet/ecs/start.py); so may the queue's capacity
-(rayfleet/node/control/queue_capacity.py). Whoever raises a stopped service, autostop re-arms: it stops it again once
+(rayfleet/node/control/queue_scaling.py). Whoever raises a stopped service, autostop re-arms: it stops it again once
 the cluster is idle long enough. What it decided goes into the snapshot, so `make status` shows when the
 workers will stop.
 """

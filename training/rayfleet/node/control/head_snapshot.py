@@ -13,7 +13,7 @@ dashboard and GCS never leave the cluster's security group).
 
 Each round it also applies the Serve configuration `make serve` kept (rayfleet/core/serve_kept.py) to a head that
 runs none of its applications (one that started again without them), raises the worker service to what the
-run queue needs (rayfleet/node/control/queue_capacity.py), starts the trainer of a run that waits for a driver slot
+run queue needs (rayfleet/node/control/queue_scaling.py), starts the trainer of a run that waits for a driver slot
 once the head instance has one (rayfleet/node/control/driver_dispatch.py), and
 takes out the instance of a worker that left as suspect (a bad GPU: its drain message
 names the instance, rayfleet/node/control/suspect.py), only when ECS says that instance is the one behind the dead
@@ -40,7 +40,7 @@ from rayfleet.core import serve_kept as kept
 from rayfleet.core.bucket import RAY_STATUS
 from rayfleet.core.launch_queue import Launches
 from rayfleet.core.run_queue import Queue
-from rayfleet.node.control import autostop, queue_capacity, suspect
+from rayfleet.node.control import autostop, queue_scaling, suspect
 from rayfleet.node.control.driver_dispatch import DriverDispatch
 from rayfleet.serve.summary import summarize
 
@@ -185,13 +185,13 @@ def guarded(name: str, round_of, *args) -> dict | None:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def queue_follower(env: dict, bucket: str, ecs) -> queue_capacity.QueueCapacity | None:
-    shape = queue_capacity.shape_from(env)
+def queue_follower(env: dict, bucket: str, ecs) -> queue_scaling.QueueScaling | None:
+    shape = queue_scaling.shape_from(env)
     cluster, service = env.get("RAYFLEET_CLUSTER_NAME"), env.get("RAYFLEET_WORKER_SERVICE")
     if shape is None or not cluster or not service:
         return None
     # env: the operator's priority ceiling (RAYFLEET_MAX_PRIORITY) is this task's, never a queue entry's
-    return queue_capacity.QueueCapacity(Queue(f"s3://{bucket}"), shape, ecs, cluster, service, say=say, env=env)
+    return queue_scaling.QueueScaling(Queue(f"s3://{bucket}"), shape, ecs, cluster, service, say=say, env=env)
 
 
 def driver_dispatch(env: dict, bucket: str, ecs) -> DriverDispatch | None:

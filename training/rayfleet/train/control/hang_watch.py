@@ -25,7 +25,7 @@ A rank stuck in a collective keeps a run RUNNING while its GPUs burn money. Here
 Not judged: each rank's first step of an attempt (compile, data loading) and the time between steps
 (evaluation, checkpoints). A process frozen whole (its Python threads included) sends no more beats: its
 last one is the evidence, but nothing on its node acts. On GPUs, Ray's NCCL hang detector runs too
-(RAY_TRAIN_ENABLE_NCCL_HANG_DETECTOR, set by rayfleet/train/trainer.py).
+(RAY_TRAIN_ENABLE_NCCL_HANG_DETECTOR, set by rayfleet/train/fit.py).
 """
 
 from __future__ import annotations

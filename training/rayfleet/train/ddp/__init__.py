@@ -247,7 +247,7 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rayfleet.train.trainer import fit_and_summarize
+    from rayfleet.train.fit import fit_and_summarize
 
     args = _parse_args(argv)
     try:

@@ -278,7 +278,7 @@ def check_before_start(cfg: FSDPConfig) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rayfleet.train.trainer import fit_and_summarize
+    from rayfleet.train.fit import fit_and_summarize
 
     parser = argparse.ArgumentParser(prog="python -m rayfleet.train.fsdp", description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, default=DEFAULT_CONFIG)

@@ -20,7 +20,7 @@ def running_trainer_tasks(ecs, cluster: str) -> list[str]:
     return [arn for page in pages for arn in page["taskArns"]]
 
 
-def teardown(aws: Aws, out: Outputs, say=print, wait_delay: int = 6, wait_attempts: int = 100) -> dict:
+def scale_to_zero(aws: Aws, out: Outputs, say=print, wait_delay: int = 6, wait_attempts: int = 100) -> dict:
     ecs = aws.client("ecs")
     aws.check_cluster(out.cluster_name)
     # workers first (they depend on the head), the control task last (it would scale them back... never up,
@@ -38,7 +38,7 @@ def teardown(aws: Aws, out: Outputs, say=print, wait_delay: int = 6, wait_attemp
     trainers = running_trainer_tasks(ecs, out.cluster_name)
     for arn in trainers:
         say(f"stopping trainer task {arn.rsplit('/', 1)[-1]} ...")
-        ecs.stop_task(cluster=out.cluster_name, task=arn, reason="rayfleet teardown")
+        ecs.stop_task(cluster=out.cluster_name, task=arn, reason="rayfleet stop")
     say("waiting for services and tasks to stop ...")
     waiter_config = {"Delay": wait_delay, "MaxAttempts": wait_attempts}
     if services:
@@ -53,7 +53,7 @@ def stop_deployment(as_json: bool = False, outputs: str | None = None) -> int:
     stderr."""
     out = Outputs.load(outputs)
     say = (lambda *a: print(*a, file=sys.stderr)) if as_json else print
-    result = teardown(Aws(out.region), out, say=say)
+    result = scale_to_zero(Aws(out.region), out, say=say)
     if as_json:
         print(json.dumps(result))
     else:
@@ -62,4 +62,4 @@ def stop_deployment(as_json: bool = False, outputs: str | None = None) -> int:
 
 
 if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
-    gone("python -m rayfleet.ecs.teardown", "rayfleet stop")
+    gone("python -m rayfleet.ecs.stop", "rayfleet stop")

@@ -62,7 +62,7 @@ def wanted(entries: list[Entry], shape: Capacity) -> tuple[int, str] | None:
     return min(need, most), why
 
 
-class QueueCapacity:
+class QueueScaling:
     def __init__(
         self,
         queue: Queue,
