@@ -241,18 +241,24 @@ def follow(
             raise
         interrupted_by = exc.signame if isinstance(exc, Terminated) else "SIGINT"
         echo(f"\n[rayfleet] {interrupted_by}: stopping job {job_id}\n")
-        client.stop_job(job_id)
-        # ECS gives a stopped task 30 s (stopTimeout) before SIGKILL: leave time to record the end
-        deadline = time.monotonic() + (20 if isinstance(exc, Terminated) else 60)
-        info = client.get_job_info(job_id)
-        while str(info.status) not in TERMINAL and time.monotonic() < deadline:
-            time.sleep(poll_s)
-            info = client.get_job_info(job_id)
+        info = _stop(client, job_id, 20 if isinstance(exc, Terminated) else 60, poll_s)
     status = str(info.status)
     replay[0] = seen[0]  # the whole log once more: what the stream had not given yet, or all of it
     sink(client.get_job_logs(job_id) or "")
     code = exit_code_of(status, info.driver_exit_code)
     return JobOutcome(job_id, status, code, info.message or "", list(tail.chunks), interrupted_by)
+
+
+def _stop(client, job_id: str, wait_s: float, poll_s: float):
+    """Stop the job and wait up to `wait_s` for it to end (ECS gives a stopped task 30 s, stopTimeout, before
+    SIGKILL: the follower must have time left to record the end); its last info."""
+    client.stop_job(job_id)
+    deadline = time.monotonic() + wait_s
+    info = client.get_job_info(job_id)
+    while str(info.status) not in TERMINAL and time.monotonic() < deadline:
+        time.sleep(poll_s)
+        info = client.get_job_info(job_id)
+    return info
 
 
 def submit(
