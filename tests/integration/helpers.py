@@ -262,6 +262,23 @@ def left_running(run: str) -> list[int]:
     return pids
 
 
+def still_running_after(run: str, timeout_s: float = 120) -> list[str]:
+    """The run's processes (left_running) still there `timeout_s` after the run ended, each with its command
+    line; [] as soon as none is. The follower returns once Ray reports the job ended, and Ray ends the job's
+    last processes (its supervisor, killed actors' workers) just after: a leaked one is still there long after."""
+    deadline = time.monotonic() + timeout_s
+    while left_running(run) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    described = []
+    for pid in left_running(run):
+        try:
+            command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        described.append(f"{pid}: {command[:300]}")
+    return described
+
+
 def listed_nodes(env: dict) -> list[dict]:
     """`ray list nodes --detail` of the test cluster, dead ones included, asked in a subprocess: Ray reads
     RAY_AUTH_MODE once per process."""

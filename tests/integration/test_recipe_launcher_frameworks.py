@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import REPO, left_running, worker_node_ids
+from tests.integration.helpers import REPO, still_running_after, worker_node_ids
 
 pytestmark = pytest.mark.integration
 
@@ -89,4 +89,4 @@ def test_a_failing_accelerate_rank_fails_the_run_with_its_error_and_stops_the_ot
     record = json.loads((run_dir / "run.json").read_text())
     assert record["state"] == "FAILED" and record["exit_code"] == 1, record
     assert [(a["attempt"], a["state"], a["exit_code"]) for a in record["attempts"]] == [(1, "FAILED", 1)]
-    assert left_running(run) == []
+    assert still_running_after(run) == []

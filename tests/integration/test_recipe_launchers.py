@@ -12,12 +12,18 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.integration.helpers import REPO, ctrl_c_on_failure, ctrl_c_reaches_it, left_running, worker_node_ids
+from tests.integration.helpers import (
+    REPO,
+    ctrl_c_on_failure,
+    ctrl_c_reaches_it,
+    left_running,
+    still_running_after,
+    worker_node_ids,
+)
 
 pytestmark = pytest.mark.integration
 EXAMPLE = REPO / "recipes" / "examples" / "torch-ddp"
@@ -103,7 +109,7 @@ def test_torchrun_runs_once_per_worker_node_and_trains(cluster_env, tmp_path):
     record = json.loads((run_dir / "run.json").read_text())
     assert record["state"] == "SUCCEEDED" and record["exit_code"] == 0
     assert "rayfleet.node.driver.multinode --launcher torchrun" in record["entrypoint"]
-    assert left_running("torch-two-nodes") == []
+    assert still_running_after("torch-two-nodes") == []
 
 
 def test_a_failing_rank_is_launched_again_resumes_and_then_fails_the_run_with_its_traceback(cluster_env, tmp_path):
@@ -129,7 +135,7 @@ def test_a_failing_rank_is_launched_again_resumes_and_then_fails_the_run_with_it
     record = json.loads((tmp_path / "runs" / "torch-rank1-fails" / "run.json").read_text())
     assert record["state"] == "FAILED" and record["exit_code"] == 1
     assert not (tmp_path / "runs" / "torch-rank1-fails" / "ranks").exists()  # rank 0 never finished its 400 steps
-    assert left_running("torch-rank1-fails") == []
+    assert still_running_after("torch-rank1-fails") == []
 
 
 def test_stopping_the_run_stops_every_nodes_processes(cluster_env, tmp_path):
@@ -159,10 +165,7 @@ def test_stopping_the_run_stops_every_nodes_processes(cluster_env, tmp_path):
         proc.send_signal(signal.SIGINT)  # Ctrl-C on make run
         rest, _ = proc.communicate(timeout=300)
     assert proc.returncode == 130, "".join(lines)[-2000:] + rest[-3000:]
-    deadline = time.monotonic() + 120
-    while left_running("torch-stop") and time.monotonic() < deadline:
-        time.sleep(1)
-    assert left_running("torch-stop") == []
+    assert still_running_after("torch-stop") == []
     record = json.loads((tmp_path / "runs" / "torch-stop" / "run.json").read_text())
     assert record["state"] == "STOPPED"
     assert value not in "".join(lines) + rest

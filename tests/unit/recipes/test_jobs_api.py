@@ -24,18 +24,24 @@ class HeadReplacedClient:
     """The Jobs API of a head that is SIGKILLed once while the job runs (Ray's own client shapes): the log
     stream breaks, the API refuses connections for two polls, then a new head on the same store answers with
     the job still running and streams its log from the start, as Ray does. Its last line is written after
-    the stream's last look: only the whole log, read at the end, has it."""
+    the stream's last look: only the log read again to its end (in chunks, never whole) has it."""
 
     def __init__(self):
-        self.streams, self.refusals, self.stopped, self.ended = 0, 2, False, False
+        self.streams, self.refusals, self.stopped, self.ended, self.reads_to_the_end = 0, 2, False, False, 0
+        self.log = ["step 1\n", "step 2\nst", "ep 3\nstep 4\n"]  # in chunks that split lines
         self.before_log = 1  # the first stream is refused once: the supervisor has not opened the log yet
 
-    async def log_stream(self, job_id, node_id):
+    async def log_stream(self, job_id, node_id, follow):
         import asyncio
 
         from rayfleet.recipes.jobs_api import NotYet
 
         assert node_id == "n1"
+        if not follow:  # the log read again, to its end, once the job has ended
+            self.reads_to_the_end += 1
+            for line in self.log:
+                yield line
+            return
         if self.before_log:
             self.before_log -= 1
             raise NotYet("the log stream answered 500: no such file")
@@ -61,7 +67,7 @@ class HeadReplacedClient:
         )
 
     def get_job_logs(self, job_id):
-        return "step 1\nstep 2\nstep 3\nstep 4\n"
+        raise AssertionError("the whole log in memory: the follower reads it to its end in chunks")
 
     def stop_job(self, job_id):
         self.stopped = True
@@ -74,7 +80,7 @@ def test_a_follower_waits_out_a_replaced_head_and_shows_each_line_once():
     outcome = follow(client, "j", echo=out.append, poll_s=0.01, stream=client.log_stream)
     text = "".join(out)
     assert outcome.status == "SUCCEEDED" and outcome.exit_code == 0 and not client.stopped
-    assert client.streams == 2 and client.refusals == 0 and client.before_log == 0
+    assert client.streams == 2 and client.refusals == 0 and client.before_log == 0 and client.reads_to_the_end == 1
     assert [line for line in text.splitlines() if line.startswith("step")] == ["step 1", "step 2", "step 3", "step 4"]
     assert text.count("the head's Jobs API does not answer (ConnectionError); waiting for it") == 1
     assert text.count("log stream interrupted") == 1  # the head's death, not the log not there yet

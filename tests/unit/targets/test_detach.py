@@ -72,9 +72,10 @@ class StoppingClient:
     def __init__(self):
         self.stopped: list[str] = []
 
-    async def log_stream(self, job_id, node_id):
+    async def log_stream(self, job_id, node_id, follow):
         yield "step 1\n"
-        raise KeyboardInterrupt
+        if follow:
+            raise KeyboardInterrupt
 
     def get_job_logs(self, job_id):
         return "step 1\n"

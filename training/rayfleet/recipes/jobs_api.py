@@ -92,18 +92,21 @@ class NotYet(RuntimeError):
 LOG_INTERVAL_S = 0.1
 
 
-async def log_stream(address: str, job_id: str, node_id: str) -> AsyncIterator[str]:
-    """The job's output from its start, as it is written: Ray's state API stream of the job's driver log on
-    the node that runs it (what `ray logs job --follow` reads), checked every LOG_INTERVAL_S. It never ends by
-    itself; the caller stops reading once the job has ended."""
+async def log_stream(address: str, job_id: str, node_id: str, follow: bool = True) -> AsyncIterator[str]:
+    """The job's output from its start: Ray's state API stream of the job's driver log on the node that runs
+    it (what `ray logs job --follow` reads). Following, it is checked every LOG_INTERVAL_S and never ends by
+    itself (the caller stops reading once the job has ended); otherwise it ends at the end of the file. Either
+    way it comes in chunks: a log of any size is never held whole."""
     import aiohttp
     from ray._private.authentication.http_token_authentication import (  # noqa: PLC2701 (Ray's own header for its HTTP APIs)
         get_auth_headers_if_auth_enabled,
     )
 
-    query = {"submission_id": job_id, "node_id": node_id, "lines": "-1", "interval": str(LOG_INTERVAL_S)}
+    query = {"submission_id": job_id, "node_id": node_id, "lines": "-1"}
+    if follow:  # Ray refuses an interval for a read to the end
+        query["interval"] = str(LOG_INTERVAL_S)
     decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")  # a character split between chunks
-    url, no_limit = f"{address}/api/v0/logs/stream", aiohttp.ClientTimeout()
+    url, no_limit = f"{address}/api/v0/logs/{'stream' if follow else 'file'}", aiohttp.ClientTimeout()
     async with (
         aiohttp.ClientSession(headers=get_auth_headers_if_auth_enabled({})) as session,
         session.get(url, params=query, timeout=no_limit) as r,
@@ -114,7 +117,8 @@ async def log_stream(address: str, job_id: str, node_id: str) -> AsyncIterator[s
             text = decoder.decode(data)
             if text:
                 yield text
-    raise ConnectionError("the log stream ended while the job ran")
+    if follow:
+        raise ConnectionError("the log stream ended while the job ran")
 
 
 async def _tail(client, job_id: str, sink: Callable[[str], None], tick: Callable[[], None], stream, poll_s: float):
@@ -125,7 +129,7 @@ async def _tail(client, job_id: str, sink: Callable[[str], None], tick: Callable
         while True:
             got = False
             try:
-                async for chunk in stream(job_id, node_id):
+                async for chunk in stream(job_id, node_id, True):
                     got = True
                     sink(chunk)
             except NotYet:
@@ -189,7 +193,7 @@ def follow(
     spool=None,
     on_tick: Callable[[], None] | None = None,
     stop_on_interrupt: bool = True,
-    stream: Callable[[str, str], AsyncIterator[str]] | None = None,
+    stream: Callable[[str, str, bool], AsyncIterator[str]] | None = None,
 ) -> JobOutcome:
     """Stream the job's output until it ends; Ctrl-C or SIGTERM (Terminated) stops the job (and still
     returns its outcome), unless `stop_on_interrupt` is false (a reader that re-attached: the interrupt goes on
@@ -222,7 +226,7 @@ def follow(
             spool.write(chunk)
         echo(chunk)
 
-    stream = stream or (lambda job, node: log_stream(client.get_address(), job, node))
+    stream = stream or (lambda job, node, follow: log_stream(client.get_address(), job, node, follow))
     try:
         while True:
             try:
@@ -243,10 +247,29 @@ def follow(
         echo(f"\n[rayfleet] {interrupted_by}: stopping job {job_id}\n")
         info = _stop(client, job_id, 20 if isinstance(exc, Terminated) else 60, poll_s)
     status = str(info.status)
-    replay[0] = seen[0]  # the whole log once more: what the stream had not given yet, or all of it
-    sink(client.get_job_logs(job_id) or "")
+    # the log once more, to its end: what the stream had not given yet, or all of it
+    _read_to_the_end(client, job_id, info, sink, lambda: replay.__setitem__(0, seen[0]), stream)
     code = exit_code_of(status, info.driver_exit_code)
     return JobOutcome(job_id, status, code, info.message or "", list(tail.chunks), interrupted_by)
+
+
+def _read_to_the_end(client, job_id: str, info, sink: Callable[[str], None], rewind: Callable[[], None], stream):
+    """The ended job's log from its start through `sink` (which skips what was shown: `rewind` before each
+    read), chunk by chunk. A job that ended before its supervisor started has no driver node and a short log,
+    and a log the head's agent refuses to read (a replaced head's) comes whole from the Jobs API."""
+
+    async def read() -> None:
+        async for chunk in stream(job_id, info.driver_node_id, False):
+            sink(chunk)
+
+    rewind()
+    if info.driver_node_id:
+        try:
+            asyncio.run(read())
+            return
+        except NotYet:  # the head's agent cannot read it: the Jobs API's copy instead
+            rewind()
+    sink(client.get_job_logs(job_id) or "")
 
 
 def _stop(client, job_id: str, wait_s: float, poll_s: float):
