@@ -69,7 +69,8 @@ carried = sorted(info.name for info in pkgutil.iter_modules(rayfleet.__path__, "
 assert carried == sorted({IN_IMAGE_PACKAGES!r}), carried
 for package in carried:
     for info in pkgutil.walk_packages(importlib.import_module(package).__path__, package + "."):
-        importlib.import_module(info.name)
+        if not info.name.endswith(".__main__"):  # a job package's command line runs the job: run, not imported
+            importlib.import_module(info.name)
 print("imported")
 """
 

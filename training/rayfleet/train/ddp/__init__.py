@@ -53,7 +53,7 @@ from rayfleet.train.models.small_convs import GPU_MAX_PIXELS, MAX_PIXELS, gemm_s
 from rayfleet.train.parallel import broadcast_buffers, parallelize
 from rayfleet.train.ray_connect import quiet_report_logs
 
-DEFAULT_CONFIG = Path(__file__).parent / "configs" / "ddp.yaml"
+DEFAULT_CONFIG = Path("rayfleet/train/configs/ddp.yaml")  # wherever the package is installed (config.packaged)
 
 
 def _load_splits(cfg: DDPConfig, rt: Runtime, local_rank: int) -> tuple[DeviceSplit, DeviceSplit]:

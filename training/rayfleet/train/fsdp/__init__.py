@@ -41,7 +41,7 @@ from rayfleet.train.ray_connect import quiet_report_logs
 from rayfleet.train.tracking.progress import Progress
 from rayfleet.train.tracking.scalars import Scalars
 
-DEFAULT_CONFIG = Path(__file__).parent / "configs" / "fsdp.yaml"
+DEFAULT_CONFIG = Path("rayfleet/train/configs/fsdp.yaml")  # wherever the package is installed (config.packaged)
 
 
 def lr_at(cfg: FSDPConfig, step: int) -> float:
