@@ -256,7 +256,4 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     run_name = cfg.run_name or f"ddp-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    # The imported module's function, not __main__'s: pickled by reference, so workers import it.
-    from rayfleet.train.ddp import train_loop as loop
-
-    return fit_and_summarize(loop, cfg, run_name)
+    return fit_and_summarize(train_loop, cfg, run_name)
