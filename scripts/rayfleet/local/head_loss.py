@@ -36,7 +36,7 @@ def replace_head() -> float:
         # processes (the workers, waiting for the GCS) still point at: one host's artefact, not ECS's.
         Path(state.temp_dir, "ray_current_cluster").unlink(missing_ok=True)
         try:
-            start_head(state, env, name=f"head-{len(list(Path(state.log_dir).glob('head*.log'))) + 1}")
+            start_head(state, env, name=next_head_name(Path(state.log_dir)))
             break
         except ClusterError as exc:
             if RAY_START_TIMED_OUT not in str(exc) or attempt == START_TRIES - 1:
@@ -44,3 +44,10 @@ def replace_head() -> float:
             print("the new head missed Ray's 30 s start-up wait; starting it again", flush=True)
     wait_for_nodes(state, 1 + state.spec["workers"])
     return time.monotonic() - began
+
+
+def next_head_name(log_dir: Path) -> str:
+    """head-2 for the first replacement (the first head is `head`), and so on; a head's fork server's log
+    (`head-warm.log`, `head-2-warm.log`) is not a head."""
+    heads = [p for p in log_dir.glob("head*.log") if not p.stem.endswith("-warm")]
+    return f"head-{len(heads) + 1}"
