@@ -150,10 +150,10 @@ cancel: setup ## Cancel a run: a queued one never starts, a running one checkpoi
 	$(RF) cancel $(ONE_RUN)
 
 plot: setup ## Draw runs' curves into plots/<run>.png: loss, accuracy/perplexity, throughput (RUN=; RUNS="more runs")
-	$(RF) plot $(ALL_RUNS)
+	$(RF) runs plot $(ALL_RUNS)
 
 tensorboard: setup ## Serve runs' TensorBoard on 127.0.0.1:6006 (RUN=; RUNS="more runs"; BUCKET= for runs in S3)
-	$(RF) tensorboard $(ALL_RUNS)
+	$(RF) runs tensorboard $(ALL_RUNS)
 
 ##@ Deployment (AWS)
 build: setup ## Build the images with docker or podman, tagged with the git commit (IMAGES=a,b; MODELS=hub/id to preload in the trainer: none by default)
@@ -163,10 +163,10 @@ push: setup ## Log in to ECR (boto3) and push the built images to the repositori
 	$(RF) images push --images $(IMAGES) --tag $(IMAGE_TAG)
 
 plan: setup ## Show what deploy would change (TFVARS=fsdp.tfvars for the FSDP shape; IMAGE_TAG=git commit)
-	$(RF) plan $(INFRA) --image-tag $(IMAGE_TAG)
+	$(RF) deploy plan $(INFRA) --image-tag $(IMAGE_TAG)
 
 check: setup ## The preflight: credentials, permissions, vCPU quotas and instance types in the zones, for TFVARS' shape
-	$(RF) check $(INFRA)
+	$(RF) deploy check $(INFRA)
 
 deploy: setup ## Plan, preflight, the plan's summary and cost per hour, then ask and apply (AUTO_APPROVE=1: no question; FORCE=1: replace the head during a job)
 	$(RF) deploy $(INFRA) --image-tag $(IMAGE_TAG) $(if $(FORCE),--force) $(if $(AUTO_APPROVE),--yes)
@@ -178,17 +178,17 @@ exec: setup ## A shell in a container via ECS Exec (NODE=head|worker-N|trainer; 
 	$(RF) exec --node $(NODE) $(if $(CMD),--command "$(CMD)")
 
 stop: setup ## Stop paying for GPUs: services to zero, trainer tasks stopped (idempotent)
-	$(RF) stop
+	$(RF) deploy stop
 
 start: setup ## Bring a stopped deployment back (make stop, an autostop) and wait until Ray sees it (RECIPE=: as many workers as it needs)
-	$(RF) start $(if $(RECIPE),--recipe $(RECIPE))
+	$(RF) deploy start $(if $(RECIPE),--recipe $(RECIPE))
 
 clean: setup ## Ask once, first; then services to zero, images deleted, terraform destroy (DELETE_RESULTS=1: the results too; AUTO_APPROVE=1; safe twice). ACTION=local: the local cluster stopped, runs, data and its state removed
 ifeq ($(ACTION),local)
 	$(RF) cluster down
 	rm -rf runs .rayfleet $(DATA_DIR)
 else
-	$(RF) down $(INFRA) $(if $(AUTO_APPROVE),--yes) $(if $(DELETE_RESULTS),--delete-results)
+	$(RF) deploy down $(INFRA) $(if $(AUTO_APPROVE),--yes) $(if $(DELETE_RESULTS),--delete-results)
 endif
 
 ##@ Serving

@@ -35,16 +35,23 @@ def _cell(text: str) -> str:
     return " ".join(text.split()).replace("|", "\\|")
 
 
-def _verbs(parser: argparse.ArgumentParser) -> dict[str, tuple[str, argparse.ArgumentParser]]:
-    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+def _verbs(parser: argparse.ArgumentParser, prefix: str = "") -> dict[str, tuple[str, argparse.ArgumentParser]]:
+    """Each verb, and each step of a group (`deploy plan`, `runs plot`) after its group."""
+    sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+    if sub is None:
+        return {}
     helps = {c.dest: c.help or "" for c in sub._choices_actions}
-    return {name: (helps.get(name, ""), p) for name, p in sub.choices.items()}
+    verbs = {}
+    for name, p in sub.choices.items():
+        verbs[f"{prefix}{name}"] = (helps.get(name, ""), p)
+        verbs.update(_verbs(p, f"{prefix}{name} "))
+    return verbs
 
 
 def _arguments(verb: argparse.ArgumentParser) -> list[str]:
     rows = []
     for action in verb._actions:
-        if isinstance(action, argparse._HelpAction) or action.help == argparse.SUPPRESS:
+        if isinstance(action, argparse._HelpAction | argparse._SubParsersAction) or action.help == argparse.SUPPRESS:
             continue
         names = ", ".join(f"`{o}`" for o in action.option_strings) or f"`{action.metavar or action.dest}`"
         choices = f" ({_cell(' | '.join(map(str, action.choices)))})" if action.choices else ""
@@ -56,7 +63,10 @@ def render() -> str:
     parser = cli.parser()
     out = [HEAD, "## Verbs", "", "| verb | what |", "|---|---|"]
     verbs = _verbs(parser)
-    out += [f"| [`rayfleet {name}`](#rayfleet-{name}) | {_cell(text)} |" for name, (text, _) in verbs.items()]
+    out += [
+        f"| [`rayfleet {name}`](#rayfleet-{name.replace(' ', '-')}) | {_cell(text)} |"
+        for name, (text, _) in verbs.items()
+    ]
     flags = [line.strip() for line in cli.__doc__.splitlines() if line.startswith("    ")]  # the docstring's table
     out += ["", "## Flags that mean one thing everywhere", "", "```text", *flags, "```", ""]
     for name, (text, verb) in verbs.items():

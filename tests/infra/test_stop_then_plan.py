@@ -1,4 +1,4 @@
-"""After `rayfleet stop` (or an autostop) a plan shows no changes, and so a deploy does not bring the GPUs back.
+"""After `rayfleet deploy stop` (or an autostop) a plan shows no changes, and so a deploy does not bring the GPUs back.
 
 Stop, start and autostop set the ECS services' desired counts through the API; the services ignore
 `desired_count` after creation (infra/modules/ray/main.tf). Here: apply infra/ offline with the stand-in

@@ -226,7 +226,7 @@ def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
         result = run_detached(stack, recipe, "wake")
     assert result.returncode == 0, result.stdout + result.stderr
     assert (
-        f"[rayfleet] {out.workers.service_name} at zero (rayfleet stop, or an autostop): starting them first"
+        f"[rayfleet] {out.workers.service_name} at zero (rayfleet deploy stop, or an autostop): starting them first"
         in result.stdout
     )
     assert result.stdout.index("Ray sees the head") < result.stdout.index("run wake: task")  # started, then launched

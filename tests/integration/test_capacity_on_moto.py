@@ -1,4 +1,4 @@
-"""`rayfleet check` and why capacity is not coming, against moto_server with the stack Terraform renders
+"""`rayfleet deploy check` and why capacity is not coming, against moto_server with the stack Terraform renders
 (tools/moto_stack/stack.py), a stack of this module's own: the tests put back the services' capacity
 provider strategies and scale the workers.
 
@@ -133,7 +133,9 @@ def quotas(**values: float):
     return lambda client, code: values.get(code.replace("-", "_"), 512.0)
 
 
-OPERATOR = "arn:aws:iam::123456789012:user/rayfleet-deployer"  # `rayfleet check` runs as the operator (IAM enforced)
+OPERATOR = (
+    "arn:aws:iam::123456789012:user/rayfleet-deployer"  # `rayfleet deploy check` runs as the operator (IAM enforced)
+)
 
 
 def allowed(iam, principal, actions):
@@ -337,7 +339,7 @@ def test_start_with_fewer_workers_scales_up_to_them_and_never_down(deployment):
 
 
 def test_start_checks_the_quota_for_what_it_launches_before_scaling_anything(deployment):
-    """A G quota of 0 (Service Quotas' recorded answer): `rayfleet start` says so with the number to ask for and
+    """A G quota of 0 (Service Quotas' recorded answer): `rayfleet deploy start` says so with the number to ask for and
     scales nothing, instead of waiting on instances that cannot come."""
     out, ecs = deployment["out"], deployment["ecs"]
     names = [out.head_service_name, out.workers.service_name]

@@ -135,7 +135,7 @@ def test_clean_scales_to_zero_then_destroys_and_is_safe_twice(deployable):
     env, moto = deployable["env"], deployable["moto"]
     Path(env["RAYFLEET_OUTPUTS"]).parent.mkdir(parents=True)
     shutil.copy(env["FAKE_TF_OUTPUTS"], env["RAYFLEET_OUTPUTS"])
-    first = run_verb(env, "down", "--yes", timeout=300)
+    first = run_verb(env, "deploy", "down", "--yes", timeout=300)
     assert first.returncode == 0, first.stderr
     ecs = moto.client("ecs")
     out = deployable["outputs"]
@@ -145,7 +145,7 @@ def test_clean_scales_to_zero_then_destroys_and_is_safe_twice(deployable):
     assert [c[0] for c in calls(env)] == ["init", "destroy"]
     assert "-auto-approve" in calls(env)[1]
     assert not Path(env["RAYFLEET_OUTPUTS"]).exists()  # train-* is local again
-    second = run_verb(env, "down", "--yes")
+    second = run_verb(env, "deploy", "down", "--yes")
     assert second.returncode == 0, second.stderr
     assert "nothing running to stop first" in second.stdout
     assert [c[0] for c in calls(env)] == ["init", "destroy", "init", "output", "destroy"]  # names from the state
@@ -153,7 +153,7 @@ def test_clean_scales_to_zero_then_destroys_and_is_safe_twice(deployable):
 
 def test_missing_terraform_is_one_clear_line(deployable, tmp_path):
     env = {**deployable["env"], "RAYFLEET_TERRAFORM": str(tmp_path / "no-terraform")}
-    result = run_verb(env, "plan")
+    result = run_verb(env, "deploy", "plan")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
         f"error: terraform not found at {tmp_path / 'no-terraform'}: `make setup` installs the pinned one"
@@ -174,7 +174,7 @@ def test_missing_credentials_is_one_clear_line(deployable, tmp_path):
 
 
 def test_a_missing_variable_file_is_named(deployable):
-    result = run_verb(deployable["env"], "plan", "--var-file", "nope.tfvars")
+    result = run_verb(deployable["env"], "deploy", "plan", "--var-file", "nope.tfvars")
     assert result.returncode == 1
     assert "variable file nope.tfvars not found" in result.stderr
 
@@ -233,7 +233,7 @@ def test_deploy_seeds_the_token_once_and_never_rolls_back_a_rotation(recording_m
     assert stages[rotated] == ["AWSCURRENT"] and len(stages) == 2  # no third version: nothing rolled back
     assert sm.get_secret_value(SecretId=arn)["SecretString"] == "r" * 64
     start_recording(recording_moto)
-    plan = run_verb(env, "plan", "--image-tag", "t2")
+    plan = run_verb(env, "deploy", "plan", "--image-tag", "t2")
     assert plan.returncode == 0, plan.stderr
     assert "GetSecretValue" not in recorded_actions(recording_moto)
 
@@ -386,10 +386,13 @@ def test_clean_keeps_results_without_consent_and_touches_nothing(deployable):
     Path(env["RAYFLEET_OUTPUTS"]).parent.mkdir(parents=True)
     shutil.copy(env["FAKE_TF_OUTPUTS"], env["RAYFLEET_OUTPUTS"])
     bucket, repositories = _fill(deployable)
-    refused = run_verb(env, "down", "--yes")
+    refused = run_verb(env, "deploy", "down", "--yes")
     assert refused.returncode == 1
     assert f"the results bucket {bucket} holds 2 object(s) (4 versions and delete markers)" in refused.stderr
-    assert "rayfleet down --delete-results" in refused.stderr and "nothing was stopped or destroyed" in refused.stderr
+    assert (
+        "rayfleet deploy down --delete-results" in refused.stderr
+        and "nothing was stopped or destroyed" in refused.stderr
+    )
     assert [c[0] for c in calls(env)] == ["init"]  # never destroy
     assert _versions(moto.client("s3"), bucket) == 4
     assert len(moto.client("ecr").describe_images(repositoryName=repositories[0])["imageDetails"]) == 2
@@ -411,13 +414,13 @@ def test_clean_empties_bucket_and_registry_and_survives_a_partial_failure_twice(
 
     # 1. destroy fails half-way (say, the key's deletion was refused): what is left, and why, is named
     failing = {**env, "FAKE_TF_FAIL_ON": "destroy", "FAKE_TF_STATE_LIST": str(left)}
-    first = run_verb(failing, "down", "--yes", "--delete-results", timeout=300)
+    first = run_verb(failing, "deploy", "down", "--yes", "--delete-results", timeout=300)
     assert first.returncode == 1
     assert "terraform destroy failed" in first.stderr
     assert "2 resource(s) left in the state: module.iam.aws_kms_key.this, module.storage.aws_s3_bucket.results" in (
         first.stderr
     )
-    assert "rayfleet down --delete-results" in first.stderr  # what to run again
+    assert "rayfleet deploy down --delete-results" in first.stderr  # what to run again
     assert _versions(s3, bucket) == 0  # every version and delete marker
     assert all(ecr.describe_images(repositoryName=r)["imageDetails"] == [] for r in repositories)
     assert Path(env["RAYFLEET_OUTPUTS"]).exists()  # kept: the next clean still knows what to empty
@@ -430,14 +433,14 @@ def test_clean_empties_bucket_and_registry_and_survives_a_partial_failure_twice(
     ecs.delete_cluster(cluster=out["cluster_name"])
     ecr.delete_repository(repositoryName=repositories[0])
     s3.delete_bucket(Bucket=bucket)
-    second = run_verb(env, "down", "--yes", "--delete-results", timeout=300)
+    second = run_verb(env, "deploy", "down", "--yes", "--delete-results", timeout=300)
     assert second.returncode == 0, second.stderr
     assert f"bucket {bucket} is already gone" in second.stdout
     assert f"repository {repositories[0]} is already gone" in second.stdout
     assert not Path(env["RAYFLEET_OUTPUTS"]).exists()
 
     # 3. and once more, with nothing left at all
-    third = run_verb(env, "down", "--yes", "--delete-results")
+    third = run_verb(env, "deploy", "down", "--yes", "--delete-results")
     assert third.returncode == 0, third.stderr
     assert [c[0] for c in calls(env)][-3:] == ["init", "output", "destroy"]  # an empty state: nothing to empty
     assert "nothing running to stop first" in third.stdout
@@ -565,7 +568,7 @@ def test_deploy_shows_summary_and_cost_then_applies_only_on_yes(recording_moto, 
     assert [c[0] for c in calls(env)] == ["init", "plan", "show"]  # planned and priced, never applied
     out = declined.stdout
     assert "plan: 104 to add, 0 to change, 0 to destroy" in out
-    assert "cost: $2.25/h running, $0.237/h idle (autostopped), $0.045/h stopped (rayfleet stop)" in out
+    assert "cost: $2.25/h running, $0.237/h idle (autostopped), $0.045/h stopped (rayfleet deploy stop)" in out
     assert "  worker: 2 x g5.xlarge at $1.006/h" in out
     assert out.index("preflight: ") < out.index("cost: ") < out.index("apply this plan? [y/N]")
     assert "not applied: nothing changed" in out
@@ -586,7 +589,7 @@ def test_clean_asks_once_first_and_an_answer_of_no_changes_nothing(recording_mot
     declined = answered(env, "no", "down", "--delete-results")
     assert declined.returncode == 1, declined.stderr
     out, cluster = declined.stdout, deployable["outputs"]["cluster_name"]
-    assert f"rayfleet down destroys: the ECS cluster {cluster} in {stack.REGION}" in out
+    assert f"rayfleet deploy down destroys: the ECS cluster {cluster} in {stack.REGION}" in out
     assert f"every image in {len(repositories)} ECR repositories" in out
     assert f"the results bucket {bucket} with its 2 object(s), every version deleted" in out
     assert "destroy all of it? [y/N]" in out and "not destroyed: nothing was stopped, emptied or deleted" in out
@@ -601,8 +604,8 @@ def test_clean_asks_once_first_and_an_answer_of_no_changes_nothing(recording_mot
     )
     assert services["services"][0]["desiredCount"] == 1
 
-    refused = run_verb(env, "down", "--delete-results")  # no terminal, no AUTO_APPROVE
-    assert refused.returncode == 2 and "rayfleet down --delete-results --yes" in refused.stderr
+    refused = run_verb(env, "deploy", "down", "--delete-results")  # no terminal, no AUTO_APPROVE
+    assert refused.returncode == 2 and "rayfleet deploy down --delete-results --yes" in refused.stderr
     assert [c[0] for c in calls(env)] == ["init"]  # refused before even Terraform's init
 
     accepted = answered(env, "y", "down", "--delete-results", timeout=300)

@@ -185,7 +185,7 @@ def test_rotation_refuses_while_a_job_runs(deployed):
     before = moto.client("secretsmanager").get_secret_value(SecretId=arn)["VersionId"]
     code, _, stderr, events = run_rotation(deployed)
     assert code == 1
-    assert stderr.strip() == "error: 1 job(s) running would lose the cluster: wait, `rayfleet stop`, or --force"
+    assert stderr.strip() == "error: 1 job(s) running would lose the cluster: wait, `rayfleet deploy stop`, or --force"
     assert not events
     assert moto.client("secretsmanager").get_secret_value(SecretId=arn)["VersionId"] == before
 

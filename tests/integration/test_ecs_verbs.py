@@ -180,7 +180,7 @@ def test_status_reports_services_tasks_runs_ray_and_cost(aws_stack, cluster_env)
 def test_teardown_scales_to_zero_stops_trainers_and_is_idempotent(aws_stack):
     env = aws_stack["env"]
     assert run_verb(env, "launch", "ddp", "--name", "doomed-1", "--detach").returncode == 0
-    first = run_verb(env, "stop")
+    first = run_verb(env, "deploy", "stop")
     assert first.returncode == 0, first.stderr
     assert "nothing left running" in first.stdout
     ecs = aws_stack["server"].client("ecs")
@@ -190,7 +190,7 @@ def test_teardown_scales_to_zero_stops_trainers_and_is_idempotent(aws_stack):
     services = ecs.describe_services(cluster=cluster, services=names)["services"]
     assert [s["desiredCount"] for s in services] == [0, 0, 0]  # the control task too (it holds the head's instance)
     assert ecs.list_tasks(cluster=cluster, startedBy="rayfleet", desiredStatus="RUNNING")["taskArns"] == []
-    second = run_verb(env, "stop", "--json")
+    second = run_verb(env, "deploy", "stop", "--json")
     assert second.returncode == 0 and json.loads(second.stdout)["trainer_tasks_stopped"] == []
     desired = {s["serviceName"]: s["desiredCount"] for s in aws_stack["picture"]["services"]}
     for service in names:  # leave the stack as the other tests expect it: the rendered desired counts

@@ -337,7 +337,7 @@ def test_a_lost_trainer_task_beyond_the_retries_fails_the_run(aws_stack, tmp_pat
 def test_a_failed_record_of_a_lost_head_relaunches_the_trainer_and_one_of_a_sigterm_does_not(aws_stack, tmp_path):
     """The follower's decision on the record a driver leaves when it exits: FAILED "the submitter stopped
     (ConnectionError) ..." (its head went away under it: rayfleet/recipes/job.py) is a lost trainer, relaunched;
-    FAILED "the submitter stopped (SIGTERM) ..." (rayfleet stop) is the run's end. The test writes each record in
+    FAILED "the submitter stopped (SIGTERM) ..." (rayfleet deploy stop) is the run's end. The test writes each record in
     the driver's place and stops the task (moto runs no container): no head is replaced and nothing resumes
     here. A head replaced under a running job is test_rehearsal.py::test_a_head_killed_mid_run_is_replaced_on_
     its_store_and_the_run_goes_on; a second submission under the same run name resuming from what the first left,

@@ -827,7 +827,7 @@ def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehe
 
 def test_make_stop_twice_stops_the_containers(rehearsal, aws):
     for attempt in range(2):
-        result = run_verb(aws["env"], "rayfleet.cli.main", "stop", timeout=600)
+        result = run_verb(aws["env"], "rayfleet.cli.main", "deploy", "stop", timeout=600)
         assert result.returncode == 0, (attempt, result.stdout, result.stderr)
         assert "services at 0" in result.stdout
     deadline = time.monotonic() + 240

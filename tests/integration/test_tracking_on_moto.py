@@ -97,7 +97,19 @@ def test_make_plot_draws_a_run_in_s3(s3_run, tmp_path, rendered_bucket):
     out = tmp_path / "s3run.png"
     runs = f"s3://{rendered_bucket}/runs"
     result = subprocess.run(
-        [sys.executable, "-m", "rayfleet.cli.main", "plot", "--run", "s3run", "--runs-dir", runs, "--out", str(out)],
+        [
+            sys.executable,
+            "-m",
+            "rayfleet.cli.main",
+            "runs",
+            "plot",
+            "--run",
+            "s3run",
+            "--runs-dir",
+            runs,
+            "--out",
+            str(out),
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,

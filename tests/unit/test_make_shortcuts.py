@@ -49,11 +49,11 @@ def test_train_ddp_passes_data_dir_bucket_and_detach_only_when_given():
         ("logs", ["RUN=r1", "FOLLOW=1", "SINCE=10m"], "logs", {"run": "r1", "follow": True, "since": "10m"}),
         ("cancel", ["RUN=r1"], "cancel", {"run": "r1"}),
         ("exec", ["NODE=worker-2", "CMD=nvidia-smi"], "exec", {"node": "worker-2", "command": "nvidia-smi"}),
-        ("plot", ["RUN=a", "RUNS=b c"], "plot", {"run": ["a", "b", "c"], "runs_dir": None}),
-        ("tensorboard", ["RUN=a", "BUCKET=bk"], "tensorboard", {"run": ["a"], "bucket": "bk"}),
+        ("plot", ["RUN=a", "RUNS=b c"], "runs plot", {"run": ["a", "b", "c"], "runs_dir": None}),
+        ("tensorboard", ["RUN=a", "BUCKET=bk"], "runs tensorboard", {"run": ["a"], "bucket": "bk"}),
         ("serve", ["RUN=r1", "ON=ecs", "SET=replicas=2"], "serve", {"run": "r1", "on": "ecs", "set": ["replicas=2"]}),
-        ("clean", ["AUTO_APPROVE=1", "DELETE_RESULTS=1"], "down", {"yes": True, "delete_results": True}),
-        ("clean", [], "down", {"yes": False, "delete_results": False}),
+        ("clean", ["AUTO_APPROVE=1", "DELETE_RESULTS=1"], "deploy down", {"yes": True, "delete_results": True}),
+        ("clean", [], "deploy down", {"yes": False, "delete_results": False}),
         (
             "deploy",
             ["TFVARS=fsdp.tfvars", "FORCE=1"],
@@ -61,9 +61,9 @@ def test_train_ddp_passes_data_dir_bucket_and_detach_only_when_given():
             {"var_file": "fsdp.tfvars", "force": True, "yes": False},
         ),
         ("deploy", ["AUTO_APPROVE=1"], "deploy", {"yes": True, "force": False}),
-        ("check", ["TFVARS=fsdp.tfvars"], "check", {"var_file": "fsdp.tfvars"}),
-        ("start", ["RECIPE=recipes/ddp.yaml"], "start", {"recipe": "recipes/ddp.yaml"}),
-        ("start", [], "start", {"recipe": None}),
+        ("check", ["TFVARS=fsdp.tfvars"], "deploy check", {"var_file": "fsdp.tfvars"}),
+        ("start", ["RECIPE=recipes/ddp.yaml"], "deploy start", {"recipe": "recipes/ddp.yaml"}),
+        ("start", [], "deploy start", {"recipe": None}),
         ("serve", ["ACTION=down", "ON=local"], "serve", {"action": "down", "on": "local"}),
         ("clean", ["ACTION=local"], "cluster", {"action": "down"}),
     ],
@@ -71,7 +71,8 @@ def test_train_ddp_passes_data_dir_bucket_and_detach_only_when_given():
 def test_each_variable_means_one_thing_in_every_target(target, variables, verb, expected):
     _, argv = planned(target, *variables)
     opts, _ = parsed(argv)
-    assert opts.verb == verb
+    step = getattr(opts, "view", None) or getattr(opts, "step", None)  # a group's step: `runs plot`, `deploy down`
+    assert " ".join([opts.verb, *([step] if step else [])]) == verb
     assert {k: getattr(opts, k) for k in expected} == expected
 
 

@@ -72,7 +72,7 @@ def test_an_operator_install_carries_no_test_tooling_and_dev_carries_everything(
 def test_the_built_wheel_works_outside_a_checkout(tmp_path):
     """The wheel, built from both source roots and installed alone (--no-deps) into a fresh virtualenv that
     finds the dependencies in this one's site-packages (never its editable rayfleet), runs the front door from a
-    folder that is no checkout: `rayfleet --help`, `rayfleet check --help` and a recipe's validation, which
+    folder that is no checkout: `rayfleet --help`, `rayfleet deploy check --help` and a recipe's validation, which
     reads the package's own data (the instance catalog, the jobs' configs) and nothing of the checkout's."""
     import shutil
     import subprocess
@@ -120,7 +120,7 @@ def test_the_built_wheel_works_outside_a_checkout(tmp_path):
     env = {"PATH": f"{env_dir / 'bin'}:/usr/bin:/bin", "HOME": str(tmp_path)}
     for argv, expected in (
         ([], "usage: rayfleet"),
-        (["check", "--help"], "usage: rayfleet check"),
+        (["deploy", "check", "--help"], "usage: rayfleet deploy check"),
         (["run", "recipe.yaml", "--on", "local", "--check"], "recipe hello is valid: script train.py in"),
     ):
         done = subprocess.run([rayfleet, *argv], cwd=work, env=env, capture_output=True, text=True, timeout=120)

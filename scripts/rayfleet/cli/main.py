@@ -24,10 +24,21 @@ import sys
 from rayfleet.cli import verbs
 from rayfleet.core.arg_bounds import float_in, int_in
 from rayfleet.core.aws import run_cli
+from rayfleet.core.moved import gone
 from rayfleet.core.run_name import run_name_arg
 from rayfleet.recipes.recipe_root import ROOT_HELP
 
 ON = ("auto", "local", "ecs")
+# verbs that became a group's steps: each old one fails in one line naming the new (core/moved.py)
+GROUPED = {
+    "plan": "deploy plan",
+    "check": "deploy check",
+    "down": "deploy down",
+    "stop": "deploy stop",
+    "start": "deploy start",
+    "plot": "runs plot",
+    "tensorboard": "runs tensorboard",
+}
 # Every number a verb takes is bounded here, so a bad one is refused by the parser (exit 2, one line), never
 # passed on to fail later (exit 1). The local cluster's own limits (at most 50 workers) stay with it
 # (rayfleet/local/cluster.py), which refuses with exit 2 too.
@@ -79,12 +90,15 @@ def _runs(sub) -> None:
     _outputs(p)
     p.set_defaults(handler=verbs.launch)
 
-    p = sub.add_parser("runs", help="recent runs, local and in S3: state, duration, cost, where the results are")
+    p = sub.add_parser(
+        "runs", help="recent runs, local and in S3: state, duration, cost, where the results are; plot, tensorboard"
+    )
     p.add_argument("--limit", type=int_in(1, 10_000), default=20)
     p.add_argument("--json", action="store_true")
     p.add_argument("--runs-dir", help="the local runs directory (default: runs)")
     _outputs(p)
     p.set_defaults(handler=verbs.runs)
+    _runs_views(p.add_subparsers(dest="view", metavar="[VIEW]"))
 
     p = sub.add_parser("logs", help="a run's driver log (local or CloudWatch)")
     p.add_argument("--run", type=run_name_arg, required=True, help="the run (rayfleet runs lists them)")
@@ -103,6 +117,9 @@ def _runs(sub) -> None:
     _outputs(p)
     p.set_defaults(handler=verbs.cancel)
 
+
+def _runs_views(sub) -> None:
+    """`rayfleet runs plot|tensorboard`: views of runs that exist."""
     p = sub.add_parser("plot", help="draw runs' curves into plots/<run>.png")
     p.add_argument("--run", type=run_name_arg, action="append", required=True, help="a run (repeat to compare runs)")
     p.add_argument("--runs-dir", help="local directory or s3://bucket/prefix (default: where the runs live)")
@@ -118,19 +135,34 @@ def _runs(sub) -> None:
     p.set_defaults(handler=verbs.tensorboard)
 
 
+def _terraform_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--var-file", help="a .tfvars file, say fsdp.tfvars (looked up in . then infra/)")
+    p.add_argument("--image-tag", help="tag of the images in ECR (default: the git commit)")
+    p.add_argument("--region", help="AWS region (default: AWS_REGION, else us-east-1)")
+
+
 def _deployment(sub) -> None:
+    p = sub.add_parser(
+        "deploy",
+        help="terraform init and plan, the preflight, the plan's summary and cost, then ask and apply; "
+        "plan, check, down, stop, start",
+    )
+    _terraform_flags(p)
+    p.add_argument("--force", action="store_true", help="deploy even if it replaces the head during a job")
+    p.add_argument("-y", "--yes", action="store_true", help="apply without asking (needed with no terminal)")
+    p.set_defaults(handler=verbs.infra, action="deploy")
+    _deployment_lifecycle(p.add_subparsers(dest="step", metavar="[STEP]"))
+    _deployment_views(sub)
+
+
+def _deployment_lifecycle(sub) -> None:
+    """`rayfleet deploy plan|check|down|stop|start`: the deployment's life besides applying it."""
     for name, text in (
         ("plan", "show what deploy would change"),
         ("check", "the preflight: credentials, permissions, vCPU quotas, instance types offered in the zones"),
-        ("deploy", "terraform init and plan, the preflight, the plan's summary and cost, then ask and apply"),
     ):
         p = sub.add_parser(name, help=text)
-        p.add_argument("--var-file", help="a .tfvars file, say fsdp.tfvars (looked up in . then infra/)")
-        p.add_argument("--image-tag", help="tag of the images in ECR (default: the git commit)")
-        p.add_argument("--region", help="AWS region (default: AWS_REGION, else us-east-1)")
-        if name == "deploy":
-            p.add_argument("--force", action="store_true", help="deploy even if it replaces the head during a job")
-            p.add_argument("-y", "--yes", action="store_true", help="apply without asking (needed with no terminal)")
+        _terraform_flags(p)
         p.set_defaults(handler=verbs.infra, action=name)
     p = sub.add_parser("down", help="ask once, then services to zero, images deleted, terraform destroy")
     p.add_argument("--var-file")
@@ -138,18 +170,6 @@ def _deployment(sub) -> None:
     p.add_argument("-y", "--yes", "--auto-approve", dest="yes", action="store_true", help="destroy without asking")
     p.add_argument("--delete-results", action="store_true", help="also delete every run's results in S3")
     p.set_defaults(handler=verbs.infra, action="destroy", image_tag=None)
-
-    p = sub.add_parser("status", help="one screen on the deployment: services, tasks, GPUs, Ray, runs, cost")
-    p.add_argument("--json", action="store_true")
-    p.add_argument("--runs", type=int_in(0, 1000), default=5, help="how many recent runs to show")
-    _outputs(p)
-    p.set_defaults(handler=verbs.status)
-
-    p = sub.add_parser("exec", help="a shell or a command in a container of the deployment (ECS Exec)")
-    p.add_argument("--node", default="head", help="head (default), worker-N or trainer")
-    p.add_argument("--command", default="/bin/bash", help='default: a shell; e.g. "ray status"')
-    _outputs(p)
-    p.set_defaults(handler=verbs.exec_)
 
     p = sub.add_parser("stop", help="stop paying for GPUs: services to zero, trainer tasks stopped")
     p.add_argument("--json", action="store_true")
@@ -162,6 +182,20 @@ def _deployment(sub) -> None:
     p.add_argument("--recipe", help="start as many worker nodes as this recipe needs (default: the group's maximum)")
     _outputs(p)
     p.set_defaults(handler=verbs.start)
+
+
+def _deployment_views(sub) -> None:
+    p = sub.add_parser("status", help="one screen on the deployment: services, tasks, GPUs, Ray, runs, cost")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--runs", type=int_in(0, 1000), default=5, help="how many recent runs to show")
+    _outputs(p)
+    p.set_defaults(handler=verbs.status)
+
+    p = sub.add_parser("exec", help="a shell or a command in a container of the deployment (ECS Exec)")
+    p.add_argument("--node", default="head", help="head (default), worker-N or trainer")
+    p.add_argument("--command", default="/bin/bash", help='default: a shell; e.g. "ray status"')
+    _outputs(p)
+    p.set_defaults(handler=verbs.exec_)
 
     p = sub.add_parser("images", help="build the images, or push them to the deployment's ECR")
     p.add_argument("action", choices=["build", "push"])
@@ -227,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     split = argv.index("--") if "--" in argv else len(argv)
     head, tail = argv[:split], argv[split + 1 :]  # after --: passed on verbatim
+    if head and head[0] in GROUPED:
+        gone(f"rayfleet {head[0]}", f"rayfleet {GROUPED[head[0]]}")
     opts = parser().parse_args(head)
     for name in ("args", "command", "rest"):  # the verbs that take what follows `--`
         if isinstance(getattr(opts, name, None), list):

@@ -27,7 +27,7 @@ class WorkerGroup:
     container_name: str = "ray-worker"
     instance_type: str = ""  # rayfleet run checks a recipe's resources against it
     instance_types: tuple[str, ...] = ()  # with Spot types, all of them: the check uses the smallest
-    count: int = 0  # rayfleet start scales the worker service back to it
+    count: int = 0  # rayfleet deploy start scales the worker service back to it
     lifecycle: str = "on-demand"  # or "spot": rayfleet run prices a run's workers from Spot price history
 
     @property

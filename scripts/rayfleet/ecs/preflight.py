@@ -97,7 +97,7 @@ def check(
     try:
         identity = aws.client("sts").get_caller_identity()
     except (NoCredentialsError, ClientError, BotoCoreError) as exc:
-        fix = "configure them (aws configure, aws sso login or AWS_PROFILE) and run `rayfleet check` again"
+        fix = "configure them (aws configure, aws sso login or AWS_PROFILE) and run `rayfleet deploy check` again"
         return Report(None, [Problem(f"no usable AWS credentials ({translate(exc)})", fix)])
     report = Report({k: identity[k] for k in ("Account", "Arn", "UserId")})
     ec2 = aws.client("ec2")
@@ -169,7 +169,8 @@ def _permissions(aws: Aws, report: Report, simulate_policy) -> None:
         report.problems.append(
             Problem(
                 f"{principal} may not {', '.join(denied)}, which the deploy needs",
-                "attach a policy that allows them (or deploy as an administrator) and run `rayfleet check` again",
+                "attach a policy that allows them (or deploy as an administrator) and run `rayfleet deploy check` "
+                "again",
             )
         )
 
@@ -183,7 +184,9 @@ def _dry_run(aws: Aws, shape: Shape, report: Report, dry_run) -> None:
         return
     code = dry_run(aws.client("ec2"), image, worker, shape.worker_spot)
     if code == "UnauthorizedOperation":
-        fix = "allow ec2:RunInstances (and ec2:CreateTags) for the deploying identity, then `rayfleet check` again"
+        fix = (
+            "allow ec2:RunInstances (and ec2:CreateTags) for the deploying identity, then `rayfleet deploy check` again"
+        )
         report.problems.append(Problem(f"ec2:RunInstances of {worker} denied (UnauthorizedOperation)", fix))
     elif code != "DryRunOperation":  # e.g. no default VPC to try in: not the deploy's problem
         report.notes.append(f"the dry-run launch of {worker} answered {code}; not a verdict on the deploy")

@@ -144,7 +144,7 @@ def rotate(aws: Aws, out: Outputs, force: bool = False, say=print, poll: float =
     running = running_tasks(ecs, out)
     if running["trainer"] and not force:
         jobs = len(running["trainer"])
-        raise RayfleetError(f"{jobs} job(s) running would lose the cluster: wait, `rayfleet stop`, or --force")
+        raise RayfleetError(f"{jobs} job(s) running would lose the cluster: wait, `rayfleet deploy stop`, or --force")
     serving = kept.kept(aws.client("s3"), out.results_bucket)
     if serving and not force:
         raise RayfleetError(

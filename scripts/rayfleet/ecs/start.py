@@ -1,6 +1,6 @@
 """Bring a stopped deployment back: the head and the workers, and wait until Ray sees them.
 
-    rayfleet start [--outputs FILE] [--timeout 1800] [--recipe RECIPE]
+    rayfleet deploy start [--outputs FILE] [--timeout 1800] [--recipe RECIPE]
 
 After `make stop` or an autostop (rayfleet/node/control/autostop.py) the services are at zero; `make run` and
 `make train-*` call this first when they find them there. The wait follows Ray's own view, from the head's
@@ -89,7 +89,9 @@ def start(
             return {"cluster": out.cluster_name, "workers": seen, "waited_s": round(clock() - began)}
         reasons = why(aws, out, since)
         if fatal := [r for r in reasons if r.fatal]:  # waiting cannot help: say so now, not after the timeout
-            raise RayfleetError(f"capacity cannot come: {fatal[0]}; `rayfleet stop` scales the services back to zero")
+            raise RayfleetError(
+                f"capacity cannot come: {fatal[0]}; `rayfleet deploy stop` scales the services back to zero"
+            )
         if clock() - began > timeout_s:
             last = f" (last reasons: {'; '.join(map(str, reasons))})" if reasons else ""
             raise RayfleetError(
@@ -112,7 +114,7 @@ def _workers_wanted(out: Outputs, workers: int | None, say) -> int:
     if workers is None:
         return most
     if workers < 1:
-        raise ConfigError(f"workers must be at least 1 (got {workers}); `rayfleet stop` scales them to zero")
+        raise ConfigError(f"workers must be at least 1 (got {workers}); `rayfleet deploy stop` scales them to zero")
     if workers > most:
         say(f"{workers} workers asked for; the worker group launches at most {most}: starting {most}")
     return min(workers, most)
@@ -145,11 +147,12 @@ def _tasks(ecs, out: Outputs) -> str:
 
 
 def start_deployment(timeout_s: float = 1800, workers: int | None = None, outputs: str | None = None) -> int:
-    """`rayfleet start`: the services back (`workers`, default the group's maximum), waiting until Ray sees them."""
+    """`rayfleet deploy start`: the services back (`workers`, default the group's maximum), waiting until Ray
+    sees them."""
     out = Outputs.load(outputs)
     start(Aws(out.region), out, timeout_s=timeout_s, workers=workers)
     return 0
 
 
 if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
-    gone("python -m rayfleet.ecs.start", "rayfleet start")
+    gone("python -m rayfleet.ecs.start", "rayfleet deploy start")

@@ -1,6 +1,6 @@
 """Stop paying for the cluster: services to zero, running trainer tasks stopped, waited for with waiters.
 
-    rayfleet stop [--outputs FILE] [--json]       # rayfleet down runs it first
+    rayfleet deploy stop [--outputs FILE] [--json]       # rayfleet deploy down runs it first
 
 Idempotent: safe to run twice, or on a cluster that is already at zero.
 """
@@ -38,7 +38,7 @@ def scale_to_zero(aws: Aws, out: Outputs, say=print, wait_delay: int = 6, wait_a
     trainers = running_trainer_tasks(ecs, out.cluster_name)
     for arn in trainers:
         say(f"stopping trainer task {arn.rsplit('/', 1)[-1]} ...")
-        ecs.stop_task(cluster=out.cluster_name, task=arn, reason="rayfleet stop")
+        ecs.stop_task(cluster=out.cluster_name, task=arn, reason="rayfleet deploy stop")
     say("waiting for services and tasks to stop ...")
     waiter_config = {"Delay": wait_delay, "MaxAttempts": wait_attempts}
     if services:
@@ -49,7 +49,7 @@ def scale_to_zero(aws: Aws, out: Outputs, say=print, wait_delay: int = 6, wait_a
 
 
 def stop_deployment(as_json: bool = False, outputs: str | None = None) -> int:
-    """`rayfleet stop`: trainer tasks stopped, services at zero; `as_json`: the result on stdout, progress on
+    """`rayfleet deploy stop`: trainer tasks stopped, services at zero; `as_json`: the result on stdout, progress on
     stderr."""
     out = Outputs.load(outputs)
     say = (lambda *a: print(*a, file=sys.stderr)) if as_json else print
@@ -62,4 +62,4 @@ def stop_deployment(as_json: bool = False, outputs: str | None = None) -> int:
 
 
 if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
-    gone("python -m rayfleet.ecs.stop", "rayfleet stop")
+    gone("python -m rayfleet.ecs.stop", "rayfleet deploy stop")

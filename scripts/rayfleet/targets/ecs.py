@@ -145,7 +145,10 @@ def bring_up(aws: Aws, out: Outputs, nodes: int | None) -> None:
     found = ecs.describe_services(cluster=out.cluster_name, services=[out.workers.service_name])["services"]
     desired = found[0]["desiredCount"] if found else 0
     if down:
-        print(f"[rayfleet] {', '.join(down)} at zero (rayfleet stop, or an autostop): starting them first", flush=True)
+        print(
+            f"[rayfleet] {', '.join(down)} at zero (rayfleet deploy stop, or an autostop): starting them first",
+            flush=True,
+        )
     elif nodes and desired < nodes:
         print(f"[rayfleet] the run needs {nodes} worker nodes and {desired} run: adding them first", flush=True)
     else:

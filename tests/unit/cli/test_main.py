@@ -38,32 +38,18 @@ def called(monkeypatch):
     return record
 
 
-def test_every_verb_has_help(capsys):
+def test_every_verb_and_step_has_help_and_there_are_about_fifteen_verbs(capsys):
     verbs = cli.parser()._subparsers._group_actions[0].choices
-    assert {
-        "run",
-        "runs",
-        "logs",
-        "cancel",
-        "queue",
-        "status",
-        "exec",
-        "deploy",
-        "down",
-        "stop",
-        "start",
-        "cluster",
-        "serve",
-        "images",
-        "token",
-        "rehearse",
-        "plot",
-        "tensorboard",
-    } <= set(verbs)
-    for verb in verbs:
+    top = {"run", "launch", "runs", "logs", "cancel", "queue", "status", "exec", "deploy", "cluster", "serve"}
+    assert set(verbs) == top | {"images", "token", "rehearse"}
+    steps = [["deploy", s] for s in ("plan", "check", "down", "stop", "start")] + [
+        ["runs", "plot"],
+        ["runs", "tensorboard"],
+    ]
+    for argv in [[verb] for verb in verbs] + steps:
         with pytest.raises(SystemExit) as exc:
-            cli.main([verb, "--help"])
-        assert exc.value.code == 0 and f"rayfleet {verb}" in capsys.readouterr().out
+            cli.main([*argv, "--help"])
+        assert exc.value.code == 0 and f"rayfleet {' '.join(argv)}" in capsys.readouterr().out
 
 
 def test_run_forwards_where_name_sets_bucket_detach_and_the_jobs_args(called, monkeypatch):

@@ -11,14 +11,14 @@ OLD = {
     "rayfleet.ops.runs": "rayfleet runs",
     "rayfleet.ops.runs.logs": "rayfleet logs",
     "rayfleet.ops.runs.queued": "rayfleet queue",
-    "rayfleet.ops.runs.plot": "rayfleet plot",
-    "rayfleet.ops.runs.tensorboard": "rayfleet tensorboard",
+    "rayfleet.ops.runs.plot": "rayfleet runs plot",
+    "rayfleet.ops.runs.tensorboard": "rayfleet runs tensorboard",
     "rayfleet.ops.status": "rayfleet status",
     "rayfleet.ops.images": "rayfleet images",
-    "rayfleet.ops.deploy.infra": "rayfleet plan|check|deploy|down",
+    "rayfleet.ops.deploy.infra": "rayfleet deploy [plan|check|down]",
     "rayfleet.ops.serve": "rayfleet serve",
-    "rayfleet.ecs.stop": "rayfleet stop",
-    "rayfleet.ecs.start": "rayfleet start",
+    "rayfleet.ecs.stop": "rayfleet deploy stop",
+    "rayfleet.ecs.start": "rayfleet deploy start",
     "rayfleet.ecs.shell": "rayfleet exec",
     "rayfleet.ecs.launch": "rayfleet launch",
     "rayfleet.ecs.rotate_token": "rayfleet token rotate",
@@ -36,3 +36,25 @@ def test_an_old_command_line_fails_in_one_line_naming_the_verb(module, capsys, m
     assert exc.value.code == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: `python -m {module}` is gone: use `{OLD[module]}")
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [
+        ("plan", "deploy plan"),
+        ("check", "deploy check"),
+        ("down", "deploy down"),
+        ("stop", "deploy stop"),
+        ("start", "deploy start"),
+        ("plot", "runs plot"),
+        ("tensorboard", "runs tensorboard"),
+    ],
+)
+def test_a_verb_that_became_a_groups_step_fails_in_one_line_naming_it(old, new, capsys):
+    from rayfleet.cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main([old, "--yes"])
+    assert exc.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"error: `rayfleet {old}` is gone: use `rayfleet {new}`")

@@ -1,5 +1,5 @@
-"""`rayfleet check`'s pieces: the vCPUs a shape needs per quota, the caller ARN the simulator takes, and the seams
-that read Service Quotas and the IAM simulator, against AWS's recorded answers (botocore's Stubber: moto
+"""`rayfleet deploy check`'s pieces: the vCPUs a shape needs per quota, the caller ARN the simulator takes, and the
+seams that read Service Quotas and the IAM simulator, against AWS's recorded answers (botocore's Stubber: moto
 implements neither for EC2). The checks against moto's EC2 and STS: tests/integration/test_capacity_on_moto.py."""
 
 from __future__ import annotations

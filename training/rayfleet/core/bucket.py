@@ -73,7 +73,9 @@ LAYOUT: tuple[Prefix, ...] = (
         "no job may write here: the control task's snapshot, the deployer's Serve config and launches",
         {OPERATOR: _a(READ, WRITE, DELETE), CONTROL: _a(READ, WRITE)},
     ),
-    Prefix(RAY_STATUS, "the head's snapshot: control writes, rayfleet start/status read", {CONTROL: _a(READ, WRITE)}),
+    Prefix(
+        RAY_STATUS, "the head's snapshot: control writes, rayfleet deploy start/status read", {CONTROL: _a(READ, WRITE)}
+    ),
     Prefix(SERVE_CONFIG, "rayfleet serve up keeps, the control task re-applies", {OPERATOR: ALL, CONTROL: _a(READ)}),
     Prefix(
         LAUNCHES,

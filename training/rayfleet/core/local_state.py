@@ -7,7 +7,7 @@ $RAYFLEET_STATE_DIR, else `<project>/.rayfleet`. What lives there, each named by
 
     outputs.json     the deployment's Terraform outputs (rayfleet deploy writes, every verb reads)
     cluster/         the local cluster's record, logs and run queue (rayfleet cluster up)
-    tensorboard/     runs' event files synced from S3 (rayfleet tensorboard)
+    tensorboard/     runs' event files synced from S3 (rayfleet runs tensorboard)
     serve/api_key    the local Serve gate's key (rayfleet serve)
     detached/        followers' logs of detached runs whose run folder is in S3
 """

@@ -220,6 +220,6 @@ def summary(run_dir: RunDir, result, total_s: float, lines: list[str]) -> str:
             f"  checkpoint      {checkpoint_text}",
             f"  metrics         {run_dir.display(METRICS_FILE)}",
             f"  curves          {run_dir.display(curves.FILE)}",
-            f"  tensorboard     rayfleet tensorboard --run {run_dir.run_name}",
+            f"  tensorboard     rayfleet runs tensorboard --run {run_dir.run_name}",
         ]
     )

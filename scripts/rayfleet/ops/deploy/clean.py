@@ -62,7 +62,7 @@ def what_clean_destroys(names: dict, held: tuple | None, delete_results: bool) -
             if delete_results
             else f"the results bucket {names['bucket']} (empty)"
         )
-    return "rayfleet down destroys: " + "; ".join(parts) + "."
+    return "rayfleet deploy down destroys: " + "; ".join(parts) + "."
 
 
 def state_left(binary: str) -> list[str]:
@@ -73,10 +73,10 @@ def state_left(binary: str) -> list[str]:
 def destroy(binary: str, opts: DeploymentArgs) -> int:
     """make clean: refuse first (results present, no consent), ask once, then stop, empty, destroy; each step
     accepts what a half-done earlier clean left (a cluster, repository or bucket already gone)."""
-    again = "rayfleet down" + (" --delete-results" if opts.delete_results else "")
+    again = "rayfleet deploy down" + (" --delete-results" if opts.delete_results else "")
     if not opts.yes and not sys.stdin.isatty():  # before anything: a script learns it at once
         raise ConfigError(
-            f"rayfleet down asks before destroying and there is no terminal to ask on; `{again} --yes` "
+            f"rayfleet deploy down asks before destroying and there is no terminal to ask on; `{again} --yes` "
             "destroys without asking"
         )
     terraform(binary, "init", "-input=false")
@@ -87,7 +87,8 @@ def destroy(binary: str, opts: DeploymentArgs) -> int:
         raise RayfleetError(
             f"the results bucket {names['bucket']} holds {held[0]} object(s) ({held[1]} versions and delete "
             "markers): copy what you need (aws s3 sync s3://" + names["bucket"] + " ./results), then run "
-            "`rayfleet down --delete-results` to delete them with everything else; nothing was stopped or destroyed"
+            "`rayfleet deploy down --delete-results` to delete them with everything else; nothing was stopped or "
+            "destroyed"
         )
     print(what_clean_destroys(names, held, opts.delete_results))
     if not confirm("destroy all of it?", opts.yes, f"`{again} --yes`"):

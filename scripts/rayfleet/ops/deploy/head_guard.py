@@ -71,6 +71,7 @@ def refuse_head_replacement(plan: dict, force: bool) -> None:
         )
         return
     raise HeadBusy(
-        f"{what}: they would lose their cluster. Wait for the jobs, `rayfleet stop` or `rayfleet serve down`, or "
+        f"{what}: they would lose their cluster. Wait for the jobs, `rayfleet deploy stop` or `rayfleet serve down`, "
+        "or "
         "`rayfleet deploy --force` (then resubmit a run under its name to resume from its last checkpoint)"
     )

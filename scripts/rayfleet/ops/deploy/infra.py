@@ -1,9 +1,9 @@
 """Terraform in one command each: plan, check, deploy (init, plan shown, priced, asked, applied), destroy.
 
-    rayfleet plan    [--var-file fsdp.tfvars] [--image-tag TAG]
-    rayfleet check   [--var-file fsdp.tfvars]
+    rayfleet deploy plan    [--var-file fsdp.tfvars] [--image-tag TAG]
+    rayfleet deploy check   [--var-file fsdp.tfvars]
     rayfleet deploy  [--var-file F] [--image-tag TAG] [--force] [--yes]
-    rayfleet down    [--yes] [--delete-results]
+    rayfleet deploy down    [--yes] [--delete-results]
 
 Before Terraform runs, the terraform binary and AWS credentials are checked (one line each). `check` plans
 and runs the preflight (rayfleet/ecs/preflight.py) on the shape Terraform would build: permissions, the
@@ -67,7 +67,9 @@ def check(binary: str, opts: DeploymentArgs, planned: dict | None = None) -> Non
     if report.problems:
         for problem in report.problems:
             print(f"problem: {problem.what}: {problem.fix}", file=sys.stderr)
-        raise RayfleetError(f"preflight: {len(report.problems)} problem(s) above; fix them, then `rayfleet check`")
+        raise RayfleetError(
+            f"preflight: {len(report.problems)} problem(s) above; fix them, then `rayfleet deploy check`"
+        )
     print(
         f"preflight: ok for {shape.worker_count} x {shape.worker_instance_types[0]} and a "
         f"{shape.head_instance_type} head in {shape.region}"
@@ -160,10 +162,10 @@ def save_outputs(binary: str) -> Outputs:
 
 
 def run_deployment(action: str, args: DeploymentArgs) -> int:
-    """`rayfleet plan|check|deploy|down`: `action` is plan, check, deploy or destroy."""
+    """`rayfleet deploy [plan|check|down]`: `action` is plan, check, deploy or destroy."""
     binary = preflight(args.region)
     return {"plan": plan, "check": check, "deploy": deploy, "destroy": clean.destroy}[action](binary, args) or 0
 
 
 if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
-    gone("python -m rayfleet.ops.deploy.infra", "rayfleet plan|check|deploy|down")
+    gone("python -m rayfleet.ops.deploy.infra", "rayfleet deploy [plan|check|down]")

@@ -127,7 +127,8 @@ def describe(plan: dict) -> list[str]:
     return [
         f"plan: {summary(plan)}",
         f"cost: {usd(priced.running)}/h running, {usd(priced.idle)}/h idle (autostopped), "
-        f"{usd(priced.stopped)}/h stopped (rayfleet stop), about ${priced.running * 24 * 30:,.0f}/month always on",
+        f"{usd(priced.stopped)}/h stopped (rayfleet deploy stop), "
+        f"about ${priced.running * 24 * 30:,.0f}/month always on",
         *(f"  {line}" for line in priced.lines),
     ]
 

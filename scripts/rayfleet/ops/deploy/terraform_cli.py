@@ -69,7 +69,7 @@ def confirm(question: str, yes: bool, how: str) -> bool:
 
 @dataclass(frozen=True)
 class DeploymentArgs:
-    """What the deployment verbs take (rayfleet plan, check, deploy, down), parsed once by the command line."""
+    """What the deployment verbs take (rayfleet deploy plan, check, deploy, down), parsed once by the command line."""
 
     var_file: str | None = None
     image_tag: str | None = None

@@ -1,6 +1,6 @@
 """Draw runs' curves into one PNG: loss, accuracy or perplexity, and throughput, no server needed.
 
-rayfleet plot --run RUN [--run RUN ...] [--runs-dir runs|s3://b/runs] [--out curves.png]
+rayfleet runs plot --run RUN [--run RUN ...] [--runs-dir runs|s3://b/runs] [--out curves.png]
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from rayfleet.train.tracking import curves
 
 
 def plot_runs(runs: list[str], runs_dir: str, out: Path | None = None) -> int:
-    """`rayfleet plot`: the runs' curves in one PNG (default: plots/<run>+<run>.png)."""
+    """`rayfleet runs plot`: the runs' curves in one PNG (default: plots/<run>+<run>.png)."""
     try:
         rows = {r.run_name: read_rows(r) for r in run_dirs(runs, runs_dir)}
         written = curves.draw(rows, out or Path("plots") / f"{'+'.join(rows)}.png")
@@ -33,4 +33,4 @@ def plot_runs(runs: list[str], runs_dir: str, out: Path | None = None) -> int:
 
 
 if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
-    gone("python -m rayfleet.ops.runs.plot", "rayfleet plot --run RUN")
+    gone("python -m rayfleet.ops.runs.plot", "rayfleet runs plot --run RUN")

@@ -1,7 +1,7 @@
 """Serve runs' TensorBoard event files on 127.0.0.1 (runs in S3 are synced into .rayfleet/tensorboard/ first,
 in the state folder: rayfleet/core/local_state.py).
 
-rayfleet tensorboard --run RUN [--run RUN ...] [--runs-dir runs|s3://b/runs] [--port 6006]
+rayfleet runs tensorboard --run RUN [--run RUN ...] [--runs-dir runs|s3://b/runs] [--port 6006]
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def command(folders: dict[str, Path], port: int) -> list[str]:
 
 
 def serve_tensorboard(runs: list[str], runs_dir: str, port: int = 6006) -> int:
-    """`rayfleet tensorboard`: TensorBoard's own server on 127.0.0.1:`port`, in this process's place."""
+    """`rayfleet runs tensorboard`: TensorBoard's own server on 127.0.0.1:`port`, in this process's place."""
     try:
         folders = {r.run_name: local_events(r) for r in run_dirs(runs, runs_dir)}
     except FileNotFoundError as exc:
@@ -54,4 +54,4 @@ def serve_tensorboard(runs: list[str], runs_dir: str, port: int = 6006) -> int:
 
 
 if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
-    gone("python -m rayfleet.ops.runs.tensorboard", "rayfleet tensorboard --run RUN")
+    gone("python -m rayfleet.ops.runs.tensorboard", "rayfleet runs tensorboard --run RUN")

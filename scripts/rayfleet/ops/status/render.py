@@ -94,7 +94,9 @@ def autostop_line(decided: dict | None) -> str:
         return f"not idle ({printable(decided['busy'])}); stops after {decided['idle_min']:g} idle minutes"
     what = " and ".join(decided["stops"])
     if decided["stopped"]:
-        return f"{what} scaled to 0 at {decided['stops_at']} (idle since {decided['idle_since']}); `rayfleet start`"
+        return (
+            f"{what} scaled to 0 at {decided['stops_at']} (idle since {decided['idle_since']}); `rayfleet deploy start`"
+        )
     return f"{what} to 0 at {decided['stops_at']} unless a run starts (idle since {decided['idle_since']})"
 
 
@@ -149,7 +151,7 @@ def render(s: dict) -> str:
     lines += [
         "",
         f"cost: ${s['cost_per_hour_usd']:.2f}/hour for {len(s['instances'])} instance(s){unknown}; "
-        f"prices {s['prices_as_of']}; `rayfleet stop` scales to zero",
+        f"prices {s['prices_as_of']}; `rayfleet deploy stop` scales to zero",
     ]
     if s.get("running_since"):
         lines.append(f"spent: ~${s['spent_usd']:,.2f} since the instances running now started ({s['running_since']})")
