@@ -17,8 +17,11 @@ PAGE = Path(__file__).resolve().parents[1] / "docs" / "command.md"
 HEAD = """# The rayfleet command
 
 Generated from the parser (`python -m tools.command_doc`; rayfleet/cli/main.py): edit that, not this page.
-`rayfleet --help` lists the verbs, `rayfleet VERB --help` each one's flags. The Makefile's run, cluster,
-deployment and serving targets are aliases of these verbs ([makefile.md](makefile.md)).
+`rayfleet --help` lists the verbs, `rayfleet VERB --help` each one's flags. Two verbs are groups: `rayfleet deploy`
+applies the deployment and has the steps of its life (`rayfleet deploy plan|check|down|stop|start`), `rayfleet runs`
+lists runs and has views of them (`rayfleet runs plot|tensorboard`); each step has its own flags, given after
+it. The Makefile's run, cluster, deployment and serving targets are aliases of these verbs
+([makefile.md](makefile.md)).
 """
 EXIT_CODES = """## Exit codes
 

@@ -586,7 +586,7 @@ def test_clean_asks_once_first_and_an_answer_of_no_changes_nothing(recording_mot
     shutil.copy(env["FAKE_TF_OUTPUTS"], env["RAYFLEET_OUTPUTS"])
     bucket, repositories = _fill(deployable)
     start_recording(recording_moto)
-    declined = answered(env, "no", "down", "--delete-results")
+    declined = answered(env, "no", "deploy", "down", "--delete-results")
     assert declined.returncode == 1, declined.stderr
     out, cluster = declined.stdout, deployable["outputs"]["cluster_name"]
     assert f"rayfleet deploy down destroys: the ECS cluster {cluster} in {stack.REGION}" in out
@@ -608,7 +608,7 @@ def test_clean_asks_once_first_and_an_answer_of_no_changes_nothing(recording_mot
     assert refused.returncode == 2 and "rayfleet deploy down --delete-results --yes" in refused.stderr
     assert [c[0] for c in calls(env)] == ["init"]  # refused before even Terraform's init
 
-    accepted = answered(env, "y", "down", "--delete-results", timeout=300)
+    accepted = answered(env, "y", "deploy", "down", "--delete-results", timeout=300)
     assert accepted.returncode == 0, accepted.stderr
     assert [c[0] for c in calls(env)][1:] == ["init", "destroy"]
     assert "-auto-approve" in calls(env)[-1]  # asked once, by rayfleet: Terraform does not ask again

@@ -27,11 +27,11 @@ def one_clear_line(result, *expected: str) -> None:
         assert text in lines[0], lines[0]
 
 
-@pytest.mark.parametrize("verb", ["launch", "status", "logs", "stop", "exec"])
+@pytest.mark.parametrize("verb", ["launch", "status", "logs", "deploy stop", "exec"])
 def test_missing_outputs(aws_stack, tmp_path, verb):
     env = {**aws_stack["env"], "RAYFLEET_OUTPUTS": str(tmp_path / "none.json")}
     args = {"launch": ["ddp"], "logs": ["--run", "some-run"]}.get(verb, [])
-    one_clear_line(run_verb(env, verb, *args), "Terraform outputs", "run `rayfleet deploy`")
+    one_clear_line(run_verb(env, *verb.split(), *args), "Terraform outputs", "run `rayfleet deploy`")
 
 
 def test_broken_outputs_file(aws_stack, tmp_path):
@@ -53,9 +53,9 @@ def test_cluster_that_does_not_exist(aws_stack, tmp_path):
     outputs = json.loads(Path(aws_stack["outputs"]["outputs_file"]).read_text())
     outputs["cluster_name"]["value"] = "rf-gone"
     (tmp_path / "o.json").write_text(json.dumps(outputs))
-    for verb, args in (("status", []), ("launch", ["ddp", "--detach"]), ("stop", [])):
+    for verb, args in ((["status"], []), (["launch"], ["ddp", "--detach"]), (["deploy", "stop"], [])):
         one_clear_line(
-            run_verb(aws_stack["env"], verb, "--outputs", str(tmp_path / "o.json"), *args),
+            run_verb(aws_stack["env"], *verb, "--outputs", str(tmp_path / "o.json"), *args),
             "ECS cluster rf-gone does not exist",
             "rayfleet deploy",
         )

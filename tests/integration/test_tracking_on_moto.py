@@ -56,6 +56,7 @@ def test_event_files_land_in_s3_and_make_tensorboard_serves_them(s3_run, moto, t
             sys.executable,
             "-m",
             "rayfleet.cli.main",
+            "runs",
             "tensorboard",
             "--run",
             "s3run",
