@@ -166,3 +166,14 @@ def test_the_control_role_starts_waiting_trainers_and_nothing_else_and_no_job_ca
         for document in policies[role]:
             assert not _allows(document, "s3:PutObject", launch), role
             assert not _allows(document, "ecs:RunTask", family["trainer"]), role
+
+
+def test_the_worker_nodes_carry_the_group_label_that_the_laptop_names_their_group_by(state):
+    """The worker task's RAYFLEET_WORKER_GROUP is its Ray nodes' label (rayfleet/core/worker_groups.py); the
+    laptop names the deployment's one group the same (ecs/outputs.py WORKERS), so a recipe with
+    `resources.group` is placed on the nodes that the submit check found."""
+    from rayfleet.ecs.outputs import WORKERS
+
+    worker = rendered.picture(state)["taskDefinitions"]["worker"]
+    environment = {e["name"]: e.get("value") for c in worker["containerDefinitions"] for e in c["environment"]}
+    assert environment["RAYFLEET_WORKER_GROUP"] == WORKERS == "default"

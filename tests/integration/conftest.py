@@ -56,7 +56,10 @@ def cluster_env(tmp_path_factory, aws_stack) -> dict:
     env.pop("RAY_AUTH_TOKEN", None)
     env.pop("AWS_PROFILE", None)
     cli = [sys.executable, "-m", "rayfleet.cli.main", "cluster"]
-    subprocess.run([*cli, "up", "--workers", "2", "--cpus-per-worker", "1"], env=env, cwd=REPO, check=True)
+    # two workers of 1 CPU, each its own worker group (a, b): the runs that name no group use both as before;
+    # tests/integration/test_worker_groups_on_local_cluster.py places work on one group by its label
+    shape = ["--group", "a=1", "--group", "b=1", "--cpus-per-worker", "1"]
+    subprocess.run([*cli, "up", *shape], env=env, cwd=REPO, check=True)
     try:
         yield {**env, "RAY_ADDRESS": f"127.0.0.1:{RAY_PORT}"}
     finally:

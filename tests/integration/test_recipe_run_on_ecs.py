@@ -229,6 +229,19 @@ def test_recipe_beyond_the_worker_instance_is_refused_before_upload(aws_stack, t
     assert listed.get("KeyCount", 0) == 0
 
 
+def test_a_recipe_naming_a_group_the_deployment_lacks_is_refused_before_upload(aws_stack, tmp_path):
+    recipe = write_recipe(tmp_path, resources={"workers": 1, "group": "huge"})
+    result = run_recipe(aws_stack["env"], str(recipe), "--on", "ecs", "--name", "no-group", "--detach")
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line == (
+        "error: resources.group: this deployment has no worker group 'huge'; its groups: default: 2 x g5.xlarge"
+    )
+    bucket = aws_stack["outputs"]["results_bucket"]
+    listed = aws_stack["server"].client("s3").list_objects_v2(Bucket=bucket, Prefix="runs/no-group/")
+    assert listed.get("KeyCount", 0) == 0
+
+
 def test_env_secrets_are_refused_on_ecs(aws_stack, tmp_path):
     recipe = write_recipe(tmp_path, env={"HF_TOKEN": {"secret": "env:HF_TOKEN"}}, resources={"workers": 1})
     result = run_recipe(aws_stack["env"], str(recipe), "--on", "ecs", "--name", "env-secret", "--detach")

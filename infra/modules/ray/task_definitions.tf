@@ -37,6 +37,8 @@ locals {
     { name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.worker_object_store_mib) },
     { name = "RAYFLEET_NUM_CPUS", value = tostring(local.worker_cpus) },
     { name = "RAYFLEET_NUM_GPUS", value = tostring(local.worker_gpus) },
+    # the Ray label of the node's worker group (training/rayfleet/core/worker_groups.py): one group, `default`
+    { name = "RAYFLEET_WORKER_GROUP", value = "default" },
     { name = "RAYFLEET_CURRENT_RUN_DIR", value = local.current_run_dir },
     # A bad GPU (the sidecar's suspect file) drains the node, naming its instance for the control task, which
     # has it replaced (training/rayfleet/node/control/suspect.py).

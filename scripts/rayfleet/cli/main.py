@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 
 from rayfleet.cli import verbs
+from rayfleet.core import worker_groups
 from rayfleet.core.arg_bounds import float_in, int_in
 from rayfleet.core.aws import run_cli
+from rayfleet.core.errors import ConfigError
 from rayfleet.core.moved import gone
 from rayfleet.core.run_name import run_name_arg
 from rayfleet.recipes.recipe_root import ROOT_HELP
@@ -225,6 +228,14 @@ def _cluster_and_serving(sub) -> None:
     )
     p.add_argument("--cpus-per-worker", type=float_in(0, 1024, low_open=True))
     p.add_argument("--gpus-per-worker", type=int_in(0, 64))
+    p.add_argument(
+        "--group",
+        type=group_arg,
+        action="append",
+        metavar="NAME=NODES[xGPUS]",
+        help="up/run: a worker group of NODES nodes labelled NAME, each with GPUS logical GPUs (default 0; the jobs "
+        "still train on CPU), repeatable, e.g. --group small=2x1 --group large=1x4; replaces --workers",
+    )
     p.add_argument("command", nargs="*", metavar="-- CMD", help="run: the command (a cluster is started if none)")
     p.set_defaults(handler=verbs.cluster)
 
@@ -244,6 +255,21 @@ def _cluster_and_serving(sub) -> None:
     p.add_argument("action", choices=["up", "down", "env", "picture"])
     p.add_argument("rest", nargs="*", metavar="-- ARG", help="after --: the rehearsal's own options")
     p.set_defaults(handler=verbs.rehearse)
+
+
+def group_arg(text: str) -> tuple[str, int, int]:
+    """`--group NAME=NODES[xGPUS]` -> (name, nodes, GPUs per node)."""
+    found = re.fullmatch(r"([^=]+)=(\d+)(?:x(\d+))?", text)
+    if not found:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=NODES or NAME=NODESxGPUS (as in large=1x4)")
+    try:
+        name = worker_groups.check_name(found[1])
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    nodes, gpus = int(found[2]), int(found[3] or 0)
+    if not 1 <= nodes <= 50 or gpus > 64:
+        raise argparse.ArgumentTypeError(f"{text!r}: 1-50 nodes and at most 64 GPUs per node")
+    return name, nodes, gpus
 
 
 def parser() -> argparse.ArgumentParser:

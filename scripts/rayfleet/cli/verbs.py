@@ -170,7 +170,7 @@ def cluster(opts: argparse.Namespace) -> int:
         print("error: name the command: rayfleet cluster run -- python -m ...", file=sys.stderr)
         return EXIT_BAD_INPUT
     shape = (opts.workers, opts.cpus_per_worker, opts.gpus_per_worker, opts.gcs_store)
-    return cluster_verb(opts.action, opts.command, *shape)
+    return cluster_verb(opts.action, opts.command, *shape, groups=opts.group)
 
 
 def serve(opts: argparse.Namespace) -> int:

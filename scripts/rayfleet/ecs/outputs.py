@@ -13,10 +13,10 @@ import os
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 
-from rayfleet.core import local_state
+from rayfleet.core import local_state, worker_groups
 from rayfleet.core.aws import MissingOutputs
 
-WORKERS = "workers"  # the name of the one worker group Terraform's outputs describe today
+WORKERS = worker_groups.DEFAULT  # the one worker group Terraform's outputs describe today (its nodes' label)
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,12 @@ def cluster_verb(
     cpus_per_worker: float | None = None,
     gpus_per_worker: int | None = None,
     gcs_store: bool | None = None,
+    groups: list[tuple[str, int, int]] | None = None,
 ) -> int:
     """One action on the local cluster. `up`/`run` take its shape (None: $RAYFLEET_* or the defaults; a
     `gcs_store` of None: $RAYFLEET_GCS_STORE); `run` runs `command` on it, starting and stopping one if none
-    runs, and returns the command's own exit code."""
+    runs, and returns the command's own exit code. `groups`: (name, nodes, GPUs per node) each, labelled
+    worker nodes in place of `workers` x `gpus_per_worker` (rayfleet/core/worker_groups.py)."""
     ray_auth.use_token_auth()  # before anything imports ray: Ray reads its auth mode once, at import
     try:
         if action in ("up", "run"):
@@ -32,6 +34,7 @@ def cluster_verb(
                     cpus_per_worker=cpus_per_worker,
                     gpus_per_worker=gpus_per_worker,
                     gcs_store=gcs_store,
+                    groups=[list(g) for g in groups] if groups else None,
                 )
             except ClusterError as exc:  # a shape the cluster refuses: bad input, before anything started
                 print(f"error: rayfleet cluster {action}: {exc}", file=sys.stderr)

@@ -25,7 +25,6 @@ is the whole host per node), and the session directory and logs are readable by 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import time
@@ -53,43 +52,9 @@ from rayfleet.local.nodes import (
     worker_command,
 )
 from rayfleet.local.processes import find_cluster_pids, signal_all
+from rayfleet.local.spec import ClusterSpec
 
 STOP_GRACE_S = 10
-DEFAULT_OBJECT_STORE_BYTES = 256 * 1024**2
-
-
-@dataclass
-class ClusterSpec:
-    workers: int = 2
-    cpus_per_worker: float = 1.0
-    gpus_per_worker: int = 0
-    port: int = 6390
-    dashboard_port: int = 8265
-    object_store_bytes: int = DEFAULT_OBJECT_STORE_BYTES
-    gcs_store: bool = False  # the GCS on a local redis-server: a killed head can be replaced (gcs_store.py)
-
-    @classmethod
-    def from_env(cls, **overrides) -> ClusterSpec:
-        spec = cls(
-            port=int(os.environ.get("RAYFLEET_RAY_PORT", 6390)),
-            dashboard_port=int(os.environ.get("RAYFLEET_DASHBOARD_PORT", 8265)),
-            gcs_store=os.environ.get("RAYFLEET_GCS_STORE", "") not in ("", "0"),
-        )
-        for key, value in overrides.items():
-            if value is not None:
-                setattr(spec, key, value)
-        spec.validate()
-        return spec
-
-    def validate(self) -> None:
-        if self.workers < 1:
-            raise ClusterError(f"workers must be at least 1, got {self.workers}")
-        if self.cpus_per_worker <= 0:
-            raise ClusterError(f"cpus_per_worker must be positive, got {self.cpus_per_worker}")
-        if not 1024 <= self.port <= 9000:
-            raise ClusterError(f"RAYFLEET_RAY_PORT must be in 1024..9000, got {self.port}")
-        if self.workers > 50:
-            raise ClusterError(f"at most 50 local workers, got {self.workers}")
 
 
 @dataclass
@@ -181,7 +146,9 @@ def _up_once(spec: ClusterSpec, quiet: bool) -> ClusterState:
         start_head(state, env)
         wait_for_nodes(state, 1)
         for i in range(spec.workers):
-            say(f"starting worker {i + 1}/{spec.workers} ({spec.cpus_per_worker:g} CPU, {worker_memory / GIB:.1f} GiB)")
+            group, gpus = spec.node_groups()[i]
+            what = f"{spec.cpus_per_worker:g} CPU{f', {gpus} GPU' if gpus else ''}, {worker_memory / GIB:.1f} GiB"
+            say(f"starting worker {i + 1}/{spec.workers} of group {group} ({what})")
             command, worker_env = worker_command(spec, i, worker_memory), env
             if spec.gcs_store:  # its own session dir, so drivers here attach to it and outlive the head
                 own = gcs_store.worker_temp_dir(temp_dir, i)

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 from rayfleet.core import local_state, ray_auth
 
 if TYPE_CHECKING:  # annotations only: cluster.py imports this module
-    from rayfleet.local.cluster import ClusterSpec, ClusterState
+    from rayfleet.local.cluster import ClusterState
+    from rayfleet.local.spec import ClusterSpec
 
 
 REPO = local_state.project_dir()  # the project the cluster starts in: its nodes import its code

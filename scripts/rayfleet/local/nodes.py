@@ -12,13 +12,14 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rayfleet.core import ray_start
+from rayfleet.core import ray_start, worker_groups
 from rayfleet.core.ray_start import NODE_PORTS
 from rayfleet.local.host import REPO, ClusterError, ray_cli
 from rayfleet.node import warm_server
 
 if TYPE_CHECKING:  # annotations only: cluster.py imports this module
-    from rayfleet.local.cluster import ClusterSpec, ClusterState
+    from rayfleet.local.cluster import ClusterState
+    from rayfleet.local.spec import ClusterSpec
 
 
 START_TIMEOUT_S = 90
@@ -58,7 +59,8 @@ def worker_command(
     """A worker node's `ray start`. `temp_dir`: a temp dir of its own (a cluster whose head can be replaced, so
     drivers can attach to this node by it: gcs_store.worker_temp_dir); else the head's."""
     b = spec.port + 10 * (index + 1)
-    resources = {"num_cpus": f"{spec.cpus_per_worker:g}", "num_gpus": spec.gpus_per_worker, "memory": memory}
+    group, gpus = spec.node_groups()[index]
+    resources = {"num_cpus": f"{spec.cpus_per_worker:g}", "num_gpus": gpus, "memory": memory}
     return ray_start.command(
         address=f"127.0.0.1:{spec.port}",
         block=True,
@@ -66,6 +68,7 @@ def worker_command(
         ports={name: b + i for i, name in enumerate(NODE_PORTS)},
         resources={**resources, "object_store_memory": spec.object_store_bytes},
         custom_resources=custom,
+        labels=worker_groups.node_labels(group),  # its group, as Ray places work on it (logical GPUs: no CUDA)
         # One host, one session log dir (a worker's own temp dir links its logs to it): the head's log monitor
         # already forwards every worker's output to the driver; a monitor per node would print each line once
         # per node. (On ECS each node has its own.)

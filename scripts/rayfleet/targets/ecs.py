@@ -10,7 +10,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from rayfleet.core import stop_request
+from rayfleet.core import stop_request, worker_groups
 from rayfleet.core.aws import Aws, PlacementFailed
 from rayfleet.core.catalog import INSTANCE_TYPES
 from rayfleet.core.config import ConfigError
@@ -66,6 +66,8 @@ def trainer_environment(recipe, code: dict, storage: str, extra_args: list[str],
 def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs: str | None, detach: bool) -> int:
     recipe = loaded.recipe
     out = Outputs.load(outputs)
+    groups = {name: f"{g.count} x {g.instance_type}" for name, g in out.worker_groups.items()}
+    worker_groups.refuse_unknown(recipe.resources.group, groups, "this deployment")
     capacity = ecs_capacity(out)
     if capacity is None:
         print(

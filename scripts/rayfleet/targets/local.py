@@ -7,6 +7,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from rayfleet.core import worker_groups
 from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.local import cluster as local_cluster
 from rayfleet.local import gcs_store
@@ -25,13 +26,16 @@ def machine_gpus() -> int:
 
 def local_capacity(loaded: LoadedRecipe, state: local_cluster.ClusterState | None) -> Capacity:
     if state is not None:
-        spec = state.spec
+        spec = local_cluster.ClusterSpec(**state.spec)
+        group = loaded.recipe.resources.group
+        worker_groups.refuse_unknown(group, spec.group_summary(), "the running local cluster")
+        nodes = [gpus for name, gpus in spec.node_groups() if group in (None, name)]
         return Capacity(
-            "the running local cluster (rayfleet cluster up)",
-            float(spec["cpus_per_worker"]),
-            int(spec.get("gpus_per_worker", 0)),
+            "the running local cluster (rayfleet cluster up)" + (f", group {group}" if group else ""),
+            spec.cpus_per_worker,
+            max(nodes),
             None,
-            int(spec["workers"]),
+            len(nodes),
         )
     res = loaded.recipe.resources  # a cluster started for this run is sized to the recipe
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
@@ -64,7 +68,10 @@ def run_local(
             )
             res = recipe.resources
             spec = local_cluster.ClusterSpec.from_env(
-                workers=res.workers, cpus_per_worker=res.cpus_per_worker, gpus_per_worker=res.gpus_per_worker
+                workers=res.workers,
+                cpus_per_worker=res.cpus_per_worker,
+                gpus_per_worker=res.gpus_per_worker,
+                groups=[[res.group, res.workers, res.gpus_per_worker]] if res.group else None,
             )
             state = local_cluster.up(spec)
             started = True

@@ -77,6 +77,8 @@ def test_a_clock_a_little_ahead_is_allowed(tmp_path):
         ({"usd_per_hour": -3.0}, "usd_per_hour -3.0 is outside 0..10000"),
         ({"reason": ["a", "list"]}, "reason ['a', 'list'] is not a line of text"),
         ({"placed": "yes"}, "placed 'yes' is not true or false"),
+        ({"group": "a,rayfleet.io/other=b"}, "group 'a,rayfleet.io/other=b' is not a worker group's name"),
+        ({"group": 7}, "group 7 is not a worker group's name"),
         ({"evil": 1}, "not a queue entry: unknown 'evil'"),
         ({"submitted_at": 10**400}, f"submitted_at {str(10**400)[:37]}... is outside 0..inf"),  # past any float
         ({"workers": 10**400}, f"workers {str(10**400)[:37]}... is outside 1..512"),
@@ -201,7 +203,9 @@ def test_a_ledger_item_the_budget_code_could_not_have_written_counts_for_nothing
 
 def test_the_runs_own_entries_still_read_back_as_written(tmp_path):
     queue, said = quiet(tmp_path)
-    mine = entry("mine", state=ADMITTED, admitted_at=NOW - 1, usd_per_hour=1.5, max_usd=3.0, max_hours=2.0)
+    mine = entry(
+        "mine", state=ADMITTED, admitted_at=NOW - 1, usd_per_hour=1.5, max_usd=3.0, max_hours=2.0, group="large"
+    )
     mine.submission_id, mine.who, mine.recipe, mine.reason = "rayfleet-mine-1", "me@host", "ddp", "placing"
     queue.put(mine)
     assert queue.get("mine") == mine and queue.entries(NOW) == [mine] and said == []

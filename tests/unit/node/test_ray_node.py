@@ -154,6 +154,15 @@ def test_jobs_by_name_or_module_and_a_driver_that_offers_nothing():
     assert "--address=10.0.0.5:6379" in command and "--num-gpus=0" in command and "--num-cpus=0" in command
 
 
+def test_a_worker_node_carries_its_tasks_group_label_and_the_trainer_none():
+    """The worker task's RAYFLEET_WORKER_GROUP (Terraform sets it) becomes the node's Ray label; the trainer's
+    driver-only node offers nothing to place on, so it carries no group."""
+    env = {"RAYFLEET_WORKER_GROUP": "default"}
+    assert "--labels=rayfleet.io/group=default" in node_spec.join_command(env, "10.0.0.5", block=True)
+    assert not [c for c in node_spec.join_command(env, "10.0.0.5", False, True) if c.startswith("--labels")]
+    assert not [c for c in node_spec.join_command({}, "10.0.0.5", block=True) if c.startswith("--labels")]
+
+
 def test_a_recipe_driver_pins_the_jobs_entrypoint_to_its_own_node(monkeypatch):
     assert ray_node.job_command("recipe", [])[1:] == ["-m", "rayfleet.node.driver.recipe"]
     env = {"HOSTNAME": "ip-10-0-1-7"}

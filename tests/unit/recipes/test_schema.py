@@ -185,3 +185,20 @@ def test_the_cli_says_a_bad_recipe_file_in_one_line_and_exits_2(tmp_path, capsys
         assert cli.main(["run", str(path), "--on", "local"]) == 2
         err = capsys.readouterr().err
         assert err.startswith(f"error: recipe {path} is not ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_recipe_may_name_its_worker_group_and_its_job_gets_it(tmp_path):
+    from rayfleet.core.worker_groups import GROUP_VAR
+    from rayfleet.recipes.admission import entry_for
+    from rayfleet.recipes.command import job_env
+
+    recipe = load(write(tmp_path, GOOD), ["resources.group=large"]).recipe
+    assert recipe.resources.group == "large"
+    assert job_env(recipe, "r", "s", "l")[GROUP_VAR] == "large"
+    assert entry_for(recipe, "r").group == "large"  # its admission probes that group's nodes
+    plain = load(write(tmp_path, GOOD)).recipe
+    assert GROUP_VAR not in job_env(plain, "r", "s", "l") and entry_for(plain, "r").group == ""
+    with pytest.raises(ConfigError, match="a name is 1-63 lower-case letters"):
+        load(write(tmp_path, GOOD), ["resources.group=Large"])
+    with pytest.raises(ConfigError, match=GROUP_VAR):  # set by rayfleet, never by the recipe
+        load(write(tmp_path, {**GOOD, "env": {GROUP_VAR: "large"}}))

@@ -83,3 +83,20 @@ def test_elastic_workers_reach_ray_trains_scaling_config_and_a_fixed_range_stays
     with pytest.raises(ConfigError, match="elastic workers are for strategy=fsdp"):
         load_config(FSDPConfig, None, ["num_workers=4", "min_workers=2", "strategy=deepspeed"])
     assert load_config(FSDPConfig, None, ["num_workers=2", "min_workers=2", "strategy=deepspeed"]).strategy
+
+
+def test_a_recipes_worker_group_reaches_ray_trains_label_selector(small_dataset, tmp_path, monkeypatch):
+    """RAYFLEET_WORKER_GROUP (a recipe's resources.group) becomes the Ray Train workers' label selector: Ray
+    places them on that group's nodes only; without it they go anywhere, as before."""
+    from rayfleet.core import worker_groups
+    from rayfleet.train.fit import build_trainer
+
+    cfg = load_config(DDPConfig, None, [f"data_dir={small_dataset}", f"storage={tmp_path}", "num_workers=2"])
+    monkeypatch.delenv(worker_groups.GROUP_VAR, raising=False)
+    assert build_trainer(lambda config: None, cfg, "r", False).scaling_config.label_selector is None
+    monkeypatch.setenv(worker_groups.GROUP_VAR, "large")
+    scaling = build_trainer(lambda config: None, cfg, "r", False).scaling_config
+    assert scaling.label_selector == {"rayfleet.io/group": "large"}
+    monkeypatch.setenv(worker_groups.GROUP_VAR, "Not A Name")
+    with pytest.raises(ConfigError, match="worker group 'Not A Name'"):
+        build_trainer(lambda config: None, cfg, "r", False)

@@ -47,6 +47,7 @@ def command(
     gcs_store_password: str | None = None,
     extra: list[str] | None = None,
     ray: str = "ray",
+    labels: dict[str, str] | None = None,
 ) -> list[str]:
     """`ray start` for a head (`head=True`) or a node joining `address` (host:port of the GCS).
 
@@ -55,6 +56,7 @@ def command(
     gcs_store_password: a head whose GCS lives in an external store (RAY_REDIS_ADDRESS in its environment)
     authenticates to it with this; Ray hands it to its gcs_server on the command line in any case.
     extra: flags only one kind of node has (the local cluster's temp dir, its single log monitor).
+    labels: the node's Ray labels (a worker node's group: rayfleet/core/worker_groups.py).
     """
     if head == (address is not None):
         raise ValueError("a node is either the head or joins one at an address")
@@ -70,6 +72,8 @@ def command(
     cmd += [f"--{key.replace('_', '-')}={value}" for key, value in (resources or {}).items()]
     if custom_resources:
         cmd.append(f"--resources={json.dumps(custom_resources)}")
+    if labels:
+        cmd.append("--labels=" + ",".join(f"{key}={value}" for key, value in labels.items()))
     if head and gcs_store_password:
         cmd.append(f"--redis-password={gcs_store_password}")
     return [*cmd, *(extra or []), "--disable-usage-stats"]

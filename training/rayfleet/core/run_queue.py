@@ -105,6 +105,7 @@ class Entry:
     usd_per_hour: float = 0.0  # what its workers cost while it runs (run.json's `held`)
     max_usd: float | None = None  # its projected cost: max_cost_usd, or max_hours at usd_per_hour; None: no bound
     max_hours: float | None = None  # the recipe's bound on its time, for the projected starts of the runs behind
+    group: str = ""  # the worker group its workers go to ("": any node; core/worker_groups.py)
 
     def resources(self) -> str:
         gpus = f" + {self.gpus_per_worker} GPU" if self.gpus_per_worker else ""

@@ -23,7 +23,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from rayfleet.core import run_name
+from rayfleet.core import run_name, worker_groups
 
 STATES = ("waiting", "held", "admitted", "running")
 SKEW_S = 60.0  # how far another machine's clock may run ahead of the reader's
@@ -97,7 +97,7 @@ def _optional(data: dict, key: str, check) -> None:
 REQUIRED = ("run", "priority", "submitted_at", "workers", "cpus_per_worker")
 OPTIONAL = (
     "gpus_per_worker", "one_per_node", "state", "reason", "heartbeat_at", "admitted_at", "placed",
-    "submission_id", "who", "recipe", "usd_per_hour", "max_usd", "max_hours",
+    "submission_id", "who", "recipe", "usd_per_hour", "max_usd", "max_hours", "group",
 )  # fmt: skip
 
 
@@ -132,6 +132,9 @@ def entry_fields(text: str | None, name: str, now: float | None, max_priority: i
         _optional(data, key, lambda key=key: _flag(data, key))
     for key in ("reason", "submission_id", "who", "recipe"):
         _optional(data, key, lambda key=key: _text(data, key))
+    group = data.get("group", "")
+    if group != "" and not (isinstance(group, str) and worker_groups.NAME.fullmatch(group)):
+        raise Invalid(f"group {_show(group)} is not a worker group's name")
     if data.get("state", STATES[0]) not in STATES:
         raise Invalid(f"state {_show(data['state'])} is not one of {', '.join(STATES)}")
     _optional(data, "heartbeat_at", lambda: _time(data, "heartbeat_at", now))

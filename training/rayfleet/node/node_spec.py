@@ -8,7 +8,7 @@ import os
 import socket
 from pathlib import Path
 
-from rayfleet.core import ray_start
+from rayfleet.core import ray_start, worker_groups
 from rayfleet.core.ray_start import NODE_PORTS
 
 DEFAULT_PORTS = {"gcs": {"from": 6379, "to": 6379}, "dashboard": {"from": 8265, "to": 8265}}
@@ -111,8 +111,14 @@ def join_command(env: dict, head: str, block: bool, driver_only: bool = False) -
         res.update(num_cpus=0, num_gpus=0)
         custom = {trainer_resource(env): 1}  # except a recipe's entrypoint
     address = f"{head}:{spec['gcs']['from']}"
+    group = None if driver_only else worker_groups.from_env(env)  # a worker node's group, as its task says
     return ray_start.command(
-        address=address, block=block, resources=res, custom_resources=custom, **pinned(spec, NODE_PORTS)
+        address=address,
+        block=block,
+        resources=res,
+        custom_resources=custom,
+        labels=worker_groups.node_labels(group) if group else None,
+        **pinned(spec, NODE_PORTS),
     )
 
 

@@ -278,6 +278,7 @@ def entry_for(recipe, run: str, usd_per_hour: float = 0.0, clock: Callable[[], f
         usd_per_hour=usd_per_hour,
         max_usd=_projected(recipe.max_hours, recipe.max_cost_usd, usd_per_hour),
         max_hours=recipe.max_hours,
+        group=res.group or "",
     )
 
 

@@ -7,7 +7,7 @@ import shlex
 import string
 from pathlib import Path
 
-from rayfleet.core import warm_workers
+from rayfleet.core import warm_workers, worker_groups
 from rayfleet.core.config import ConfigError
 from rayfleet.recipes.schema import Recipe, entry_kind
 
@@ -28,6 +28,8 @@ def job_env(recipe: Recipe, run_name: str, storage: str, launch_dir: str, data: 
         values["RAYFLEET_MEMORY_PER_WORKER_GIB"] = f"{res.memory_per_worker_gib:g}"
     if data:  # the recipe's data: a local path, or its staged s3:// copy
         values["RAYFLEET_DATA"] = data
+    if res.group:  # its workers go to that group's nodes only (Ray's label selector: core/worker_groups.py)
+        values[worker_groups.GROUP_VAR] = res.group
     return values
 
 

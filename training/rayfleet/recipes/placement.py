@@ -7,6 +7,7 @@ import os
 import time
 from collections.abc import Callable
 
+from rayfleet.core import worker_groups
 from rayfleet.core.run_queue import Entry
 
 PROBE_S = 2.0  # how long one try waits for Ray to place the whole group
@@ -22,7 +23,12 @@ def probe(entry: Entry, timeout_s: float = PROBE_S) -> bool:
 
     bundle = {"CPU": entry.cpus_per_worker, **({"GPU": entry.gpus_per_worker} if entry.gpus_per_worker else {})}
     strategy = "STRICT_SPREAD" if entry.one_per_node else "PACK"
-    group = placement_group([dict(bundle) for _ in range(entry.workers)], strategy=strategy)
+    where = worker_groups.selector(entry.group or None)  # on the run's worker group only, as the run will be
+    group = placement_group(
+        [dict(bundle) for _ in range(entry.workers)],
+        strategy=strategy,
+        **({"bundle_label_selector": [dict(where) for _ in range(entry.workers)]} if where else {}),
+    )
     try:
         ready, _ = ray.wait([group.ready()], timeout=timeout_s)
         return bool(ready)

@@ -43,6 +43,7 @@ import yaml
 from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from rayfleet.core import worker_groups
 from rayfleet.core.config import ConfigError, describe_error, merge, parse_overrides, read_yaml_file
 from rayfleet.recipes.launchers import RAYFLEET_SETS, launcher_problem
 from rayfleet.recipes.recipe_root import leaving, project_of
@@ -64,6 +65,7 @@ JOB_VARS = (
     "RAYFLEET_GPUS_PER_WORKER",
     "RAYFLEET_MEMORY_PER_WORKER_GIB",
     "RAYFLEET_DATA",
+    worker_groups.GROUP_VAR,
 )
 
 
@@ -97,6 +99,7 @@ class Resources(_Strict):
     cpus_per_worker: float = Field(1.0, gt=0, le=MAX_CPUS)
     gpus_per_worker: int = Field(0, ge=0, le=16)
     memory_per_worker_gib: float | None = Field(None, gt=0, le=MAX_MEMORY_GIB)
+    group: str | None = Field(None, description="the worker group its workers go to (rayfleet/core/worker_groups.py)")
 
     @model_validator(mode="before")
     @classmethod
@@ -122,6 +125,11 @@ class Resources(_Strict):
     def fewest(self) -> int:
         """The workers the run needs to start: its minimum when elastic."""
         return self.min_workers or self.workers
+
+    @field_validator("group")
+    @classmethod
+    def _group_name(cls, value):
+        return worker_groups.check_name(value) if value is not None else None
 
     @field_validator("cpus_per_worker", "memory_per_worker_gib", mode="before")
     @classmethod

@@ -19,7 +19,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from rayfleet.core import stop_request
+from rayfleet.core import stop_request, worker_groups
 from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError, RayfleetError
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train import current_run
@@ -87,6 +87,8 @@ def build_trainer(
             use_gpu=use_gpu,
             resources_per_worker=resources,
             elastic_resize_monitor_interval_s=cfg.elastic_resize_s,
+            # a recipe's worker group: Ray places the workers on that group's nodes only (core/worker_groups.py)
+            label_selector=worker_groups.selector(worker_groups.from_env(os.environ)),
         ),
         run_config=RunConfig(
             name=run_name,

@@ -36,7 +36,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from rayfleet.core import ray_auth, ray_start
+from rayfleet.core import ray_auth, ray_start, worker_groups
 from rayfleet.node.driver import preempt_notice
 from rayfleet.node.driver.launch_line import LAUNCHERS, Shape, launcher_argv, launcher_env
 from rayfleet.node.driver.launcher_output import LOST, Failure, report
@@ -77,8 +77,14 @@ def place(shape: Shape, timeout_s: float = PLACE_TIMEOUT_S):
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
     bundle = {"CPU": shape.cpus, **({"GPU": shape.gpus} if shape.gpus else {})}
-    group = placement_group([dict(bundle) for _ in range(shape.nodes)], strategy="STRICT_SPREAD")
-    say(f"placing {shape.nodes} node(s) of {bundle} (one per worker node)...")
+    where = worker_groups.selector(worker_groups.from_env(os.environ))  # the recipe's worker group, if any
+    group = placement_group(
+        [dict(bundle) for _ in range(shape.nodes)],
+        strategy="STRICT_SPREAD",
+        **({"bundle_label_selector": [dict(where) for _ in range(shape.nodes)]} if where else {}),
+    )
+    on = f" of group {where[worker_groups.GROUP_LABEL]}" if where else ""
+    say(f"placing {shape.nodes} node(s) of {bundle} (one per worker node{on})...")
     ready, _ = ray.wait([group.ready()], timeout=timeout_s)
     if not ready:
         state = placement_group_table(group).get("state")

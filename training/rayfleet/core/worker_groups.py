@@ -1,0 +1,54 @@
+"""Worker groups as Ray sees them: the contract between whatever starts a worker node (the local cluster,
+the ECS worker task), and whatever places work on a group (the jobs' Ray Train workers, the launchers'
+placement groups, the queue's admission probe).
+
+Each worker node carries one Ray label, GROUP_LABEL=<its group's name>; a run that names a group (a recipe's
+`resources.group`, passed to its job as GROUP_VAR) asks Ray for bundles with that label only, so Ray itself
+never places its workers anywhere else. A run that names none goes wherever its resources fit, as before.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rayfleet.core.errors import ConfigError
+
+GROUP_LABEL = "rayfleet.io/group"
+GROUP_VAR = "RAYFLEET_WORKER_GROUP"  # a job's environment: the group its workers go to ("" or unset: any)
+DEFAULT = "default"  # the group of a cluster started without groups
+# A Ray label value (Kubernetes' syntax), kept lower-case so that a name is one thing in Terraform, ECS and Ray.
+NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def check_name(name: str) -> str:
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ConfigError(
+            f"worker group {name!r}: a name is 1-63 lower-case letters, digits and '-', starting and ending "
+            "with a letter or digit"
+        )
+    return name
+
+
+def node_labels(group: str) -> dict[str, str]:
+    """The labels of a worker node of `group`."""
+    return {GROUP_LABEL: check_name(group)}
+
+
+def selector(group: str | None) -> dict[str, str] | None:
+    """The label selector of work placed on `group` (None: anywhere)."""
+    return {GROUP_LABEL: group} if group else None
+
+
+def from_env(env: dict) -> str | None:
+    """The group a job's workers go to, from its environment (GROUP_VAR), checked; None: any."""
+    value = env.get(GROUP_VAR) or ""
+    return check_name(value) if value else None
+
+
+def refuse_unknown(group: str | None, known: dict[str, str], where: str) -> None:
+    """A run naming a group that `where` does not have is refused before anything starts, in one line naming
+    the groups there are (`known`: name -> what it is, e.g. "2 nodes x 1 CPU")."""
+    if group is None or group in known:
+        return
+    listed = "; ".join(f"{name}: {what}" for name, what in known.items()) or "none"
+    raise ConfigError(f"resources.group: {where} has no worker group {group!r}; its groups: {listed}")
