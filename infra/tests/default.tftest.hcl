@@ -293,6 +293,7 @@ run "ray" {
       RAYFLEET_RAY_PORTS        = jsonencode(var.ray_ports)
       RAYFLEET_OBJECT_STORE_MIB = "4346"
       RAYFLEET_NUM_CPUS         = "4"
+      RAYFLEET_WORKER_GROUP     = "default"
       RAYFLEET_NUM_GPUS         = "1"
       RAYFLEET_CURRENT_RUN_DIR  = "/run/rayfleet"
       RAYFLEET_HEALTH_DIR       = "/run/rayfleet-health"

@@ -139,7 +139,7 @@ def test_run_uses_the_running_cluster_and_leaves_it_running(cluster):
     failed = subprocess.run([*CLI, "run", "--", "python", "-c", "raise SystemExit(3)"], env=cluster, cwd=REPO)
     assert failed.returncode == 3
     state = subprocess.run([*CLI, "status"], env=cluster, cwd=REPO, capture_output=True, text=True)
-    assert "2 workers x 1 CPU" in state.stdout
+    assert "group a: 1 node(s) x 1 CPU; group b: 1 node(s) x 1 CPU" in state.stdout  # the session cluster
 
 
 def test_session_dir_and_logs_are_the_users_only(cluster):

@@ -59,6 +59,7 @@ NOT_MODULES = {
     "rayfleet.container",
     "rayfleet.run_dir",
     "rayfleet.internal",
+    "rayfleet.io",  # the prefix of the worker-group Ray label (core/worker_groups.py)
     "rayfleet.tfplan",
     "rayfleet.rayfleet",
 }

@@ -241,9 +241,8 @@ def status() -> str:
     pids = find_cluster_pids(state.cluster_id, state.pids)
     if not pids:
         return f"cluster {state.cluster_id} is recorded but not running (rayfleet cluster down clears it)"
-    spec = state.spec
+    groups = "; ".join(f"group {name}: {what}" for name, what in ClusterSpec(**state.spec).group_summary().items())
     return (
         f"cluster {state.cluster_id}: RAY_ADDRESS={state.address}, dashboard {state.dashboard_url}, "
-        f"{spec['workers']} workers x {spec['cpus_per_worker']:g} CPU, {len(pids)} processes, "
-        f"logs in {state.log_dir}"
+        f"{groups}, {len(pids)} processes, logs in {state.log_dir}"
     )
