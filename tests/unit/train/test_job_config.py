@@ -100,3 +100,26 @@ def test_a_recipes_worker_group_reaches_ray_trains_label_selector(small_dataset,
     monkeypatch.setenv(worker_groups.GROUP_VAR, "Not A Name")
     with pytest.raises(ConfigError, match="worker group 'Not A Name'"):
         build_trainer(lambda config: None, cfg, "r", False)
+
+
+def test_a_run_on_a_group_counts_only_that_groups_nodes(monkeypatch):
+    """Whether the job uses GPUs, and how many workers fit, follow from the nodes of its worker group, not the
+    whole cluster: a run on a CPU group of a cluster with a GPU group trains on CPU."""
+    from rayfleet.train import ray_connect
+
+    def node(group, cpus, gpus, alive=True):
+        labels = {"rayfleet.io/group": group} if group else {}
+        return {"Alive": alive, "Labels": labels, "Resources": {"CPU": cpus, **({"GPU": gpus} if gpus else {})}}
+
+    nodes = [
+        node(None, 0, 0),
+        node("small", 4, 0),
+        node("small", 4, 0),
+        node("large", 8, 4),
+        node("large", 8, 4, False),
+    ]
+    monkeypatch.setattr(ray_connect.ray, "nodes", lambda: nodes)
+    assert ray_connect.cluster_gpus() == 4 and ray_connect.cluster_gpus("large") == 4
+    assert ray_connect.cluster_gpus("small") == 0 and ray_connect.cluster_gpus("none") == 0
+    assert ray_connect.placeable_workers(2, 0) == 8 and ray_connect.placeable_workers(2, 0, "small") == 4
+    assert ray_connect.placeable_workers(1, 1, "large") == 4 and ray_connect.placeable_workers(1, 1, "small") == 0

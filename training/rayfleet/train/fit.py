@@ -31,25 +31,34 @@ from rayfleet.train.tracking import curves, mlflow_run
 from rayfleet.train.tracking.scalars import Target
 
 
+def _where() -> tuple[str | None, str]:
+    """The run's worker group (a recipe's resources.group), and how a message names where it runs."""
+    group = worker_groups.from_env(os.environ)
+    return group, f"worker group {group}" if group else "this cluster"
+
+
 def resolve_use_gpu(cfg: JobConfig) -> bool:
-    """device=auto means GPU when the cluster has one per worker; device=cuda demands it."""
-    gpus = cluster_gpus()
+    """device=auto means GPU when the cluster (the run's worker group, if it names one) has one per worker;
+    device=cuda demands it."""
+    group, where = _where()
+    gpus = cluster_gpus(group)
     if cfg.device == "cpu":
         return False
     if gpus >= cfg.fewest_workers:
         return True
     if cfg.device == "cuda":
-        raise ConfigError(f"device: cuda needs {cfg.fewest_workers} GPUs (num_workers) but the cluster has {gpus}")
+        raise ConfigError(f"device: cuda needs {cfg.fewest_workers} GPUs (num_workers) but {where} has {gpus}")
     return False
 
 
 def check_placement(cfg: JobConfig, use_gpu: bool) -> None:
-    """Refused when the cluster could never place the run's workers (elastic: its minimum)."""
-    fits = placeable_workers(cfg.cpus_per_worker, 1 if use_gpu else 0)
+    """Refused when the cluster (the run's group) could never place the run's workers (elastic: its minimum)."""
+    group, where = _where()
+    fits = placeable_workers(cfg.cpus_per_worker, 1 if use_gpu else 0, group)
     if cfg.fewest_workers > fits:
         what = f"{cfg.cpus_per_worker:g} CPU" + (" + 1 GPU" if use_gpu else "")
         raise ConfigError(
-            f"num_workers: {cfg.num_workers} workers of {what} each do not fit this cluster, which can place "
+            f"num_workers: {cfg.num_workers} workers of {what} each do not fit {where}, which can place "
             f"{fits}; lower num_workers or cpus_per_worker, or add workers "
             f"(rayfleet cluster up --workers {cfg.num_workers})"
         )

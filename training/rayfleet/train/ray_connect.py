@@ -15,7 +15,7 @@ from pathlib import Path
 
 import ray
 
-from rayfleet.core import local_state, ray_auth, ray_start, warm_workers
+from rayfleet.core import local_state, ray_auth, ray_start, warm_workers, worker_groups
 from rayfleet.core.errors import RayfleetError
 
 
@@ -62,12 +62,20 @@ def ray_session() -> Iterator[str]:
         ray.shutdown()
 
 
-def placeable_workers(cpus_per_worker: float, gpus_per_worker: int) -> int:
-    """How many workers of this size the alive nodes can hold at once."""
+def group_nodes(group: str | None, nodes: list[dict] | None = None) -> list[dict]:
+    """The alive nodes of a worker group (rayfleet/core/worker_groups.py), or every alive node (None)."""
+    found = ray.nodes() if nodes is None else nodes
+    return [
+        n
+        for n in found
+        if n.get("Alive") and (group is None or (n.get("Labels") or {}).get(worker_groups.GROUP_LABEL) == group)
+    ]
+
+
+def placeable_workers(cpus_per_worker: float, gpus_per_worker: int, group: str | None = None) -> int:
+    """How many workers of this size the alive nodes (of `group`) can hold at once."""
     total = 0
-    for node in ray.nodes():
-        if not node.get("Alive"):
-            continue
+    for node in group_nodes(group):
         res = node.get("Resources", {})
         fit = int(res.get("CPU", 0) // cpus_per_worker + 1e-9)
         if gpus_per_worker:
@@ -76,8 +84,9 @@ def placeable_workers(cpus_per_worker: float, gpus_per_worker: int) -> int:
     return total
 
 
-def cluster_gpus() -> int:
-    return int(ray.cluster_resources().get("GPU", 0))
+def cluster_gpus(group: str | None = None) -> int:
+    """The GPUs of the alive nodes (of `group`): a run on a group uses GPUs when that group has them."""
+    return int(sum(n.get("Resources", {}).get("GPU", 0) for n in group_nodes(group)))
 
 
 def quiet_report_logs() -> None:
