@@ -812,7 +812,10 @@ def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehe
     attempts = record["attempts"]
     assert len(attempts) in (1, 2), attempts  # exactly one, or ray-project/ray#65025's one resubmission
     if len(attempts) == 1:  # the path Ray means: nothing restarted
-        assert all(r["attempt"] == 0 and r["steps_redone"] == 0 for r in rows), rows
+        restarts = [(r["epoch"], r["attempt"], r["steps_redone"], r.get("resumed_from")) for r in rows]
+        # on failure: each epoch's (epoch, attempt, steps redone, checkpoint resumed from), and what the trainer
+        # and the workers logged, to tell a Ray Train restart inside the job from anything else
+        assert all(r["attempt"] == 0 and r["steps_redone"] == 0 for r in rows), (restarts, output[-6000:])
     else:  # ray-project/ray#65025: one more submission, from the checkpoint, for that reason and no other
         assert attempts[0]["state"] == "FAILED" and attempts[0]["why"].startswith(jobs_api.MONITOR_RPC_FAILED)
         assert attempts[1]["state"] == "SUCCEEDED" and attempts[1]["reason"].startswith(ray_faults.MONITOR_FAULT)
