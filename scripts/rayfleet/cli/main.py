@@ -19,14 +19,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 
 from rayfleet.cli import verbs
-from rayfleet.core import worker_groups
-from rayfleet.core.arg_bounds import float_in, int_in
+from rayfleet.core.arg_bounds import float_in, group_arg, int_in
 from rayfleet.core.aws import run_cli
-from rayfleet.core.errors import ConfigError
 from rayfleet.core.moved import gone
 from rayfleet.core.run_name import run_name_arg
 from rayfleet.recipes.recipe_root import ROOT_HELP
@@ -255,21 +252,6 @@ def _cluster_and_serving(sub) -> None:
     p.add_argument("action", choices=["up", "down", "env", "picture"])
     p.add_argument("rest", nargs="*", metavar="-- ARG", help="after --: the rehearsal's own options")
     p.set_defaults(handler=verbs.rehearse)
-
-
-def group_arg(text: str) -> tuple[str, int, int]:
-    """`--group NAME=NODES[xGPUS]` -> (name, nodes, GPUs per node)."""
-    found = re.fullmatch(r"([^=]+)=(\d+)(?:x(\d+))?", text)
-    if not found:
-        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=NODES or NAME=NODESxGPUS (as in large=1x4)")
-    try:
-        name = worker_groups.check_name(found[1])
-    except ConfigError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    nodes, gpus = int(found[2]), int(found[3] or 0)
-    if not 1 <= nodes <= 50 or gpus > 64:
-        raise argparse.ArgumentTypeError(f"{text!r}: 1-50 nodes and at most 64 GPUs per node")
-    return name, nodes, gpus
 
 
 def parser() -> argparse.ArgumentParser:

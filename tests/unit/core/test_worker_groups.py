@@ -46,3 +46,8 @@ def test_a_node_command_carries_its_labels_as_ray_start_takes_them():
     cmd = ray_start.command(address="h:6379", labels=worker_groups.node_labels("small"))
     assert "--labels=rayfleet.io/group=small" in cmd
     assert not [c for c in ray_start.command(address="h:6379") if c.startswith("--labels")]
+
+
+def test_a_placement_groups_bundles_select_the_group_or_nothing():
+    assert worker_groups.bundle_selectors("b", 2) == {"bundle_label_selector": [{"rayfleet.io/group": "b"}] * 2}
+    assert worker_groups.bundle_selectors(None, 2) == {}

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable
+
+from rayfleet.core import worker_groups
+from rayfleet.core.errors import ConfigError
 
 
 def int_in(low: int, high: int) -> Callable[[str], int]:
@@ -39,3 +43,18 @@ def float_in(low: float, high: float, low_open: bool = False) -> Callable[[str],
 
     parse.__name__ = "float"
     return parse
+
+
+def group_arg(text: str) -> tuple[str, int, int]:
+    """`--group NAME=NODES[xGPUS]` -> (name, nodes, GPUs per node)."""
+    found = re.fullmatch(r"([^=]+)=(\d+)(?:x(\d+))?", text)
+    if not found:
+        raise argparse.ArgumentTypeError(f"{text!r} is not NAME=NODES or NAME=NODESxGPUS (as in large=1x4)")
+    try:
+        name = worker_groups.check_name(found[1])
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    nodes, gpus = int(found[2]), int(found[3] or 0)
+    if not 1 <= nodes <= 50 or gpus > 64:
+        raise argparse.ArgumentTypeError(f"{text!r}: 1-50 nodes and at most 64 GPUs per node")
+    return name, nodes, gpus

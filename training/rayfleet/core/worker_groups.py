@@ -39,6 +39,11 @@ def selector(group: str | None) -> dict[str, str] | None:
     return {GROUP_LABEL: group} if group else None
 
 
+def bundle_selectors(group: str | None, bundles: int) -> dict:
+    """placement_group()'s keyword for `bundles` bundles on `group`'s nodes only ({}: anywhere)."""
+    return {"bundle_label_selector": [{GROUP_LABEL: group} for _ in range(bundles)]} if group else {}
+
+
 def from_env(env: dict) -> str | None:
     """The group a job's workers go to, from its environment (GROUP_VAR), checked; None: any."""
     value = env.get(GROUP_VAR) or ""

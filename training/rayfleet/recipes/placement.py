@@ -23,11 +23,10 @@ def probe(entry: Entry, timeout_s: float = PROBE_S) -> bool:
 
     bundle = {"CPU": entry.cpus_per_worker, **({"GPU": entry.gpus_per_worker} if entry.gpus_per_worker else {})}
     strategy = "STRICT_SPREAD" if entry.one_per_node else "PACK"
-    where = worker_groups.selector(entry.group or None)  # on the run's worker group only, as the run will be
     group = placement_group(
         [dict(bundle) for _ in range(entry.workers)],
         strategy=strategy,
-        **({"bundle_label_selector": [dict(where) for _ in range(entry.workers)]} if where else {}),
+        **worker_groups.bundle_selectors(entry.group or None, entry.workers),  # the run's group, as the run will be
     )
     try:
         ready, _ = ray.wait([group.ready()], timeout=timeout_s)

@@ -77,13 +77,13 @@ def place(shape: Shape, timeout_s: float = PLACE_TIMEOUT_S):
     from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 
     bundle = {"CPU": shape.cpus, **({"GPU": shape.gpus} if shape.gpus else {})}
-    where = worker_groups.selector(worker_groups.from_env(os.environ))  # the recipe's worker group, if any
+    where = worker_groups.from_env(os.environ)  # the recipe's worker group, if any
     group = placement_group(
         [dict(bundle) for _ in range(shape.nodes)],
         strategy="STRICT_SPREAD",
-        **({"bundle_label_selector": [dict(where) for _ in range(shape.nodes)]} if where else {}),
+        **worker_groups.bundle_selectors(where, shape.nodes),
     )
-    on = f" of group {where[worker_groups.GROUP_LABEL]}" if where else ""
+    on = f" of group {where}" if where else ""
     say(f"placing {shape.nodes} node(s) of {bundle} (one per worker node{on})...")
     ready, _ = ray.wait([group.ready()], timeout=timeout_s)
     if not ready:
