@@ -209,6 +209,21 @@ def run_record(env: dict, bucket: str, run: str, **owner_writes) -> dict:
         return run_dir.update(**owner_writes) if owner_writes else run_dir.record()
 
 
+def keep_asking_to_stop(env: dict, bucket: str, run: str, reason: str) -> None:
+    """The checkpoint-first stop request a budget makes (core/stop_request.py), in the run's S3 folder, made again
+    if it is gone: a resubmission clears it before its new attempt (recipes/job.py)."""
+    from unittest import mock
+
+    from rayfleet.core import stop_request
+    from rayfleet.core.run_dir import RunDir
+
+    keys = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
+    with mock.patch.dict(os.environ, {k: env[k] for k in keys if k in env}):
+        run_dir = RunDir(f"s3://{bucket}/runs", run)
+        if stop_request.requested(run_dir) is None:
+            stop_request.request(run_dir, reason)
+
+
 def verbs_env(endpoint: str, outputs_file: str, region: str, *, identity: str = "operator", **extra: str) -> dict:
     """The environment that points the verbs at a moto stack: its endpoint, the operator's credentials (the
     verbs run on the laptop as the operator; `identity` another: "task" for a job, "control" for the control

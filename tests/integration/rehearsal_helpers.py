@@ -219,12 +219,14 @@ def run_verb(env: dict, module: str, *args: str, timeout: float = 600) -> subpro
     )
 
 
-def start_verb(env: dict, module: str, *args: str) -> subprocess.Popen:
+def start_verb(env: dict, module: str, *args: str, out=None) -> subprocess.Popen:
+    """The verb started; its output in a pipe, or in `out` (an open file) when the test polls for a long time
+    before reading it: a pipe nobody reads fills, and the verb would block writing."""
     return subprocess.Popen(
         [sys.executable, "-m", module, *args],
         cwd=REPO,
         env=env,
-        stdout=subprocess.PIPE,
+        stdout=out if out is not None else subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
     )
