@@ -103,6 +103,7 @@ def test_runs_that_each_need_the_cluster_queue_in_priority_order_and_a_queued_on
         return {e.run: e.state for e in queue.entries(time.time())}
 
     gate = tmp_path / "gate"  # never opened: the first run holds the cluster until it is cancelled
+    wait_for(lambda: not states(), 60, f"entries an earlier test left in the queue: {states()}")  # first is alone
     procs = {"first": submit(env, recipe, "first", 0, str(gate))}
     try:
         wait_for(lambda: states().get("first") == "running", 120, "the first run was never admitted and placed")
@@ -169,6 +170,8 @@ def test_runs_that_each_need_the_cluster_queue_in_priority_order_and_a_queued_on
     # submitted, it waited in its job's admission loop until cancelled
     check_attempts(json.loads((storage / "gone" / "run.json").read_text()), [("CANCELLED", 130)])
     assert "cancelled again: stopping the job now" in outputs["first"]
+    # alone in the queue, the first went at once, and its heartbeat saw Ray place it (it was "running" above)
+    assert "admitted at once: no other run in the queue" in outputs["first"]
     assert "queued: position" in outputs["low"] and "admitted after" in outputs["low"]  # through the re-attach
     assert "[rayfleet] run low succeeded" in (storage / "low" / "follower.log").read_text()
     times = {run: json.loads((storage / run / "times.json").read_text()) for run in ("high", "low")}

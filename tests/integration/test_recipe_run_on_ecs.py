@@ -174,7 +174,7 @@ def test_trainer_submits_the_s3_code_to_the_cluster_and_records_the_result(launc
     log = _object(launched, "runs/ecs-1/driver.log").decode()
     assert f"s3://{launched['bucket']}/runs/ecs-1" in log and "helper says shipped" in log
     assert SECRET_VALUE not in log + result.stdout + result.stderr
-    assert "admitted after" in log  # the deployment's queue, in its bucket, let it through
+    assert "admitted at once: no other run in the queue" in log  # the deployment's queue, in its bucket
     left = _keys(launched, "queue/")
     assert [k for k in left if not k.startswith("queue/spent/")] == []  # and the run's entry left with it
     # what it held, priced, in the queue's ledger (its budget's spending): one item, if it cost anything

@@ -9,7 +9,7 @@ import pytest
 
 from rayfleet.core import stop_request
 from rayfleet.core.run_dir import RunDir
-from rayfleet.core.run_queue import ADMITTED, RUNNING, WAITING, Entry, Queue
+from rayfleet.core.run_queue import ADMITTED, RUNNING, WAITING, Budget, Entry, Queue
 from rayfleet.recipes import admission, placement
 from rayfleet.recipes.schema import load
 from tests.unit.recipes.helpers import GOOD, write
@@ -111,37 +111,50 @@ def test_the_entry_comes_from_the_recipe_and_travels_on_the_jobs_command_line(tm
     assert admission.entry_for(elastic, "job-2").workers == 2  # admitted once its minimum can be placed
 
 
-def test_placed_means_a_group_created_since_the_admission(monkeypatch):
-    now = {"old": "CREATED", "probe": "REMOVED"}
-    monkeypatch.setattr(placement, "groups", lambda: dict(now))
-    is_placed = placement.placed_after(set(now))
-    assert not is_placed()  # what existed before the admission is someone else's
-    now["new"] = "PENDING"
+def test_placed_means_a_group_asked_for_since_the_admission():
+    now = {"old": ("CREATED", 999.0), "probe": ("REMOVED", 999.5)}
+    is_placed = placement.placed_since(1000.0, listed=lambda: dict(now))
+    assert not is_placed()  # what was asked for before the admission is someone else's
+    now["new"] = ("PENDING", 1003.0)
     assert not is_placed()  # asked for, not yet placed
-    now["new"] = "CREATED"
+    now["new"] = ("CREATED", 1003.0)
     assert is_placed()
 
 
-def test_the_groups_at_admission_wait_out_a_head_being_replaced(monkeypatch, capsys):
-    """Found replacing a local store cluster's head with a run queued (by hand; docs/DESIGN.md, "Not done yet"):
-    a run admitted while the new head's dashboard was not up yet failed on the state API's ServerUnavailable.
-    Now it waits, saying so once, and gives up only after the node's own reconnect time."""
-    from ray.util.state.exception import ServerUnavailable
+def test_a_run_alone_in_the_queue_is_admitted_without_a_ray_driver(tmp_path, monkeypatch, capsys):
+    """No other entry: admitted at once, Ray asked nothing (no driver, no probe); its entry says ADMITTED."""
+    queue, run_dir = Queue(str(tmp_path)), RunDir(str(tmp_path / "runs"), "me")
 
-    answers = [ServerUnavailable("no dashboard"), ServerUnavailable("no dashboard"), {"old": "CREATED"}]
+    def no_driver():
+        raise AssertionError("a Ray driver was started")
 
-    def groups():
-        answer = answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+    monkeypatch.setattr(admission, "bare_driver", no_driver)
+    is_placed = admission.admit(queue, entry("me"), run_dir)
+    assert callable(is_placed)
+    stored = queue.get("me")
+    assert stored.state == ADMITTED and stored.admitted_at is not None
+    assert "admitted at once: no other run in the queue; Ray places all 2 x 1 CPU together" in capsys.readouterr().out
+    assert run_dir.record()["state"] == "RUNNING"
 
-    monkeypatch.setattr(placement, "groups", groups)
-    slept = []
-    assert placement.groups_once_reachable(clock=lambda: 0.0, sleep=slept.append) == {"old": "CREATED"}
-    assert slept == [2.0, 2.0]
-    assert capsys.readouterr().out.count("Ray's state API does not answer") == 1
-    answers[:] = [ServerUnavailable("still none")] * 3
-    times = iter([0.0, 5.0, 11.0])
-    with pytest.raises(ServerUnavailable):
-        placement.groups_once_reachable(wait_s=10, clock=lambda: next(times), sleep=lambda s: None)
+
+@pytest.mark.parametrize("other", ["another run", "a stop", "the budget"])
+def test_a_run_not_alone_waits_its_turn(tmp_path, other):
+    """Another entry (of any state: the probe and the order decide), a stop asked for, or a budget with no room:
+    `wait_turn` decides, as for every run."""
+    queue, clock = Queue(str(tmp_path)), Clock()
+    run_dir = RunDir(str(tmp_path / "runs"), "me")
+    me = entry("me")
+    if other == "another run":
+        ahead = entry("ahead", at=5)  # behind it by submission time: still not alone
+        ahead.heartbeat_at = clock()
+        queue.put(ahead)
+    elif other == "a stop":
+        stop_request.request(run_dir, stop_request.CANCELLED)
+    else:
+        queue = Queue(str(tmp_path), Budget(1.0, "total"))
+        me.usd_per_hour, me.max_usd = 2.0, 2.0  # its projected cost alone is over the budget
+    queue.put(me)
+    assert not admission.alone(queue, me, run_dir, clock)
+    assert queue.get("me").state == WAITING
+    me.state = WAITING
+    assert admission.alone(Queue(str(tmp_path / "empty")), me, RunDir(str(tmp_path / "r2"), "me"), clock)

@@ -3,16 +3,12 @@ a run's whole placement group at once, and the placement groups Ray knows, throu
 
 from __future__ import annotations
 
-import os
-import time
 from collections.abc import Callable
 
 from rayfleet.core import worker_groups
 from rayfleet.core.run_queue import Entry
 
 PROBE_S = 2.0  # how long one try waits for Ray to place the whole group
-RECONNECT_VAR = "RAY_gcs_rpc_server_reconnect_timeout_s"  # how long this node's Ray waits for a replaced head
-RAY_RECONNECT_DEFAULT_S = 60.0  # Ray 2.60's default for it
 
 
 def probe(entry: Entry, timeout_s: float = PROBE_S) -> bool:
@@ -35,46 +31,28 @@ def probe(entry: Entry, timeout_s: float = PROBE_S) -> bool:
         remove_placement_group(group)
 
 
-def groups() -> dict[str, str]:
-    """Every placement group Ray knows and its state."""
+def groups() -> dict[str, tuple[str, float]]:
+    """Every placement group Ray knows: its state, and when the GCS received the request that created it (seconds
+    since the epoch, the head's clock)."""
     from ray.util.state import list_placement_groups
 
-    return {g.placement_group_id: g.state for g in list_placement_groups(limit=10000)}
+    listed = list_placement_groups(limit=10000, detail=True)  # `stats` is a detail
+    return {
+        g.placement_group_id: (g.state, int((g.stats or {}).get("creation_request_received_ns") or 0) / 1e9)
+        for g in listed
+    }
 
 
-def groups_once_reachable(
-    say: Callable[[str], None] = print,
-    wait_s: float | None = None,
-    clock: Callable[[], float] = time.monotonic,
-    sleep=time.sleep,
-) -> dict[str, str]:
-    """groups(), waiting out a head being replaced: the state API is its dashboard's, away until the new head
-    is up (with a GCS store the run's job lives on, and must not fail for it: issue 31). By default as long as
-    this node waits for the head: its RAY_gcs_rpc_server_reconnect_timeout_s (set with a GCS store by
-    rayfleet/local/gcs_store.py and infra/modules/ray), else Ray's own 60 s."""
-    from ray.util.state.exception import ServerUnavailable
-
-    if wait_s is None:
-        wait_s = float(os.environ.get(RECONNECT_VAR, RAY_RECONNECT_DEFAULT_S))
-    deadline, said = clock() + wait_s, False
-    while True:
-        try:
-            return groups()
-        except ServerUnavailable:
-            if clock() >= deadline:
-                raise
-            if not said:
-                say(f"queue: Ray's state API does not answer (the head away?); waiting up to {wait_s:.0f} s")
-                said = True
-            sleep(2.0)
-
-
-def placed_after(known: set[str]) -> Callable[[], bool]:
-    """Has Ray created a placement group that did not exist at admission (`known`)? The queue admits one run at
-    a time, so a new one is the admitted run's (Ray Train's workers, the launchers). Ray gives the group of a
-    driver that the job started no link to the job that the queue knows, hence this test."""
+def placed_since(admitted_at: float, listed: Callable[[], dict[str, tuple[str, float]]] | None = None):
+    """Has Ray created a placement group asked for since the admission (`admitted_at`, this node's clock; the head's
+    is the same locally and NTP-synced on ECS)? The queue admits one run at a time, so such a group is the admitted
+    run's (Ray Train's workers, the launchers); the admission's own probe was asked for earlier and is removed.
+    Ray gives the group of a driver that the job started no link to the job that the queue knows, hence this test.
+    Nothing is asked at admission: a head being replaced then (issue 31) is waited out by the heartbeat, which
+    asks again at its next beat."""
 
     def test() -> bool:
-        return any(state == "CREATED" and gid not in known for gid, state in groups().items())
+        found = (listed or groups)()
+        return any(state == "CREATED" and asked >= admitted_at for state, asked in found.values())
 
     return test
