@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from rayfleet.core.aws import Aws
+from rayfleet.core.aws import STARTED_BY, Aws
 from rayfleet.core.bucket import RAY_STATUS as KEY
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.start import start
@@ -42,6 +42,11 @@ def stack(aws_stack, monkeypatch):
         s["serviceName"]: s["desiredCount"]
         for s in ecs.describe_services(cluster=out.cluster_name, services=names)["services"]
     }
+    # Trainer tasks that earlier tests on the shared stack launched (a detached run, say) stay RUNNING in moto,
+    # which runs nothing and so never ends them: each of these tests starts from an idle deployment.
+    left = ecs.list_tasks(cluster=out.cluster_name, startedBy=STARTED_BY, desiredStatus="RUNNING")["taskArns"]
+    for task in left:
+        ecs.stop_task(cluster=out.cluster_name, task=task, reason="left running by an earlier test")
     # "ecs": the test's own inspector; "control_ecs": the control task's client, as its role (IAM enforced).
     control_ecs = aws_stack["server"].client_as("ecs", "control")
     s3 = aws_stack["server"].client("s3")

@@ -108,7 +108,10 @@ def test_code_zip_and_resolved_recipe_land_under_the_run_prefix(launched):
     assert sorted(zipfile.ZipFile(io.BytesIO(body)).namelist()) == ["helper.py", "train.py"]
     resolved = yaml.safe_load(_object(launched, "runs/ecs-1/recipe.yaml"))
     assert resolved["env"]["HF_TOKEN"] == {"secret": f"secretsmanager:{SECRET_NAME}"}
-    assert resolved["resources"] == {"workers": 2, "cpus_per_worker": 2.0, "gpus_per_worker": 1}
+    # the deployment's one worker group holds it: the choice is said first, then recorded and carried
+    assert "[rayfleet] worker group default: 2 node(s) x g5.xlarge, $2.01/h (the only one)" in launched["result"].stdout
+    assert resolved["resources"] == {"workers": 2, "cpus_per_worker": 2.0, "gpus_per_worker": 1, "group": "default"}
+    assert record["group"] == "default"
     assert resolved["image"] == IMAGE and resolved["pip"] == ["einops==0.8.1"]
     assert SECRET_VALUE not in json.dumps(record)  # the record, run.json and the events both
     listed = launched["s3"].list_objects_v2(Bucket=launched["bucket"], Prefix="runs/ecs-1/")["Contents"]
@@ -235,7 +238,7 @@ def test_a_recipe_naming_a_group_the_deployment_lacks_is_refused_before_upload(a
     assert result.returncode == 2, result.stdout + result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert line == (
-        "error: resources.group: this deployment has no worker group 'huge'; its groups: default: 2 x g5.xlarge"
+        "error: resources.group: this deployment has no worker group 'huge'; its groups: default: 2 node(s) x g5.xlarge"
     )
     bucket = aws_stack["outputs"]["results_bucket"]
     listed = aws_stack["server"].client("s3").list_objects_v2(Bucket=bucket, Prefix="runs/no-group/")

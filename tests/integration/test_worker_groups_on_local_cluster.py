@@ -1,6 +1,7 @@
 """Worker groups on the suite's shared local cluster (`rayfleet cluster up --group a=1 --group b=1`: two
 worker nodes of 1 CPU, each labelled with its group): a recipe's `resources.group` is placed on that group's
-nodes by Ray itself, and the queue admits a run only when its own group has room."""
+nodes by Ray itself, a recipe naming none goes to the smallest group that fits, and the queue admits a run
+only when its own group has room, whatever another group's line holds."""
 
 from __future__ import annotations
 
@@ -34,11 +35,12 @@ print(json.dumps({n["NodeID"]: n.get("Labels", {}).get("rayfleet.io/group") for 
 """
 
 
-def recipe(tmp_path: Path, group: str) -> Path:
+def recipe(tmp_path: Path, group: str | None) -> Path:
+    """A one-node launcher recipe on `group` (None: it names none, and rayfleet chooses)."""
     (tmp_path / "code").mkdir(exist_ok=True)
     (tmp_path / "code" / "hold.py").write_text(HOLD)
-    path = tmp_path / f"{group}.yaml"
-    resources = {"workers": 1, "cpus_per_worker": 1, "group": group}
+    path = tmp_path / f"{group or 'any'}.yaml"
+    resources = {"workers": 1, "cpus_per_worker": 1, **({"group": group} if group else {})}
     spec = {"name": "held", "code": "code", "entrypoint": "hold.py", "launcher": "torchrun"}
     path.write_text(json.dumps({**spec, "storage": str(tmp_path / "runs"), "resources": resources}))
     return path
@@ -61,7 +63,9 @@ def test_a_run_on_a_group_waits_for_that_groups_node_while_the_other_group_is_fr
     a launcher recipe naming group b is placed on b's node (its placement group's bundle label selector); a
     second run naming b is not admitted while b's one node is held, although a's node is free (the queue's
     admission probe asks for b's nodes only; without the selector it would start on a at once), and starts
-    on b once the first ends. A group the cluster lacks is refused in one line, before anything starts."""
+    on b once the first ends; meanwhile a run naming no group is placed on a, the smallest group that fits, and
+    ends before b's line moves (per-group lines, on Ray's own placement). A group the cluster lacks is refused in
+    one line, before anything starts."""
     gate, runs = tmp_path / "gate", tmp_path / "runs"
     refused = run_verb(cluster_env, "run", str(recipe(tmp_path, "c")), "--on", "local", "--name", "nogroup")
     assert refused.returncode == 2, refused.stdout + refused.stderr
@@ -79,6 +83,12 @@ def test_a_run_on_a_group_waits_for_that_groups_node_while_the_other_group_is_fr
         waiting = lambda: (queue.get("on-b-too") or None) and "to be free at once" in queue.get("on-b-too").reason  # noqa: E731
         until(waiting, 120, "the second run on b was not held back by the queue")
         assert not (runs / "on-b-too" / "node").exists()  # a's node was free all along: it did not go there
+        # a run naming no group: rayfleet chooses a (both free, the same node; a by name) and, a's line empty,
+        # it goes at once and ends while b's line still waits (a full group holds back no other group's run)
+        anywhere = submit(cluster_env, recipe(tmp_path, None), "anywhere")
+        out_anywhere = anywhere.communicate(timeout=180)[0]
+        assert anywhere.returncode == 0, out_anywhere[-3000:]
+        assert queue.get("on-b-too") is not None and not (runs / "on-b-too" / "node").exists()
         gate.touch()
         out_first, out_second = first.communicate(timeout=180)[0], second.communicate(timeout=300)[0]
     finally:
@@ -96,3 +106,7 @@ def test_a_run_on_a_group_waits_for_that_groups_node_while_the_other_group_is_fr
     assert sorted(g for g in labels.values() if g) == ["a", "b"]  # the head carries none
     for run in ("on-b", "on-b-too"):
         assert labels[(runs / run / "node").read_text()] == "b", run
+    assert labels[(runs / "anywhere" / "node").read_text()] == "a"
+    assert "[rayfleet] worker group a: 1 node(s) x 1 CPU (the smallest of 2 that fit)" in out_anywhere
+    assert "admitted at once: no other run in the queue" in out_anywhere
+    assert json.loads((runs / "anywhere" / "run.json").read_text())["group"] == "a"  # the record says where

@@ -42,19 +42,19 @@ class ClusterSpec:
         spec.validate()
         return spec
 
-    def _groups(self) -> list[list]:
+    def listed_groups(self) -> list[list]:
         """[name, nodes, GPUs per node] per group; without groups, the one group `default`."""
         return self.groups or [[worker_groups.DEFAULT, self.workers, self.gpus_per_worker]]
 
     def node_groups(self) -> list[tuple[str, int]]:
         """Per worker node, in order: its group and its logical GPUs."""
-        return [(name, gpus) for name, nodes, gpus in self._groups() for _ in range(nodes)]
+        return [(name, gpus) for name, nodes, gpus in self.listed_groups() for _ in range(nodes)]
 
     def group_summary(self) -> dict[str, str]:
         """name -> its nodes, as a refusal lists them: "2 node(s) x 1 CPU + 4 GPU"."""
         return {
             name: f"{nodes} node(s) x {self.cpus_per_worker:g} CPU" + (f" + {gpus} GPU" if gpus else "")
-            for name, nodes, gpus in self._groups()
+            for name, nodes, gpus in self.listed_groups()
         }
 
     def validate(self) -> None:

@@ -66,6 +66,7 @@ def _package_into(
     write(
         run_name=run_dir.run_name,
         recipe=recipe.name,
+        group=recipe.resources.group,  # the worker group it runs on (rayfleet/recipes/group_choice.py)
         recipe_file=str(loaded.path),
         target=target,
         code=code_url,

@@ -10,9 +10,9 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from rayfleet.core import stop_request, worker_groups
+from rayfleet.core import stop_request
 from rayfleet.core.aws import Aws, PlacementFailed
-from rayfleet.core.catalog import INSTANCE_TYPES
+from rayfleet.core.catalog import INSTANCE_TYPES, accelerator_of
 from rayfleet.core.config import ConfigError
 from rayfleet.core.errors import EXIT_FAILED
 from rayfleet.core.run_dir import RunDir, runs_root
@@ -23,7 +23,8 @@ from rayfleet.ecs.outputs import Outputs
 from rayfleet.recipes import cost
 from rayfleet.recipes import secrets as recipe_secrets
 from rayfleet.recipes.admission import EXIT_CANCELLED, entry_for
-from rayfleet.recipes.fit import Capacity, check_fits, nodes_needed
+from rayfleet.recipes.fit import Capacity
+from rayfleet.recipes.group_choice import Choice, Group, choose, on_group
 from rayfleet.recipes.job import STOPPED_BY_A_SIGNAL, SUBMITTER_STOPPED
 from rayfleet.recipes.schema import LoadedRecipe, load
 from rayfleet.recipes.stage import stage
@@ -31,24 +32,48 @@ from rayfleet.targets import ecs_slot
 from rayfleet.targets.base import package_into
 
 
-def ecs_capacity(out: Outputs) -> Capacity | None:
-    """What one worker offers: with several Spot types, the smallest of them (the tasks are sized to it)."""
-    types = list(out.workers.instance_types) or [out.workers.instance_type]
-    shapes = [INSTANCE_TYPES.get(t) for t in types]
-    if not types or None in shapes:
+def ecs_groups(aws: Aws | None, out: Outputs) -> tuple[list[Group], list[str]]:
+    """The deployment's worker groups as a run chooses among them, priced per node-hour (the Spot price of the last
+    hour where a group runs Spot and `aws` is given, else the list price), and the names of groups whose instance
+    types the catalog does not know (not checked). One node's shape: with several types, the smallest of them (the
+    tasks are sized to it)."""
+    groups, unknown = [], []
+    for name, group in out.worker_groups.items():
+        types = list(group.types)
+        shapes = [INSTANCE_TYPES.get(t) for t in types]
+        if not types or None in shapes:
+            unknown.append(name)
+            continue
+        nodes = int(group.count or 0) or None  # the group's maximum: a run needing more never starts
+        where = f"the ECS workers ({', '.join(types)})"
+        vcpus, memory_mib = min(s["vcpus"] for s in shapes), min(s["memory_mib"] for s in shapes)
+        capacity = Capacity(where, float(vcpus), int(shapes[0]["gpus"]), memory_mib / 1024, nodes)
+        spot = group_spot_price(aws, group) if aws is not None else None
+        price = spot if spot is not None else float(shapes[0]["usd_per_hour"])
+        groups.append(Group(name, capacity, price, accelerator_of(types[0]), "/".join(types)))
+    return groups, unknown
+
+
+def ecs_choice(aws: Aws | None, out: Outputs, recipe) -> Choice | None:
+    """The group the run goes to; None (said in one line) where the catalog does not know the types to check."""
+    groups, unknown = ecs_groups(aws, out)
+    named = recipe.resources.group
+    if unknown and (named in unknown or not groups):
+        types = ", ".join(t for n in unknown for t in out.worker_groups[n].types) or "?"
+        print(
+            f"[rayfleet] warning: worker instance type {types} is not in the catalog; resources not checked",
+            file=sys.stderr,
+        )
         return None
-    nodes = int(out.workers.count or 0) or None  # the worker group's maximum: a run needing more never starts
-    where = f"the ECS workers ({', '.join(types)})"
-    vcpus, memory_mib = min(s["vcpus"] for s in shapes), min(s["memory_mib"] for s in shapes)
-    return Capacity(where, float(vcpus), int(shapes[0]["gpus"]), memory_mib / 1024, nodes)
+    return choose(recipe, groups, "this deployment")
 
 
-def worker_spot_price(aws: Aws, out: Outputs) -> float | None:
-    """The workers' Spot price per instance-hour when the deployment runs them on Spot, else None."""
-    if out.workers.lifecycle != "spot":
+def group_spot_price(aws: Aws, group) -> float | None:
+    """A Spot group's price per instance-hour (its first type, the last hour's history), else None."""
+    if group.lifecycle != "spot":
         return None
     now = datetime.now(UTC)
-    return cost.spot_usd_per_hour(aws.client("ec2"), out.workers.instance_type, now - timedelta(hours=1), now)
+    return cost.spot_usd_per_hour(aws.client("ec2"), group.types[0], now - timedelta(hours=1), now)
 
 
 def trainer_environment(recipe, code: dict, storage: str, extra_args: list[str], data: str | None) -> dict:
@@ -64,30 +89,25 @@ def trainer_environment(recipe, code: dict, storage: str, extra_args: list[str],
 
 
 def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs: str | None, detach: bool) -> int:
-    recipe = loaded.recipe
     out = Outputs.load(outputs)
-    groups = {name: f"{g.count} x {g.instance_type}" for name, g in out.worker_groups.items()}
-    worker_groups.refuse_unknown(recipe.resources.group, groups, "this deployment")
-    capacity = ecs_capacity(out)
-    if capacity is None:
-        print(
-            f"[rayfleet] warning: worker instance type {out.workers.instance_type or '?'} is not in the catalog; "
-            "resources not checked",
-            file=sys.stderr,
-        )
-    else:
-        check_fits(recipe, capacity)
+    aws = Aws(out.region)
+    choice = ecs_choice(aws, out, loaded.recipe)
+    if choice is not None:  # the run goes to that group's nodes only: its queue entry, its job, its placement
+        print(f"[rayfleet] {choice.line}", flush=True)
+        loaded = on_group(loaded, choice.group.name)
+    recipe = loaded.recipe
+    capacity = choice.group.capacity if choice else None
     recipe_secrets.check_target(recipe.secret_refs(), "ecs")
     storage = recipe.storage or runs_root(out.results_bucket)
     if not storage.startswith("s3://"):
         raise ConfigError(f"storage: {storage} is a local path; on ECS runs keep results in s3://bucket/prefix")
-    aws = Aws(out.region)
     aws.check_cluster(out.cluster_name)
-    bring_up(aws, out, nodes_needed(recipe, capacity) if capacity else None)
+    bring_up(aws, out, choice.nodes if choice else None)
     run_dir = RunDir(storage, run_name, region=out.region)
     data = stage(loaded.data_path, storage, out.region) if loaded.data_path else None
     with tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp:
-        held = cost.held_ecs(recipe, out.workers.instance_type, capacity, worker_spot_price(aws, out))
+        group = out.worker_groups.get(recipe.resources.group or "") or out.workers
+        held = cost.held_ecs(recipe, group.types[0] if group.types else "", capacity, group_spot_price(aws, group))
         code = package_into(loaded, run_dir, Path(tmp), "ecs", extra_args, held)
     task_definition = trainer_with_image(aws, out, recipe.image) if recipe.image else None
     environment = trainer_environment(recipe, code, storage, extra_args, data)
@@ -129,14 +149,14 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
 
 
 def workers_for(recipe_file: str, outputs: str | None = None) -> int:
-    """`make start RECIPE=...`: the worker nodes that recipe needs here, after the same fit check as a run."""
+    """`make start RECIPE=...`: the worker nodes that recipe needs here, in the group a run of it would go to."""
     out = Outputs.load(outputs)
     recipe = load(recipe_file, root="/").recipe  # only its resources: nothing of code: or data: is read here
-    capacity = ecs_capacity(out)
-    if capacity is None:
-        raise ConfigError(f"worker instance type {out.workers.instance_type or '?'} is not in the catalog")
-    check_fits(recipe, capacity)
-    return nodes_needed(recipe, capacity)
+    groups, _ = ecs_groups(None, out)
+    if not groups:
+        raise ConfigError(f"worker instance type {', '.join(out.workers.types) or '?'} is not in the catalog")
+    choice = choose(recipe, groups, "this deployment")
+    return choice.nodes
 
 
 def bring_up(aws: Aws, out: Outputs, nodes: int | None) -> None:
@@ -252,9 +272,6 @@ class EcsTarget:
 
     def __init__(self, outputs: str | None = None):
         self.outputs = outputs
-
-    def capacity(self, loaded: LoadedRecipe) -> Capacity | None:
-        return ecs_capacity(Outputs.load(self.outputs))
 
     def submit(self, loaded: LoadedRecipe, extra_args: list[str], run_name: str, detach: bool) -> int:
         return run_ecs(loaded, extra_args, run_name, self.outputs, detach)

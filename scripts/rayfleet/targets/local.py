@@ -7,13 +7,13 @@ import os
 import tempfile
 from pathlib import Path
 
-from rayfleet.core import worker_groups
 from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.local import cluster as local_cluster
 from rayfleet.local import gcs_store
 from rayfleet.recipes import cost
 from rayfleet.recipes import secrets as recipe_secrets
 from rayfleet.recipes.fit import Capacity, check_fits
+from rayfleet.recipes.group_choice import Choice, Group, choose, on_group
 from rayfleet.recipes.job import run_job
 from rayfleet.recipes.schema import LoadedRecipe
 from rayfleet.targets import detach as detached
@@ -24,19 +24,33 @@ def machine_gpus() -> int:
     return sum(1 for p in Path("/dev").glob("nvidia[0-9]*"))
 
 
-def local_capacity(loaded: LoadedRecipe, state: local_cluster.ClusterState | None) -> Capacity:
-    if state is not None:
-        spec = local_cluster.ClusterSpec(**state.spec)
-        group = loaded.recipe.resources.group
-        worker_groups.refuse_unknown(group, spec.group_summary(), "the running local cluster")
-        nodes = [gpus for name, gpus in spec.node_groups() if group in (None, name)]
-        return Capacity(
-            "the running local cluster (rayfleet cluster up)" + (f", group {group}" if group else ""),
-            spec.cpus_per_worker,
-            max(nodes),
-            None,
-            len(nodes),
+def local_groups(spec: local_cluster.ClusterSpec) -> list[Group]:
+    """The running cluster's worker groups as a run chooses among them: free, so the smallest node that fits."""
+    where = "the running local cluster (rayfleet cluster up)"
+    cpus = spec.cpus_per_worker
+    return [
+        Group(
+            name,
+            Capacity(f"{where}, group {name}", cpus, gpus, None, nodes),
+            shown=f"{cpus:g} CPU" + (f" + {gpus} GPU" if gpus else ""),
         )
+        for name, nodes, gpus in spec.listed_groups()
+    ]
+
+
+def local_choice(loaded: LoadedRecipe, state: local_cluster.ClusterState | None) -> Choice | None:
+    """The group of the running cluster the run goes to (None: no cluster runs; one is started for the run,
+    sized to it)."""
+    if state is None:
+        return None
+    where = "the running local cluster"
+    return choose(loaded.recipe, local_groups(local_cluster.ClusterSpec(**state.spec)), where)
+
+
+def local_capacity(loaded: LoadedRecipe, state: local_cluster.ClusterState | None) -> Capacity:
+    choice = local_choice(loaded, state)
+    if choice is not None:
+        return choice.group.capacity
     res = loaded.recipe.resources  # a cluster started for this run is sized to the recipe
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
     return Capacity("this machine", res.cpus_per_worker, machine_gpus(), memory_gib, None)
@@ -45,9 +59,14 @@ def local_capacity(loaded: LoadedRecipe, state: local_cluster.ClusterState | Non
 def run_local(
     loaded: LoadedRecipe, extra_args: list[str], run_name: str, launch_dir: Path, detach: bool = False
 ) -> int:
-    recipe = loaded.recipe
     state = local_cluster.running()
-    check_fits(recipe, local_capacity(loaded, state))
+    choice = local_choice(loaded, state)
+    if choice is None:
+        check_fits(loaded.recipe, local_capacity(loaded, state))
+    else:  # the run goes to that group's nodes only: the queue, its job and its placement groups
+        print(f"[rayfleet] {choice.line}", flush=True)
+        loaded = on_group(loaded, choice.group.name)
+    recipe = loaded.recipe
     storage = recipe.storage or runs_root(launch_dir=launch_dir)
     if not storage.startswith("s3://"):
         storage = str((launch_dir / storage).resolve())
@@ -102,9 +121,6 @@ class LocalTarget:
 
     def __init__(self, launch_dir: Path | None = None):
         self.launch_dir = launch_dir or Path.cwd()
-
-    def capacity(self, loaded: LoadedRecipe) -> Capacity:
-        return local_capacity(loaded, local_cluster.running())
 
     def submit(self, loaded: LoadedRecipe, extra_args: list[str], run_name: str, detach: bool) -> int:
         return run_local(loaded, extra_args, run_name, self.launch_dir, detach)

@@ -30,18 +30,6 @@ def test_no_group_places_anywhere_and_the_environment_names_it():
         worker_groups.from_env({"RAYFLEET_WORKER_GROUP": "a,rayfleet.io/group=b"})  # no second label smuggled in
 
 
-def test_a_group_the_cluster_does_not_have_is_refused_listing_the_ones_it_has():
-    known = {"small": "2 node(s) x 1 CPU", "large": "1 node(s) x 1 CPU + 4 GPU"}
-    worker_groups.refuse_unknown(None, known, "here")
-    worker_groups.refuse_unknown("large", known, "here")
-    with pytest.raises(ConfigError) as exc:
-        worker_groups.refuse_unknown("huge", known, "the running local cluster")
-    assert str(exc.value) == (
-        "resources.group: the running local cluster has no worker group 'huge'; its groups: "
-        "small: 2 node(s) x 1 CPU; large: 1 node(s) x 1 CPU + 4 GPU"
-    )
-
-
 def test_a_node_command_carries_its_labels_as_ray_start_takes_them():
     cmd = ray_start.command(address="h:6379", labels=worker_groups.node_labels("small"))
     assert "--labels=rayfleet.io/group=small" in cmd

@@ -190,6 +190,11 @@ def test_a_stop_signal_during_the_launch_is_not_lost(server, monkeypatch):
 
     monkeypatch.setattr(warm_client, "recv_message", recv_then_signal)
     monkeypatch.setenv("PYTHONPATH", str(REPO))
+    # launched from this process: its environment must match the server's, which the fixture started without
+    # TORCH* (an earlier test in this process may have run torch.compile, and Inductor sets its cache directory
+    # in os.environ; the server then declines the launch: "TORCHINDUCTOR_CACHE_DIR differ")
+    for key in [k for k in os.environ if k.startswith("TORCH")]:
+        monkeypatch.delenv(key)
     previous = signal.getsignal(signal.SIGTERM)
     previous_int = signal.getsignal(signal.SIGINT)
     try:

@@ -158,3 +158,36 @@ def test_a_run_not_alone_waits_its_turn(tmp_path, other):
     assert queue.get("me").state == WAITING
     me.state = WAITING
     assert admission.alone(Queue(str(tmp_path / "empty")), me, RunDir(str(tmp_path / "r2"), "me"), clock)
+
+
+def on(run: str, at: float, group: str) -> Entry:
+    made = entry(run, at)
+    made.group = group
+    return made
+
+
+def test_a_full_group_holds_back_no_run_on_another_group(tmp_path, capsys):
+    """Every worker group has a line of its own: a run on b goes at once while a's run waits, and a later run
+    on a waits behind a's, not for b's placement; a run on no group lines up with all of them."""
+    queue, clock = Queue(str(tmp_path)), Clock()
+    first_on_a = on("first-on-a", 0, "a")
+    first_on_a.heartbeat_at = clock()
+    queue.put(first_on_a)
+    on_b = on("on-b", 5, "b")
+    assert admission.alone(queue, on_b, RunDir(str(tmp_path / "runs"), "on-b"), clock)  # ADMITTED, placing
+    assert not admission.alone(queue, entry("anywhere", at=6), RunDir(str(tmp_path / "runs"), "anywhere"), clock)
+    run_dir = RunDir(str(tmp_path / "runs"), "a-too")
+
+    def sleep(seconds: float) -> None:
+        clock.sleep(seconds)
+        for alive in (first_on_a, on_b):
+            alive.heartbeat_at = clock()
+            queue.put(alive)
+        stop_request.request(run_dir, stop_request.CANCELLED)
+
+    tried = []
+    assert (
+        admission.wait_turn(queue, on("a-too", 7, "a"), run_dir, tried.append, clock, sleep) == stop_request.CANCELLED
+    )
+    out = capsys.readouterr().out
+    assert "queued: position 2 of 2: behind first-on-a (priority 0)" in out and "on-b" not in out and not tried

@@ -86,6 +86,7 @@ def test_make_runs_shows_each_runs_cost(tmp_path):
         {
             "run": "a",
             "where": "ecs",
+            "group": "ddp",
             "state": "STOPPED",
             "started": "2026-11-24T10:00:00+00:00",
             "duration_s": 3600,
@@ -105,8 +106,9 @@ def test_make_runs_shows_each_runs_cost(tmp_path):
         },
     ]
     lines = table(rows).splitlines()
-    assert lines[0].split() == ["RUN", "WHERE", "STATE", "TRIES", "STARTED", "DURATION", "COST", "RESULTS"]
-    assert lines[1].split()[5:7] == ["1h00m", "$40.96"] and lines[2].split()[3:6] == ["-", "-", "-"]
+    assert lines[0].split() == ["RUN", "WHERE", "GROUP", "STATE", "TRIES", "STARTED", "DURATION", "COST", "RESULTS"]
+    assert lines[1].split()[2] == "ddp" and lines[1].split()[6:8] == ["1h00m", "$40.96"]
+    assert lines[2].split()[2:3] + lines[2].split()[4:7] == ["-", "-", "-", "-"]  # no group recorded: "-"
 
 
 def test_a_stop_request_reaches_every_rank_through_one_all_reduce(tmp_path):

@@ -29,3 +29,13 @@ def hourly_cost(instance_types: list[str]) -> tuple[float, list[str]]:
 def gpus_of(instance_type: str) -> int | None:
     entry = INSTANCE_TYPES.get(instance_type)
     return entry["gpus"] if entry else None
+
+
+def accelerators() -> set[str]:
+    """The GPUs the catalog's instance types carry (A10G, L4, ...): what resources.accelerator may say."""
+    return {t["accelerator"] for t in INSTANCE_TYPES.values() if t.get("accelerator")}
+
+
+def accelerator_of(instance_type: str) -> str | None:
+    entry = INSTANCE_TYPES.get(instance_type)
+    return entry.get("accelerator") if entry else None

@@ -276,8 +276,18 @@ def over_budget(entry: Entry, budget: Budget | None, spent: float) -> str | None
     return None
 
 
+def shares_workers(a: Entry, b: Entry) -> bool:
+    """Do the two runs compete for the same nodes? Not when each is on a worker group of its own: every group
+    has a line of its own (a run on no group may go anywhere, so it lines up with all)."""
+    return not a.group or not b.group or a.group == b.group
+
+
 def verdict(run: str, entries: list[Entry], now: float) -> tuple[bool, str]:
-    """May `run` try to place its workers now; if not, why (one line, for its log and `rayfleet queue`)."""
+    """May `run` try to place its workers now; if not, why (one line, for its log and `rayfleet queue`). Only the
+    runs that share its workers count (`shares_workers`): a full group holds back no run on another."""
+    mine = next((e for e in entries if e.run == run), None)
+    if mine is not None:
+        entries = [e for e in entries if e.run == run or shares_workers(e, mine)]
     for other in entries:
         placing = other.state == ADMITTED and not other.placed and now - (other.admitted_at or now) < PLACE_TIMEOUT_S
         if other.run != run and placing:

@@ -48,12 +48,3 @@ def from_env(env: dict) -> str | None:
     """The group a job's workers go to, from its environment (GROUP_VAR), checked; None: any."""
     value = env.get(GROUP_VAR) or ""
     return check_name(value) if value else None
-
-
-def refuse_unknown(group: str | None, known: dict[str, str], where: str) -> None:
-    """A run naming a group that `where` does not have is refused before anything starts, in one line naming
-    the groups there are (`known`: name -> what it is, e.g. "2 nodes x 1 CPU")."""
-    if group is None or group in known:
-        return
-    listed = "; ".join(f"{name}: {what}" for name, what in known.items()) or "none"
-    raise ConfigError(f"resources.group: {where} has no worker group {group!r}; its groups: {listed}")

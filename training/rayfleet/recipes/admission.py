@@ -48,6 +48,7 @@ from rayfleet.core.run_queue import (
     Entry,
     Queue,
     over_budget,
+    shares_workers,
     verdict,
 )
 from rayfleet.core.run_queue_checks import Alive, max_priority_from
@@ -217,7 +218,8 @@ def admit(queue: Queue, entry: Entry, run_dir: RunDir) -> Callable[[], bool] | s
     try:
         waited = time.monotonic()
         if alone(queue, entry, run_dir):
-            say(f"admitted at once: no other run in the queue; Ray places all {entry.resources()} together")
+            line = f" of worker group {entry.group}" if entry.group else ""
+            say(f"admitted at once: no other run in the queue{line}; Ray places all {entry.resources()} together")
         else:
             with bare_driver():
                 cancelled = wait_turn(queue, entry, run_dir, alive=Liveness(say))
@@ -236,15 +238,18 @@ def admit(queue: Queue, entry: Entry, run_dir: RunDir) -> Callable[[], bool] | s
 
 
 def alone(queue: Queue, entry: Entry, run_dir: RunDir, clock: Callable[[], float] = time.time) -> bool:
-    """Admit the run at once, asking Ray nothing, when no other entry is in the queue (its own is written first,
+    """Admit the run at once, asking Ray nothing, when no other entry in the queue shares its workers (another
+    worker group's runs do not: core/run_queue.py `shares_workers`; its own entry is written first,
     so of two runs that start together at least one sees the other and waits its turn), no stop is asked, and
     the budget has room. The probe orders runs against each other; alone, it would only ask Ray what the run's
     own placement group asks next, gang placement included, and cost the run's start a Ray driver of its own
     (about 1.2 s on a 2-core machine: bench/RESULTS.md). Not admitted: `wait_turn` decides, as for every run."""
     now = clock()
-    if any(e.run != entry.run for e in queue.entries(now)) or stop_request.requested(run_dir):
+    others = [e for e in queue.entries(now) if e.run != entry.run]
+    if any(shares_workers(e, entry) for e in others) or stop_request.requested(run_dir):
         return False
-    if entry.state != WAITING or _Spending(queue, clock)(entry, []) is not None:
+    # every group's runs spend one budget; held here, `wait_turn` judges again with the runs Ray knows are live
+    if entry.state != WAITING or _Spending(queue, clock)(entry, others) is not None:
         return False
     entry.state, entry.admitted_at, entry.reason = ADMITTED, now, "placing its workers"
     entry.heartbeat_at = now

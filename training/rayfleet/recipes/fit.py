@@ -23,6 +23,13 @@ class Capacity:
 
 
 def check_fits(recipe: Recipe, cap: Capacity) -> None:
+    found = problems(recipe, cap)
+    if found:
+        raise ConfigError(f"recipe {recipe.name} does not fit:\n  " + "\n  ".join(found))
+
+
+def problems(recipe: Recipe, cap: Capacity) -> list[str]:
+    """Why the recipe's workers do not fit `cap`, one line each (none: it fits)."""
     res = recipe.resources
     problems = []
     if res.gpus_per_worker > cap.gpus:
@@ -48,8 +55,7 @@ def check_fits(recipe: Recipe, cap: Capacity) -> None:
             f"resources.workers: {res.fewest} workers do not fit {cap.where}: {cap.nodes} node(s) of "
             f"{per_node(recipe, cap)} hold {per_node(recipe, cap) * cap.nodes} of this size"
         )
-    if problems:
-        raise ConfigError(f"recipe {recipe.name} does not fit:\n  " + "\n  ".join(problems))
+    return problems
 
 
 def per_node(recipe: Recipe, cap: Capacity) -> int:

@@ -44,6 +44,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from rayfleet.core import worker_groups
+from rayfleet.core.catalog import accelerators
 from rayfleet.core.config import ConfigError, describe_error, merge, parse_overrides, read_yaml_file
 from rayfleet.recipes.launchers import RAYFLEET_SETS, launcher_problem
 from rayfleet.recipes.recipe_root import leaving, project_of
@@ -100,6 +101,9 @@ class Resources(_Strict):
     gpus_per_worker: int = Field(0, ge=0, le=16)
     memory_per_worker_gib: float | None = Field(None, gt=0, le=MAX_MEMORY_GIB)
     group: str | None = Field(None, description="the worker group its workers go to (rayfleet/core/worker_groups.py)")
+    accelerator: str | None = Field(
+        None, description="the GPU its workers need (A10G, L4, L40S, A100, H100): only a group of that GPU fits"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -130,6 +134,22 @@ class Resources(_Strict):
     @classmethod
     def _group_name(cls, value):
         return worker_groups.check_name(value) if value is not None else None
+
+    @field_validator("accelerator")
+    @classmethod
+    def _known_accelerator(cls, value):
+        if value is None:
+            return None
+        known = {a.lower(): a for a in accelerators()}
+        if str(value).lower() not in known:
+            raise ValueError(f"accelerator: {value!r} is none of {', '.join(sorted(known.values()))}")
+        return known[str(value).lower()]
+
+    @model_validator(mode="after")
+    def _accelerator_needs_gpus(self) -> Resources:
+        if self.accelerator and not self.gpus_per_worker:
+            raise ValueError(f"accelerator: {self.accelerator} needs gpus_per_worker of at least 1")
+        return self
 
     @field_validator("cpus_per_worker", "memory_per_worker_gib", mode="before")
     @classmethod

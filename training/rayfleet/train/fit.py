@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import ray.train
 from botocore.exceptions import BotoCoreError, ClientError
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
@@ -23,7 +24,7 @@ from rayfleet.core import stop_request, worker_groups
 from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError, RayfleetError
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train import current_run
-from rayfleet.train.control import hang_watch
+from rayfleet.train.control import hang_watch, nccl_transport
 from rayfleet.train.job_config import JobConfig
 from rayfleet.train.metrics import METRICS_FILE, read_rows
 from rayfleet.train.ray_connect import cluster_gpus, placeable_workers, ray_session
@@ -78,9 +79,23 @@ def write_config(run_dir: RunDir, cfg: JobConfig) -> None:
 
 def marked_loop(train_loop: Callable, config: dict):
     """Each Ray Train worker marks its node with the run while it trains: the GPU-metrics sidecar beside it
-    reads the mark for its per-run rollup (rayfleet/train/current_run.py)."""
+    reads the mark for its per-run rollup (rayfleet/train/current_run.py). On GPUs across nodes it first checks
+    the network NCCL chose (`network_check`)."""
     with current_run.marked(config["run_name"]):
+        if config.get("use_gpu"):
+            network_check(config["config"], config["run_name"])
         return train_loop(config)
+
+
+def network_check(cfg: JobConfig, run_name: str) -> None:
+    """A multi-node GPU run: the transport NCCL chose, into the run's record (rank 0), and on a worker group with
+    EFA a stop at once when it is not EFA (train/control/nccl_transport.py). One node needs no network."""
+    context = ray.train.get_context()
+    if context.get_world_size() == context.get_local_world_size():
+        return
+    transport = nccl_transport.confirm(cfg.nccl_over_tcp)
+    if context.get_world_rank() == 0 and transport:
+        RunDir(cfg.storage, run_name, cfg.s3_endpoint_url).send("nccl", nccl_transport=transport)
 
 
 def build_trainer(
@@ -90,7 +105,7 @@ def build_trainer(
     resources = {"CPU": cfg.cpus_per_worker, **({"GPU": 1} if use_gpu else {})}
     return TorchTrainer(
         functools.partial(marked_loop, train_loop),
-        train_loop_config={"config": cfg, "run_name": run_name, **(extra_loop_config or {})},
+        train_loop_config={"config": cfg, "run_name": run_name, "use_gpu": use_gpu, **(extra_loop_config or {})},
         scaling_config=ScalingConfig(
             num_workers=(cfg.fewest_workers, cfg.num_workers) if cfg.elastic else cfg.num_workers,
             use_gpu=use_gpu,
@@ -107,10 +122,18 @@ def build_trainer(
             checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
             # Train V2 turns print() into a logger that echoes to stdout and stderr: every progress line
             # would arrive twice. The jobs print one line per epoch from rank 0 themselves.
-            worker_runtime_env={"env_vars": {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", **mlflow_run.worker_settings()}},
+            worker_runtime_env={"env_vars": worker_env_vars(run_name, use_gpu)},
             logging_config=LoggingConfig(log_level="WARNING"),  # no line per report per rank
         ),
     )
+
+
+def worker_env_vars(run_name: str, use_gpu: bool) -> dict[str, str]:
+    """The Ray Train workers' own variables: Train V2's print patch off (it echoes every print() to stdout and
+    stderr: each progress line twice; the jobs print one line per epoch from rank 0), MLflow's settings, and on
+    GPUs NCCL's logging of its network choice (`network_check`)."""
+    env = {"RAY_TRAIN_ENABLE_PRINT_PATCH": "0", **mlflow_run.worker_settings()}
+    return {**env, **(nccl_transport.worker_env(run_name, os.environ) if use_gpu else {})}
 
 
 @contextlib.contextmanager

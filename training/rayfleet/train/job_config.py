@@ -59,6 +59,11 @@ class JobConfig(StrictModel):
     )
     hang_factor: float = Field(20.0, gt=0, description="see hang_floor_s")
     max_heals: int = Field(2, ge=0, description="hangs healed by a restart; the next one fails the run")
+    nccl_over_tcp: bool = Field(
+        False,
+        description="a multi-node GPU run on a worker group with EFA goes on when NCCL did not choose EFA "
+        "(train/control/nccl_transport.py); false: it stops at its start, naming what NCCL chose",
+    )
     # Tracking (rank 0)
     progress_every_s: float = Field(20.0, ge=0, description="a progress line at most this often; 0: none")
     tensorboard: bool = Field(True, description="TensorBoard event files in the run directory")

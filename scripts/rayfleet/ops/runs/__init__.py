@@ -84,6 +84,7 @@ def _row(run: str, where: str, record: dict, results: str) -> dict:
     return {
         "run": run,
         "where": where,
+        "group": record.get("group") if isinstance(record.get("group"), str) else None,  # where its workers ran
         "state": record.get("state", "?"),
         "attempts": _attempts(record),
         "started": str(record.get("submitted_at") or record.get("created_at") or record.get("launched_at") or ""),
@@ -207,12 +208,15 @@ def table(rows: list[dict]) -> str:
     there would otherwise reach the operator's terminal (rayfleet/core/terminal.py)."""
     if not rows:
         return "no runs yet: rayfleet run recipes/ddp.yaml (or, in a checkout, make demo)"
-    lines = [f"{'RUN':<34}{'WHERE':<7}{'STATE':<18}{'TRIES':<6}{'STARTED':<27}{'DURATION':<10}{'COST':<10}RESULTS"]
+    head = f"{'RUN':<34}{'WHERE':<7}{'GROUP':<12}{'STATE':<18}{'TRIES':<6}{'STARTED':<27}{'DURATION':<10}{'COST':<10}"
+    lines = [head + "RESULTS"]
     for r in rows:
         run, state, started, results = (printable(r[k]) for k in ("run", "state", "started", "results"))
+        group = printable(r.get("group") or "-")[:11]
         when, cost = fmt_duration(r["duration_s"]), fmt_cost(r["cost_usd"])
         tries = str(len(r["attempts"]) or "-")
-        lines.append(f"{run:<34}{r['where']:<7}{state:<18}{tries:<6}{started:<27}{when:<10}{cost:<10}{results}")
+        cells = f"{run:<34}{r['where']:<7}{group:<12}{state:<18}{tries:<6}{started:<27}{when:<10}{cost:<10}"
+        lines.append(cells + results)
         # Every attempt after the first says why it was started: a resubmission is never silent.
         lines += [f"  attempt {a['attempt']} ({a['state']}): {a['reason']}{_resumed(a)}" for a in r["attempts"][1:]]
     return "\n".join(lines)
