@@ -106,10 +106,11 @@ $(STANDIN)/.installed: requirements/terraform-standin.txt requirements/terraform
 
 setup: $(VENV)/.installed $(VENV)/bin/terraform $(STANDIN)/.installed ## Create .venv with the pinned versions, Terraform included (idempotent; fast when nothing changed)
 
-$(DATA_DIR)/FashionMNIST/raw/t10k-labels-idx1-ubyte: | $(VENV)/.installed
-	$(PY) -m rayfleet.train.data.synthetic $(DATA_DIR)
-
-data: $(DATA_DIR)/FashionMNIST/raw/t10k-labels-idx1-ubyte ## Generate a FashionMNIST-format dataset in data/ (offline; labelled SYNTHETIC)
+# The real FashionMNIST (pinned locations, published checksums, a cache in ~/.cache/rayfleet), or with no network
+# or SYNTHETIC=1 a generated set under data/synthetic, which every job reading it labels SYNTHETIC
+# (training/rayfleet/train/data/fetch.py). A DATA_DIR given on the command line is used as it is.
+data: | $(VENV)/.installed ## The real FashionMNIST in data/ (offline, or SYNTHETIC=1: a generated set in data/synthetic)
+	$(if $(USER_DATA_DIR),@echo "data: using $(DATA_DIR) as given",$(PY) -m rayfleet.train.data.fetch fashion-mnist $(DATA_DIR) $(if $(SYNTHETIC),--synthetic))
 
 models/tiny-gpt-neox/config.json: | $(VENV)/.installed
 	$(PY) -m tools.tiny_lm models/tiny-gpt-neox --text data/text/tiny_shakespeare.txt

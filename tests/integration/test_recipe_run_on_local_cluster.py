@@ -351,6 +351,9 @@ def test_a_budget_stops_the_run_cleanly_after_a_checkpoint_and_the_name_submitte
     assert record["state"] == "STOPPED" and record["message"].startswith("stopped by budget: max_hours 0.01")
     assert record["held"] == {"where": "local", "instances": [], "usd_per_hour": 0.0} and record["cost_usd"] == 0.0
     assert record["submission"] == 1
+    assert record["data"] == "SYNTHETIC FashionMNIST-format data"  # what it trained on, from rank 0
+    # no one group of the suite's cluster (a, b: one 1-CPU node each) holds its 2 workers: they span them
+    assert "[rayfleet] no one worker group holds its 2 node(s): its workers go to any node of a " in result.stdout
     check_attempts(record, [("STOPPED", record["exit_code"])], allowing=RAY_LOST_THE_CODE)
     epochs = [json.loads(line)["epoch"] for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert (

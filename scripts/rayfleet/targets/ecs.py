@@ -106,7 +106,7 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     run_dir = RunDir(storage, run_name, region=out.region)
     data = stage(loaded.data_path, storage, out.region) if loaded.data_path else None
     with tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp:
-        group = out.worker_groups.get(recipe.resources.group or "") or out.workers
+        group = out.worker_groups.get(recipe.resources.group or "") or next(iter(out.worker_groups.values()))
         held = cost.held_ecs(recipe, group.types[0] if group.types else "", capacity, group_spot_price(aws, group))
         code = package_into(loaded, run_dir, Path(tmp), "ecs", extra_args, held)
     task_definition = trainer_with_image(aws, out, recipe.image) if recipe.image else None

@@ -28,7 +28,7 @@ def test_each_resubmission_shows_its_reason_in_the_table_and_the_json(tmp_path, 
     assert job.run_job(Recipe(name="r", entrypoint="t.py", retries=1), run_dir) == 0
     rows = ops_runs.local_runs(tmp_path)
     table = ops_runs.table(rows).splitlines()
-    assert table[1].split()[:4] == ["r", "local", "SUCCEEDED", "3"]
+    assert table[1].split()[:5] == ["r", "local", "-", "SUCCEEDED", "3"]  # no worker group recorded: "-"
     assert table[2].startswith("  attempt 2 (FAILED): Ray's job monitor failed the job on an RPC error of its own")
     assert table[2].endswith("; resumed from checkpoint_000003")  # and the third did not resume: none said
     assert table[3] == "  attempt 3 (SUCCEEDED): retries: attempt 2 ended with exit 3"

@@ -77,3 +77,25 @@ def test_the_choice_becomes_the_runs_group(tmp_path):
     moved = on_group(loaded, "ddp")
     assert moved.recipe.resources.group == "ddp" and loaded.recipe.resources.group is None
     assert "group: ddp" in moved.recipe.to_yaml()  # what is packaged and recorded
+
+
+def test_a_run_naming_no_group_that_no_one_group_holds_goes_across_them(tmp_path):
+    """The suite's cluster (groups a and b, one 1-CPU node each): a 2-worker run goes to any node, with no
+    selector, and says so; named, or with no groups to span, it is refused as before."""
+    local = [Group(n, Capacity("here", 1.0, 0, None, 1), shown="1 CPU") for n in ("a", "b")]
+    across = choose(recipe(tmp_path, workers=2), local, "the running local cluster")
+    assert across.group.name == "" and across.nodes == 2
+    assert across.line == (
+        "no one worker group holds its 2 node(s): its workers go to any node of a (1 node(s) x 1 CPU), "
+        "b (1 node(s) x 1 CPU)"
+    )
+    assert on_group(load(write(tmp_path, {**GOOD, "resources": {"workers": 2}})), "").recipe.resources.group is None
+    with pytest.raises(ConfigError, match="fits no worker group"):
+        choose(recipe(tmp_path, workers=2, group="a"), local, "here")
+    with pytest.raises(ConfigError, match="fits no worker group"):
+        choose(recipe(tmp_path, workers=3), local, "here")  # all of them hold 2
+    mixed = [ecs_group("ddp", "g5.xlarge", 2), ecs_group("l4", "g6.xlarge", 2)]
+    spans = choose(recipe(tmp_path, workers=3, gpus_per_worker=1), mixed, "here")
+    assert spans.group.name == "" and spans.usd_per_hour == pytest.approx(3 * 1.006)  # priced at the dearer node
+    with pytest.raises(ConfigError, match=r"l4 .*: its GPUs are L4, not A10G"):  # an A10G run never spans to L4
+        choose(recipe(tmp_path, workers=3, gpus_per_worker=1, accelerator="A10G"), mixed, "here")

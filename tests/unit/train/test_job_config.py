@@ -27,6 +27,7 @@ SHARED = {
     "hang_floor_s",
     "hang_factor",
     "max_heals",
+    "nccl_over_tcp",
     "progress_every_s",
     "tensorboard",
     "mlflow_tracking_uri",

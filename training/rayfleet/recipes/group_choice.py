@@ -62,6 +62,10 @@ def choose(recipe: Recipe, groups: list[Group], where: str) -> Choice:
             refused.append(f"{group.name} ({group.described}): {', '.join(reasons)}")
         else:
             fitting.append(group)
+    if not fitting and not named and len(groups) > 1 and not why_not(recipe, across := spanning(groups, where)):
+        nodes = nodes_needed(recipe, across.capacity)
+        line = f"no one worker group holds its {nodes} node(s): its workers go to any node of {across.shown}"
+        return Choice(across, nodes, nodes * across.usd_per_node_hour, line)
     if not fitting:
         raise ConfigError(f"recipe {recipe.name} fits no worker group of {where}: " + "; ".join(refused))
 
@@ -83,7 +87,27 @@ def choose(recipe: Recipe, groups: list[Group], where: str) -> Choice:
     return Choice(best, nodes, usd, line)
 
 
+def spanning(groups: list[Group], where: str) -> Group:
+    """Every group as one, for a run that names none and that no one group holds: the smallest node of them,
+    all their nodes, the dearest price; its name is "" (the run goes wherever Ray finds room, as with no groups)."""
+    caps = [g.capacity for g in groups]
+    memory = [c.memory_gib for c in caps]
+    nodes = [c.nodes for c in caps]
+    capacity = Capacity(
+        f"{where}, all its groups",
+        min(c.cpus for c in caps),
+        min(c.gpus for c in caps),
+        None if None in memory else min(memory),
+        None if None in nodes else sum(nodes),
+    )
+    accelerators = {g.accelerator for g in groups}
+    accelerator = accelerators.pop() if len(accelerators) == 1 else "mixed"
+    price = max(g.usd_per_node_hour for g in groups)
+    return Group("", capacity, price, accelerator, ", ".join(f"{g.name} ({g.described})" for g in groups))
+
+
 def on_group(loaded: LoadedRecipe, group: str) -> LoadedRecipe:
-    """The recipe with its run's group set: what is packaged, recorded and queued from here on."""
-    resources = loaded.recipe.resources.model_copy(update={"group": group})
+    """The recipe with its run's group set: what is packaged, recorded and queued from here on ("" for none: the
+    run goes wherever its resources fit)."""
+    resources = loaded.recipe.resources.model_copy(update={"group": group or None})
     return replace(loaded, recipe=loaded.recipe.model_copy(update={"resources": resources}))

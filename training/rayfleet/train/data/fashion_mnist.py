@@ -11,7 +11,8 @@ from pathlib import Path
 
 import torch
 
-from rayfleet.train.data.layout import is_synthetic, missing_files
+from rayfleet.train.data import staged
+from rayfleet.train.data.layout import is_synthetic, missing_files, resolve
 
 # FashionMNIST's labels 0-9, in torchvision's order
 CLASS_NAMES = (
@@ -58,3 +59,9 @@ def load(root: str | Path, train: bool, download: bool = False) -> Split:
 
 def describe(root: str | Path) -> str:
     return "SYNTHETIC FashionMNIST-format data" if is_synthetic(Path(root)) else "FashionMNIST"
+
+
+def job_root(data_dir: str, s3_endpoint_url: str | None = None) -> Path:
+    """The root a job given `data_dir` reads: the node's copy of an s3:// one (staged.local_copy: one per node),
+    then the real set there, else `make data`'s offline one under it (layout.resolve)."""
+    return resolve(staged.local_copy(data_dir, s3_endpoint_url))

@@ -33,7 +33,8 @@ from rayfleet.train import checkpoint
 from rayfleet.train.control import compile_guard, hang_watch
 from rayfleet.train.control.preemption import Preemption, steps_between_checks
 from rayfleet.train.control.run_control import RunControl
-from rayfleet.train.data import fashion_mnist, staged
+from rayfleet.train.data import fashion_mnist
+from rayfleet.train.data import staged as staged
 from rayfleet.train.data.device_batches import DeviceSplit, steps_per_epoch
 from rayfleet.train.ddp.config import DDPConfig, Runtime
 from rayfleet.train.ddp.reduce import all_sum
@@ -59,7 +60,7 @@ DEFAULT_CONFIG = Path("rayfleet/train/configs/ddp.yaml")  # wherever the package
 def _load_splits(cfg: DDPConfig, rt: Runtime, local_rank: int) -> tuple[DeviceSplit, DeviceSplit]:
     if cfg.download and local_rank != 0:
         dist.barrier()  # one download per node, by local rank 0
-    root = staged.local_copy(cfg.data_dir, cfg.s3_endpoint_url)  # s3://: one copy per node, then local
+    root = fashion_mnist.job_root(cfg.data_dir, cfg.s3_endpoint_url)  # s3://: one copy per node, then local
     train = fashion_mnist.load(root, train=True, download=cfg.download).head(cfg.train_subset)
     test = fashion_mnist.load(root, train=False, download=cfg.download).head(cfg.test_subset)
     if cfg.download and local_rank == 0:
@@ -187,7 +188,8 @@ def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
         carried["steps_redone"] += redone_steps(run_dir, found, n, cfg.batch_size * world)
         log, tracking = rank0_tracking(loop_config, run_dir, found, n, steps, world, model)
     if rank == 0 and found.attempt == 0:
-        announce(cfg, rt, world, n, len(test_data), steps)
+        data = announce(cfg, rt, world, n, len(test_data), steps)
+        run_dir.send("data", data=data)  # the record says what it trained on: the real set, or SYNTHETIC
     # Every epoch checkpointed; a stop request asked for after the epoch's checkpoint, on every rank.
     preemption = Preemption(cfg.preemption_check_steps)
     watch = hang_watch.Steps.start(run_name, rank)

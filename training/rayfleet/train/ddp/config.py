@@ -10,7 +10,7 @@ from typing import Literal
 import torch
 from pydantic import Field, field_validator, model_validator
 
-from rayfleet.train.data.layout import missing_files
+from rayfleet.train.data.layout import missing_files, resolve
 from rayfleet.train.job_config import JobConfig
 from rayfleet.train.precision import wants_bf16
 
@@ -68,10 +68,11 @@ class DDPConfig(JobConfig):
                 "cuda_graph: the whole step is already one CUDA graph; compile_mode=reduce-overhead would "
                 "capture the model again inside it (use compile_mode=default, or cuda_graph=false)"
             )
-        if not self.download and not self.data_dir.startswith("s3://") and missing_files(Path(self.data_dir)):
+        local = None if self.data_dir.startswith("s3://") else resolve(Path(self.data_dir))
+        if not self.download and local is not None and missing_files(local):
             raise ValueError(
-                f"data_dir: {self.data_dir} has no FashionMNIST files ({', '.join(missing_files(Path(self.data_dir)))} "
-                "missing); run `make data` to generate a synthetic set, or set download=true"
+                f"data_dir: {self.data_dir} has no FashionMNIST files ({', '.join(missing_files(local))} missing); "
+                "run `make data` (the real set, or a generated one offline), or set download=true"
             )
         return self
 

@@ -9,7 +9,7 @@ import torch
 
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train.control.preemption import record_reached
-from rayfleet.train.data import fashion_mnist, staged
+from rayfleet.train.data import fashion_mnist
 from rayfleet.train.ddp.config import DDPConfig, Runtime
 from rayfleet.train.ddp.state import EpochPosition, Resume
 from rayfleet.train.metrics import MetricsLog
@@ -71,15 +71,17 @@ def record_resume(run_dir: RunDir, found: Resume) -> None:
         run_dir.send("resumed", resumed_from={"attempt": found.attempt, "checkpoint": found.resumed_from})
 
 
-def announce(cfg: DDPConfig, rt: Runtime, world: int, n: int, tested: int, steps: int) -> None:
+def announce(cfg: DDPConfig, rt: Runtime, world: int, n: int, tested: int, steps: int) -> str:
+    """Rank 0's first line: devices, precision, the data and its size; returns what the data is."""
     precision = "bf16" if rt.amp_dtype else "fp32"
     step = ", the step as one CUDA graph" if rt.cuda_graph else ""
+    data = fashion_mnist.describe(fashion_mnist.job_root(cfg.data_dir, cfg.s3_endpoint_url))
     print(
-        f"training on {world} x {rt.device.type} ({precision}{step}): {n:,} train / "
-        f"{tested:,} test images of {fashion_mnist.describe(staged.local_copy(cfg.data_dir, cfg.s3_endpoint_url))}, "
+        f"training on {world} x {rt.device.type} ({precision}{step}): {n:,} train / {tested:,} test images of {data}, "
         f"{steps} steps/epoch of {cfg.batch_size}/worker",
         flush=True,
     )
+    return data
 
 
 def epoch_row(
