@@ -99,3 +99,14 @@ def test_a_run_naming_no_group_that_no_one_group_holds_goes_across_them(tmp_path
     assert spans.group.name == "" and spans.usd_per_hour == pytest.approx(3 * 1.006)  # priced at the dearer node
     with pytest.raises(ConfigError, match=r"l4 .*: its GPUs are L4, not A10G"):  # an A10G run never spans to L4
         choose(recipe(tmp_path, workers=3, gpus_per_worker=1, accelerator="A10G"), mixed, "here")
+
+
+def test_an_elastic_run_goes_where_its_most_workers_fit_so_it_can_grow(tmp_path):
+    """workers 1-2 on the suite's groups (one 1-CPU node each): no one group holds 2, so it goes across them
+    and grows when a node frees; a group that holds 2 takes it; a cluster of one group takes it at its fewest."""
+    small = [Group(n, Capacity("here", 1.0, 0, None, 1), shown="1 CPU") for n in ("a", "b")]
+    elastic = recipe(tmp_path, workers="1-2")
+    assert choose(elastic, small, "here").group.name == ""
+    with_room = [*small, Group("c", Capacity("here", 1.0, 0, None, 2), shown="1 CPU")]
+    assert choose(elastic, with_room, "here").group.name == "c"
+    assert choose(elastic, small[:1], "here").group.name == "a"  # it starts at 1 and cannot grow there

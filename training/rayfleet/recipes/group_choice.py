@@ -62,10 +62,15 @@ def choose(recipe: Recipe, groups: list[Group], where: str) -> Choice:
             refused.append(f"{group.name} ({group.described}): {', '.join(reasons)}")
         else:
             fitting.append(group)
-    if not fitting and not named and len(groups) > 1 and not why_not(recipe, across := spanning(groups, where)):
+    # an elastic run goes to a group that holds its most workers: one that holds only its fewest would stop it
+    # growing; with none, it goes across the groups (below) and grows wherever Ray finds room
+    most = recipe.model_copy(update={"resources": recipe.resources.model_copy(update={"min_workers": None})})
+    whole = [g for g in fitting if not why_not(most, g)]
+    if not whole and not named and len(groups) > 1 and not why_not(recipe, across := spanning(groups, where)):
         nodes = nodes_needed(recipe, across.capacity)
         line = f"no one worker group holds its {nodes} node(s): its workers go to any node of {across.shown}"
         return Choice(across, nodes, nodes * across.usd_per_node_hour, line)
+    fitting = whole or fitting
     if not fitting:
         raise ConfigError(f"recipe {recipe.name} fits no worker group of {where}: " + "; ".join(refused))
 
