@@ -195,31 +195,32 @@ def run_verb(env: dict, *args: str, timeout: int = 120) -> subprocess.CompletedP
     )
 
 
-def run_record(env: dict, bucket: str, run: str, **owner_writes) -> dict:
-    """A run's record as every verb reads it (RunDir.record: run.json and the events sent since), through the
-    AWS adapter with the verbs' environment (endpoint, test credentials, region). With fields: first written
-    as the record's owner writes them (RunDir.update: what the trainer's driver does)."""
+@contextlib.contextmanager
+def s3_run_dir(env: dict, bucket: str, run: str):
+    """A run's RunDir in the stack's bucket, reached through the AWS adapter with the verbs' environment
+    (endpoint, test credentials, region) while the block runs."""
     from unittest import mock
 
     from rayfleet.core.run_dir import RunDir
 
     keys = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
     with mock.patch.dict(os.environ, {k: env[k] for k in keys if k in env}):
-        run_dir = RunDir(f"s3://{bucket}/runs", run)
+        yield RunDir(f"s3://{bucket}/runs", run)
+
+
+def run_record(env: dict, bucket: str, run: str, **owner_writes) -> dict:
+    """A run's record as every verb reads it (RunDir.record: run.json and the events sent since). With fields:
+    first written as the record's owner writes them (RunDir.update: what the trainer's driver does)."""
+    with s3_run_dir(env, bucket, run) as run_dir:
         return run_dir.update(**owner_writes) if owner_writes else run_dir.record()
 
 
 def keep_asking_to_stop(env: dict, bucket: str, run: str, reason: str) -> None:
     """The checkpoint-first stop request a budget makes (core/stop_request.py), in the run's S3 folder, made again
     if it is gone: a resubmission clears it before its new attempt (recipes/job.py)."""
-    from unittest import mock
-
     from rayfleet.core import stop_request
-    from rayfleet.core.run_dir import RunDir
 
-    keys = ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_DEFAULT_REGION")
-    with mock.patch.dict(os.environ, {k: env[k] for k in keys if k in env}):
-        run_dir = RunDir(f"s3://{bucket}/runs", run)
+    with s3_run_dir(env, bucket, run) as run_dir:
         if stop_request.requested(run_dir) is None:
             stop_request.request(run_dir, reason)
 

@@ -50,7 +50,7 @@ def ecs_groups(aws: Aws | None, out: Outputs) -> tuple[list[Group], list[str]]:
         capacity = Capacity(where, float(vcpus), int(shapes[0]["gpus"]), memory_mib / 1024, nodes)
         spot = group_spot_price(aws, group) if aws is not None else None
         price = spot if spot is not None else float(shapes[0]["usd_per_hour"])
-        groups.append(Group(name, capacity, price, accelerator_of(types[0]), "/".join(types)))
+        groups.append(Group(name, capacity, price, accelerator_of(types[0]), "/".join(types), spot is not None))
     return groups, unknown
 
 
@@ -107,7 +107,11 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     data = stage(loaded.data_path, storage, out.region) if loaded.data_path else None
     with tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp:
         group = out.worker_groups.get(recipe.resources.group or "") or next(iter(out.worker_groups.values()))
-        held = cost.held_ecs(recipe, group.types[0] if group.types else "", capacity, group_spot_price(aws, group))
+        if choice is not None and choice.group.name == recipe.resources.group:  # priced by the choice: not twice
+            spot = choice.group.usd_per_node_hour if choice.group.spot else None
+        else:
+            spot = group_spot_price(aws, group)
+        held = cost.held_ecs(recipe, group.types[0] if group.types else "", capacity, spot)
         code = package_into(loaded, run_dir, Path(tmp), "ecs", extra_args, held)
     task_definition = trainer_with_image(aws, out, recipe.image) if recipe.image else None
     environment = trainer_environment(recipe, code, storage, extra_args, data)
@@ -154,7 +158,8 @@ def workers_for(recipe_file: str, outputs: str | None = None) -> int:
     recipe = load(recipe_file, root="/").recipe  # only its resources: nothing of code: or data: is read here
     groups, _ = ecs_groups(None, out)
     if not groups:
-        raise ConfigError(f"worker instance type {', '.join(out.workers.types) or '?'} is not in the catalog")
+        types = ", ".join(t for g in out.worker_groups.values() for t in g.types) or "?"
+        raise ConfigError(f"worker instance type {types} is not in the catalog")
     choice = choose(recipe, groups, "this deployment")
     return choice.nodes
 

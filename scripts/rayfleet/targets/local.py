@@ -47,13 +47,10 @@ def local_choice(loaded: LoadedRecipe, state: local_cluster.ClusterState | None)
     return choose(loaded.recipe, local_groups(local_cluster.ClusterSpec(**state.spec)), where)
 
 
-def local_capacity(loaded: LoadedRecipe, state: local_cluster.ClusterState | None) -> Capacity:
-    choice = local_choice(loaded, state)
-    if choice is not None:
-        return choice.group.capacity
-    res = loaded.recipe.resources  # a cluster started for this run is sized to the recipe
+def machine_capacity(loaded: LoadedRecipe) -> Capacity:
+    """What a cluster started for this run offers: sized to the recipe, on this machine's GPUs and memory."""
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
-    return Capacity("this machine", res.cpus_per_worker, machine_gpus(), memory_gib, None)
+    return Capacity("this machine", loaded.recipe.resources.cpus_per_worker, machine_gpus(), memory_gib, None)
 
 
 def run_local(
@@ -62,7 +59,7 @@ def run_local(
     state = local_cluster.running()
     choice = local_choice(loaded, state)
     if choice is None:
-        check_fits(loaded.recipe, local_capacity(loaded, state))
+        check_fits(loaded.recipe, machine_capacity(loaded))
     else:  # the run goes to that group's nodes only: the queue, its job and its placement groups
         print(f"[rayfleet] {choice.line}", flush=True)
         loaded = on_group(loaded, choice.group.name)

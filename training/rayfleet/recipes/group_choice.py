@@ -25,6 +25,7 @@ class Group:
     usd_per_node_hour: float = 0.0
     accelerator: str | None = None  # None: GPUs that stand in for any (the local cluster's logical GPUs)
     shown: str = ""  # how messages name one node: "g5.xlarge", "1 CPU + 4 GPU"
+    spot: bool = False  # usd_per_node_hour is the Spot price of the last hour
 
     @property
     def described(self) -> str:
