@@ -178,11 +178,11 @@ status: setup ## One screen on the ECS cluster: services, tasks, GPUs, Ray nodes
 exec: setup ## A shell in a container via ECS Exec (NODE=head|worker-N|trainer; CMD="nvidia-smi")
 	$(RF) exec --node $(NODE) $(if $(CMD),--command "$(CMD)")
 
-stop: setup ## Stop paying for GPUs: services to zero, trainer tasks stopped (idempotent)
-	$(RF) deploy stop
+stop: setup ## Stop paying for GPUs: services to zero, trainer tasks stopped (idempotent; GROUP=g: that worker group alone)
+	$(RF) deploy stop $(if $(GROUP),--group $(GROUP))
 
-start: setup ## Bring a stopped deployment back (make stop, an autostop) and wait until Ray sees it (RECIPE=: as many workers as it needs)
-	$(RF) deploy start $(if $(RECIPE),--recipe $(RECIPE))
+start: setup ## Bring a stopped deployment back, each worker group at its min, and wait until Ray sees it (GROUP=g: that group's nodes up to its max; RECIPE=: the nodes it needs)
+	$(RF) deploy start $(if $(GROUP),--group $(GROUP)) $(if $(RECIPE),--recipe $(RECIPE))
 
 clean: setup ## Ask once, first; then services to zero, images deleted, terraform destroy (DELETE_RESULTS=1: the results too; AUTO_APPROVE=1; safe twice). ACTION=local: the local cluster stopped, runs, data and its state removed
 ifeq ($(ACTION),local)

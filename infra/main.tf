@@ -4,15 +4,22 @@ locals {
   # The registry holds exactly the images that images/ builds: one directory with a Dockerfile each.
   image_names = toset([for f in fileset("${path.module}/../images", "*/Dockerfile") : dirname(f)])
   head        = local.catalog[var.head_instance_type]
-  # The worker types: the instance type, then any further Spot types. Tasks are sized to the smallest of them
-  # (every type has the same GPUs: variables.tf), so a worker task fits whichever type Spot hands out.
-  worker_types = distinct(concat([var.workers.instance_type], var.workers.spot_instance_types))
-  worker = merge(local.catalog[var.workers.instance_type], {
-    vcpus      = min([for t in local.worker_types : local.catalog[t].vcpus]...)
-    memory_mib = min([for t in local.worker_types : local.catalog[t].memory_mib]...)
-  })
+  # Each worker group's node group: "worker-<group>", and "worker" for a group named default, whose resources
+  # are those of the single worker group of earlier versions (moved.tf), so such a deployment keeps its workers.
+  worker_node_group = { for g in keys(var.worker_groups) : g => g == "default" ? "worker" : "worker-${g}" }
+  # Tasks are sized to the smallest of a group's types (every type has the same GPUs: variables.tf), so a
+  # worker task fits whichever type the Auto Scaling group launches.
+  workers = { for g, w in var.worker_groups : g => merge(local.catalog[w.instance_types[0]], w, {
+    node_group      = local.worker_node_group[g]
+    instance_type   = w.instance_types[0]
+    vcpus           = min([for t in w.instance_types : local.catalog[t].vcpus]...)
+    memory_mib      = min([for t in w.instance_types : local.catalog[t].memory_mib]...)
+    placement_group = coalesce(w.placement_group, w.efa)
+    idle_minutes    = coalesce(w.idle_minutes, var.autostop.idle_minutes)
+  }) }
+  any_efa = anytrue([for w in values(var.worker_groups) : w.efa])
 
-  node_groups = {
+  node_groups = merge({
     head = {
       instance_type   = var.head_instance_type
       count           = 1
@@ -22,25 +29,24 @@ locals {
       placement_group = false
       root_volume_gb  = var.head_root_volume_gb
     }
-    worker = {
-      instance_type   = var.workers.instance_type
-      count           = var.workers.count
-      gpus            = local.worker.gpus
-      efa             = var.workers.efa
-      spot            = var.workers.spot
-      placement_group = var.workers.placement_group
-      root_volume_gb  = var.workers.root_volume_gb
-      efa_interfaces  = var.workers.efa ? local.worker.efa_devices : 0 # one EFA interface per EFA device
-      instance_types  = local.worker_types
-      on_demand_base  = var.workers.on_demand_base
-    }
-  }
+    }, { for g, w in local.workers : w.node_group => {
+      instance_type   = w.instance_type
+      count           = w.max
+      gpus            = w.gpus
+      efa             = w.efa
+      spot            = w.spot != "on-demand"
+      placement_group = w.placement_group
+      root_volume_gb  = w.root_volume_gb
+      efa_interfaces  = w.efa ? w.efa_devices : 0 # one EFA interface per EFA device
+      instance_types  = w.instance_types
+      on_demand_base  = w.on_demand_base
+  } })
 }
 
 check "efa_supported" {
   assert {
-    condition     = !var.workers.efa || local.worker.efa
-    error_message = "${var.workers.instance_type} does not support EFA (see training/rayfleet/core/instance_types.json)."
+    condition     = alltrue([for w in values(local.workers) : !w.efa || w.efa_devices > 0])
+    error_message = "EFA is asked for on a worker group whose type does not support it: ${join(", ", [for g, w in local.workers : "${g} (${w.instance_type})" if w.efa && w.efa_devices == 0])} (see training/rayfleet/core/instance_types.json)."
   }
 }
 
@@ -56,7 +62,7 @@ module "iam" {
   worker_autoscaling_group_names = [for k, n in module.cluster.autoscaling_group_names : n if k != "head"]
   # tls_secret_arn is null unless serving is on with TLS
   serve_tls_secret_arn = var.serve.enabled ? var.serve.tls_secret_arn : null
-  scaled_services      = values(module.ray.service_names)
+  scaled_services      = module.ray.service_names
   repository_arns      = values(module.registry.repository_arns)
   metric_namespace     = module.observability.metric_namespace
 
@@ -75,7 +81,7 @@ module "network" {
   bucket_arn              = module.storage.bucket_arn
   s3_read_buckets         = var.s3_read_buckets
   flow_log_retention_days = var.log_retention_days
-  efa                     = var.workers.efa
+  efa                     = local.any_efa
   serve                   = var.serve.enabled ? { port = var.serve.port, allowed_cidrs = var.serve.allowed_cidrs, allowed_security_group_ids = var.serve.allowed_security_group_ids } : null
 }
 
@@ -100,7 +106,7 @@ module "cluster" {
   node_groups            = local.node_groups
   subnet_ids             = module.network.private_subnet_ids
   security_group_ids     = [module.network.instance_security_group_id]
-  efa_security_group_ids = concat([module.network.task_security_group_id], var.workers.efa ? [module.network.efa_security_group_id] : [])
+  efa_security_group_ids = concat([module.network.task_security_group_id], local.any_efa ? [module.network.efa_security_group_id] : [])
   instance_profile_arn   = module.iam.instance_profile_arn
   kms_key_arn            = module.iam.kms_key_arn
   log_retention_days     = var.log_retention_days
@@ -121,17 +127,21 @@ module "gcs_store" {
 }
 
 module "ray" {
-  source                = "./modules/ray"
-  name                  = var.name
-  region                = var.region
-  vpc_id                = module.network.vpc_id
-  cluster_arn           = module.cluster.cluster_arn
-  capacity_providers    = module.cluster.capacity_providers
-  subnet_ids            = module.network.private_subnet_ids
-  security_group_id     = module.network.task_security_group_id
-  images                = { for i in local.image_names : i => "${module.registry.repository_urls[i]}:${var.image_tag}" }
-  head_node             = { vcpus = local.head.vcpus, memory_mib = local.head.memory_mib, gpus = local.head.gpus }
-  worker_node           = { instance_type = var.workers.instance_type, vcpus = local.worker.vcpus, memory_mib = local.worker.memory_mib, gpus = local.worker.gpus, count = var.workers.count, efa = var.workers.efa, efa_devices = var.workers.efa ? local.worker.efa_devices : 0, efa_rdma = var.workers.efa && local.worker.efa_rdma }
+  source             = "./modules/ray"
+  name               = var.name
+  region             = var.region
+  vpc_id             = module.network.vpc_id
+  cluster_arn        = module.cluster.cluster_arn
+  capacity_providers = module.cluster.capacity_providers
+  subnet_ids         = module.network.private_subnet_ids
+  security_group_id  = module.network.task_security_group_id
+  images             = { for i in local.image_names : i => "${module.registry.repository_urls[i]}:${var.image_tag}" }
+  head_node          = { vcpus = local.head.vcpus, memory_mib = local.head.memory_mib, gpus = local.head.gpus }
+  worker_groups = { for g, w in local.workers : g => {
+    node_group   = w.node_group, instance_type = w.instance_type, vcpus = w.vcpus, memory_mib = w.memory_mib, gpus = w.gpus,
+    min          = w.min, max = w.max, efa = w.efa, efa_devices = w.efa ? w.efa_devices : 0, efa_rdma = w.efa && w.efa_rdma,
+    idle_minutes = w.idle_minutes
+  } }
   ray_ports             = local.ray_ports
   object_store_fraction = var.object_store_fraction
   control_task_role_arn = module.iam.control_task_role_arn

@@ -55,16 +55,6 @@ output "control_service_name" {
   value       = module.ray.control_service_name
 }
 
-output "worker_service_name" {
-  description = "ECS service of the Ray workers."
-  value       = module.ray.worker_service_name
-}
-
-output "worker_container_name" {
-  description = "Container of the worker tasks."
-  value       = module.ray.container_names.worker
-}
-
 output "head_dns_name" {
   description = "Private DNS name of the Ray head."
   value       = module.ray.head_dns_name
@@ -105,24 +95,9 @@ output "head_instance_type" {
   value       = var.head_instance_type
 }
 
-output "worker_instance_type" {
-  description = "Instance type of the Ray workers (make run checks a recipe's resources against it)."
-  value       = var.workers.instance_type
-}
-
-output "worker_instance_types" {
-  description = "Every instance type the workers may run on (Spot groups may list several): make run checks a recipe against the smallest."
-  value       = local.worker_types
-}
-
 output "concurrent_runs" {
   description = "Recipe runs the head instance holds drivers for at once: make run refuses one more."
   value       = var.concurrent_runs
-}
-
-output "worker_count" {
-  description = "Workers the worker service runs: make start scales it back to this after a stop or an autostop."
-  value       = var.workers.count
 }
 
 output "image_tag" {
@@ -145,12 +120,25 @@ output "notifications_topic_arn" {
   value       = module.observability.notifications_topic_arn
 }
 
-output "worker_lifecycle" {
-  description = "spot or on-demand: how make run prices a run's worker instances."
-  value       = var.workers.spot ? "spot" : "on-demand"
-}
-
 output "gcs_store" {
   description = "The head's GCS store, whose AUTH token `make deploy` sets and writes to secret_arn (null: no store)."
   value       = var.gcs_store.enabled ? { replication_group_id = module.gcs_store[0].replication_group_id, secret_arn = module.ray.gcs_store_secret_arn } : null
+}
+
+output "worker_groups" {
+  description = "The worker groups by name, what the scripts act on: each one's ECS service and container, Auto Scaling group and capacity provider, instance types (the first preferred; a run's shape is checked against the smallest), min and max nodes, Spot policy (on-demand, spot-preferred, spot-only) and on-demand base, EFA, GPUs per node and autostop minutes."
+  value = { for g, w in local.workers : g => {
+    service_name      = module.ray.worker_service_names[g]
+    container_name    = module.ray.container_names.worker
+    autoscaling_group = module.cluster.autoscaling_group_names[w.node_group]
+    capacity_provider = module.cluster.capacity_providers[w.node_group]
+    instance_types    = w.instance_types
+    min_nodes         = w.min
+    max_nodes         = w.max
+    spot              = w.spot
+    on_demand_base    = w.on_demand_base
+    efa               = w.efa
+    gpus              = w.gpus
+    idle_minutes      = w.idle_minutes
+  } }
 }

@@ -51,44 +51,99 @@ variable "head_root_volume_gb" {
   default     = 100
 }
 
-variable "workers" {
-  description = "Worker node group: GPU instance type (in training/rayfleet/core/instance_types.json), instance count, root volume, Spot, EFA and a cluster placement group."
-  type = object({
-    instance_type   = optional(string, "g5.xlarge")
-    count           = optional(number, 2)
-    root_volume_gb  = optional(number, 200)
-    spot            = optional(bool, false)
+variable "worker_groups" {
+  description = <<-EOT
+    Worker groups, by name (the Ray label of their nodes; recipes may name one, else rayfleet picks the cheapest
+    that fits). Per group: its instance types (one or more, the same GPU count, the first preferred; all in
+    training/rayfleet/core/instance_types.json), min and max nodes (min 0: nothing runs, nothing is paid, until a
+    run needs the group), Spot ("on-demand"; "spot-preferred": Spot, and a run whose Spot capacity does not come
+    falls back to on-demand in the group; "spot-only") with on_demand_base nodes that stay on-demand, EFA (with a
+    cluster placement group unless placement_group = false), the root volume, and idle_minutes before autostop
+    takes the group to its min (default: autostop.idle_minutes). The default holds the flagships' two shapes.
+  EOT
+  type = map(object({
+    instance_types  = list(string)
+    min             = optional(number, 0)
+    max             = optional(number, 2)
+    spot            = optional(string, "on-demand")
+    on_demand_base  = optional(number, 0)
     efa             = optional(bool, false)
-    placement_group = optional(bool, false)
-    # Spot capacity that holds: more instance types the Spot group may launch (same GPU count; the tasks are
-    # sized to the smallest of them), and how many workers stay on-demand whatever Spot does.
-    spot_instance_types = optional(list(string), [])
-    on_demand_base      = optional(number, 0)
-  })
-  default = {}
-
-  validation {
-    condition     = var.workers.count >= 1 && var.workers.count <= 64
-    error_message = "workers.count must be between 1 and 64."
+    placement_group = optional(bool)
+    root_volume_gb  = optional(number, 200)
+    idle_minutes    = optional(number)
+  }))
+  default = {
+    ddp  = { instance_types = ["g5.xlarge"], max = 2 }                                     # 1 x A10G per node
+    fsdp = { instance_types = ["g5.12xlarge"], max = 2, efa = true, root_volume_gb = 300 } # 4 x A10G per node, EFA
   }
 
   validation {
-    condition     = length(var.workers.spot_instance_types) == 0 || (var.workers.spot && !var.workers.efa)
-    error_message = "workers.spot_instance_types needs workers.spot = true, and does not mix with EFA (one interface layout per type)."
+    condition     = length(var.worker_groups) >= 1 && alltrue([for g in keys(var.worker_groups) : can(regex("^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$", g)) && g != "head"])
+    error_message = "worker_groups needs at least one group, each named by 1-20 lower-case letters, digits and '-' (starting with a letter), not head: the name is a Ray label and part of AWS names."
   }
 
   validation {
-    condition = alltrue([
-      for t in var.workers.spot_instance_types :
-      lookup(jsondecode(file("${path.module}/../training/rayfleet/core/instance_types.json")).instance_types, t, { gpus = -1 }).gpus ==
-      lookup(jsondecode(file("${path.module}/../training/rayfleet/core/instance_types.json")).instance_types, var.workers.instance_type, { gpus = -2 }).gpus
-    ])
-    error_message = "Every workers.spot_instance_types entry must be in training/rayfleet/core/instance_types.json with as many GPUs as workers.instance_type."
+    condition     = alltrue([for g in values(var.worker_groups) : length(g.instance_types) >= 1])
+    error_message = "Every worker group needs at least one instance type (instance_types = [\"g5.xlarge\"])."
   }
 
   validation {
-    condition     = var.workers.on_demand_base >= 0 && var.workers.on_demand_base <= var.workers.count && (var.workers.on_demand_base == 0 || var.workers.spot)
-    error_message = "workers.on_demand_base must be between 0 and workers.count, and only means something with workers.spot = true."
+    condition = alltrue(flatten([
+      for g in values(var.worker_groups) : [
+        for t in g.instance_types :
+        lookup(jsondecode(file("${path.module}/../training/rayfleet/core/instance_types.json")).instance_types, t, { gpus = -1 }).gpus ==
+        lookup(jsondecode(file("${path.module}/../training/rayfleet/core/instance_types.json")).instance_types, g.instance_types[0], { gpus = -2 }).gpus
+      ] if length(g.instance_types) >= 1
+    ]))
+    error_message = "Every instance type of a worker group must be in training/rayfleet/core/instance_types.json with as many GPUs as the group's first type."
+  }
+
+  validation {
+    condition     = alltrue([for g in values(var.worker_groups) : g.min >= 0 && g.max >= 1 && g.max <= 64 && g.min <= g.max && floor(g.min) == g.min && floor(g.max) == g.max])
+    error_message = "Every worker group needs whole numbers 0 <= min <= max, with max from 1 to 64."
+  }
+
+  validation {
+    condition     = alltrue([for g in values(var.worker_groups) : contains(["on-demand", "spot-preferred", "spot-only"], g.spot)])
+    error_message = "A worker group's spot is \"on-demand\", \"spot-preferred\" (Spot, falling back to on-demand) or \"spot-only\"."
+  }
+
+  validation {
+    condition     = alltrue([for g in values(var.worker_groups) : g.on_demand_base >= 0 && g.on_demand_base <= g.max && (g.on_demand_base == 0 || g.spot != "on-demand")])
+    error_message = "A worker group's on_demand_base must be between 0 and its max, and only means something on Spot."
+  }
+
+  validation {
+    condition     = alltrue([for g in values(var.worker_groups) : !g.efa || length(g.instance_types) == 1])
+    error_message = "An EFA worker group has one instance type (one EFA interface layout per launch template)."
+  }
+
+  validation {
+    condition     = alltrue([for g in values(var.worker_groups) : g.idle_minutes == null || try(g.idle_minutes >= 0, false)])
+    error_message = "A worker group's idle_minutes is 0 (never stopped) or more."
+  }
+}
+
+# The single worker group of earlier versions, refused with the entry that keeps the same workers.
+variable "workers" {
+  description = "Replaced by worker_groups: a deployment that sets it is refused with the equivalent worker_groups entry (a group named default keeps the workers' resources)."
+  type        = any
+  default     = null
+
+  validation {
+    condition = var.workers == null
+    error_message = "`workers` is replaced by `worker_groups`; the same workers, kept in place, are: worker_groups = ${jsonencode({ default = merge(
+      {
+        instance_types = distinct(concat([try(var.workers.instance_type, "g5.xlarge")], try(var.workers.spot_instance_types, [])))
+        min            = try(var.workers.count, 2)
+        max            = try(var.workers.count, 2)
+        spot           = try(var.workers.spot, false) ? "spot-only" : "on-demand"
+      },
+      try(var.workers.on_demand_base, 0) > 0 ? { on_demand_base = var.workers.on_demand_base } : {},
+      try(var.workers.efa, false) ? { efa = true } : {},
+      try(var.workers.efa, false) != try(var.workers.placement_group, false) ? { placement_group = try(var.workers.placement_group, false) } : {},
+      try(var.workers.root_volume_gb, 200) != 200 ? { root_volume_gb = var.workers.root_volume_gb } : {},
+    ) })}"
   }
 }
 

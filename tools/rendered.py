@@ -27,7 +27,8 @@ them; `id` / `arn` fields are what Terraform recorded):
     nodeGroups        {key: {"instanceType", "minSize", "maxSize", "subnets", "attributes" (the ECS agent's
                        ECS_INSTANCE_ATTRIBUTES from the launch template's user data), "gpuSupport",
                        "capacityProvider", "autoScalingGroup", "launchTemplate", "amiParameter"?}}
-    taskDefinitions   {key: RegisterTaskDefinition input}       key: the resource name (head, worker, trainer)
+    taskDefinitions   {key: RegisterTaskDefinition input}       key: the resource name (head, control, trainer) or
+                      a worker group's node group (worker, worker-<group>)
     taskDefinitionArns {key: ARN}
     services          [CreateService input (in `cluster`; no "cluster" key), except "taskDefinition": its key
                        in taskDefinitions and "serviceRegistries": [{"registryArn", "service": Cloud Map name,
@@ -40,7 +41,7 @@ them; `id` / `arn` fields are what Terraform recorded):
                       (no value: Terraform never holds the token; `make deploy` seeds it)
     roles             {name: arn}
     repositories      {image: repositoryUri}
-    workerInstanceType, headInstanceType
+    headInstanceType
     outputs           {name: value}      the root outputs, what `terraform output -json` holds
     outputTypes       {name: {"type", "sensitive"}}   the rest of `terraform output -json`
 """
@@ -338,6 +339,14 @@ def _node_groups(s: _State) -> tuple[dict, list]:
     return groups, providers
 
 
+def _task_key(r: dict) -> str:
+    """A task definition's key: its resource name (head, control, trainer); a worker group's, its node group (the
+    family after "<name>-ray-": worker for the group named default, worker-<group> for the others)."""
+    if r.get("index") is None:
+        return r["name"]
+    return r["values"]["family"].split("-ray-", 1)[-1]
+
+
 def picture(state: dict, source: str = "terraform show -json") -> dict:
     """The deployment picture of an applied infra/ (see the module docstring)."""
     s = _State(state)
@@ -347,7 +356,7 @@ def picture(state: dict, source: str = "terraform show -json") -> dict:
     region = out.get("region") or next((r["values"]["name"] for r in s.data if r["type"] == "aws_region"), "us-east-1")
     account = next((r["values"]["account_id"] for r in s.data if r["type"] == "aws_caller_identity"), None)
 
-    task_defs = {r["name"]: r["values"] for r in s.of("aws_ecs_task_definition")}
+    task_defs = {_task_key(r): r["values"] for r in s.of("aws_ecs_task_definition")}
     task_keys = {v["arn"]: key for key, v in task_defs.items()}
     namespace = s.one("aws_service_discovery_private_dns_namespace")
     discovery = [r["values"] for r in s.of("aws_service_discovery_service")]
@@ -481,7 +490,6 @@ def picture(state: dict, source: str = "terraform show -json") -> dict:
         "repositories": {
             r.get("index") or r["values"]["name"]: r["values"]["repository_url"] for r in s.of("aws_ecr_repository")
         },
-        "workerInstanceType": out.get("worker_instance_type") or node_groups.get("worker", {}).get("instanceType"),
         "headInstanceType": node_groups.get("head", {}).get("instanceType"),
         "outputs": out,
         "outputTypes": {

@@ -96,8 +96,9 @@ def from_state(state: dict, task_definitions: dict | None = None) -> Spec:
     for key, definition in (task_definitions or {}).items():  # head, worker, trainer, control
         spec.role_of[key] = by_arn[definition["taskRoleArn"]]
         spec.role_of["execution"] = by_arn[definition["executionRoleArn"]]
-    if "worker" in spec.role_of:
-        spec.role_of["task"] = spec.role_of["worker"]  # the jobs' role: what the ranks run under
+    workers = sorted(k for k in spec.role_of if k.startswith("worker"))  # every worker group runs under one role
+    if workers:
+        spec.role_of["task"] = spec.role_of[workers[0]]  # the jobs' role: what the ranks run under
     contexts = [r["values"] for r in found if r["type"] == "aws_iam_session_context"]
     deployer = [v.get("issuer_arn") or v["arn"] for v in contexts]
     if deployer and ":user/" in deployer[0]:

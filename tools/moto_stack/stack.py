@@ -51,7 +51,7 @@ from rayfleet.core.catalog import INSTANCE_TYPES
 from rayfleet.ecs.rotate_token import seed_token
 from tools import rendered
 from tools.moto_stack import iam
-from tools.terraform_standin.render import rendered_state
+from tools.terraform_standin.render import ONE_GROUP, rendered_state
 
 REGION = "us-east-1"  # the default variables' region
 REGISTERED_SHARE = 0.95  # of an instance's nominal memory that its ECS agent registers (an assumption)
@@ -59,8 +59,9 @@ TRAINER_SLOTS = 8  # trainers the head group's instances make room for (see the 
 SERVICE_STARTED_BY = "ecs-svc/0123456789"
 
 
-def default_picture(*, var_files=(), variables: dict | None = None, infra: Path | None = None) -> dict:
-    """The deployment picture of infra/ (or a patched copy) with the default variables, or var_files."""
+def default_picture(*, var_files=(ONE_GROUP,), variables: dict | None = None, infra: Path | None = None) -> dict:
+    """The deployment picture of infra/ (or a patched copy) with var_files (default ONE_GROUP, the harness's one
+    group; () for infra/'s own defaults: two groups at zero)."""
     kwargs = {"infra": infra} if infra is not None else {}
     state = rendered_state(var_files=var_files, variables=variables, **kwargs)
     label = " ".join(["infra/" if infra is None else str(infra), *map(str, var_files)])

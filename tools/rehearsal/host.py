@@ -94,7 +94,7 @@ class Adaptation:
         )
         budget = host.memory_mib * MEMORY_SHARE
         factor = min(1.0, budget / total) if total else 1.0
-        workers = max(1, counts["worker"])
+        workers = max(1, sum(n for key, n in counts.items() if key.startswith("worker")))  # every group's
         return cls(host, factor, max(1, host.cpus // workers))
 
     def container(self, key: str, definition: dict) -> dict:
@@ -113,7 +113,7 @@ class Adaptation:
                 if env.get(name):
                     _set_env(d, name, str(max(78, int(int(env[name]) * self.factor))))
         env = _env(d)
-        if key == "worker" and env.get("RAYFLEET_NUM_CPUS") and self.worker_cpus is not None:
+        if key.startswith("worker") and env.get("RAYFLEET_NUM_CPUS") and self.worker_cpus is not None:
             _set_env(d, "RAYFLEET_NUM_CPUS", str(min(int(env["RAYFLEET_NUM_CPUS"]), self.worker_cpus)))
         if self.host.gpus == 0:
             d["resourceRequirements"] = [r for r in d.get("resourceRequirements", []) if r["type"] != "GPU"] or None

@@ -41,11 +41,12 @@ class PictureError(ValueError):
 def rendered_picture(var_files: list[str] | tuple = (), image_tag: str = "dev") -> dict:
     """Terraform's offline apply of infra/ (stand-in providers, render mode) as a picture."""
     try:
-        from tools.terraform_standin.render import RenderFailed, rendered_state
+        from tools.terraform_standin.render import ONE_GROUP, RenderFailed, rendered_state
     except ImportError as exc:  # a checkout without tests/
         raise PictureError(f"cannot render infra/ offline ({exc}); pass --state or --picture") from None
     try:
-        state = rendered_state(var_files=list(var_files), image_tag=image_tag)
+        # the harness's one group first: a var file given may replace it
+        state = rendered_state(var_files=[ONE_GROUP, *var_files], image_tag=image_tag)
     except RenderFailed as exc:
         raise PictureError(f"terraform could not render infra/: {str(exc).splitlines()[0]}") from None
     except (OSError, RuntimeError, SystemExit) as exc:

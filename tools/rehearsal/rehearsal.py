@@ -251,7 +251,8 @@ class Rehearsal:
             return None
 
     def _wait_for_cluster(self) -> None:
-        want = 1 + sum(s["desiredCount"] for s in self.opts.picture["services"] if s["taskDefinition"] == "worker")
+        services = self.opts.picture["services"]
+        want = 1 + sum(s["desiredCount"] for s in services if s["taskDefinition"].startswith("worker"))
         started = time.monotonic()
         last_check = 0.0
         seen = None

@@ -37,6 +37,10 @@ RENDER_ENV = {"TF_STANDIN_MODE": "render"}
 _SKIPPED_PARTS = {".terraform"}
 _SKIPPED_SUFFIXES = (".tfstate", ".tfplan", ".lock.hcl", ".backup")
 
+# What the harness's stand-ins deploy unless told otherwise (tools/moto_stack, tools/rehearsal): one worker group of
+# 2 nodes kept running, so the services' tasks exist from the start; infra/'s default groups start at zero.
+ONE_GROUP = INFRA / "one-group.tfvars"
+
 _cache: dict[str, dict] = {}
 _lock = threading.Lock()
 

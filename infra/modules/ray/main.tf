@@ -3,8 +3,9 @@ locals {
   head_dns   = "head.${aws_service_discovery_private_dns_namespace.this.name}"
   components = toset(["ray-head", "ray-control", "ray-worker", "trainer", "gpu-metrics"])
   # One place for the services' names: the control task's role (iam module) may scale exactly these.
-  service_names = { for s in ["head", "worker", "control"] : s => "${var.name}-ray-${s}" }
-  worker_mode   = var.worker_node.efa ? "host" : "awsvpc" # EFA on ECS needs host networking
+  service_names        = { for s in ["head", "control"] : s => "${var.name}-ray-${s}" }
+  worker_service_names = { for g, w in var.worker_groups : g => "${var.name}-ray-${w.node_group}" }
+  worker_mode          = { for g, w in var.worker_groups : g => w.efa ? "host" : "awsvpc" } # EFA on ECS needs host networking
 }
 
 # The head registers its task IP under head.<name>.rayfleet.internal; a 10 s TTL means a replaced head is
@@ -85,11 +86,13 @@ resource "aws_ecs_service" "head" {
   tags = local.tags
 }
 
+# One service per worker group, at the group's min until a run needs more (the queue's scaling, make start).
 resource "aws_ecs_service" "worker" {
-  name                               = local.service_names.worker
+  for_each                           = var.worker_groups
+  name                               = local.worker_service_names[each.key]
   cluster                            = var.cluster_arn
-  task_definition                    = aws_ecs_task_definition.worker.arn
-  desired_count                      = var.worker_node.count
+  task_definition                    = aws_ecs_task_definition.worker[each.key].arn
+  desired_count                      = each.value.min
   enable_execute_command             = true
   propagate_tags                     = "SERVICE"
   deployment_minimum_healthy_percent = 0 # GPUs are scarce: restart in place instead of needing spare ones
@@ -97,12 +100,12 @@ resource "aws_ecs_service" "worker" {
   wait_for_steady_state              = false
 
   capacity_provider_strategy {
-    capacity_provider = var.capacity_providers["worker"]
+    capacity_provider = var.capacity_providers[each.value.node_group]
     weight            = 1
   }
 
   dynamic "network_configuration" {
-    for_each = local.worker_mode == "awsvpc" ? [1] : []
+    for_each = local.worker_mode[each.key] == "awsvpc" ? [1] : []
     content {
       subnets          = var.subnet_ids
       security_groups  = [var.security_group_id]
@@ -112,7 +115,7 @@ resource "aws_ecs_service" "worker" {
 
   placement_constraints {
     type       = "memberOf"
-    expression = "attribute:rayfleet.node-group == worker"
+    expression = "attribute:rayfleet.node-group == ${each.value.node_group}"
   }
 
   placement_constraints {

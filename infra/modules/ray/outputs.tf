@@ -9,13 +9,13 @@ output "control_service_name" {
 }
 
 output "service_names" {
-  description = "The services' names (head, worker, control), known before they exist: the control role's scope."
-  value       = local.service_names
+  description = "The services' names (head, control and each worker group's), known before they exist: the control role's scope."
+  value       = concat(values(local.service_names), values(local.worker_service_names))
 }
 
-output "worker_service_name" {
-  description = "ECS service of the Ray workers."
-  value       = aws_ecs_service.worker.name
+output "worker_service_names" {
+  description = "ECS service of each worker group's Ray workers."
+  value       = { for g, s in aws_ecs_service.worker : g => s.name }
 }
 
 output "trainer_task_definition" {
@@ -42,7 +42,7 @@ output "container_names" {
   description = "Container name per task: head, worker, trainer."
   value = {
     head    = local.head_container.name
-    worker  = local.worker_container.name
+    worker  = "ray-worker" # every worker group's
     trainer = local.trainer_container.name
   }
 }

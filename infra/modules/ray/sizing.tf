@@ -18,15 +18,14 @@ locals {
   trainer_object_store_mib = floor(local.trainer_memory_mib * min(var.object_store_fraction, 0.25))
   trainer_shm_mib          = local.trainer_object_store_mib + local.shm_headroom_mib
 
-  worker_memory_mib       = floor(var.worker_node.memory_mib * 0.9) - local.sidecar_memory_mib
-  worker_object_store_mib = floor(local.worker_memory_mib * var.object_store_fraction)
-  worker_shm_mib          = local.worker_object_store_mib + local.shm_headroom_mib
-  worker_gpus             = var.worker_node.gpus
-  worker_cpus             = var.worker_node.vcpus
+  # Per worker group: memory, object store and shared memory of its worker task.
+  worker_memory_mib       = { for g, w in var.worker_groups : g => floor(w.memory_mib * 0.9) - local.sidecar_memory_mib }
+  worker_object_store_mib = { for g, m in local.worker_memory_mib : g => floor(m * var.object_store_fraction) }
+  worker_shm_mib          = { for g, o in local.worker_object_store_mib : g => o + local.shm_headroom_mib }
 
   sizes = {
     head    = { memory = local.head_memory_mib, shm = local.head_shm_mib, object_store = local.head_object_store_mib }
     trainer = { memory = local.trainer_memory_mib, shm = local.trainer_shm_mib, object_store = local.trainer_object_store_mib }
-    worker  = { memory = local.worker_memory_mib, shm = local.worker_shm_mib, object_store = local.worker_object_store_mib }
+    workers = { for g in keys(var.worker_groups) : g => { memory = local.worker_memory_mib[g], shm = local.worker_shm_mib[g], object_store = local.worker_object_store_mib[g] } }
   }
 }

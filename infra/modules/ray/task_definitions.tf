@@ -33,18 +33,18 @@ locals {
     { name = "RAYFLEET_MAX_PRIORITY", value = tostring(var.queue_max_priority) },
     ], var.notify_topic_arn == null ? [] : [{ name = "RAYFLEET_NOTIFY_TOPIC_ARN", value = var.notify_topic_arn }],
   var.queue_budget == "" ? [] : [{ name = "RAYFLEET_QUEUE_BUDGET", value = var.queue_budget }])
-  worker_environment = [
-    { name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.worker_object_store_mib) },
-    { name = "RAYFLEET_NUM_CPUS", value = tostring(local.worker_cpus) },
-    { name = "RAYFLEET_NUM_GPUS", value = tostring(local.worker_gpus) },
-    # the Ray label of the node's worker group (training/rayfleet/core/worker_groups.py): one group, `default`
-    { name = "RAYFLEET_WORKER_GROUP", value = "default" },
+  worker_environment = { for g, w in var.worker_groups : g => [
+    { name = "RAYFLEET_OBJECT_STORE_MIB", value = tostring(local.worker_object_store_mib[g]) },
+    { name = "RAYFLEET_NUM_CPUS", value = tostring(w.vcpus) },
+    { name = "RAYFLEET_NUM_GPUS", value = tostring(w.gpus) },
+    # the Ray label of the node's worker group (training/rayfleet/core/worker_groups.py): runs placed there only
+    { name = "RAYFLEET_WORKER_GROUP", value = g },
     { name = "RAYFLEET_CURRENT_RUN_DIR", value = local.current_run_dir },
     # A bad GPU (the sidecar's suspect file) drains the node, naming its instance for the control task, which
     # has it replaced (training/rayfleet/node/control/suspect.py).
     { name = "RAYFLEET_HEALTH_DIR", value = local.health_dir },
     { name = "RAYFLEET_IDENTITY_FILE", value = "/etc/rayfleet/identity.json" },
-  ]
+  ] }
   # Where the gpu-metrics sidecar marks the node suspect (monitoring/node_health.py) for the worker's entry point:
   # read-write in gpu-metrics, read-only in ray-worker; both images own the directory as the sidecar's user.
   health_dir   = "/run/rayfleet-health"
@@ -131,13 +131,16 @@ locals {
       { name = "AWS_REGION", value = var.region },
       { name = "RAYFLEET_CLUSTER_NAME", value = var.name },
       { name = "RAYFLEET_HEAD_SERVICE", value = local.service_names.head },
-      { name = "RAYFLEET_WORKER_SERVICE", value = local.service_names.worker },
       { name = "RAYFLEET_CONTROL_SERVICE", value = local.service_names.control },
       { name = "RAYFLEET_AUTOSTOP_IDLE_MIN", value = tostring(var.autostop.idle_minutes) },
       { name = "RAYFLEET_AUTOSTOP_HEAD", value = tostring(var.autostop.head) },
       { name = "RAYFLEET_MAX_PRIORITY", value = tostring(var.queue_max_priority) },
-      # Capacity follows the queue (training/rayfleet/node/control/queue_scaling.py): a worker node's shape and the group's maximum.
-      { name = "RAYFLEET_WORKER_NODE", value = jsonencode({ vcpus = var.worker_node.vcpus, gpus = var.worker_node.gpus, memory_mib = var.worker_node.memory_mib, count = var.worker_node.count }) },
+      # Per worker group (training/rayfleet/core/worker_groups.py ecs_groups_from): its service, a node's shape, its min
+      # and max, and its autostop minutes; the queue's scaling, autostop and the suspect-node check act per group.
+      { name = "RAYFLEET_WORKER_GROUPS", value = jsonencode({ for g, w in var.worker_groups : g => {
+        service = local.worker_service_names[g], vcpus = w.vcpus, gpus = w.gpus, memory_mib = w.memory_mib,
+        min     = w.min, max = w.max, idle_minutes = w.idle_minutes
+      } }) },
     ]
     secrets          = local.ray_secrets
     logConfiguration = local.logging["ray-control"]
@@ -149,31 +152,31 @@ locals {
   # Ray's forked workers, NCCL's own bootstrap off loopback and docker0, GPUDirect RDMA only where the type has
   # it (libfabric refuses FI_EFA_USE_DEVICE_RDMA=1 on a device without RDMA read, such as g5's), and memlock
   # unlimited, since libfabric pins the buffers it registers with the device.
-  efa_devices = [for i in range(var.worker_node.efa_devices) : {
+  efa_devices = { for g, w in var.worker_groups : g => [for i in range(w.efa_devices) : {
     hostPath = "/dev/infiniband/uverbs${i}", containerPath = "/dev/infiniband/uverbs${i}", permissions = ["read", "write", "mknod"]
-  }]
-  efa_environment = var.worker_node.efa ? concat(
+  }] }
+  efa_environment = { for g, w in var.worker_groups : g => w.efa ? concat(
     [{ name = "FI_PROVIDER", value = "efa" }, { name = "FI_EFA_FORK_SAFE", value = "1" }],
-    var.worker_node.efa_rdma ? [{ name = "FI_EFA_USE_DEVICE_RDMA", value = "1" }] : [],
+    w.efa_rdma ? [{ name = "FI_EFA_USE_DEVICE_RDMA", value = "1" }] : [],
     [{ name = "NCCL_SOCKET_IFNAME", value = "^lo,docker" }],
-  ) : []
-  efa_ulimits = var.worker_node.efa ? [{ name = "memlock", softLimit = -1, hardLimit = -1 }] : []
+  ) : [] }
+  efa_ulimits = { for g, w in var.worker_groups : g => w.efa ? [{ name = "memlock", softLimit = -1, hardLimit = -1 }] : [] }
 
-  worker_container = merge(local.locked_down, {
+  worker_containers = { for g, w in var.worker_groups : g => merge(local.locked_down, {
     name                 = "ray-worker"
     user                 = local.ray_user
     image                = var.images["ray-worker"]
     essential            = true
     command              = ["worker"]
-    memory               = local.worker_memory_mib
-    resourceRequirements = [{ type = "GPU", value = tostring(local.worker_gpus) }]
-    environment          = concat(local.ray_environment, local.worker_environment, local.efa_environment)
+    memory               = local.worker_memory_mib[g]
+    resourceRequirements = [{ type = "GPU", value = tostring(w.gpus) }]
+    environment          = concat(local.ray_environment, local.worker_environment[g], local.efa_environment[g])
     secrets              = local.ray_secrets
-    ulimits              = concat(local.ulimits, local.efa_ulimits)
+    ulimits              = concat(local.ulimits, local.efa_ulimits[g])
     linuxParameters = merge(
       local.no_capabilities,
-      { sharedMemorySize = local.worker_shm_mib, initProcessEnabled = true },
-      var.worker_node.efa ? { devices = local.efa_devices } : {},
+      { sharedMemorySize = local.worker_shm_mib[g], initProcessEnabled = true },
+      w.efa ? { devices = local.efa_devices[g] } : {},
     )
     # The host's /etc/rayfleet, read-only: the Spot interruption notice its poller writes there (the entry point
     # drains the Ray node when it appears: training/rayfleet/node/drain.py).
@@ -184,11 +187,11 @@ locals {
     ])
     logConfiguration = local.logging["ray-worker"]
     stopTimeout      = 120
-  })
+  }) }
 
   # The sidecar takes no GPU reservation (ECS hands each GPU to one container); its image sets
   # NVIDIA_VISIBLE_DEVICES=all with the utility capability only, so it reads NVML for every GPU, read-only.
-  gpu_metrics_container = merge(local.locked_down, {
+  gpu_metrics_containers = { for g, w in var.worker_groups : g => merge(local.locked_down, {
     name            = "gpu-metrics"
     user            = "10001" # images/gpu-metrics/Dockerfile
     linuxParameters = local.no_capabilities
@@ -197,7 +200,7 @@ locals {
     memory          = local.sidecar_memory_mib
     environment = [
       { name = "RAYFLEET_CLUSTER_NAME", value = var.name },
-      { name = "RAYFLEET_INSTANCE_TYPE", value = var.worker_node.instance_type },
+      { name = "RAYFLEET_INSTANCE_TYPE", value = w.instance_type },
       { name = "RAYFLEET_IDENTITY_FILE", value = "/etc/rayfleet/identity.json" },
       { name = "RAYFLEET_CURRENT_RUN_DIR", value = local.current_run_dir },
       { name = "RAYFLEET_HEALTH_DIR", value = local.health_dir },
@@ -209,7 +212,7 @@ locals {
       merge(local.health_mount, { readOnly = false }),
     ]
     logConfiguration = local.logging["gpu-metrics"]
-  })
+  }) }
 
   trainer_container = merge(local.locked_down, {
     name             = "trainer"
@@ -282,12 +285,13 @@ resource "aws_ecs_task_definition" "control" {
 }
 
 resource "aws_ecs_task_definition" "worker" {
-  family                   = "${var.name}-ray-worker"
+  for_each                 = var.worker_groups
+  family                   = "${var.name}-ray-${each.value.node_group}"
   requires_compatibilities = ["EC2"]
-  network_mode             = local.worker_mode
+  network_mode             = local.worker_mode[each.key]
   execution_role_arn       = var.execution_role_arn
   task_role_arn            = var.task_role_arn
-  container_definitions    = jsonencode([local.worker_container, local.gpu_metrics_container])
+  container_definitions    = jsonencode([local.worker_containers[each.key], local.gpu_metrics_containers[each.key]])
   tags                     = local.tags
 
   dynamic "volume" {
@@ -320,12 +324,12 @@ resource "aws_ecs_task_definition" "worker" {
 
   lifecycle {
     precondition {
-      condition     = local.worker_gpus >= 1
-      error_message = "Workers need a GPU instance type (the catalog lists 0 GPUs for this one)."
+      condition     = each.value.gpus >= 1
+      error_message = "Worker group ${each.key} needs a GPU instance type (the catalog lists 0 GPUs for ${each.value.instance_type})."
     }
     precondition {
-      condition     = local.worker_shm_mib + local.process_floor_mib <= local.worker_memory_mib
-      error_message = "The worker instance type has too little memory for Ray's object store plus 2 GiB."
+      condition     = local.worker_shm_mib[each.key] + local.process_floor_mib <= local.worker_memory_mib[each.key]
+      error_message = "Worker group ${each.key}: ${each.value.instance_type} has too little memory for Ray's object store plus 2 GiB."
     }
   }
 }

@@ -19,7 +19,7 @@ variable "cluster_arn" {
 }
 
 variable "capacity_providers" {
-  description = "Capacity provider per node group: head and worker."
+  description = "Capacity provider per node group: head and each worker group's node group."
   type        = map(string)
 }
 
@@ -43,12 +43,13 @@ variable "head_node" {
   type        = object({ vcpus = number, memory_mib = number, gpus = number })
 }
 
-variable "worker_node" {
-  description = "Worker node group: instance type and its facts, instance count, whether it uses EFA, its EFA devices and whether they do GPUDirect RDMA."
-  type = object({
-    instance_type = string, vcpus = number, memory_mib = number, gpus = number, count = number, efa = bool,
-    efa_devices   = optional(number, 0), efa_rdma = optional(bool, false)
-  })
+variable "worker_groups" {
+  description = "Worker groups by name: each group's node group (its ECS attribute and capacity provider key), its instance type's facts (the smallest of its types), min and max nodes, EFA (its devices and whether they do GPUDirect RDMA), and the idle minutes before autostop takes it to its min."
+  type = map(object({
+    node_group   = string, instance_type = string, vcpus = number, memory_mib = number, gpus = number,
+    min          = number, max = number, efa = bool, efa_devices = optional(number, 0), efa_rdma = optional(bool, false),
+    idle_minutes = optional(number, 30)
+  }))
 }
 
 variable "ray_ports" {

@@ -22,7 +22,7 @@ import os
 import sys
 
 from rayfleet.cli import verbs
-from rayfleet.core.arg_bounds import float_in, group_arg, int_in
+from rayfleet.core.arg_bounds import float_in, group_arg, group_name, int_in
 from rayfleet.core.aws import run_cli
 from rayfleet.core.moved import gone
 from rayfleet.core.run_name import run_name_arg
@@ -173,13 +173,18 @@ def _deployment_lifecycle(sub) -> None:
 
     p = sub.add_parser("stop", help="stop paying for GPUs: services to zero, trainer tasks stopped")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--group", type=group_name, help="only this worker group to zero (the head and other groups stay)")
     _outputs(p)
     p.set_defaults(handler=verbs.stop)
 
-    p = sub.add_parser("start", help="bring a stopped deployment back and wait until Ray sees it")
+    p = sub.add_parser(
+        "start", help="bring a stopped deployment back (each worker group at its min) and wait until Ray sees it"
+    )
     wait = float_in(0, WEEK_S, low_open=True)
     p.add_argument("--timeout", type=wait, default=1800, help="seconds to wait for Ray to see the workers")
-    p.add_argument("--recipe", help="start as many worker nodes as this recipe needs (default: the group's maximum)")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--recipe", help="start the worker nodes this recipe needs, in the group it would run on")
+    which.add_argument("--group", type=group_name, help="start this worker group's nodes, up to its max")
     _outputs(p)
     p.set_defaults(handler=verbs.start)
 

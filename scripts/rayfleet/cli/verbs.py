@@ -137,18 +137,18 @@ def exec_(opts: argparse.Namespace) -> int:
 def stop(opts: argparse.Namespace) -> int:
     from rayfleet.ecs import stop as ecs_stop
 
-    return ecs_stop.stop_deployment(opts.json, opts.outputs)
+    return ecs_stop.stop_deployment(opts.json, opts.outputs, opts.group)
 
 
 def start(opts: argparse.Namespace) -> int:
     from rayfleet.ecs import start as ecs_start
 
-    workers = None
+    starts = {opts.group: None} if opts.group else None  # None: the group's max
     if opts.recipe:  # what the recipe needs on this deployment, refused here when it cannot fit at all
-        from rayfleet.targets.ecs import workers_for
+        from rayfleet.targets.ecs import starts_for
 
-        workers = workers_for(opts.recipe, opts.outputs)
-    return ecs_start.start_deployment(opts.timeout, workers, opts.outputs)
+        starts = starts_for(opts.recipe, opts.outputs)
+    return ecs_start.start_deployment(opts.timeout, starts, opts.outputs)
 
 
 def images(opts: argparse.Namespace) -> int:

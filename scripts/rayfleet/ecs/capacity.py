@@ -22,7 +22,7 @@ from datetime import datetime
 from botocore.exceptions import BotoCoreError, ClientError
 
 from rayfleet.core.aws import Aws, translate
-from rayfleet.ecs.outputs import Outputs
+from rayfleet.ecs.outputs import Outputs, WorkerGroup
 
 QUOTAS_URL = "https://console.aws.amazon.com/servicequotas/home/services/ec2/quotas"
 
@@ -143,18 +143,28 @@ def scaling_activities(autoscaling, group: str, since: datetime) -> list[dict]:
     return activities
 
 
-def groups(ecs, out: Outputs, services: list[dict]) -> dict[str, str]:
-    """Auto Scaling group name -> "head" or "worker", from the services' capacity providers (a service without
+def _roles(out: Outputs) -> dict[str, tuple[str, WorkerGroup | None]]:
+    """Service name -> (how messages name its nodes: "head", "worker" or "<group> worker", its worker group)."""
+    roles: dict[str, tuple[str, WorkerGroup | None]] = {out.head_service_name: ("head", None)}
+    if out.control_service_name:
+        roles[out.control_service_name] = ("head", None)
+    for name, group in out.worker_groups.items():
+        roles[group.service_name] = (f"{name} worker" if len(out.worker_groups) > 1 else "worker", group)
+    return roles
+
+
+def groups(ecs, out: Outputs, services: list[dict]) -> dict[str, tuple[str, WorkerGroup | None]]:
+    """Auto Scaling group name -> its role (_roles), from the services' capacity providers (a service without
     a strategy of its own uses the cluster's default one, as ECS does)."""
-    roles = {out.head_service_name: "head", out.control_service_name: "head", out.workers.service_name: "worker"}
+    roles = _roles(out)
     default = []
     if any(not s.get("capacityProviderStrategy") for s in services):
         cluster = ecs.describe_clusters(clusters=[out.cluster_name])["clusters"]
         default = cluster[0].get("defaultCapacityProviderStrategy", []) if cluster else []
-    providers: dict[str, str] = {}
+    providers: dict[str, tuple[str, WorkerGroup | None]] = {}
     for service in services:
         for item in service.get("capacityProviderStrategy") or default:
-            providers.setdefault(item["capacityProvider"], roles.get(service["serviceName"], "head"))
+            providers.setdefault(item["capacityProvider"], roles.get(service["serviceName"], ("head", None)))
     if not providers:
         return {}
     found = ecs.describe_capacity_providers(capacityProviders=list(providers))["capacityProviders"]
@@ -181,20 +191,20 @@ def reasons(aws: Aws, out: Outputs, since: datetime, activities: Activities = sc
 
 def _reasons(aws: Aws, out: Outputs, since: datetime, activities: Activities) -> list[Reason]:
     ecs = aws.client("ecs")
-    names = [n for n in (out.head_service_name, out.control_service_name, out.workers.service_name) if n]
-    services = ecs.describe_services(cluster=out.cluster_name, services=names)["services"]
+    roles = _roles(out)
+    services = ecs.describe_services(cluster=out.cluster_name, services=list(roles))["services"]
     found: list[Reason] = []
-    for group, role in groups(ecs, out, services).items():
-        worker_type = (out.workers.instance_types or (out.workers.instance_type,))[0] if role == "worker" else ""
-        spot = role == "worker" and out.workers.lifecycle == "spot"
+    for asg, (role, group) in groups(ecs, out, services).items():
+        worker_type = group.instance_type if group else ""
+        spot = group is not None and group.lifecycle == "spot"
         try:
-            listed = activities(aws.client("autoscaling"), group, since)
+            listed = activities(aws.client("autoscaling"), asg, since)
         except ClientError as exc:  # a policy without autoscaling:Describe*: say so, do not stop the wait
             found.append(Reason(f"{role} group: cannot read its scaling activities ({_code(exc)})", False))
             continue
         found += [r for a in listed if (r := activity_reason(a, role, worker_type, spot))]
     for service in services:
-        role = "worker" if service["serviceName"] == out.workers.service_name else "head"
+        role = roles.get(service["serviceName"], ("head", None))[0]
         for event in service.get("events") or []:  # newest first; a steady state ends what came before it
             if event["createdAt"] < since or "has reached a steady state" in event.get("message", ""):
                 break

@@ -16,34 +16,63 @@ from pathlib import Path
 from rayfleet.core import local_state, worker_groups
 from rayfleet.core.aws import MissingOutputs
 
-WORKERS = worker_groups.DEFAULT  # the one worker group Terraform's outputs describe today (its nodes' label)
+LEGACY = worker_groups.DEFAULT  # the group the flat worker_* outputs of earlier deployments describe
+SPOT_POLICIES = ("on-demand", "spot-preferred", "spot-only")  # infra/variables.tf worker_groups.spot
 
 
 @dataclass(frozen=True)
 class WorkerGroup:
-    """One group of worker nodes: its ECS service and container, its instance types and its size."""
+    """One worker group as Terraform's `worker_groups` output describes it: its ECS service and container, its Auto
+    Scaling group and capacity provider, its instance types (the first preferred), its min and max nodes, its Spot
+    policy, EFA, GPUs per node and autostop minutes."""
 
     service_name: str
     container_name: str = "ray-worker"
-    instance_type: str = ""  # rayfleet run checks a recipe's resources against it
-    instance_types: tuple[str, ...] = ()  # with Spot types, all of them: the check uses the smallest
-    count: int = 0  # rayfleet deploy start scales the worker service back to it
-    lifecycle: str = "on-demand"  # or "spot": rayfleet run prices a run's workers from Spot price history
+    autoscaling_group: str = ""
+    capacity_provider: str = ""
+    instance_types: tuple[str, ...] = ()  # rayfleet run checks a recipe's resources against the smallest
+    min_nodes: int = 0  # autostop and rayfleet deploy stop leave the group here
+    max_nodes: int = 0  # the most nodes a run (or rayfleet deploy start --group) gets
+    spot: str = "on-demand"  # SPOT_POLICIES
+    on_demand_base: int = 0  # on Spot, this many nodes stay on demand
+    efa: bool = False
+    gpus: int = 0
+    idle_minutes: float = 0
+
+    def __post_init__(self):
+        object.__setattr__(self, "instance_types", tuple(self.instance_types or ()))
+        if self.spot not in SPOT_POLICIES:
+            raise MissingOutputs(f"worker group {self.service_name}: spot {self.spot!r} is none of {SPOT_POLICIES}")
 
     @property
     def types(self) -> tuple[str, ...]:
-        return tuple(self.instance_types) or ((self.instance_type,) if self.instance_type else ())
+        return self.instance_types
+
+    @property
+    def instance_type(self) -> str:
+        return self.instance_types[0] if self.instance_types else ""
+
+    @property
+    def lifecycle(self) -> str:
+        """How a run on the group is priced: "spot" (Spot price history) or "on-demand"."""
+        return "on-demand" if self.spot == "on-demand" else "spot"
 
 
-# The flat Terraform outputs that make up today's one group, by WorkerGroup field.
-GROUP_OUTPUTS = {
+# The flat Terraform outputs of earlier deployments' one group, by WorkerGroup field.
+FLAT_OUTPUTS = {
     "service_name": "worker_service_name",
     "container_name": "worker_container_name",
-    "instance_type": "worker_instance_type",
     "instance_types": "worker_instance_types",
-    "count": "worker_count",
-    "lifecycle": "worker_lifecycle",
+    "max_nodes": "worker_count",
 }
+
+
+def _group(name: str, fields_: dict) -> WorkerGroup:
+    known = {f.name for f in fields(WorkerGroup)}
+    try:
+        return WorkerGroup(**{k: v for k, v in fields_.items() if k in known})
+    except TypeError as exc:
+        raise MissingOutputs(f"worker_groups.{name} lacks {exc}; run `rayfleet deploy`") from None
 
 
 @dataclass(frozen=True)
@@ -80,14 +109,15 @@ class Outputs:
             except json.JSONDecodeError as exc:
                 raise MissingOutputs(f"{path} is not JSON ({exc}); run `rayfleet deploy` to write it again") from None
         values = {k: (v["value"] if isinstance(v, dict) and "value" in v else v) for k, v in raw.items()}
-        names = [f.name for f in fields(cls) if f.name != "worker_groups"] + list(GROUP_OUTPUTS.values())
+        names = [f.name for f in fields(cls) if f.name != "worker_groups"] + list(FLAT_OUTPUTS.values())
+        names += ["worker_instance_type", "worker_lifecycle"]
         for name in names:
             env = os.environ.get(f"RAYFLEET_{name.upper()}")
             if env:
                 values[name] = env.split(",") if name in ("private_subnet_ids", "worker_instance_types") else env
         required = [f.name for f in fields(cls) if f.default is MISSING and f.name not in values]
-        required = [GROUP_OUTPUTS["service_name"] if n == "worker_groups" else n for n in required]
-        required = [n for n in required if n not in values]
+        if "worker_groups" in required and FLAT_OUTPUTS["service_name"] in values:
+            required.remove("worker_groups")  # an earlier deployment's one group (from_flat)
         if required:
             where = str(path) if path.is_file() else f"{path} (missing)"
             raise MissingOutputs(f"Terraform outputs {', '.join(required)} not found in {where}; run `rayfleet deploy`")
@@ -95,17 +125,34 @@ class Outputs:
 
     @classmethod
     def from_flat(cls, **values) -> Outputs:
-        """From Terraform's flat outputs (unknown names ignored): the worker_* ones make the one group."""
-        group = {field: values.pop(output) for field, output in GROUP_OUTPUTS.items() if output in values}
-        if "instance_types" in group:
-            group["instance_types"] = tuple(group["instance_types"] or ())
-        if "count" in group:
-            group["count"] = int(group["count"] or 0)
+        """From Terraform's outputs (unknown names ignored): `worker_groups`, or an earlier deployment's flat
+        worker_* outputs as its one group, named default."""
+        flat = {field: values.pop(output) for field, output in FLAT_OUTPUTS.items() if output in values}
+        single, lifecycle = values.pop("worker_instance_type", None), values.pop("worker_lifecycle", None)
+        groups = values.pop("worker_groups", None)
+        if groups is None:
+            flat["instance_types"] = tuple(flat.get("instance_types") or ([single] if single else []))
+            flat["max_nodes"] = flat["min_nodes"] = int(flat.get("max_nodes") or 0)
+            flat["spot"] = "spot-only" if lifecycle == "spot" else "on-demand"
+            groups = {LEGACY: flat}
+        if not isinstance(groups, dict) or not groups:
+            raise MissingOutputs("Terraform output worker_groups is not a map of groups; run `rayfleet deploy`")
         known = {f.name for f in fields(cls)}
-        return cls(worker_groups={WORKERS: WorkerGroup(**group)}, **{k: v for k, v in values.items() if k in known})
+        return cls(
+            worker_groups={worker_groups.check_name(n): _group(n, g) for n, g in sorted(groups.items())},
+            **{k: v for k, v in values.items() if k in known},
+        )
+
+    def group(self, name: str | None) -> WorkerGroup:
+        """The named group (MissingOutputs naming the groups there are); None: the only group, when there is one."""
+        if name is None and len(self.worker_groups) == 1:
+            return next(iter(self.worker_groups.values()))
+        if name not in self.worker_groups:
+            raise MissingOutputs(
+                f"this deployment has no worker group {name!r}; its groups: {', '.join(self.worker_groups)}"
+            )
+        return self.worker_groups[name]
 
     @property
-    def workers(self) -> WorkerGroup:
-        """The deployment's worker group, while each deployment has exactly one."""
-        (group,) = self.worker_groups.values()
-        return group
+    def worker_service_names(self) -> list[str]:
+        return [g.service_name for g in self.worker_groups.values()]

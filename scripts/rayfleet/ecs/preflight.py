@@ -51,17 +51,25 @@ DRY_RUN_AMI_PARAMETER = "/aws/service/ecs/optimized-ami/amazon-linux-2023/recomm
 
 
 @dataclass(frozen=True)
+class GroupShape:
+    """One worker group at full size: its instance types (the first preferred), its most nodes, Spot."""
+
+    name: str
+    instance_types: tuple[str, ...]
+    count: int  # the group's maximum (or the nodes a start asks for)
+    spot: bool = False
+    on_demand_base: int = 0  # with Spot, this many nodes on demand
+
+
+@dataclass(frozen=True)
 class Shape:
-    """What the deployment will launch (Terraform's variables)."""
+    """What the deployment will launch (Terraform's variables): the head and each worker group at full size."""
 
     region: str
     head_instance_type: str
-    worker_instance_types: tuple[str, ...]  # the first is the main type, the rest Spot alternatives
-    worker_count: int  # the worker group's maximum
-    worker_spot: bool = False
+    groups: tuple[GroupShape, ...]
     zones: tuple[str, ...] = ()  # empty: the region's first az_count zones, as infra/modules/network does
     az_count: int = 1
-    worker_on_demand_base: int = 0  # with Spot, this many workers on demand
 
 
 @dataclass(frozen=True)
@@ -103,37 +111,34 @@ def check(
     ec2 = aws.client("ec2")
     _dry_run(aws, shape, report, dry_run)
     _permissions(aws, report, simulate_policy)
-    _quotas(aws, shape, report, quota)
+    # a worker group the account cannot hold does not stop the deploy of the rest: its runs wait (said)
+    _quotas(aws, shape, report, quota, groups_block=False)
     _offerings(ec2, shape, report)
     return report
 
 
 def check_capacity(aws: Aws, shape: Shape, *, quota: Callable[[object, str], float | None] = read_quota) -> Report:
     """The quotas and the offerings alone: what `make start` (and a run on a stopped deployment) checks before
-    it scales up, so a launch that cannot happen is said at once, not after a wait."""
+    it scales a group up, so a launch that cannot happen is said at once, not after a wait."""
     report = Report(None)
-    _quotas(aws, shape, report, quota)
+    _quotas(aws, shape, report, quota, groups_block=True)
     _offerings(aws.client("ec2"), shape, report)
     return report
 
 
-def deployment_shape(aws: Aws, out, workers: int) -> Shape | None:
-    """What starting `workers` worker nodes of a deployment launches (from its outputs and its subnets' zones);
-    None when the outputs name no worker type."""
-    types = tuple(out.workers.instance_types) or ((out.workers.instance_type,) if out.workers.instance_type else ())
-    if not types:
+def deployment_shape(aws: Aws, out, starts: dict[str, int]) -> Shape | None:
+    """What starting `starts` (group -> its nodes) of a deployment launches, beside its head (from its outputs
+    and its subnets' zones); None when no group started has an instance type."""
+    groups = tuple(
+        GroupShape(name, g.types, count, g.lifecycle == "spot")
+        for name, count in starts.items()
+        if (g := out.worker_groups[name]).types and count > 0
+    )
+    if not groups:
         return None
     subnets = aws.client("ec2").describe_subnets(SubnetIds=list(out.private_subnet_ids))["Subnets"]
     zones = tuple(sorted({s["AvailabilityZone"] for s in subnets}))
-    return Shape(
-        region=out.region,
-        head_instance_type=out.head_instance_type,
-        worker_instance_types=types,
-        worker_count=workers,
-        worker_spot=out.workers.lifecycle == "spot",
-        zones=zones,
-        az_count=len(zones) or 1,
-    )
+    return Shape(out.region, out.head_instance_type, groups, zones, len(zones) or 1)
 
 
 def principal_arn(caller_arn: str) -> str | None:
@@ -176,13 +181,15 @@ def _permissions(aws: Aws, report: Report, simulate_policy) -> None:
 
 
 def _dry_run(aws: Aws, shape: Shape, report: Report, dry_run) -> None:
-    worker = shape.worker_instance_types[0]
+    if not shape.groups:
+        return
+    worker, spot = shape.groups[0].instance_types[0], shape.groups[0].spot
     try:
         image = aws.client("ssm").get_parameter(Name=DRY_RUN_AMI_PARAMETER)["Parameter"]["Value"]
     except ClientError as exc:
         report.notes.append(f"no dry-run launch of {worker}: cannot read the ECS AMI parameter ({translate(exc)})")
         return
-    code = dry_run(aws.client("ec2"), image, worker, shape.worker_spot)
+    code = dry_run(aws.client("ec2"), image, worker, spot)
     if code == "UnauthorizedOperation":
         fix = (
             "allow ec2:RunInstances (and ec2:CreateTags) for the deploying identity, then `rayfleet deploy check` again"
@@ -192,18 +199,36 @@ def _dry_run(aws: Aws, shape: Shape, report: Report, dry_run) -> None:
         report.notes.append(f"the dry-run launch of {worker} answered {code}; not a verdict on the deploy")
 
 
-def vcpu_needs(shape: Shape) -> tuple[dict[Quota, tuple[int, str]], list[str]]:
-    """quota -> (vCPUs the deployment needs at full size, how that adds up); and the types not counted. Each
-    quota counts the largest of the types that may land in it: a Spot group may launch any of them."""
-    main, spot_base = shape.worker_instance_types[0], min(shape.worker_on_demand_base, shape.worker_count)
-    parts = [(1, (shape.head_instance_type,), False, "the head")] if shape.head_instance_type else []
-    if shape.worker_spot:
-        parts += [(spot_base, (main,), False, "on-demand workers")]
-        parts += [(shape.worker_count - spot_base, shape.worker_instance_types, True, "Spot workers")]
-    else:
-        parts += [(shape.worker_count, (main,), False, "workers")]
-    needs: dict[Quota, tuple[int, str]] = {}
-    notes = []
+Needs = dict[Quota, tuple[int, str]]  # quota -> (vCPUs, how that adds up)
+
+
+def vcpu_needs(shape: Shape) -> tuple[Needs, list[str]]:
+    """quota -> (vCPUs the deployment needs at full size, how that adds up); and the types not counted."""
+    head, groups, notes = group_needs(shape)
+    return _added(head, *groups.values()), notes
+
+
+def group_needs(shape: Shape) -> tuple[Needs, dict[str, Needs], list[str]]:
+    """The head's needs, each worker group's at full size, and the types not counted. Each quota counts the
+    largest of the types that may land in it: a Spot group may launch any of them."""
+    notes: list[str] = []
+    head = _needs([(1, (shape.head_instance_type,), False, "the head")] if shape.head_instance_type else [], notes)
+    groups = {}
+    for g in shape.groups:
+        main, base, who = g.instance_types[0], min(g.on_demand_base, g.count), f"{g.name} workers"
+        if g.spot:
+            parts = [
+                (base, (main,), False, f"{who} on demand"),
+                (g.count - base, g.instance_types, True, f"{who} Spot"),
+            ]
+        else:
+            parts = [(g.count, (main,), False, who)]
+        groups[g.name] = _needs(parts, notes)
+    return head, groups, list(dict.fromkeys(notes))
+
+
+def _needs(parts, notes: list[str]) -> Needs:
+    needs: Needs = {}
     for count, types, spot, who in (p for p in parts if p[0] > 0):
         largest: dict[Quota, str] = {}
         for t in types:
@@ -213,33 +238,60 @@ def vcpu_needs(shape: Shape) -> tuple[dict[Quota, tuple[int, str]], list[str]]:
             elif quota not in largest or INSTANCE_TYPES[t]["vcpus"] > INSTANCE_TYPES[largest[quota]]["vcpus"]:
                 largest[quota] = t
         for quota, t in largest.items():
-            vcpus = count * INSTANCE_TYPES[t]["vcpus"]
-            had, said = needs.get(quota, (0, ""))
             line = f"{who} {count} x {t} ({INSTANCE_TYPES[t]['vcpus']} vCPUs)"
-            needs[quota] = (had + vcpus, f"{said} + {line}" if said else line)
-    return needs, notes
+            needs = _added(needs, {quota: (count * INSTANCE_TYPES[t]["vcpus"], line)})
+    return needs
 
 
-def _quotas(aws: Aws, shape: Shape, report: Report, quota) -> None:
-    needs, notes = vcpu_needs(shape)
+def _added(*all_needs: Needs) -> Needs:
+    total: Needs = {}
+    for needs in all_needs:
+        for quota, (vcpus, how) in needs.items():
+            had, said = total.get(quota, (0, ""))
+            total[quota] = (had + vcpus, f"{said} + {how}" if said else how)
+    return total
+
+
+def _quotas(aws: Aws, shape: Shape, report: Report, quota, groups_block: bool) -> None:
+    """The head's shortfall is a problem; a worker group's (with the head) is one only where `groups_block`,
+    else a note that runs needing the group will wait."""
+    head, groups, notes = group_needs(shape)
     report.notes += notes
     quotas = aws.client("service-quotas", attempts=2)
-    for q, (need, how) in needs.items():
+    values: dict[Quota, float | None] = {}
+    for q in _added(head, *groups.values()):
         try:
-            value = quota(quotas, q.code)
+            values[q] = quota(quotas, q.code)
         except (ClientError, BotoCoreError, ResponseParserError) as exc:
             report.notes.append(f"quota {q.code} not read ({translate(exc)})")
-            continue
-        if value is None:
-            report.notes.append(f"quota {q.code} ({q.name}) unknown to Service Quotas in {shape.region}")
-        elif value < need:
-            report.problems.append(
-                Problem(
-                    f"EC2 quota {q.name} ({q.code}) is {value:g} vCPUs; at full size the deployment needs {need}"
-                    f" ({how})",
-                    f"request {need} (more if other instances of the family run) at {q.link}; approval can take a day",
+        else:
+            if values[q] is None:
+                report.notes.append(f"quota {q.code} ({q.name}) unknown to Service Quotas in {shape.region}")
+    short = [(None, head)] + [(name, _added(head, needs)) for name, needs in groups.items()]
+    for group, needs in short:
+        for q, (need, how) in needs.items():
+            value = values.get(q)
+            if value is None or value >= need or (group is not None and q in head and value < head[q][0]):
+                continue
+            what = f"EC2 quota {q.name} ({q.code}) is {value:g} vCPUs; "
+            what += f"{'at full size the deployment' if group is None else f'worker group {group} at full size'}"
+            fix = f"request {need} (more if other instances of the family run) at {q.link}; approval can take a day"
+            if group is None or groups_block:
+                report.problems.append(Problem(f"{what} needs {need} ({how})", fix))
+            else:
+                report.notes.append(f"{what} needs {need} ({how}): runs needing {group} will wait; {fix}")
+    if not groups_block and len(groups) > 1:
+        for q, (need, how) in _added(head, *groups.values()).items():
+            value = values.get(q)
+            if (
+                value is not None
+                and value < need
+                and all(value >= _added(head, n).get(q, (0, ""))[0] for n in groups.values())
+            ):
+                report.notes.append(
+                    f"EC2 quota {q.name} ({q.code}) is {value:g} vCPUs: every worker group fits alone, not all at"
+                    f" full size at once ({need}: {how}); runs wait for each other"
                 )
-            )
 
 
 def offered_zones(ec2, instance_types: list[str]) -> dict[str, set[str]]:
@@ -255,7 +307,8 @@ def offered_zones(ec2, instance_types: list[str]) -> dict[str, set[str]]:
 
 
 def _offerings(ec2, shape: Shape, report: Report) -> None:
-    types = [t for t in dict.fromkeys((shape.head_instance_type, *shape.worker_instance_types)) if t]
+    worker_types = [t for g in shape.groups for t in g.instance_types]
+    types = [t for t in dict.fromkeys((shape.head_instance_type, *worker_types)) if t]
     offered = offered_zones(ec2, types)
     if shape.zones:
         chosen, which = list(shape.zones), "the availability_zones set"

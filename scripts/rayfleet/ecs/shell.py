@@ -70,18 +70,18 @@ def parse_target(target: str) -> tuple[str, int | None]:
 def find_task(aws: Aws, out: Outputs, target: str) -> tuple[dict, str]:
     """(the described task, container name) for head, worker-N (1-based, oldest first) or trainer (newest)."""
     role, index = parse_target(target)
-    container = {"head": out.head_container_name, "worker": out.workers.container_name}.get(
-        role, out.trainer_container_name
-    )
     tasks = running_tasks(aws.client("ecs"), out)[role]
+    groups = {f"service:{g.service_name}": g.container_name for g in out.worker_groups.values()}
     if not tasks:
         raise RayfleetError(f"no running {role} task in {out.cluster_name} (rayfleet status)")
     if role == "trainer":
-        return tasks[-1], container  # the newest run
+        return tasks[-1], out.trainer_container_name  # the newest run
+    if role == "head":
+        return tasks[0], out.head_container_name
     index = index or 0
     if index >= len(tasks):
         raise RayfleetError(f"{target}: only {len(tasks)} worker task(s) are running (rayfleet status)")
-    return tasks[index], container
+    return tasks[index], groups.get(tasks[index].get("group", ""), "ray-worker")
 
 
 def check_exec_agent(task: dict, container: str) -> None:

@@ -1,6 +1,10 @@
-"""Bring a stopped deployment back: the head and the workers, and wait until Ray sees them.
+"""Bring a stopped deployment back: the head, and worker groups, and wait until Ray sees them.
 
-    rayfleet deploy start [--outputs FILE] [--timeout 1800] [--recipe RECIPE]
+    rayfleet deploy start [--outputs FILE] [--timeout 1800] [--recipe RECIPE | --group G]
+
+Without --recipe or --group, each worker group comes back to its min (0 by default: its nodes start when a
+run needs them); --group G starts G's nodes up to its max; --recipe the nodes that recipe needs, in the group a
+run of it would go to.
 
 After `make stop` or an autostop (rayfleet/node/control/autostop.py) the services are at zero; `make run` and
 `make train-*` call this first when they find them there. The wait follows Ray's own view, from the head's
@@ -29,7 +33,7 @@ PROGRESS_EVERY_S = 30
 
 def stopped(ecs, out: Outputs) -> list[str]:
     """The services that are at zero (`make stop`, an autostop): what start brings back."""
-    found = ecs.describe_services(cluster=out.cluster_name, services=[out.head_service_name, out.workers.service_name])
+    found = ecs.describe_services(cluster=out.cluster_name, services=[out.head_service_name])
     return [s["serviceName"] for s in found["services"] if s.get("status") == "ACTIVE" and s["desiredCount"] == 0]
 
 
@@ -56,29 +60,32 @@ def start(
     timeout_s: float = 1800,
     poll_s: float = 10,
     clock=time.time,
-    workers: int | None = None,
+    starts: dict[str, int | None] | None = None,
     why=capacity.reasons,
     quota=preflight_calls.read_quota,
 ) -> dict:
-    """Scale the head (and control) to 1 and the workers to `workers` (default and most: the group's maximum,
-    out.workers.count; a service already above it keeps its count), then wait until Ray sees them. `why`
-    (aws, out, since) -> [capacity.Reason] says why instances are not coming."""
+    """Scale the head (and control) to 1 and each group of `starts` (group -> nodes; None: its max) up to that
+    many nodes (at most its max; a service already above keeps its count); without `starts`, each group to its
+    min. Then wait until Ray sees them all. `why` (aws, out, since) -> [capacity.Reason] says why instances are
+    not coming."""
     ecs, s3 = aws.client("ecs"), aws.client("s3")
     aws.check_cluster(out.cluster_name)
-    wanted = _workers_wanted(out, workers, say)
-    shape = preflight.deployment_shape(aws, out, wanted)
+    asked = _nodes_asked(out, starts, say)
+    shape = preflight.deployment_shape(aws, out, asked)
     if shape is not None:  # a quota or a zone that cannot hold the workers: said now, nothing scaled
         report = preflight.check_capacity(aws, shape, quota=quota)
         if report.problems:
-            raise RayfleetError(
-                f"cannot start {wanted} x {shape.worker_instance_types[0]}: " + "; ".join(map(str, report.problems))
-            )
+            groups = ", ".join(f"{g.count} x {g.instance_types[0]} ({g.name})" for g in shape.groups)
+            raise RayfleetError(f"cannot start {groups}: " + "; ".join(map(str, report.problems)))
     began = clock()
     control = [(out.control_service_name, 1)] if out.control_service_name else []  # autostop may have stopped it
     for service, count in [(out.head_service_name, 1), *control]:
         say(f"scaling {service} to {count} ...")
         ecs.update_service(cluster=out.cluster_name, service=service, desiredCount=count)
-    _scale_workers(ecs, out, wanted, say)
+    for name, nodes in asked.items():
+        _scale_workers(ecs, out, name, nodes, say)
+    found = ecs.describe_services(cluster=out.cluster_name, services=out.worker_service_names)["services"]
+    wanted = sum(s["desiredCount"] for s in found)  # every group's: Ray's count of workers is the whole cluster's
     since, said, shown = datetime.fromtimestamp(began, UTC), began - PROGRESS_EVERY_S, set()
     while True:
         snapshot = read_snapshot(s3, out.results_bucket)
@@ -109,27 +116,34 @@ def start(
         time.sleep(poll_s)
 
 
-def _workers_wanted(out: Outputs, workers: int | None, say) -> int:
-    most = int(out.workers.count or 0) or 1
-    if workers is None:
-        return most
-    if workers < 1:
-        raise ConfigError(f"workers must be at least 1 (got {workers}); `rayfleet deploy stop` scales them to zero")
-    if workers > most:
-        say(f"{workers} workers asked for; the worker group launches at most {most}: starting {most}")
-    return min(workers, most)
+def _nodes_asked(out: Outputs, starts: dict[str, int | None] | None, say) -> dict[str, int]:
+    """Group -> the nodes to start there: `starts` within each group's max (None: its max); no `starts`: every
+    group at its min."""
+    if starts is None:
+        return {name: g.min_nodes for name, g in out.worker_groups.items()}
+    asked = {}
+    for name, nodes in starts.items():
+        most = out.group(name).max_nodes or 1
+        if nodes is not None and nodes < 1:
+            raise ConfigError(f"workers must be at least 1 (got {nodes}); `rayfleet deploy stop` scales them to zero")
+        if nodes is not None and nodes > most:
+            say(f"{nodes} workers asked for; worker group {name} launches at most {most}: starting {most}")
+        asked[name] = most if nodes is None else min(nodes, most)
+    return asked
 
 
-def _scale_workers(ecs, out: Outputs, wanted: int, say) -> None:
-    """Scale the worker service up to `wanted`, never down: a deployment's running workers are not taken away
-    by a start that asks for fewer."""
-    found = ecs.describe_services(cluster=out.cluster_name, services=[out.workers.service_name])["services"]
+def _scale_workers(ecs, out: Outputs, group: str, wanted: int, say) -> None:
+    """Scale the group's worker service up to `wanted`, never down: running workers are not taken away by a
+    start that asks for fewer."""
+    service = out.group(group).service_name
+    found = ecs.describe_services(cluster=out.cluster_name, services=[service])["services"]
     now = found[0]["desiredCount"] if found else 0
     if now >= wanted:
-        say(f"{out.workers.service_name} stays at {now} (asked for {wanted}) ...")
+        if wanted:
+            say(f"{service} stays at {now} (asked for {wanted}) ...")
         return
-    say(f"scaling {out.workers.service_name} to {wanted} ...")
-    ecs.update_service(cluster=out.cluster_name, service=out.workers.service_name, desiredCount=wanted)
+    say(f"scaling {service} to {wanted} ...")
+    ecs.update_service(cluster=out.cluster_name, service=service, desiredCount=wanted)
 
 
 def _taken(snapshot: dict) -> float:
@@ -137,20 +151,24 @@ def _taken(snapshot: dict) -> float:
 
 
 def _tasks(ecs, out: Outputs) -> str:
-    found = ecs.describe_services(cluster=out.cluster_name, services=[out.head_service_name, out.workers.service_name])
+    found = ecs.describe_services(cluster=out.cluster_name, services=[out.head_service_name, *out.worker_service_names])
     by_name = {s["serviceName"]: s for s in found["services"]}
-    head, worker = by_name.get(out.head_service_name, {}), by_name.get(out.workers.service_name, {})
-    return (
-        f"head {head.get('runningCount', 0)}/{head.get('desiredCount', 0)} running, "
-        f"workers {worker.get('runningCount', 0)}/{worker.get('desiredCount', 0)} running"
-    )
+    head = by_name.get(out.head_service_name, {})
+    said = [f"head {head.get('runningCount', 0)}/{head.get('desiredCount', 0)} running"]
+    for name, group in out.worker_groups.items():
+        worker = by_name.get(group.service_name, {})
+        who = "workers" if len(out.worker_groups) == 1 else f"{name} workers"
+        said.append(f"{who} {worker.get('runningCount', 0)}/{worker.get('desiredCount', 0)} running")
+    return ", ".join(said)
 
 
-def start_deployment(timeout_s: float = 1800, workers: int | None = None, outputs: str | None = None) -> int:
-    """`rayfleet deploy start`: the services back (`workers`, default the group's maximum), waiting until Ray
-    sees them."""
+def start_deployment(
+    timeout_s: float = 1800, starts: dict[str, int | None] | None = None, outputs: str | None = None
+) -> int:
+    """`rayfleet deploy start`: the head back and the groups of `starts` (group -> nodes, None: its max; no
+    `starts`: every group at its min), waiting until Ray sees them."""
     out = Outputs.load(outputs)
-    start(Aws(out.region), out, timeout_s=timeout_s, workers=workers)
+    start(Aws(out.region), out, timeout_s=timeout_s, starts=starts)
     return 0
 
 

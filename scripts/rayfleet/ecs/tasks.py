@@ -14,7 +14,7 @@ def running_tasks(ecs, out: Outputs) -> dict[str, list[dict]]:
     """{"head": [...], "worker": [...], "control": [...], "trainer": [...]}, each oldest first."""
     pages = ecs.get_paginator("list_tasks").paginate(cluster=out.cluster_name, desiredStatus="RUNNING")
     arns = [arn for page in pages for arn in page["taskArns"]]
-    roles = {f"service:{out.head_service_name}": "head", f"service:{out.workers.service_name}": "worker"}
+    roles = {f"service:{out.head_service_name}": "head"} | {f"service:{s}": "worker" for s in out.worker_service_names}
     if out.control_service_name:
         roles[f"service:{out.control_service_name}"] = "control"
     by_role: dict[str, list[dict]] = {"head": [], "worker": [], "control": [], "trainer": []}

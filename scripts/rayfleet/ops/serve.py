@@ -114,9 +114,7 @@ def up_ecs(run: str, cfg: ServeConfig, outputs: str | None, timeout: float) -> i
         )
     run_dir = RunDir(runs_root(out.results_bucket), run, region=out.region)
     served = find(run_dir)
-    shape = INSTANCE_TYPES.get(out.workers.instance_type)
-    if shape is not None:
-        check_fits(cfg, float(shape["vcpus"]), int(shape["gpus"]), f"the ECS workers ({out.workers.instance_type})")
+    _check_fits_a_group(cfg, out)
     # The gate holds the Serve port and checks the key; the replicas hold none (keys.py).
     args = ServeArgs(
         storage=run_dir.storage,
@@ -211,3 +209,19 @@ def serve_verb(
 
 if __name__ == "__main__":  # the module's command line before `rayfleet` took it over
     gone("python -m rayfleet.ops.serve", "rayfleet serve up|status|down")
+
+
+def _check_fits_a_group(cfg: ServeConfig, out: Outputs) -> None:
+    """The replicas fit one node of some worker group (ConfigError from the last group tried when none)."""
+    refusal = None
+    for name, group in out.worker_groups.items():
+        shape = INSTANCE_TYPES.get(group.instance_type)
+        if shape is None:
+            return  # a type the catalog does not know: Ray is the judge
+        try:
+            check_fits(cfg, float(shape["vcpus"]), int(shape["gpus"]), f"worker group {name} ({group.instance_type})")
+            return
+        except ConfigError as exc:
+            refusal = exc
+    if refusal is not None:
+        raise refusal

@@ -44,7 +44,7 @@ def ecs_groups(aws: Aws | None, out: Outputs) -> tuple[list[Group], list[str]]:
         if not types or None in shapes:
             unknown.append(name)
             continue
-        nodes = int(group.count or 0) or None  # the group's maximum: a run needing more never starts
+        nodes = int(group.max_nodes or 0) or None  # the group's maximum: a run needing more never starts
         where = f"the ECS workers ({', '.join(types)})"
         vcpus, memory_mib = min(s["vcpus"] for s in shapes), min(s["memory_mib"] for s in shapes)
         capacity = Capacity(where, float(vcpus), int(shapes[0]["gpus"]), memory_mib / 1024, nodes)
@@ -102,7 +102,7 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     if not storage.startswith("s3://"):
         raise ConfigError(f"storage: {storage} is a local path; on ECS runs keep results in s3://bucket/prefix")
     aws.check_cluster(out.cluster_name)
-    bring_up(aws, out, choice.nodes if choice else None)
+    bring_up(aws, out, group_starts(out, choice))
     run_dir = RunDir(storage, run_name, region=out.region)
     data = stage(loaded.data_path, storage, out.region) if loaded.data_path else None
     with tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp:
@@ -152,7 +152,7 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     return follow_relaunching(aws, out, run_dir, recipe, record, start_trainer)
 
 
-def workers_for(recipe_file: str, outputs: str | None = None) -> int:
+def starts_for(recipe_file: str, outputs: str | None = None) -> dict[str, int | None]:
     """`make start RECIPE=...`: the worker nodes that recipe needs here, in the group a run of it would go to."""
     out = Outputs.load(outputs)
     recipe = load(recipe_file, root="/").recipe  # only its resources: nothing of code: or data: is read here
@@ -160,27 +160,37 @@ def workers_for(recipe_file: str, outputs: str | None = None) -> int:
     if not groups:
         types = ", ".join(t for g in out.worker_groups.values() for t in g.types) or "?"
         raise ConfigError(f"worker instance type {types} is not in the catalog")
-    choice = choose(recipe, groups, "this deployment")
-    return choice.nodes
+    return group_starts(out, choose(recipe, groups, "this deployment"))
 
 
-def bring_up(aws: Aws, out: Outputs, nodes: int | None) -> None:
-    """Start a stopped deployment (make stop, an autostop) with the worker nodes this run needs, or add workers
-    to a running one that has fewer; never fewer than it has (another run may use them)."""
+def group_starts(out: Outputs, choice: Choice | None) -> dict[str, int | None]:
+    """The groups (and nodes) a run's choice starts: its group; a run across the groups, every group (its max)."""
+    if choice is None:
+        return {}
+    if choice.group.name:
+        return {choice.group.name: choice.nodes}
+    return dict.fromkeys(out.worker_groups)
+
+
+def bring_up(aws: Aws, out: Outputs, starts: dict[str, int | None]) -> None:
+    """Start a stopped deployment (make stop, an autostop), or add the workers this run needs in its group to a
+    running one that has fewer; never fewer than it has (another run may use them)."""
     ecs = aws.client("ecs")
     down = start.stopped(ecs, out)
-    found = ecs.describe_services(cluster=out.cluster_name, services=[out.workers.service_name])["services"]
-    desired = found[0]["desiredCount"] if found else 0
+    short = []
+    for name, nodes in starts.items():
+        group = out.group(name)
+        found = ecs.describe_services(cluster=out.cluster_name, services=[group.service_name])["services"]
+        desired, needed = (found[0]["desiredCount"] if found else 0), nodes or group.max_nodes
+        if desired < needed:
+            short.append(f"{needed} node(s) of worker group {name} ({desired} run)")
     if down:
-        print(
-            f"[rayfleet] {', '.join(down)} at zero (rayfleet deploy stop, or an autostop): starting them first",
-            flush=True,
-        )
-    elif nodes and desired < nodes:
-        print(f"[rayfleet] the run needs {nodes} worker nodes and {desired} run: adding them first", flush=True)
+        print(f"[rayfleet] {', '.join(down)} at zero (rayfleet deploy stop, or an autostop): starting it first")
+    elif short:
+        print(f"[rayfleet] the run needs {'; '.join(short)}: adding them first", flush=True)
     else:
         return
-    start.start(aws, out, workers=nodes)
+    start.start(aws, out, starts=starts)
 
 
 UNFINISHED = ("PENDING", "SUBMITTED", "RUNNING")

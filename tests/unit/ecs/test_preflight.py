@@ -10,7 +10,7 @@ from botocore.exceptions import NoCredentialsError
 from botocore.stub import Stubber
 
 from rayfleet.ecs.capacity import VCPU_QUOTAS, vcpu_quota
-from rayfleet.ecs.preflight import Problem, Report, Shape, check, principal_arn, vcpu_needs
+from rayfleet.ecs.preflight import GroupShape, Problem, Report, Shape, check, principal_arn, vcpu_needs
 from rayfleet.ecs.preflight_calls import read_quota, simulate
 
 G, P, STANDARD = VCPU_QUOTAS[("G", False)], VCPU_QUOTAS[("P", False)], VCPU_QUOTAS[("standard", False)]
@@ -31,26 +31,37 @@ def test_instance_types_count_against_their_familys_quota():
     assert vcpu_quota("inf2.xlarge", False) is None and vcpu_quota("trn1.2xlarge", False) is None
 
 
+def shape(head: str, types: tuple, count: int, **group) -> Shape:
+    return Shape("us-east-1", head, (GroupShape("ddp", types, count, **group),))
+
+
 def test_the_workers_at_full_size_and_the_head_add_up_per_quota():
-    needs, notes = vcpu_needs(Shape("us-east-1", "m5.xlarge", ("g5.12xlarge",), 2))
+    needs, notes = vcpu_needs(shape("m5.xlarge", ("g5.12xlarge",), 2))
     assert needs == {
         STANDARD: (4, "the head 1 x m5.xlarge (4 vCPUs)"),
-        G: (96, "workers 2 x g5.12xlarge (48 vCPUs)"),
+        G: (96, "ddp workers 2 x g5.12xlarge (48 vCPUs)"),
     }
     assert notes == []
-    needs, _ = vcpu_needs(Shape("us-east-1", "g5.xlarge", ("g5.2xlarge",), 3))
-    assert needs == {G: (4 + 24, "the head 1 x g5.xlarge (4 vCPUs) + workers 3 x g5.2xlarge (8 vCPUs)")}
+    needs, _ = vcpu_needs(shape("g5.xlarge", ("g5.2xlarge",), 3))
+    assert needs == {G: (4 + 24, "the head 1 x g5.xlarge (4 vCPUs) + ddp workers 3 x g5.2xlarge (8 vCPUs)")}
+
+
+def test_every_group_adds_to_its_quota():
+    two = Shape(
+        "us-east-1", "m5.xlarge", (GroupShape("ddp", ("g5.xlarge",), 2), GroupShape("fsdp", ("g5.12xlarge",), 2))
+    )
+    needs, _ = vcpu_needs(two)
+    assert needs[G] == (8 + 96, "ddp workers 2 x g5.xlarge (4 vCPUs) + fsdp workers 2 x g5.12xlarge (48 vCPUs)")
 
 
 def test_spot_workers_count_the_largest_alternative_and_the_on_demand_base_apart():
-    shape = Shape("us-east-1", "m5.xlarge", ("g5.xlarge", "g6.xlarge", "g5.2xlarge"), 4, worker_spot=True)
-    needs, _ = vcpu_needs(Shape(**{**shape.__dict__, "worker_on_demand_base": 1}))
-    assert needs[G] == (4, "on-demand workers 1 x g5.xlarge (4 vCPUs)")
-    assert needs[G_SPOT] == (24, "Spot workers 3 x g5.2xlarge (8 vCPUs)")
+    needs, _ = vcpu_needs(shape("m5.xlarge", ("g5.xlarge", "g6.xlarge", "g5.2xlarge"), 4, spot=True, on_demand_base=1))
+    assert needs[G] == (4, "ddp workers on demand 1 x g5.xlarge (4 vCPUs)")
+    assert needs[G_SPOT] == (24, "ddp workers Spot 3 x g5.2xlarge (8 vCPUs)")
 
 
 def test_a_type_outside_the_catalog_is_noted_not_counted():
-    needs, notes = vcpu_needs(Shape("us-east-1", "m5.xlarge", ("x9.huge",), 2))
+    needs, notes = vcpu_needs(shape("m5.xlarge", ("x9.huge",), 2))
     assert set(needs) == {STANDARD}
     assert notes == ["x9.huge: not in rayfleet/core/instance_types.json or no vCPU quota known; not checked"]
 
@@ -107,7 +118,7 @@ class NoCredentials:
 
 
 def test_without_credentials_the_one_problem_says_how_to_get_them():
-    report = check(NoCredentials(), Shape("us-east-1", "m5.xlarge", ("g5.xlarge",), 2))
+    report = check(NoCredentials(), shape("m5.xlarge", ("g5.xlarge",), 2))
     assert report.identity is None and len(report.problems) == 1
     assert "no usable AWS credentials" in report.problems[0].what and "aws sso login" in report.problems[0].fix
     assert report.lines()[-1] == "1 problem(s) to fix first"

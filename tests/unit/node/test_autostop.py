@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from rayfleet.node.control.autostop import Autostop, Settings, busy_because
+import json
+
+from rayfleet.node.control.autostop import Autostop, GroupStop, Settings, busy_because, groups_in_use
 
 
 class Ecs:
@@ -38,7 +40,12 @@ IDLE = {"jobs": [{"status": "SUCCEEDED"}, {"status": "FAILED"}], "serve": []}
 RUN_1 = {"job_id": "02000000", "status": "RUNNING", "metadata": {"rayfleet_run": "r1"}}
 RUN_2 = {"job_id": "03000000", "status": "RUNNING", "metadata": {"rayfleet_run": "r2"}}
 MARK_1 = {"run": "r1", "job_id": "02000000"}  # the marker job 02000000's hang watchdog made (hung_runs.markers)
-SETTINGS = Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=30 * 60)
+ONE = {"default": GroupStop("rf-ray-worker", idle_s=30 * 60)}
+SETTINGS = Settings("rf", "rf-ray-head", ONE, idle_s=30 * 60)
+
+
+def one_group(idle_s: float, **kw) -> Settings:
+    return Settings("rf", "rf-ray-head", {"default": GroupStop("rf-ray-worker", idle_s=idle_s)}, idle_s=idle_s, **kw)
 
 
 @pytest.mark.parametrize(
@@ -83,12 +90,12 @@ def test_what_counts_as_busy(snapshot, trainers, why):
 def test_the_workers_stop_after_the_idle_time_and_once():
     ecs, clock = Ecs(), Clock()
     stopper = Autostop(SETTINGS, ecs, clock=clock, say=lambda _: None)
-    first = stopper.tick(IDLE)
+    first = stopper.tick(IDLE)["groups"]["default"]
     assert first["stops_at"] == "2027-01-15T08:30:00+00:00" and not first["stopped"] and not ecs.updates
     clock.now += 29 * 60
-    assert not stopper.tick(IDLE)["stopped"] and not ecs.updates
+    assert not stopper.tick(IDLE)["groups"]["default"]["stopped"] and not ecs.updates
     clock.now += 60
-    assert stopper.tick(IDLE)["stopped"] and ecs.updates == [("rf-ray-worker", 0)]
+    assert stopper.tick(IDLE)["groups"]["default"]["stopped"] and ecs.updates == [("rf-ray-worker", 0)]
     clock.now += 60
     stopper.tick(IDLE)
     assert ecs.updates == [("rf-ray-worker", 0)]  # once, not every snapshot
@@ -96,9 +103,7 @@ def test_the_workers_stop_after_the_idle_time_and_once():
 
 def test_activity_resets_the_clock_and_a_later_idle_spell_stops_again():
     ecs, clock = Ecs(), Clock()
-    settings = Settings(
-        "rf", "rf-ray-head", "rf-ray-worker", idle_s=600, stop_head=True, control_service="rf-ray-control"
-    )
+    settings = one_group(600, stop_head=True, control_service="rf-ray-control")
     stopper = Autostop(settings, ecs, clock=clock)
     stopper.tick(IDLE)
     clock.now += 500
@@ -106,10 +111,11 @@ def test_activity_resets_the_clock_and_a_later_idle_spell_stops_again():
     assert stopper.tick(IDLE) == {"idle_min": 10, "busy": "1 trainer task(s) running"}
     ecs.trainers = []
     clock.now += 500
-    assert not stopper.tick(IDLE)["stopped"]  # the idle spell began again at the last busy snapshot
+    assert not stopper.tick(IDLE)["groups"]["default"]["stopped"]  # the idle spell began again when busy ended
     clock.now += 600
-    decided = stopper.tick(IDLE)
-    assert decided["stopped"] and decided["stops"] == ["rf-ray-worker", "rf-ray-head", "rf-ray-control"]
+    decided = stopper.tick(IDLE)["groups"]
+    assert decided["default"]["stopped"] and decided["default"]["stops"] == ["rf-ray-worker"]
+    assert decided["head"]["stopped"] and decided["head"]["stops"] == ["rf-ray-head", "rf-ray-control"]
     # workers first, then the head, then the control task itself (it would keep the head's instance up)
     assert ecs.updates == [("rf-ray-worker", 0), ("rf-ray-head", 0), ("rf-ray-control", 0)]
 
@@ -124,7 +130,10 @@ def test_activity_resets_the_clock_and_a_later_idle_spell_stops_again():
     ],
 )
 def test_settings_from_the_task_environment(env, expected):
-    names = {"RAYFLEET_CLUSTER_NAME": "rf", "RAYFLEET_HEAD_SERVICE": "h", "RAYFLEET_WORKER_SERVICE": "w"}
+    groups = {
+        "ddp": {"service": "w", "vcpus": 4, "gpus": 1, "memory_mib": 16384, "min": 0, "max": 2, "idle_minutes": 30}
+    }
+    names = {"RAYFLEET_CLUSTER_NAME": "rf", "RAYFLEET_HEAD_SERVICE": "h", "RAYFLEET_WORKER_GROUPS": json.dumps(groups)}
     full = env if expected is None and not env else {**names, **env}
     settings = Settings.from_env(full)
     assert (settings and (settings.idle_s, settings.stop_head)) == expected
@@ -166,15 +175,15 @@ def test_a_failed_serve_application_does_not_keep_the_gpus():
     then no more; an application kept by `make serve` whose applications all failed does not keep them
     either. On the old code both counted as serving for as long as they stayed so."""
     ecs, clock = Ecs(), Clock()
-    stopper = Autostop(Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=600), ecs, clock=clock, say=print)
+    stopper = Autostop(one_group(600), ecs, clock=clock, say=print)
     kept = {"serve_kept": {"run": "clf", "applications": ["chat"], "reapplied": []}}
     decided = stopper.tick({**apps("DEPLOY_FAILED"), **kept})
     assert "busy" not in decided and decided["not_work"] == ["Serve application chat: failed or unhealthy too long"]
     clock.now += 600
-    assert stopper.tick(apps("DEPLOY_FAILED"))["stopped"] and ecs.updates == [("rf-ray-worker", 0)]
+    assert stopper.tick(apps("DEPLOY_FAILED"))["groups"]["default"]["stopped"] and ecs.updates == [("rf-ray-worker", 0)]
 
     ecs, clock = Ecs(), Clock()
-    stopper = Autostop(Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=600), ecs, clock=clock, say=print)
+    stopper = Autostop(one_group(600), ecs, clock=clock, say=print)
     assert stopper.tick(apps("UNHEALTHY"))["busy"] == "serving chat"
     clock.now += 14 * 60
     assert stopper.tick(apps("UNHEALTHY"))["busy"] == "serving chat"
@@ -189,29 +198,84 @@ def test_a_service_raised_after_autostop_stopped_it_is_stopped_again_once_idle()
     old code `stopped` stayed true and nothing ever stopped them again."""
     ecs, clock = Ecs(), Clock()
     said: list[str] = []
-    stopper = Autostop(Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=600), ecs, clock=clock, say=said.append)
+    stopper = Autostop(one_group(600), ecs, clock=clock, say=said.append)
     stopper.tick(IDLE)
     clock.now += 600
-    assert stopper.tick(IDLE)["stopped"] and ecs.updates == [("rf-ray-worker", 0)]
+    assert stopper.tick(IDLE)["groups"]["default"]["stopped"] and ecs.updates == [("rf-ray-worker", 0)]
     clock.now += 60
-    assert stopper.tick(IDLE)["stopped"]  # still at zero: nothing to do
+    assert stopper.tick(IDLE)["groups"]["default"]["stopped"]  # still at zero: nothing to do
     ecs.desired["rf-ray-worker"] = 2  # a forged queue entry, say: the follower raised the workers
     clock.now += 60
-    decided = stopper.tick(IDLE)
-    assert not decided["stopped"] and "rf-ray-worker at 2 since it stopped them" in said[-1]
+    decided = stopper.tick(IDLE)["groups"]["default"]
+    assert not decided["stopped"] and "rf-ray-worker at 2 since it stopped it" in said[-1]
     clock.now += 599
-    assert not stopper.tick(IDLE)["stopped"]
+    assert not stopper.tick(IDLE)["groups"]["default"]["stopped"]
     clock.now += 1
-    assert stopper.tick(IDLE)["stopped"] and ecs.updates == [("rf-ray-worker", 0)] * 2
+    assert stopper.tick(IDLE)["groups"]["default"]["stopped"] and ecs.updates == [("rf-ray-worker", 0)] * 2
 
 
 def test_rearm_from_the_queue_follower_is_said_once():
     ecs, clock = Ecs(), Clock()
     said: list[str] = []
-    stopper = Autostop(Settings("rf", "rf-ray-head", "rf-ray-worker", idle_s=60), ecs, clock=clock, say=said.append)
+    stopper = Autostop(one_group(60), ecs, clock=clock, say=said.append)
     stopper.tick(IDLE)
     clock.now += 60
     stopper.tick(IDLE)
-    stopper.rearm("the queue raised rf-ray-worker 0 -> 1")
-    stopper.rearm("again")  # not stopped any more: nothing to say
-    assert not stopper.stopped and said[-1].startswith("autostop: the queue raised rf-ray-worker 0 -> 1: stops again")
+    stopper.rearm("the queue raised rf-ray-worker 0 -> 1", ["default"])
+    stopper.rearm("again", ["default"])  # not stopped any more: nothing to say
+    assert not stopper.stopped["default"]
+    assert said[-1].startswith("autostop: the queue raised rf-ray-worker 0 -> 1: default stops again")
+
+
+def test_each_group_has_its_own_idle_minutes_and_goes_to_its_min():
+    """Per group: its own idle minutes, its service to its min (not zero); the head, with stop_head, after the
+    deployment's own idle minutes and never before every group has stopped."""
+    ecs, clock = Ecs(), Clock()
+    groups = {"ddp": GroupStop("rf-ddp", 0, 600), "fsdp": GroupStop("rf-fsdp", 1, 1200)}
+    stopper = Autostop(Settings("rf", "rf-ray-head", groups, idle_s=900, stop_head=True), ecs, clock=clock)
+    stopper.tick(IDLE)
+    clock.now += 600
+    decided = stopper.tick(IDLE)["groups"]
+    assert decided["ddp"]["stopped"] and not decided["fsdp"]["stopped"] and not decided["head"]["stopped"]
+    assert ecs.updates == [("rf-ddp", 0)]
+    clock.now += 300
+    assert not stopper.tick(IDLE)["groups"]["head"]["stopped"]  # idle past its 900 s, but fsdp is still up
+    clock.now -= 300
+    clock.now += 600
+    decided = stopper.tick(IDLE)["groups"]
+    assert decided["fsdp"]["stopped"] and decided["head"]["stopped"]  # idle 1200 s > its 900, and now last
+    assert ecs.updates == [("rf-ddp", 0), ("rf-fsdp", 1), ("rf-ray-head", 0)]
+
+
+RUNS_ON_DDP = {"ddp": {"wanted": None, "runs": 1}, "fsdp": {"wanted": None}}
+
+
+@pytest.mark.parametrize(
+    ("snapshot", "trainers", "in_use"),
+    [
+        ({"jobs": [RUN_1], "queue_capacity": RUNS_ON_DDP}, 1, {"ddp"}),
+        # more jobs (or trainer tasks) than queued runs: work no group holds, every group is busy
+        ({"jobs": [RUN_1, RUN_2], "queue_capacity": RUNS_ON_DDP}, 1, None),
+        ({"jobs": [RUN_1], "queue_capacity": RUNS_ON_DDP}, 2, None),
+        ({"jobs": [RUN_1], "queue_capacity": RUNS_ON_DDP, "serve": [{"name": "chat", "status": "RUNNING"}]}, 1, None),
+        ({"jobs": [RUN_1]}, 1, None),  # no queue view this round
+        ({"jobs": [RUN_1], "queue_capacity": {"error": "S3 away"}}, 1, None),
+    ],
+)
+def test_which_groups_a_busy_cluster_uses(snapshot, trainers, in_use):
+    assert groups_in_use(snapshot, trainers) == in_use
+
+
+def test_a_group_no_run_uses_stops_while_another_trains():
+    """A run on ddp keeps ddp (and the head) up; the idle fsdp group stops after its minutes. On the single-group
+    code every group stayed up while any job ran."""
+    ecs, clock = Ecs(), Clock()
+    groups = {"ddp": GroupStop("rf-ddp", 0, 600), "fsdp": GroupStop("rf-fsdp", 0, 600)}
+    stopper = Autostop(Settings("rf", "rf-ray-head", groups, idle_s=600), ecs, clock=clock)
+    ecs.trainers = ["arn:trainer"]
+    busy = {"jobs": [RUN_1], "queue_capacity": RUNS_ON_DDP}
+    assert stopper.tick(busy)["groups"]["ddp"] == {"busy": True}
+    clock.now += 600
+    decided = stopper.tick(busy)
+    assert decided["busy"] == "1 Ray job(s) running" and decided["groups"]["ddp"] == {"busy": True}
+    assert decided["groups"]["fsdp"]["stopped"] and ecs.updates == [("rf-fsdp", 0)]

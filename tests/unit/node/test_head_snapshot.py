@@ -234,20 +234,21 @@ def test_a_head_that_lost_the_kept_application_gets_it_again_and_one_that_has_it
 
 
 def test_autostop_re_arms_when_the_queue_raised_the_workers():
-    """The call site of the control task's round: the queue follower's `raised_from` re-arms autostop (on the
-    old code nothing did: a stopped autostop never stopped the raised workers again)."""
-    from rayfleet.node.control.autostop import Autostop, Settings
+    """The call site of the control task's round: the queue follower's `raised_from` re-arms autostop for that
+    group (on the old code nothing did: a stopped autostop never stopped the raised workers again)."""
+    from rayfleet.node.control.autostop import Autostop, GroupStop, Settings
 
     said: list[str] = []
-    stopper = Autostop(Settings("rf", "rf-ray-head", "rf-ray-worker"), ecs=None, say=said.append)
-    stopper.stopped = True
-    head_snapshot.follow_queue(stopper, {"wanted": 2, "desired": 2, "why": "x"})  # not raised this round
-    assert stopper.stopped
-    head_snapshot.follow_queue(stopper, {"wanted": 2, "desired": 2, "why": "x", "raised_from": 0})
-    assert not stopper.stopped and said == [
-        "autostop: the queue raised the workers from 0 to 2: stops again after 30 idle minutes"
+    groups = {"ddp": GroupStop("rf-ddp"), "fsdp": GroupStop("rf-fsdp")}
+    stopper = Autostop(Settings("rf", "rf-ray-head", groups), ecs=None, say=said.append)
+    stopper.stopped = {"ddp": True, "fsdp": True}
+    head_snapshot.follow_queue(stopper, {"ddp": {"wanted": 2, "desired": 2, "why": "x"}})  # not raised this round
+    assert stopper.stopped == {"ddp": True, "fsdp": True}
+    head_snapshot.follow_queue(stopper, {"ddp": {"wanted": 2, "desired": 2, "why": "x", "raised_from": 0}})
+    assert stopper.stopped == {"ddp": False, "fsdp": True} and said == [
+        "autostop: the queue raised ddp's workers from 0 to 2: ddp stops again after 30 idle minutes"
     ]
-    head_snapshot.follow_queue(None, {"raised_from": 0})  # autostop off: nothing to do
+    head_snapshot.follow_queue(None, {"ddp": {"raised_from": 0}})  # autostop off: nothing to do
     head_snapshot.follow_queue(stopper, {"error": "ClientError: x"})
 
 
@@ -277,14 +278,15 @@ def test_suspects_are_judged_a_few_a_round_and_each_dead_node_once(monkeypatch):
 def test_the_queue_follower_judges_entries_by_this_rounds_jobs_and_the_operators_ceiling():
     """The control task passes each round's snapshot to the queue follower (an entry counts only while its run
     has an unfinished Ray job) and builds it with its own environment (RAYFLEET_MAX_PRIORITY, the operator's)."""
+    group = {"service": "w", "vcpus": 4, "gpus": 1, "memory_mib": 16384, "min": 0, "max": 2, "idle_minutes": 30}
     env = {
-        "RAYFLEET_WORKER_NODE": '{"vcpus": 4, "gpus": 1, "memory_mib": 16384, "count": 2}',
+        "RAYFLEET_WORKER_GROUPS": json.dumps({"ddp": group}),
         "RAYFLEET_CLUSTER_NAME": "c",
-        "RAYFLEET_WORKER_SERVICE": "w",
         "RAYFLEET_MAX_PRIORITY": "3",
     }
     follower = head_snapshot.queue_follower(env, "bucket", ecs=None)
-    assert follower.queue.max_priority == 3
+    assert follower.queue.max_priority == 3 and list(follower.groups) == ["ddp"]
+    assert follower.groups["ddp"].service == "w" and follower.groups["ddp"].max == 2
 
 
 def test_each_round_gives_the_queue_follower_that_rounds_snapshot(monkeypatch):

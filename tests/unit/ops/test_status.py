@@ -111,29 +111,35 @@ def test_status_renders_rays_view_nodes_resources_and_jobs():
 
 def test_the_autostop_line_says_when_the_workers_stop():
     idle = {
-        "idle_min": 30,
         "idle_since": "2026-11-23T12:00:00+00:00",
         "stops_at": "2026-11-23T12:30:00+00:00",
-        "stops": ["rf-ray-worker"],
+        "stops": ["rf-ray-worker-ddp"],
         "stopped": False,
     }
-    assert autostop_line(idle) == (
-        "rf-ray-worker to 0 at 2026-11-23T12:30:00+00:00 unless a run starts (idle since 2026-11-23T12:00:00+00:00)"
+    done = {**idle, "stops": ["rf-ray-head", "rf-ray-control"], "stopped": True}
+    decided = {"idle_min": 30, "groups": {"ddp": idle, "head": done}}
+    assert autostop_line(decided) == (
+        "ddp: rf-ray-worker-ddp stop at 2026-11-23T12:30:00+00:00 unless a run needs them (idle since"
+        " 2026-11-23T12:00:00+00:00); head: rf-ray-head and rf-ray-control stopped at 2026-11-23T12:30:00+00:00"
+        " (idle since 2026-11-23T12:00:00+00:00); `rayfleet deploy start`"
     )
-    done = {**idle, "stops": ["rf-ray-worker", "rf-ray-head"], "stopped": True}
-    assert autostop_line(done).startswith("rf-ray-worker and rf-ray-head scaled to 0 at 2026-11-23T12:30:00")
-    assert autostop_line({"idle_min": 30, "busy": "1 Ray job(s) running"}) == (
-        "not idle (1 Ray job(s) running); stops after 30 idle minutes"
+    in_use = {"idle_min": 30, "busy": "1 Ray job(s) running", "groups": {"ddp": {"busy": True}, "fsdp": idle}}
+    assert autostop_line(in_use).startswith("not idle (1 Ray job(s) running); ddp: in use; fsdp: rf-ray-worker-ddp")
+    assert autostop_line({"idle_min": 30, "busy": "serving chat"}) == (
+        "not idle (serving chat); each group stops after its idle minutes"
     )
     assert autostop_line(None) == "off"
     assert autostop_line({"error": "AccessDeniedException: no"}) == "cannot decide (AccessDeniedException: no)"
-    shown = render_ray({"nodes": [], "total": {}, "available": {}, "jobs": [], "autostop": idle})
-    assert "  autostop: rf-ray-worker to 0 at 2026-11-23T12:30:00+00:00 unless a run starts" in "\n".join(shown)
+    shown = render_ray({"nodes": [], "total": {}, "available": {}, "jobs": [], "autostop": decided})
+    assert "  autostop: ddp: rf-ray-worker-ddp stop at 2026-11-23T12:30:00+00:00 unless" in "\n".join(shown)
     raised = {"wanted": 2, "desired": 2, "why": "second waits for 1 node(s) beside 1 running run(s)", "raised_from": 0}
-    shown = "\n".join(render_ray({"nodes": [], "total": {}, "available": {}, "jobs": [], "queue_capacity": raised}))
-    assert "  queue: needs 2 worker node(s): second waits for 1 node(s) beside 1 running run(s)" in shown
-    assert "(the service wants 2, raised from 0)" in shown
-    quiet = render_ray({"nodes": [], "total": {}, "available": {}, "jobs": [], "queue_capacity": {"wanted": None}})
+    capacity = {"ddp": raised, "fsdp": {"wanted": None}}
+    shown = "\n".join(render_ray({"nodes": [], "total": {}, "available": {}, "jobs": [], "queue_capacity": capacity}))
+    assert "  queue: ddp needs 2 node(s): second waits for 1 node(s) beside 1 running run(s)" in shown
+    assert "(its service wants 2, raised from 0)" in shown and "fsdp" not in shown
+    quiet = render_ray(
+        {"nodes": [], "total": {}, "available": {}, "jobs": [], "queue_capacity": {"ddp": {"wanted": None}}}
+    )
     assert not [line for line in quiet if "queue:" in line]  # nothing waits: no line
 
 

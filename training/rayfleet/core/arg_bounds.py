@@ -45,6 +45,14 @@ def float_in(low: float, high: float, low_open: bool = False) -> Callable[[str],
     return parse
 
 
+def group_name(text: str) -> str:
+    """`--group NAME`: a worker group's name, checked as Ray and Terraform take it."""
+    try:
+        return worker_groups.check_name(text)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def group_arg(text: str) -> tuple[str, int, int]:
     """`--group NAME=NODES[xGPUS]` -> (name, nodes, GPUs per node)."""
     found = re.fullmatch(r"([^=]+)=(\d+)(?:x(\d+))?", text)

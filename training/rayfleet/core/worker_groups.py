@@ -9,7 +9,9 @@ never places its workers anywhere else. A run that names none goes wherever its 
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import dataclass
 
 from rayfleet.core.errors import ConfigError
 
@@ -48,3 +50,44 @@ def from_env(env: dict) -> str | None:
     """The group a job's workers go to, from its environment (GROUP_VAR), checked; None: any."""
     value = env.get(GROUP_VAR) or ""
     return check_name(value) if value else None
+
+
+# The control task's view of the deployment's groups, from its task definition (infra/modules/ray): each
+# group's ECS service, one node's shape, its min and max nodes, and the idle minutes before autostop.
+ECS_GROUPS_VAR = "RAYFLEET_WORKER_GROUPS"
+
+
+@dataclass(frozen=True)
+class EcsGroup:
+    name: str
+    service: str
+    vcpus: float
+    gpus: int
+    memory_mib: float | None
+    min: int
+    max: int
+    idle_minutes: float
+
+
+def ecs_groups_from(env: dict) -> dict[str, EcsGroup]:
+    """The groups ECS_GROUPS_VAR names ({} outside ECS); ConfigError on a value Terraform would not write."""
+    raw = env.get(ECS_GROUPS_VAR) or ""
+    if not raw:
+        return {}
+    try:
+        groups = json.loads(raw)
+        return {
+            check_name(name): EcsGroup(
+                name,
+                str(g["service"]),
+                float(g["vcpus"]),
+                int(g["gpus"]),
+                float(g["memory_mib"]) if g.get("memory_mib") else None,
+                int(g.get("min") or 0),
+                int(g["max"]),
+                float(g.get("idle_minutes") or 0),
+            )
+            for name, g in sorted(groups.items())
+        }
+    except (ValueError, TypeError, KeyError, AttributeError) as exc:
+        raise ConfigError(f"{ECS_GROUPS_VAR} is not the map of groups Terraform writes ({exc!r})") from None

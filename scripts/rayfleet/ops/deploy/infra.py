@@ -70,10 +70,8 @@ def check(binary: str, opts: DeploymentArgs, planned: dict | None = None) -> Non
         raise RayfleetError(
             f"preflight: {len(report.problems)} problem(s) above; fix them, then `rayfleet deploy check`"
         )
-    print(
-        f"preflight: ok for {shape.worker_count} x {shape.worker_instance_types[0]} and a "
-        f"{shape.head_instance_type} head in {shape.region}"
-    )
+    groups = ", ".join(f"{g.name} {g.count} x {g.instance_types[0]}" for g in shape.groups)
+    print(f"preflight: ok for a {shape.head_instance_type} head and worker groups {groups} in {shape.region}")
 
 
 AUTOSCALING_ROLE = "AWSServiceRoleForAutoScaling"

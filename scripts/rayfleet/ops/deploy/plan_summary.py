@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from rayfleet.core.catalog import CACHE_NODE_PRICES, INSTANCE_TYPES, NETWORK_PRICES, PRICES_AS_OF
 from rayfleet.core.errors import RayfleetError
-from rayfleet.ecs.preflight import Shape
+from rayfleet.ecs.preflight import GroupShape, Shape
 from rayfleet.ops.deploy.files import INFRA, PLAN_FILE
 
 
@@ -51,8 +51,8 @@ def summary(plan: dict) -> str:
 
 @dataclass(frozen=True)
 class Cost:
-    running: float  # per hour, head and every worker up
-    idle: float  # per hour after an autostop: the workers at zero (the head too when autostop.head)
+    running: float  # per hour, the head and every worker group at its max
+    idle: float  # per hour after an autostop: each group at its min (the head stopped too when autostop.head)
     stopped: float  # per hour after `make stop`: no instances; what stays is the network
     lines: tuple[str, ...]  # what each figure is made of, one line each
 
@@ -67,13 +67,24 @@ def _after(plan: dict, type_name: str) -> dict[str, dict]:
     return found
 
 
+def planned_groups(plan: dict) -> dict[str, dict]:
+    """The worker groups the plan leaves, as its `worker_groups` output describes them (what is known before
+    apply: types, min and max nodes, Spot policy)."""
+    groups = ((plan.get("output_changes") or {}).get("worker_groups") or {}).get("after")
+    if not isinstance(groups, dict) or not groups:
+        raise RayfleetError("the plan has no worker_groups output: is this infra/ of rayfleet?")
+    return groups
+
+
+def _price(kind: str) -> float:
+    return INSTANCE_TYPES.get(kind, {}).get("usd_per_hour", 0.0)
+
+
 def cost(plan: dict) -> Cost:
-    templates, groups = _after(plan, "aws_launch_template"), _after(plan, "aws_autoscaling_group")
-    nodes: dict[str, tuple[str, int, float]] = {}  # group -> (type, count, price per instance-hour)
-    for key, template in templates.items():
-        kind = template.get("instance_type") or "?"
-        count = int((groups.get(key) or {}).get("max_size") or 0)
-        nodes[key] = (kind, count, INSTANCE_TYPES.get(kind, {}).get("usd_per_hour", 0.0))
+    """Per hour: running (the head and every group at its max), idle (autostopped: the groups at their min, the
+    head unless autostop.head) and stopped (the network alone)."""
+    head_type = (_after(plan, "aws_launch_template").get("head") or {}).get("instance_type") or "?"
+    groups = planned_groups(plan)
     zones = len(_after(plan, "aws_nat_gateway"))
     endpoints = [e for e in _after(plan, "aws_vpc_endpoint").values() if e.get("vpc_endpoint_type") == "Interface"]
     network = (
@@ -82,18 +93,28 @@ def cost(plan: dict) -> Cost:
     network += store_cost(plan)  # like the network, the GCS store runs whether the instances do or not
     autostop = (plan.get("variables", {}).get("autostop", {}) or {}).get("value") or {}
     head_stops = bool(autostop.get("head"))
-    compute = {key: count * price for key, (_, count, price) in nodes.items()}
-    running = sum(compute.values()) + network
-    idle = network + (0.0 if head_stops else compute.get("head", 0.0))
+    head = _price(head_type)
     lines = [
-        f"{key}: {count} x {kind} at ${price:.3f}/h" + ("" if kind in INSTANCE_TYPES else " (not in the catalog)")
-        for key, (kind, count, price) in sorted(nodes.items())
+        f"head: 1 x {head_type} at ${head:.3f}/h" + ("" if head_type in INSTANCE_TYPES else " (not in the catalog)")
     ]
+    running, idle = head + network, network + (0.0 if head_stops else head)
+    for name, g in sorted(groups.items()):
+        kind = (g.get("instance_types") or ["?"])[0]
+        most, least = int(g.get("max_nodes") or 0), int(g.get("min_nodes") or 0)
+        running, idle = running + most * _price(kind), idle + least * _price(kind)
+        known = "" if kind in INSTANCE_TYPES else " (not in the catalog)"
+        lines.append(
+            f"worker group {name}: {least}-{most} x {kind} at ${_price(kind):.3f}/h{known}, "
+            f"${most * _price(kind):.2f}/h at full size"
+            + (f", {g.get('spot')}" if g.get("spot") != "on-demand" else "")
+        )
     lines.append(f"network: {zones} NAT gateway(s), {len(endpoints)} interface endpoint(s) x {zones} zone(s)")
     lines += [store_line(plan)] if _after(plan, "aws_elasticache_replication_group") else []
     minutes = autostop.get("idle_minutes")
     if minutes:
-        lines.append(f"autostop: after {minutes:g} idle minutes the workers{' and head' * head_stops} scale to zero")
+        lines.append(
+            f"autostop: after {minutes:g} idle minutes each group goes to its min{' and the head stops' * head_stops}"
+        )
     lines.append(f"on-demand list prices ({PRICES_AS_OF}); Spot is cheaper; data transfer, storage and logs extra")
     return Cost(round(running, 3), round(idle, 3), round(network, 3), tuple(lines))
 
@@ -134,27 +155,29 @@ def describe(plan: dict) -> list[str]:
 
 
 def shape_of(plan: dict) -> Shape:
-    """What the preflight checks, read from the plan: the node groups' types and sizes, Spot, the zones."""
-    templates, groups = _after(plan, "aws_launch_template"), _after(plan, "aws_autoscaling_group")
-    if "head" not in templates or "worker" not in templates:
-        raise RayfleetError("the plan builds no head and worker node groups: is this infra/ of rayfleet?")
-    worker_group = groups.get("worker") or {}
-    policy = (worker_group.get("mixed_instances_policy") or [{}])[0]
-    distribution = (policy.get("instances_distribution") or [{}])[0]
-    overrides = ((policy.get("launch_template") or [{}])[0]).get("override") or []
-    main = templates["worker"].get("instance_type") or ""
-    spot_types = [o["instance_type"] for o in overrides if o.get("instance_type") and o["instance_type"] != main]
+    """What the preflight checks, read from the plan: the head's type, each worker group at full size, the zones."""
+    templates = _after(plan, "aws_launch_template")
+    if "head" not in templates:
+        raise RayfleetError("the plan builds no head node group: is this infra/ of rayfleet?")
+    groups = tuple(
+        GroupShape(
+            name,
+            tuple(g.get("instance_types") or ()),
+            int(g.get("max_nodes") or 0),
+            spot=(g.get("spot") or "on-demand") != "on-demand",
+            on_demand_base=int(g.get("on_demand_base") or 0),
+        )
+        for name, g in sorted(planned_groups(plan).items())
+        if g.get("instance_types")
+    )
     private = [s for s in plan_values(plan, "aws_subnet") if (s.get("tags") or {}).get("Tier") == "private"]
     variables = {k: (v or {}).get("value") for k, v in plan.get("variables", {}).items()}
     return Shape(
         region=variables.get("region") or "us-east-1",
         head_instance_type=templates["head"].get("instance_type") or "",
-        worker_instance_types=(main, *spot_types),
-        worker_count=int(worker_group.get("max_size") or 0),
-        worker_spot=distribution.get("on_demand_percentage_above_base_capacity") == 0,
+        groups=groups,
         zones=tuple(sorted(s["availability_zone"] for s in private if s.get("availability_zone"))),
         az_count=len(private) or 1,
-        worker_on_demand_base=int(distribution.get("on_demand_base_capacity") or 0),
     )
 
 

@@ -109,7 +109,7 @@ def ray_section(ray: dict | None, now: datetime, age_s: float | None = None) -> 
 
 def service_names(out: Outputs) -> list[str]:
     """The services `status` lists: the head, the workers and the control task (absent before issue 27)."""
-    return [out.head_service_name, out.workers.service_name] + [s for s in [out.control_service_name] if s]
+    return [out.head_service_name, *out.worker_service_names] + [s for s in [out.control_service_name] if s]
 
 
 def ray_view(s3, bucket: str) -> tuple[dict | None, float | None]:

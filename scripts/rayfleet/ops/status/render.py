@@ -64,8 +64,7 @@ def render_ray(ray: dict, jobs: int = 5) -> list[str]:
         lines.append(f"  serve kept: {kept_line(ray['serve_kept'])}")
     if "autostop" in ray:
         lines.append(f"  autostop: {autostop_line(ray['autostop'])}")
-    if (ray.get("queue_capacity") or {}).get("wanted") or (ray.get("queue_capacity") or {}).get("error"):
-        lines.append(f"  queue: {queue_capacity_line(ray['queue_capacity'])}")
+    lines += [f"  queue: {line}" for line in queue_capacity_lines(ray.get("queue_capacity") or {})]
     listed = ray.get("jobs") or []
     lines.append(f"  jobs ({len(listed)})" + ("" if listed else ": none"))
     for j in listed[:jobs]:
@@ -85,28 +84,44 @@ def kept_line(kept: dict) -> str:
 
 
 def autostop_line(decided: dict | None) -> str:
-    """What the head's autostop decided with its last snapshot (rayfleet/node/control/autostop.py)."""
+    """What the head's autostop decided with its last snapshot (rayfleet/node/control/autostop.py): per worker
+    group (and the head, where it stops too), or that the whole cluster is busy."""
     if decided is None:
         return "off"
     if "error" in decided:
         return f"cannot decide ({decided['error']})"
-    if "busy" in decided:  # names the run or job that keeps the cluster busy
-        return f"not idle ({printable(decided['busy'])}); stops after {decided['idle_min']:g} idle minutes"
+    busy = f"not idle ({printable(decided['busy'])})" if "busy" in decided else ""
+    if "groups" not in decided:
+        if busy:  # work that no one group holds: every group counts as busy
+            return f"{busy}; each group stops after its idle minutes"
+        return _unit_line(decided)  # a control task of the single-group versions
+    units = [f"{printable(unit)}: {_unit_line(d)}" for unit, d in decided["groups"].items()]
+    return "; ".join(([busy] if busy else []) + units)
+
+
+def _unit_line(decided: dict) -> str:
+    if decided.get("busy") is True:
+        return "in use"
     what = " and ".join(decided["stops"])
     if decided["stopped"]:
-        return (
-            f"{what} scaled to 0 at {decided['stops_at']} (idle since {decided['idle_since']}); `rayfleet deploy start`"
-        )
-    return f"{what} to 0 at {decided['stops_at']} unless a run starts (idle since {decided['idle_since']})"
+        return f"{what} stopped at {decided['stops_at']} (idle since {decided['idle_since']}); `rayfleet deploy start`"
+    return f"{what} stop at {decided['stops_at']} unless a run needs them (idle since {decided['idle_since']})"
 
 
-def queue_capacity_line(decided: dict) -> str:
-    """What the run queue asked of the workers with the last snapshot (rayfleet/node/control/queue_scaling.py)."""
+def queue_capacity_lines(decided: dict) -> list[str]:
+    """What the run queue asked of each worker group with the last snapshot (node/control/queue_scaling.py)."""
     if "error" in decided:
-        return f"cannot read it ({decided['error']})"
-    raised = f", raised from {decided['raised_from']}" if "raised_from" in decided else ""
-    why = printable(decided["why"])
-    return f"needs {decided['wanted']} worker node(s): {why} (the service wants {decided['desired']}{raised})"
+        return [f"cannot read it ({printable(str(decided['error']))})"]
+    lines = []
+    for group, asked in decided.items():
+        if not isinstance(asked, dict) or not asked.get("wanted"):
+            continue
+        raised = f", raised from {asked['raised_from']}" if "raised_from" in asked else ""
+        why = printable(str(asked.get("why")))
+        lines.append(
+            f"{printable(group)} needs {asked['wanted']} node(s): {why} (its service wants {asked['desired']}{raised})"
+        )
+    return lines
 
 
 def stale_line(age_s: float | None) -> str:

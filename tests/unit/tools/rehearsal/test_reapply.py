@@ -72,7 +72,8 @@ def test_the_store_switched_on_in_place_registers_new_revisions_and_deploys_them
             for s in ecs.describe_services(cluster=agent.cluster, services=services)["services"]
         }
         changed = {name for name in after if after[name] != before[name]}
-        assert changed == {deployed["outputs"]["head_service_name"], deployed["outputs"]["worker_service_name"]}
+        workers = {g["service_name"] for g in deployed["outputs"]["worker_groups"].values()}
+        assert changed == {deployed["outputs"]["head_service_name"], *workers} and len(workers) == 1
         outputs = {k: v["value"] for k, v in json.loads(Path(deployed["outputs_file"]).read_text()).items()}
         trainer = ecs.describe_task_definition(taskDefinition=agent.rendered_arns["trainer"])["taskDefinition"]
         assert outputs["trainer_task_definition"] == f"{trainer['family']}:{trainer['revision']}"

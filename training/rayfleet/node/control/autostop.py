@@ -24,10 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from rayfleet.core import hung_runs
+from rayfleet.core import hung_runs, worker_groups
 from rayfleet.core.aws import STARTED_BY
 
 DEFAULT_IDLE_MIN = 30.0
+HEAD = "head"  # the unit of the head's services (with RAYFLEET_AUTOSTOP_HEAD), beside the worker groups
 UNFINISHED_JOBS = ("PENDING", "RUNNING")
 # Serve's application states that are work. UNHEALTHY is work for a while only (Settings.unhealthy_grace_s): Serve
 # replaces a failed replica by itself within minutes, but an application that fails its health checks longer
@@ -67,12 +68,21 @@ def busy_because(snapshot: dict, trainer_tasks: int, failed_apps: frozenset[str]
     return None
 
 
+@dataclass(frozen=True)
+class GroupStop:
+    """A worker group as autostop sees it: its service, the nodes it keeps (its min) and its idle time."""
+
+    service: str
+    min_nodes: int = 0
+    idle_s: float = DEFAULT_IDLE_MIN * 60
+
+
 @dataclass
 class Settings:
     cluster: str
     head_service: str
-    worker_service: str
-    idle_s: float = DEFAULT_IDLE_MIN * 60
+    groups: dict[str, GroupStop]
+    idle_s: float = DEFAULT_IDLE_MIN * 60  # the head's (stop_head), once every group has stopped
     stop_head: bool = False
     control_service: str | None = None  # this task's own service, stopped after the head (it holds its instance)
     unhealthy_grace_s: float = DEFAULT_UNHEALTHY_GRACE_S
@@ -80,46 +90,87 @@ class Settings:
     @classmethod
     def from_env(cls, env: dict) -> Settings | None:
         """None when the task was not given its services (outside ECS) or autostop is off."""
-        names = [env.get(k) for k in ("RAYFLEET_CLUSTER_NAME", "RAYFLEET_HEAD_SERVICE", "RAYFLEET_WORKER_SERVICE")]
+        names = [env.get(k) for k in ("RAYFLEET_CLUSTER_NAME", "RAYFLEET_HEAD_SERVICE")]
         idle_min = float(env.get("RAYFLEET_AUTOSTOP_IDLE_MIN") or DEFAULT_IDLE_MIN)
-        if not all(names) or idle_min <= 0:
+        groups = {
+            name: GroupStop(g.service, g.min, g.idle_minutes * 60)
+            for name, g in worker_groups.ecs_groups_from(env).items()
+            if g.idle_minutes > 0
+        }
+        if not all(names) or idle_min <= 0 or not groups:
             return None
         stop_head = (env.get("RAYFLEET_AUTOSTOP_HEAD") or "false").lower() == "true"
         return cls(
-            *names, idle_s=idle_min * 60, stop_head=stop_head, control_service=env.get("RAYFLEET_CONTROL_SERVICE")
+            *names,
+            groups,
+            idle_s=idle_min * 60,
+            stop_head=stop_head,
+            control_service=env.get("RAYFLEET_CONTROL_SERVICE"),
         )
+
+
+def groups_in_use(snapshot: dict, trainer_tasks: int) -> set[str] | None:
+    """The worker groups a busy cluster's work is on, when all of it is queued runs on groups: every unfinished
+    Ray job and every trainer task can be one of theirs (the queue's capacity counts each group's live runs,
+    rayfleet/node/control/queue_scaling.py). None: work that cannot be placed on a group (a Serve application, a
+    plain driver, a trainer task not yet queued), so every group counts as busy."""
+    capacity = snapshot.get("queue_capacity")
+    if not isinstance(capacity, dict) or not capacity or any(not isinstance(c, dict) for c in capacity.values()):
+        return None
+    runs = {g: int(c.get("runs") or 0) for g, c in capacity.items()}
+    jobs = [j for j in snapshot.get("jobs") or [] if j.get("status") in UNFINISHED_JOBS]
+    if snapshot.get("serve") or (snapshot.get("serve_kept") or {}) or (snapshot.get("launches") or {}).get("waiting"):
+        return None
+    if len(jobs) > sum(runs.values()) or trainer_tasks > sum(runs.values()):
+        return None
+    return {g for g, n in runs.items() if n > 0}
 
 
 class Autostop:
     def __init__(self, settings: Settings, ecs, clock: Callable[[], float] = time.time, say=print):
         self.settings, self.ecs, self.clock, self.say = settings, ecs, clock, say
-        self.idle_since: float | None = None
-        self.stopped = False
+        self.idle_since: dict[str, float | None] = dict.fromkeys(settings.groups)  # per group; HEAD: the head's
+        self.stopped: dict[str, bool] = dict.fromkeys(settings.groups, False)
+        if settings.stop_head:
+            self.idle_since[HEAD], self.stopped[HEAD] = None, False
         self.unhealthy_since: dict[str, float] = {}  # Serve application -> first seen UNHEALTHY (this spell)
 
     def trainer_tasks(self) -> int:
         listed = self.ecs.list_tasks(cluster=self.settings.cluster, startedBy=STARTED_BY, desiredStatus="RUNNING")
         return len(listed["taskArns"])
 
-    def services(self) -> list[str]:
-        services = [self.settings.worker_service]
-        if self.settings.stop_head:  # then nothing is left to watch: this task's own service goes last
-            services += [self.settings.head_service] + [s for s in [self.settings.control_service] if s]
-        return services
+    def services(self, unit: str) -> list[tuple[str, int]]:
+        """(service, count) that stopping `unit` sets: a group's service to its min; the head's (and then this task's
+        own service, last)."""
+        if unit != HEAD:
+            group = self.settings.groups[unit]
+            return [(group.service, group.min_nodes)]
+        return [(self.settings.head_service, 0)] + [(s, 0) for s in [self.settings.control_service] if s]
 
-    def rearm(self, why: str) -> None:
+    def idle_s(self, unit: str) -> float:
+        return self.settings.idle_s if unit == HEAD else self.settings.groups[unit].idle_s
+
+    def rearm(self, why: str, units: list[str] | None = None) -> None:
         """Someone raised a service autostop had stopped (the queue's capacity, `make start`, by hand): stop it
         again once idle long enough, counted from now."""
-        if self.stopped:
-            self.stopped, self.idle_since = False, self.clock()
-            self.say(f"autostop: {why}: stops again after {self.settings.idle_s / 60:g} idle minutes")
+        for unit in units if units is not None else list(self.stopped):
+            if self.stopped.get(unit):
+                self.stopped[unit], self.idle_since[unit] = False, self.clock()
+                self.say(f"autostop: {why}: {unit} stops again after {self.idle_s(unit) / 60:g} idle minutes")
 
-    def raised_since_stop(self) -> str | None:
-        """A service autostop scaled to zero that now wants tasks again (None: none)."""
-        scaled = [s for s in self.services() if s != self.settings.control_service]  # this task runs: it is up
-        found = self.ecs.describe_services(cluster=self.settings.cluster, services=scaled)["services"]
-        up = [f"{s['serviceName']} at {s['desiredCount']}" for s in found if s.get("desiredCount", 0) > 0]
-        return ", ".join(up) or None
+    def raised_since_stop(self) -> dict[str, str]:
+        """Units autostop stopped whose service now wants more tasks than it left (unit -> what it found)."""
+        units = {s: (u, n) for u in self.stopped if self.stopped[u] for s, n in self.services(u)}
+        units.pop(self.settings.control_service, None)  # this task runs: it is up
+        if not units:
+            return {}
+        found = self.ecs.describe_services(cluster=self.settings.cluster, services=list(units))["services"]
+        raised = {}
+        for s in found:
+            unit, left = units.get(s["serviceName"], (None, 0))
+            if unit is not None and s.get("desiredCount", 0) > left:
+                raised[unit] = f"{s['serviceName']} at {s['desiredCount']}"
+        return raised
 
     def failed_apps(self, snapshot: dict, now: float) -> frozenset[str]:
         """Serve applications that are no work: DEPLOY_FAILED, or UNHEALTHY for longer than the grace."""
@@ -137,35 +188,44 @@ class Autostop:
         )
 
     def tick(self, snapshot: dict) -> dict:
-        """Called with each snapshot: stop the services once idle long enough; return what to show."""
+        """Called with each snapshot: stop each idle group (then the head) once idle long enough; what to show."""
         now = self.clock()
-        if self.stopped:  # re-armed whoever raised them: else they would run until the next busy spell ends
-            raised = self.raised_since_stop()
-            if raised:
-                self.rearm(f"{raised} since it stopped them")
+        for unit, what in self.raised_since_stop().items():  # re-armed: else it would run until the next busy spell
+            self.rearm(f"{what} since it stopped it", [unit])
         failed = self.failed_apps(snapshot, now)
-        busy = busy_because(snapshot, self.trainer_tasks(), failed)
-        shown = {"idle_min": self.settings.idle_s / 60}
+        trainers = self.trainer_tasks()
+        busy = busy_because(snapshot, trainers, failed)
+        in_use = groups_in_use(snapshot, trainers) if busy is not None else set()
+        shown: dict = {"idle_min": self.settings.idle_s / 60}
         if failed:  # said in the snapshot, so `make status` shows why an application does not keep the GPUs
             shown["not_work"] = [f"Serve application {name}: failed or unhealthy too long" for name in sorted(failed)]
         if busy is not None:
-            self.idle_since, self.stopped = None, False
-            return {**shown, "busy": busy}
-        if self.idle_since is None:
-            self.idle_since = now
-        at = self.idle_since + self.settings.idle_s
-        services = self.services()
-        if now >= at and not self.stopped:
-            for service in services:  # workers first, then the head, then this task's own service
-                self.ecs.update_service(cluster=self.settings.cluster, service=service, desiredCount=0)
-            self.stopped = True
-            self.say(f"autostop: idle for {(now - self.idle_since) / 60:.0f} min: {', '.join(services)} scaled to 0")
+            shown["busy"] = busy
+        units = {}
+        for unit in self.idle_since:
+            working = busy is not None and (unit == HEAD or in_use is None or unit in in_use)
+            last = unit != HEAD or all(self.stopped[g] for g in self.settings.groups)  # the head stops last
+            units[unit] = self.decide(unit, working, now, may_stop=last)
+        return {**shown, "groups": units} if busy is None or in_use is not None else shown
+
+    def decide(self, unit: str, working: bool, now: float, may_stop: bool = True) -> dict:
+        if working:
+            self.idle_since[unit], self.stopped[unit] = None, False
+            return {"busy": True}
+        since = self.idle_since[unit] = self.idle_since[unit] or now
+        at = since + self.idle_s(unit)
+        services = self.services(unit)
+        if now >= at and not self.stopped[unit] and may_stop:
+            for service, count in services:
+                self.ecs.update_service(cluster=self.settings.cluster, service=service, desiredCount=count)
+            self.stopped[unit] = True
+            said = ", ".join(f"{s} to {n}" for s, n in services)
+            self.say(f"autostop: {unit} idle for {(now - since) / 60:.0f} min: {said}")
         return {
-            **shown,
-            "idle_since": iso(self.idle_since),
+            "idle_since": iso(since),
             "stops_at": iso(at),
-            "stops": services,
-            "stopped": self.stopped,
+            "stops": [s for s, _ in services],
+            "stopped": self.stopped[unit],
         }
 
 

@@ -12,12 +12,12 @@ and never joins the cluster as a driver (it would show up as a job). `make statu
 dashboard and GCS never leave the cluster's security group).
 
 Each round it also applies the Serve configuration `make serve` kept (rayfleet/core/serve_kept.py) to a head that
-runs none of its applications (one that started again without them), raises the worker service to what the
-run queue needs (rayfleet/node/control/queue_scaling.py), starts the trainer of a run that waits for a driver slot
+runs none of its applications (one that started again without them), raises each worker group's service to what
+the run queue needs (rayfleet/node/control/queue_scaling.py), starts the trainer of a run that waits for a driver slot
 once the head instance has one (rayfleet/node/control/driver_dispatch.py), and
 takes out the instance of a worker that left as suspect (a bad GPU: its drain message
 names the instance, rayfleet/node/control/suspect.py), only when ECS says that instance is the one behind the dead
-node's address and runs a task of the worker service (RAYFLEET_WORKER_SERVICE): ECS container instance
+node's address and runs a task of a worker group's service (RAYFLEET_WORKER_GROUPS): ECS container instance
 DRAINING, Auto Scaling health Unhealthy, once per instance, with this task's role (RAYFLEET_CLUSTER_NAME
 names the ECS cluster). When the queue's capacity raised the workers, autostop re-arms (follow_queue).
 
@@ -35,7 +35,7 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rayfleet.core import hung_runs
+from rayfleet.core import hung_runs, worker_groups
 from rayfleet.core import serve_kept as kept
 from rayfleet.core.bucket import RAY_STATUS
 from rayfleet.core.launch_queue import Launches
@@ -186,12 +186,12 @@ def guarded(name: str, round_of, *args) -> dict | None:
 
 
 def queue_follower(env: dict, bucket: str, ecs) -> queue_scaling.QueueScaling | None:
-    shape = queue_scaling.shape_from(env)
-    cluster, service = env.get("RAYFLEET_CLUSTER_NAME"), env.get("RAYFLEET_WORKER_SERVICE")
-    if shape is None or not cluster or not service:
+    groups = worker_groups.ecs_groups_from(env)
+    cluster = env.get("RAYFLEET_CLUSTER_NAME")
+    if not groups or not cluster:
         return None
     # env: the operator's priority ceiling (RAYFLEET_MAX_PRIORITY) is this task's, never a queue entry's
-    return queue_scaling.QueueScaling(Queue(f"s3://{bucket}"), shape, ecs, cluster, service, say=say, env=env)
+    return queue_scaling.QueueScaling(Queue(f"s3://{bucket}"), groups, ecs, cluster, say=say, env=env)
 
 
 def driver_dispatch(env: dict, bucket: str, ecs) -> DriverDispatch | None:
@@ -235,9 +235,13 @@ def replace_suspects(taken: dict, cluster: str | None, aws, done: set[str], work
 
 
 def follow_queue(stopper: autostop.Autostop | None, capacity: dict | None) -> None:
-    """The queue's capacity raised the workers: autostop re-arms, so it stops them again once idle."""
-    if stopper is not None and capacity and "raised_from" in capacity:
-        stopper.rearm(f"the queue raised the workers from {capacity['raised_from']} to {capacity.get('desired')}")
+    """The queue's capacity raised a group's workers: autostop re-arms it, so it stops them again once idle."""
+    if stopper is None or not capacity:
+        return
+    for group, asked in capacity.items():
+        if isinstance(asked, dict) and "raised_from" in asked:
+            why = f"the queue raised {group}'s workers from {asked['raised_from']} to {asked.get('desired')}"
+            stopper.rearm(why, [group])
 
 
 def main(argv: list[str] | None = None, env: dict | None = None) -> int:
@@ -255,7 +259,7 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     aws = Aws()
     s3 = aws.client("s3")
     replaced: set[str] = set()
-    workers = [s for s in [env.get("RAYFLEET_WORKER_SERVICE")] if s]  # whose instances may be taken out
+    workers = [g.service for g in worker_groups.ecs_groups_from(env).values()]  # whose instances may be taken out
     auth = token(env)
     say(f"every {args.interval:g}s: {dashboard} -> s3://{args.bucket}/{KEY}")
     settings = autostop.Settings.from_env(env)
@@ -264,10 +268,8 @@ def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     follower = queue_follower(env, args.bucket, ecs)
     dispatcher = driver_dispatch(env, args.bucket, ecs)
     if settings:
-        say(
-            f"autostop after {settings.idle_s / 60:g} idle minutes: {settings.worker_service}"
-            + (f" and {settings.head_service}" if settings.stop_head else "")
-        )
+        said = ", ".join(f"{name} after {g.idle_s / 60:g}" for name, g in settings.groups.items())
+        say(f"autostop, idle minutes per worker group: {said}" + ("; the head last" if settings.stop_head else ""))
     written = 0
     while True:
         try:

@@ -1,9 +1,10 @@
 """Capacity follows the queue, decided beside the head (the control task, rayfleet/node/control/head_snapshot.py).
 
 Each round it reads the deployment's run queue (s3://<results bucket>/queue/: rayfleet/core/run_queue.py) and
-raises the worker service to what the admitted and running runs and the first waiting run take together, in
-worker nodes of the deployment's shape (RAYFLEET_WORKER_NODE: vcpus, gpus, memory_mib and count, the worker
-group's maximum), never above that maximum. So the run at the front of the queue gets its nodes even when
+raises each worker group's service to what the admitted and running runs on that group and the group's first
+waiting run take together, in nodes of the group's shape (RAYFLEET_WORKER_GROUPS, rayfleet/core/worker_groups.py:
+vcpus, gpus, memory_mib and the group's max), never above that maximum; a run on one group never raises
+another. So the run at the front of the queue gets its nodes even when
 the submitter that would have started them (`make run`'s bring-up) asked for fewer, or for a cluster that
 autostop has since scaled down. It never lowers the count: a run may be using what it does not need any
 more, and scaling down is autostop's (rayfleet/node/control/autostop.py), for which a queued run is work (its trainer
@@ -20,27 +21,20 @@ group's maximum, which `make run` from a laptop can do anyway; the control role 
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from collections.abc import Callable, Mapping
 
 from rayfleet.core.run_queue import ADMITTED, RUNNING, Entry, Queue, waiting
 from rayfleet.core.run_queue_checks import Alive, max_priority_from
+from rayfleet.core.worker_groups import EcsGroup
 from rayfleet.recipes.fit import Capacity, nodes_for
 
-NODE_VAR = "RAYFLEET_WORKER_NODE"  # {"vcpus", "gpus", "memory_mib", "count"}: the worker tasks' shape (Terraform)
 
-
-def shape_from(env: dict) -> Capacity | None:
-    """The worker node as the control task's environment gives it; None outside ECS."""
-    if not env.get(NODE_VAR):
-        return None
-    node = json.loads(env[NODE_VAR])
-    memory = node.get("memory_mib")
-    return Capacity(
-        "the ECS workers", float(node["vcpus"]), int(node["gpus"]), memory / 1024 if memory else None, node["count"]
-    )
+def capacity_of(group: EcsGroup) -> Capacity:
+    """One node of the group, with the group's most nodes."""
+    memory = group.memory_mib / 1024 if group.memory_mib else None
+    return Capacity(f"worker group {group.name}", group.vcpus, group.gpus, memory, group.max)
 
 
 def nodes_of(entry: Entry, shape: Capacity) -> int:
@@ -62,38 +56,51 @@ def wanted(entries: list[Entry], shape: Capacity) -> tuple[int, str] | None:
     return min(need, most), why
 
 
+def on_group(entries: list[Entry], group: str, groups: int) -> list[Entry]:
+    """The entries whose workers go to `group`: those on it, and with a deployment of one group, those on none.
+    A run on no group in a deployment of several (it spans them) was started by its submitter."""
+    return [e for e in entries if e.group == group or (not e.group and groups == 1)]
+
+
 class QueueScaling:
     def __init__(
         self,
         queue: Queue,
-        shape: Capacity,
+        groups: dict[str, EcsGroup],
         ecs,
         cluster: str,
-        worker_service: str,
         clock: Callable[[], float] = time.time,
         say=print,
         env: Mapping[str, str] | None = None,
     ):
-        self.queue, self.shape, self.ecs, self.clock, self.say = queue, shape, ecs, clock, say
-        self.cluster, self.worker_service = cluster, worker_service
+        self.queue, self.groups, self.ecs, self.clock, self.say = queue, groups, ecs, clock, say
+        self.cluster = cluster
         queue.max_priority = max_priority_from(os.environ if env is None else env)  # the operator's, not a job's
         queue.warn = say
 
     def tick(self, snapshot: dict | None = None) -> dict:
-        """One round: what the queue needs, and the worker service raised to it if it has fewer. `snapshot`:
-        this round's view of Ray (rayfleet/node/control/head_snapshot.py), whose unfinished jobs are the live runs;
-        without it every fresh, valid entry counts."""
+        """One round: per group, what its line of the queue needs, and its worker service raised to it if it has
+        fewer. `snapshot`: this round's view of Ray (rayfleet/node/control/head_snapshot.py), whose unfinished
+        jobs are the live runs; without it every fresh, valid entry counts."""
         alive = Alive.of(snapshot.get("jobs") or []) if snapshot is not None else None
         entries, ignored = self.queue.scan(self.clock(), alive)
         shown = {"ignored": len(ignored)} if ignored else {}
-        need = wanted(entries, self.shape)
+        return {
+            name: {**self.scale(group, on_group(entries, name, len(self.groups))), **shown}
+            for name, group in self.groups.items()
+        }
+
+    def scale(self, group: EcsGroup, entries: list[Entry]) -> dict:
+        """The group's line: its live runs (autostop's measure of use), and its service raised to what they need."""
+        runs = {"runs": len(entries)} if entries else {}
+        need = wanted(entries, capacity_of(group))
         if need is None:
-            return {"wanted": None, **shown}
+            return {"wanted": None, **runs}
         nodes, why = need
-        found = self.ecs.describe_services(cluster=self.cluster, services=[self.worker_service])["services"]
+        found = self.ecs.describe_services(cluster=self.cluster, services=[group.service])["services"]
         desired = found[0]["desiredCount"] if found else 0
         if nodes <= desired:
-            return {"wanted": nodes, "desired": desired, "why": why, **shown}
-        self.ecs.update_service(cluster=self.cluster, service=self.worker_service, desiredCount=nodes)
-        self.say(f"queue: {why}: {self.worker_service} {desired} -> {nodes}")
-        return {"wanted": nodes, "desired": nodes, "why": why, "raised_from": desired, **shown}
+            return {"wanted": nodes, "desired": desired, "why": why, **runs}
+        self.ecs.update_service(cluster=self.cluster, service=group.service, desiredCount=nodes)
+        self.say(f"queue: {why}: {group.service} {desired} -> {nodes}")
+        return {"wanted": nodes, "desired": nodes, "why": why, "raised_from": desired, **runs}
