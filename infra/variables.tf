@@ -135,7 +135,6 @@ variable "workers" {
     error_message = "`workers` is replaced by `worker_groups`; the same workers, kept in place, are: worker_groups = ${jsonencode({ default = merge(
       {
         instance_types = distinct(concat([try(var.workers.instance_type, "g5.xlarge")], try(var.workers.spot_instance_types, [])))
-        min            = try(var.workers.count, 2)
         max            = try(var.workers.count, 2)
         spot           = try(var.workers.spot, false) ? "spot-only" : "on-demand"
       },

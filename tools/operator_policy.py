@@ -5,7 +5,7 @@ credentials, generated, never hand-kept.
 
 Two parts. The `rayfleet` command's own calls: every boto3 call of the operator's modules
 (tools/iam_scan.py, the roles of rayfleet/core/process_roles.py). Terraform's: for each resource type in
-Terraform's rendered state of infra/ (the default shape and infra/fsdp.tfvars), the calls the AWS provider
+Terraform's rendered state of infra/ (RENDERINGS), the calls the AWS provider
 makes to create, read, update and delete it (TERRAFORM_ACTIONS, from the provider's resource
 implementations, named as the Service Authorization Reference spells them). tests/infra/test_iam_grants.py
 checks the committed file equals this output and that every rendered type is mapped. Resources are "*": the
@@ -278,11 +278,13 @@ TERRAFORM_ACTIONS: dict[str, list[str]] = {
         "ec2", "AuthorizeSecurityGroupIngress", "RevokeSecurityGroupIngress", "DescribeSecurityGroupRules"
     ),
 }
-# The deployments rendered: the default, the FSDP shape, and the default with every optional part on (the GCS
-# store, e-mail notifications), so the policy covers what a deployment may turn on.
+# The deployments rendered: the default (its fsdp group has EFA and a placement group), one group with Spot
+# types, and the default with every optional part on (the GCS store, e-mail notifications), so the policy covers
+# what a deployment may turn on.
+SPOT_GROUP = '{ spot = { instance_types = ["g5.xlarge", "g6.xlarge"], spot = "spot-preferred" } }'  # HCL
 RENDERINGS: list[tuple[list[str], dict]] = [
     ([], {}),
-    (["fsdp.tfvars"], {}),
+    ([], {"worker_groups": SPOT_GROUP}),
     ([], {"gcs_store": "{ enabled = true }", "notify_emails": '["ops@example.com"]'}),  # HCL values
 ]
 

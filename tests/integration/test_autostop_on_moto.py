@@ -14,10 +14,12 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
 
+from rayfleet.core import worker_groups
 from rayfleet.core.aws import STARTED_BY, Aws
 from rayfleet.core.bucket import RAY_STATUS as KEY
 from rayfleet.ecs.outputs import Outputs
@@ -37,7 +39,7 @@ def stack(aws_stack, monkeypatch):
             monkeypatch.setenv(key, value)
     out = Outputs.load()
     ecs = aws_stack["server"].client("ecs")
-    names = [out.head_service_name, out.workers.service_name, out.control_service_name]
+    names = [out.head_service_name, out.group(None).service_name, out.control_service_name]
     before = {
         s["serviceName"]: s["desiredCount"]
         for s in ecs.describe_services(cluster=out.cluster_name, services=names)["services"]
@@ -55,10 +57,28 @@ def stack(aws_stack, monkeypatch):
         ecs.update_service(cluster=out.cluster_name, service=name, desiredCount=count)
 
 
+def control_env(stack) -> dict[str, str]:
+    """The control task's environment as Terraform rendered it and the stack registered it."""
+    out, ecs = stack["out"], stack["ecs"]
+    service = ecs.describe_services(cluster=out.cluster_name, services=[out.control_service_name])["services"][0]
+    definition = ecs.describe_task_definition(taskDefinition=service["taskDefinition"])["taskDefinition"]
+    return {e["name"]: e["value"] for e in definition["containerDefinitions"][0]["environment"]}
+
+
+def settings_of(stack, idle_s: float, **more) -> Settings:
+    """Autostop's settings from the control task's own environment, its idle minutes made `idle_s` and its group's
+    min 0 (the harness's one group keeps 2 nodes, infra/one-group.tfvars; infra/'s default groups have min 0)."""
+    found = Settings.from_env(control_env(stack))
+    assert [g.min_nodes for g in found.groups.values()] == [2]  # what the group's min would leave running
+    groups = {name: replace(g, idle_s=idle_s, min_nodes=0) for name, g in found.groups.items()}
+    return replace(found, groups=groups, idle_s=idle_s, **more)
+
+
 def desired(stack) -> dict[str, int]:
     out = stack["out"]
     found = stack["ecs"].describe_services(
-        cluster=out.cluster_name, services=[out.head_service_name, out.workers.service_name, out.control_service_name]
+        cluster=out.cluster_name,
+        services=[out.head_service_name, out.group(None).service_name, out.control_service_name],
     )
     return {s["serviceName"]: s["desiredCount"] for s in found["services"]}
 
@@ -105,16 +125,17 @@ class Clock:
 
 def test_autostop_scales_the_workers_to_zero_after_the_idle_time(stack):
     out, clock = stack["out"], Clock()
-    settings = Settings(out.cluster_name, out.head_service_name, out.workers.service_name, idle_s=600)
+    settings = settings_of(stack, 600)
+    assert list(settings.groups) == ["default"] and settings.groups["default"].service == out.group(None).service_name
     stopper = Autostop(settings, stack["control_ecs"], clock=clock, say=lambda _: None)
     deployed = desired(stack)
-    assert deployed[out.workers.service_name] >= 1 and deployed[out.head_service_name] == 1
+    assert deployed[out.group(None).service_name] >= 1 and deployed[out.head_service_name] == 1
     stopper.tick(IDLE)
     clock.now += 599
-    assert not stopper.tick(IDLE)["stopped"] and desired(stack) == deployed
+    assert not stopper.tick(IDLE)["groups"]["default"]["stopped"] and desired(stack) == deployed
     clock.now += 1
-    assert stopper.tick(IDLE)["stopped"]
-    assert desired(stack) == {out.head_service_name: 1, out.workers.service_name: 0, out.control_service_name: 1}
+    assert stopper.tick(IDLE)["groups"]["default"]["stopped"]
+    assert desired(stack) == {out.head_service_name: 1, out.group(None).service_name: 0, out.control_service_name: 1}
 
 
 def test_a_running_trainer_task_keeps_the_workers(stack):
@@ -131,14 +152,7 @@ def test_a_running_trainer_task_keeps_the_workers(stack):
     )
     arn = task["tasks"][0]["taskArn"]
     try:
-        settings = Settings(
-            out.cluster_name,
-            out.head_service_name,
-            out.workers.service_name,
-            idle_s=60,
-            stop_head=True,
-            control_service=out.control_service_name,
-        )
+        settings = settings_of(stack, 60, stop_head=True)
         stopper = Autostop(settings, stack["control_ecs"], clock=clock, say=lambda _: None)
         stopper.tick(IDLE)
         clock.now += 3600
@@ -149,7 +163,9 @@ def test_a_running_trainer_task_keeps_the_workers(stack):
     clock.now += 1
     stopper.tick(IDLE)
     clock.now += 60
-    assert stopper.tick(IDLE)["stopped"] and set(desired(stack).values()) == {0}  # then all, head and control included
+    decided = stopper.tick(IDLE)["groups"]
+    assert decided["default"]["stopped"] and decided["head"]["stopped"]
+    assert set(desired(stack).values()) == {0}  # then all, head and control included
 
 
 class NewHeadOnPolls(Aws):
@@ -191,29 +207,35 @@ def test_start_brings_the_services_back_and_waits_until_ray_sees_the_workers(sta
     first that shows them all. taken_at has whole seconds: start's clock here does too (the new head's first
     snapshot may come in the second start began; on ECS it comes minutes later)."""
     out, ecs = stack["out"], stack["ecs"]
-    for name in (out.workers.service_name, out.head_service_name):
+    for name in (out.group(None).service_name, out.head_service_name):
         ecs.update_service(cluster=out.cluster_name, service=name, desiredCount=0)
     write_snapshot(stack, 0, taken_at=time.time() - 60)  # the old head's last word: older than the start
     said: list[str] = []
-    aws = NewHeadOnPolls(stack, [None, 1, out.workers.count, 0])  # the last one must never be read
+    aws = NewHeadOnPolls(stack, [None, 1, out.group(None).max_nodes, 0])  # the last one must never be read
     began = float(int(time.time()))
     aws.began = datetime.fromtimestamp(began, UTC).isoformat(timespec="seconds")
     clock = lambda: float(int(time.time()))  # noqa: E731
     result = start(aws, out, say=said.append, poll_s=0.01, timeout_s=180, clock=clock)
-    assert result["workers"] == out.workers.count
-    assert aws.read == ["old", 1, out.workers.count]  # each poll, in order: it returned on the first complete one
+    assert result["workers"] == out.group(None).max_nodes
+    assert aws.read == [
+        "old",
+        1,
+        out.group(None).max_nodes,
+    ]  # each poll, in order: it returned on the first complete one
     assert desired(stack) == {
         out.head_service_name: 1,
-        out.workers.service_name: out.workers.count,
+        out.group(None).service_name: out.group(None).max_nodes,
         out.control_service_name: 1,
     }
     assert said[:3] == [
         f"scaling {out.head_service_name} to 1 ...",
         f"scaling {out.control_service_name} to 1 ...",
-        f"scaling {out.workers.service_name} to {out.workers.count} ...",
+        f"scaling {out.group(None).service_name} to {out.group(None).max_nodes} ...",
     ]
     assert "; no snapshot from the new head yet" in said[3]  # the first poll's progress line
-    assert said[-1].startswith(f"Ray sees the head and {out.workers.count}/{out.workers.count} workers after")
+    assert said[-1].startswith(
+        f"Ray sees the head and {out.group(None).max_nodes}/{out.group(None).max_nodes} workers after"
+    )
 
 
 def run_detached(stack, recipe, name: str) -> subprocess.CompletedProcess:
@@ -223,7 +245,8 @@ def run_detached(stack, recipe, name: str) -> subprocess.CompletedProcess:
 
 def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
     out, ecs = stack["out"], stack["ecs"]
-    ecs.update_service(cluster=out.cluster_name, service=out.workers.service_name, desiredCount=0)
+    for service in (out.group(None).service_name, out.head_service_name):  # as `rayfleet deploy stop` leaves it
+        ecs.update_service(cluster=out.cluster_name, service=service, desiredCount=0)
     (tmp_path / "train.py").write_text("print('hello')\n")
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(json.dumps({"name": "wake", "entrypoint": "train.py", "resources": {"workers": 1}}))
@@ -231,11 +254,13 @@ def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
         result = run_detached(stack, recipe, "wake")
     assert result.returncode == 0, result.stdout + result.stderr
     assert (
-        f"[rayfleet] {out.workers.service_name} at zero (rayfleet deploy stop, or an autostop): starting them first"
+        f"[rayfleet] {out.head_service_name} at zero (rayfleet deploy stop, or an autostop): starting it first"
         in result.stdout
     )
     assert result.stdout.index("Ray sees the head") < result.stdout.index("run wake: task")  # started, then launched
-    assert out.workers.count == 2 and desired(stack)[out.workers.service_name] == 1  # what the recipe needs, no more
+    assert (
+        out.group(None).max_nodes == 2 and desired(stack)[out.group(None).service_name] == 1
+    )  # what the recipe needs, no more
 
     # A run that needs both nodes (a worker takes all of a g5.xlarge's 4 vCPUs) adds the missing one first.
     recipe.write_text(
@@ -244,8 +269,8 @@ def test_make_run_on_a_stopped_deployment_starts_it_first(stack, tmp_path):
     with NewHead(stack, 2):
         result = run_detached(stack, recipe, "wide")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "[rayfleet] the run needs 2 worker nodes and 1 run: adding them first" in result.stdout
-    assert desired(stack)[out.workers.service_name] == 2
+    assert "[rayfleet] the run needs 2 node(s) of worker group default (1 run): adding them first" in result.stdout
+    assert desired(stack)[out.group(None).service_name] == 2
 
 
 def test_capacity_follows_the_queue_up_to_its_need(stack):
@@ -255,15 +280,15 @@ def test_capacity_follows_the_queue_up_to_its_need(stack):
     the queue, a held run asking for nothing). Its other half, autostop taking the workers back to zero once
     nothing runs or waits, is test_autostop_scales_the_workers_to_zero_after_the_idle_time."""
     from rayfleet.core.run_queue import HELD, RUNNING, Entry, Queue
-    from rayfleet.node.control.queue_scaling import NODE_VAR, QueueScaling, shape_from
+    from rayfleet.node.control.queue_scaling import QueueScaling
 
     out, ecs = stack["out"], stack["ecs"]
-    ecs.update_service(cluster=out.cluster_name, service=out.workers.service_name, desiredCount=0)  # autostopped
-    most = int(out.workers.count)
-    shape = shape_from({NODE_VAR: json.dumps({"vcpus": 4, "gpus": 1, "memory_mib": 16384, "count": most})})
+    ecs.update_service(cluster=out.cluster_name, service=out.group(None).service_name, desiredCount=0)  # autostopped
+    most = out.group(None).max_nodes
+    groups = worker_groups.ecs_groups_from(control_env(stack))  # as the control task reads them
     queue = Queue(f"s3://{out.results_bucket}/capacity-test")
     control_ecs = stack["control_ecs"]  # its S3 reads are this process's (a folder of its own, outside queue/)
-    follower = QueueScaling(queue, shape, control_ecs, out.cluster_name, out.workers.service_name, say=lambda _: None)
+    follower = QueueScaling(queue, groups, control_ecs, out.cluster_name, say=lambda _: None)
     now = time.time()
 
     def entry(run: str, workers: int, **fields) -> Entry:
@@ -272,16 +297,19 @@ def test_capacity_follows_the_queue_up_to_its_need(stack):
 
     try:
         queue.put(entry("held", most + 3, state=HELD))  # the budget holds it: it asks for nothing
-        assert follower.tick() == {"wanted": None} and desired(stack)[out.workers.service_name] == 0
+        assert (
+            follower.tick()["default"] == {"wanted": None, "runs": 1}
+            and desired(stack)[out.group(None).service_name] == 0
+        )
         queue.put(entry("first", 1, state=RUNNING, admitted_at=now))
         queue.put(entry("second", 1, submitted_at=now + 1))
-        assert follower.tick()["raised_from"] == 0
-        assert desired(stack)[out.workers.service_name] == 2  # one node each
+        assert follower.tick()["default"]["raised_from"] == 0
+        assert desired(stack)[out.group(None).service_name] == 2  # one node each
         queue.put(entry("big", most + 3, priority=9))  # at the front now: the group's maximum, no more
-        assert follower.tick()["wanted"] == most and desired(stack)[out.workers.service_name] == most
+        assert follower.tick()["default"]["wanted"] == most and desired(stack)[out.group(None).service_name] == most
         for run in ("held", "first", "second", "big"):
             queue.remove(run)
-        assert follower.tick() == {"wanted": None} and desired(stack)[out.workers.service_name] == most
+        assert follower.tick()["default"] == {"wanted": None} and desired(stack)[out.group(None).service_name] == most
     finally:
         for run in ("held", "first", "second", "big"):
             queue.remove(run)
@@ -293,29 +321,29 @@ def test_autostop_stops_again_what_the_queue_raised_after_it_stopped(stack):
     them again once idle. On the old code `stopped` stayed true and the raised workers ran until destroy."""
     from rayfleet.core.run_queue import Entry, Queue
     from rayfleet.node.control.head_snapshot import follow_queue
-    from rayfleet.node.control.queue_scaling import NODE_VAR, QueueScaling, shape_from
+    from rayfleet.node.control.queue_scaling import QueueScaling
 
     out, ecs, clock = stack["out"], stack["ecs"], Clock()
-    stopper = Autostop(Settings(out.cluster_name, out.head_service_name, out.workers.service_name, idle_s=600),
-                       ecs, clock=clock, say=lambda _: None)  # fmt: skip
+    stopper = Autostop(settings_of(stack, 600), ecs, clock=clock, say=lambda _: None)
     stopper.trainer_tasks = lambda: 0  # other tests' detached runs leave trainer tasks in moto: not this test's
     stopper.tick(IDLE)
     clock.now += 600
-    assert stopper.tick(IDLE)["stopped"] and desired(stack)[out.workers.service_name] == 0
-    shape = shape_from({NODE_VAR: json.dumps({"vcpus": 4, "gpus": 1, "memory_mib": 16384, "count": 2})})
+    assert stopper.tick(IDLE)["groups"]["default"]["stopped"] and desired(stack)[out.group(None).service_name] == 0
     queue = Queue(f"s3://{out.results_bucket}/rearm-test")
     control_ecs = stack["control_ecs"]  # its S3 reads are this process's (a folder of its own, outside queue/)
-    follower = QueueScaling(queue, shape, control_ecs, out.cluster_name, out.workers.service_name, say=lambda _: None)
+    groups = worker_groups.ecs_groups_from(control_env(stack))
+    follower = QueueScaling(queue, groups, control_ecs, out.cluster_name, say=lambda _: None)
     entry = Entry(run="forged", workers=1, cpus_per_worker=4.0, gpus_per_worker=1, priority=0,
                   submitted_at=time.time(), heartbeat_at=time.time())  # fmt: skip
     try:
         queue.put(entry)
         raised = follower.tick()
-        assert raised["raised_from"] == 0 and desired(stack)[out.workers.service_name] == 1
+        assert raised["default"]["raised_from"] == 0 and desired(stack)[out.group(None).service_name] == 1
         follow_queue(stopper, raised)
         clock.now += 599
-        assert not stopper.tick(IDLE)["stopped"] and desired(stack)[out.workers.service_name] == 1
+        assert not stopper.tick(IDLE)["groups"]["default"]["stopped"]
+        assert desired(stack)[out.group(None).service_name] == 1
         clock.now += 1
-        assert stopper.tick(IDLE)["stopped"] and desired(stack)[out.workers.service_name] == 0
+        assert stopper.tick(IDLE)["groups"]["default"]["stopped"] and desired(stack)[out.group(None).service_name] == 0
     finally:
         queue.remove("forged")

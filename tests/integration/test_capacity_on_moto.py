@@ -79,7 +79,7 @@ def deployed(tmp_path_factory):
 def deployment(deployed):
     """The module's deployment, its services put back to their deployed counts afterwards."""
     out, ecs = deployed["out"], deployed["ecs"]
-    names = [out.head_service_name, out.workers.service_name, out.control_service_name]
+    names = [out.head_service_name, out.group(None).service_name, out.control_service_name]
     before = {
         s["serviceName"]: s["desiredCount"]
         for s in ecs.describe_services(cluster=out.cluster_name, services=names)["services"]
@@ -125,7 +125,7 @@ class Clock:
 
 # --- make check ------------------------------------------------------------------------------------------------
 
-SHAPE = preflight.Shape("us-east-1", "m5.xlarge", ("g5.xlarge",), 2)
+SHAPE = preflight.Shape("us-east-1", "m5.xlarge", (preflight.GroupShape("default", ("g5.xlarge",), 2),))
 
 
 def quotas(**values: float):
@@ -151,16 +151,24 @@ def test_check_passes_for_a_shape_the_account_can_launch(deployed):
 
 
 def test_check_a_zero_g_quota_names_the_quota_the_number_and_the_link(deployed):
+    """A worker group the quota cannot hold does not stop the deploy (its runs wait, said with the number to ask
+    for); the head's quota does."""
     report = preflight.check(Aws("us-east-1"), SHAPE, quota=quotas(L_DB2E81BA=0.0), simulate_policy=allowed)
-    assert [str(p) for p in report.problems] == [
-        "EC2 quota Running On-Demand G and VT instances (L-DB2E81BA) is 0 vCPUs; at full size the deployment needs 8"
-        " (workers 2 x g5.xlarge (4 vCPUs)): request 8 (more if other instances of the family run) at "
-        f"{QUOTA_LINK}; approval can take a day"
+    assert report.problems == [] and report.notes == [
+        "EC2 quota Running On-Demand G and VT instances (L-DB2E81BA) is 0 vCPUs; worker group default at full size"
+        " needs 8 (default workers 2 x g5.xlarge (4 vCPUs)): runs needing default will wait; request 8 (more if other"
+        f" instances of the family run) at {QUOTA_LINK}; approval can take a day"
+    ]
+    head = preflight.check(Aws("us-east-1"), SHAPE, quota=quotas(L_1216C47A=0.0), simulate_policy=allowed)
+    assert [p.what for p in head.problems] == [
+        "EC2 quota Running On-Demand Standard (A, C, D, H, I, M, R, T, Z) instances (L-1216C47A) is 0 vCPUs; at full"
+        " size the deployment needs 4 (the head 1 x m5.xlarge (4 vCPUs))"
     ]
 
 
 def test_check_a_type_not_offered_in_the_zone_names_the_zones_that_offer_it(deployed):
-    shape = preflight.Shape("us-east-1", "m5.xlarge", ("p4d.24xlarge",), 1, zones=("us-east-1f",))
+    groups = (preflight.GroupShape("big", ("p4d.24xlarge",), 1),)
+    shape = preflight.Shape("us-east-1", "m5.xlarge", groups, zones=("us-east-1f",))
     report = preflight.check(Aws("us-east-1"), shape, quota=quotas(), simulate_policy=allowed)
     assert [str(p) for p in report.problems] == [  # moto's offerings: p4d.24xlarge in a-d, not f
         "p4d.24xlarge is not offered in us-east-1f (the availability_zones set); it is in us-east-1a, us-east-1b, "
@@ -250,7 +258,7 @@ def test_a_service_that_cannot_place_its_task_says_why():
 
 def test_start_stops_at_once_on_a_reason_waiting_cannot_fix(deployment):
     out, said = deployment["out"], []
-    deployment["ecs"].update_service(cluster=out.cluster_name, service=out.workers.service_name, desiredCount=0)
+    deployment["ecs"].update_service(cluster=out.cluster_name, service=out.group(None).service_name, desiredCount=0)
 
     clocks = []
 
@@ -277,7 +285,7 @@ def test_start_stops_at_once_on_a_reason_waiting_cannot_fix(deployment):
 
 def test_start_says_a_transient_reason_in_its_progress_lines_and_at_the_timeout(deployment):
     out, said = deployment["out"], []
-    deployment["ecs"].update_service(cluster=out.cluster_name, service=out.workers.service_name, desiredCount=0)
+    deployment["ecs"].update_service(cluster=out.cluster_name, service=out.group(None).service_name, desiredCount=0)
     reason = "worker group: InsufficientInstanceCapacity for g5.12xlarge in us-west-2a"
     with pytest.raises(RayfleetError) as raised:
         start(
@@ -316,39 +324,44 @@ def write_snapshot(deployed, workers: int) -> None:
 
 def desired_workers(deployed) -> int:
     out = deployed["out"]
-    found = deployed["ecs"].describe_services(cluster=out.cluster_name, services=[out.workers.service_name])
+    found = deployed["ecs"].describe_services(cluster=out.cluster_name, services=[out.group(None).service_name])
     return found["services"][0]["desiredCount"]
 
 
 def test_start_with_fewer_workers_scales_up_to_them_and_never_down(deployment):
     out, said = deployment["out"], []
-    assert out.workers.count == 2 and desired_workers(deployment) == 2  # the deployed stack runs both
+    assert out.group(None).max_nodes == 2 and desired_workers(deployment) == 2  # the deployed stack runs both
     write_snapshot(deployment, 2)
-    result = start(Aws(out.region), out, say=said.append, poll_s=0, clock=Clock(), workers=1)
+    result = start(Aws(out.region), out, say=said.append, poll_s=0, clock=Clock(), starts={"default": 1})
     assert desired_workers(deployment) == 2 and result["workers"] == 2
-    assert f"{out.workers.service_name} stays at 2 (asked for 1) ..." in said
-    deployment["ecs"].update_service(cluster=out.cluster_name, service=out.workers.service_name, desiredCount=0)
+    assert f"{out.group(None).service_name} stays at 2 (asked for 1) ..." in said
+    deployment["ecs"].update_service(cluster=out.cluster_name, service=out.group(None).service_name, desiredCount=0)
     write_snapshot(deployment, 1)
     said.clear()
-    start(Aws(out.region), out, say=said.append, poll_s=0, clock=Clock(), workers=1)
-    assert desired_workers(deployment) == 1 and f"scaling {out.workers.service_name} to 1 ..." in said
+    start(Aws(out.region), out, say=said.append, poll_s=0, clock=Clock(), starts={"default": 1})
+    assert desired_workers(deployment) == 1 and f"scaling {out.group(None).service_name} to 1 ..." in said
     write_snapshot(deployment, 2)
-    start(Aws(out.region), out, say=said.append, poll_s=0, clock=Clock(), workers=5)
+    start(Aws(out.region), out, say=said.append, poll_s=0, clock=Clock(), starts={"default": 5})
     assert desired_workers(deployment) == 2  # capped at the group's maximum
-    assert "5 workers asked for; the worker group launches at most 2: starting 2" in said
+    assert "5 workers asked for; worker group default launches at most 2: starting 2" in said
 
 
 def test_start_checks_the_quota_for_what_it_launches_before_scaling_anything(deployment):
     """A G quota of 0 (Service Quotas' recorded answer): `rayfleet deploy start` says so with the number to ask for and
     scales nothing, instead of waiting on instances that cannot come."""
     out, ecs = deployment["out"], deployment["ecs"]
-    names = [out.head_service_name, out.workers.service_name]
+    names = [out.head_service_name, out.group(None).service_name]
     for name in names:
         ecs.update_service(cluster=out.cluster_name, service=name, desiredCount=0)
     with pytest.raises(RayfleetError) as refused:
-        start(Aws(out.region), out, say=lambda _: None, poll_s=0, clock=Clock(), workers=1, quota=quotas(L_DB2E81BA=0))
+        start(
+            Aws(out.region), out, say=lambda _: None, poll_s=0, clock=Clock(), starts={"default": 1},
+            quota=quotas(L_DB2E81BA=0),
+        )  # fmt: skip
     message = str(refused.value)
-    assert message.startswith("cannot start 1 x g5.xlarge: EC2 quota Running On-Demand G and VT instances (L-DB2E81BA)")
+    assert message.startswith(
+        "cannot start 1 x g5.xlarge (default): EC2 quota Running On-Demand G and VT instances (L-DB2E81BA)"
+    )
     assert "is 0 vCPUs" in message and "request 4" in message  # one g5.xlarge: 4 vCPUs
     services = ecs.describe_services(cluster=out.cluster_name, services=names)["services"]
     assert [s["desiredCount"] for s in services] == [0, 0]  # nothing scaled

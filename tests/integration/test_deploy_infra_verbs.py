@@ -106,7 +106,7 @@ def calls(env) -> list[list[str]]:
 
 def test_deploy_inits_plans_applies_that_plan_and_saves_the_outputs(deployable):
     env = deployable["env"]
-    result = run_verb(env, "deploy", "--yes", "--var-file", "fsdp.tfvars", "--image-tag", "abc123def456")
+    result = run_verb(env, "deploy", "--yes", "--var-file", "one-group.tfvars", "--image-tag", "abc123def456")
     assert result.returncode == 0, result.stderr
     made = calls(env)
     assert [c[0] for c in made] == ["init", "plan", "show", "apply", "output"]
@@ -114,7 +114,7 @@ def test_deploy_inits_plans_applies_that_plan_and_saves_the_outputs(deployable):
     assert made[2][-1] == apply[-1]  # the plan summarized, checked and priced is the one applied
     plan_file = next(a.split("=", 1)[1] for a in plan if a.startswith("-out="))
     assert apply[-1] == plan_file  # applies exactly the plan it showed
-    assert "-var=image_tag=abc123def456" in plan and any(a.endswith("infra/fsdp.tfvars") for a in plan)
+    assert "-var=image_tag=abc123def456" in plan and any(a.endswith("infra/one-group.tfvars") for a in plan)
     assert f"-var=region={stack.REGION}" in plan
     saved = json.loads(Path(env["RAYFLEET_OUTPUTS"]).read_text())
     assert saved["cluster_name"]["value"] == deployable["outputs"]["cluster_name"]
@@ -139,7 +139,7 @@ def test_clean_scales_to_zero_then_destroys_and_is_safe_twice(deployable):
     assert first.returncode == 0, first.stderr
     ecs = moto.client("ecs")
     out = deployable["outputs"]
-    names = [out["head_service_name"], out["worker_service_name"]]
+    names = [out["head_service_name"], out["worker_groups"]["default"]["service_name"]]
     services = ecs.describe_services(cluster=out["cluster_name"], services=names)
     assert [s["desiredCount"] for s in services["services"]] == [0, 0]
     assert [c[0] for c in calls(env)] == ["init", "destroy"]
@@ -426,7 +426,7 @@ def test_clean_empties_bucket_and_registry_and_survives_a_partial_failure_twice(
     assert Path(env["RAYFLEET_OUTPUTS"]).exists()  # kept: the next clean still knows what to empty
 
     # 2. Terraform got further before failing: the cluster, one repository and the bucket are gone already
-    ecs.delete_service(cluster=out["cluster_name"], service=out["worker_service_name"], force=True)
+    ecs.delete_service(cluster=out["cluster_name"], service=out["worker_groups"]["default"]["service_name"], force=True)
     ecs.delete_service(cluster=out["cluster_name"], service=out["head_service_name"], force=True)
     for arn in ecs.list_container_instances(cluster=out["cluster_name"])["containerInstanceArns"]:
         ecs.deregister_container_instance(cluster=out["cluster_name"], containerInstance=arn, force=True)
@@ -567,9 +567,10 @@ def test_deploy_shows_summary_and_cost_then_applies_only_on_yes(recording_moto, 
     assert declined.returncode == 1, declined.stderr
     assert [c[0] for c in calls(env)] == ["init", "plan", "show"]  # planned and priced, never applied
     out = declined.stdout
-    assert "plan: 104 to add, 0 to change, 0 to destroy" in out
-    assert "cost: $2.25/h running, $0.237/h idle (autostopped), $0.045/h stopped (rayfleet deploy stop)" in out
-    assert "  worker: 2 x g5.xlarge at $1.006/h" in out
+    assert "plan: 113 to add, 0 to change, 0 to destroy" in out  # infra/'s default: two worker groups
+    assert "cost: $13.59/h running, $0.237/h idle (autostopped), $0.045/h stopped (rayfleet deploy stop)" in out
+    assert "  worker group ddp: 0-2 x g5.xlarge at $1.006/h, $2.01/h at full size" in out
+    assert "  worker group fsdp: 0-2 x g5.12xlarge at $5.672/h, $11.34/h at full size" in out
     assert out.index("preflight: ") < out.index("cost: ") < out.index("apply this plan? [y/N]")
     assert "not applied: nothing changed" in out
     mutations = [a for a in recorded_actions(recording_moto) if a.startswith(("Create", "Put", "Update", "Delete"))]

@@ -151,7 +151,9 @@ def _workers_in_moto_order(stack) -> list[str]:
     ecs, out = stack["server"].client("ecs"), stack["outputs"]
     arns = ecs.list_tasks(cluster=out["cluster_name"], desiredStatus="RUNNING")["taskArns"]
     tasks = ecs.describe_tasks(cluster=out["cluster_name"], tasks=arns)["tasks"]
-    return [t["taskArn"] for t in tasks if t.get("group") == f"service:{out['worker_service_name']}"]
+    return [
+        t["taskArn"] for t in tasks if t.get("group") == f"service:{out['worker_groups']['default']['service_name']}"
+    ]
 
 
 def test_without_the_plugin_the_cli_is_not_run(aws_stack, ecs_proxy, tmp_path):

@@ -143,7 +143,11 @@ def test_after_a_rotation_no_running_task_holds_an_old_token(deployed):
 def test_rotation_writes_a_new_version_and_restarts_head_then_workers(deployed):
     sm, ecs = deployed["moto"].client("secretsmanager"), deployed["moto"].client("ecs")
     out = deployed["outputs"]
-    cluster, head, worker = out["cluster_name"], out["head_service_name"], out["worker_service_name"]
+    cluster, head, worker = (
+        out["cluster_name"],
+        out["head_service_name"],
+        out["worker_groups"]["default"]["service_name"],
+    )
     arn = out["ray_token_secret_arn"]
     before = sm.get_secret_value(SecretId=arn)
     control = out["control_service_name"]

@@ -140,7 +140,10 @@ def test_status_reports_services_tasks_runs_ray_and_cost(aws_stack, cluster_env)
     assert result.returncode == 0, result.stderr
     status = json.loads(result.stdout)
     services = {s["name"]: s for s in status["services"]}
-    assert services[out["head_service_name"]]["desired"] == 1 and services[out["worker_service_name"]]["desired"] == 2
+    assert (
+        services[out["head_service_name"]]["desired"] == 1
+        and services[out["worker_groups"]["default"]["service_name"]]["desired"] == 2
+    )
     assert sorted(i["instance_type"] for i in status["instances"]) == ["g5.xlarge", "g5.xlarge", "m5.xlarge"]
     assert sum(i["gpus"] for i in status["instances"]) == 2
     assert status["cost_per_hour_usd"] == pytest.approx(1.006 * 2 + 0.192)
@@ -186,7 +189,7 @@ def test_teardown_scales_to_zero_stops_trainers_and_is_idempotent(aws_stack):
     ecs = aws_stack["server"].client("ecs")
     out = aws_stack["outputs"]
     cluster = out["cluster_name"]
-    names = [out["head_service_name"], out["worker_service_name"], out["control_service_name"]]
+    names = [out["head_service_name"], out["worker_groups"]["default"]["service_name"], out["control_service_name"]]
     services = ecs.describe_services(cluster=cluster, services=names)["services"]
     assert [s["desiredCount"] for s in services] == [0, 0, 0]  # the control task too (it holds the head's instance)
     assert ecs.list_tasks(cluster=cluster, startedBy="rayfleet", desiredStatus="RUNNING")["taskArns"] == []

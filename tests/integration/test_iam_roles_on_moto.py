@@ -4,8 +4,9 @@ does before RunTask), then a process holding only the task role's credentials re
 (rayfleet/train/data/staged.py local_copy for DDP's folder, text.py read_text for FSDP's corpus). The data is
 a small generated stand-in of the real format. And a job that reaches outside its role's prefixes is refused.
 
-The default deployment is the session's aws_stack; the FSDP shape (TFVARS=fsdp.tfvars) a moto of this module's
-own. No Ray: what only a real rank adds (Ray Train, the GPUs) is the rehearsal's and the local cluster's.
+The harness's one-group deployment is the session's aws_stack; infra/'s default (ddp and fsdp groups) a moto
+of this module's own. No Ray: what only a real rank adds (Ray Train, the GPUs) is the rehearsal's and the local
+cluster's.
 """
 
 from __future__ import annotations
@@ -69,8 +70,9 @@ def as_a_rank(deployment: dict, tmp_path) -> dict:
 
 @pytest.fixture(scope="module")
 def fsdp_stack(tmp_path_factory):
-    """The FSDP shape (`rayfleet deploy --var-file fsdp.tfvars`), IAM enforced, in a moto of this module's own."""
-    picture = stack.default_picture(var_files=[REPO / "infra" / "fsdp.tfvars"])
+    """infra/'s default deployment (its fsdp group with EFA beside ddp), IAM enforced, in a moto of this module's
+    own."""
+    picture = stack.default_picture(var_files=())
     server = EcsMotoServer().start()
     try:
         outputs = stack.create(server, tmp_path_factory.mktemp("fsdp-aws"), picture, trainer_slots=1)

@@ -498,7 +498,7 @@ def test_ddp_recipe_through_the_trainer_survives_a_stopped_worker_and_status_rea
     services = {s["name"]: (s["desired"], s["running"]) for s in shown["services"]}
     assert services == {
         aws["outputs"]["head_service_name"]: (1, 1),
-        aws["outputs"]["worker_service_name"]: (2, 2),
+        aws["outputs"]["worker_groups"]["default"]["service_name"]: (2, 2),
         aws["outputs"]["control_service_name"]: (1, 1),  # listed beside them (issue 54: every token holder)
     }
     roles = sorted(t["role"] for t in shown["tasks"])
@@ -507,7 +507,7 @@ def test_ddp_recipe_through_the_trainer_survives_a_stopped_worker_and_status_rea
     runs = {r["run"]: r for r in shown["runs"]}
     assert runs[run]["state"] == "SUCCEEDED"
     human = run_verb(aws["env"], "rayfleet.cli.main", "status", timeout=120)
-    assert human.returncode == 0 and aws["outputs"]["worker_service_name"] in human.stdout
+    assert human.returncode == 0 and aws["outputs"]["worker_groups"]["default"]["service_name"] in human.stdout
 
 
 def ray_snapshot(aws) -> dict | None:
@@ -678,7 +678,7 @@ def test_a_worker_with_another_token_is_kept_out(rehearsal, aws):
     out, ecs = aws["outputs"], aws["client"]("ecs")
     cluster = out["cluster_name"]
     aws["client"]("secretsmanager").put_secret_value(SecretId=out["ray_token_secret_arn"], SecretString="y" * 48)
-    group = f"service:{out['worker_service_name']}"
+    group = f"service:{out['worker_groups']['default']['service_name']}"
     arns = ecs.list_tasks(cluster=cluster, desiredStatus="RUNNING")["taskArns"]
     workers = [t for t in ecs.describe_tasks(cluster=cluster, tasks=arns)["tasks"] if t.get("group") == group]
     victim = workers[0]["taskArn"]

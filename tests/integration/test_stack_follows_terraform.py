@@ -90,7 +90,7 @@ def test_services_tasks_and_outputs_are_the_rendered_deployment(aws_stack):
     ]
     services = ecs.describe_services(
         cluster=loaded.cluster_name,
-        services=[loaded.head_service_name, loaded.workers.service_name, loaded.control_service_name],
+        services=[loaded.head_service_name, loaded.group("default").service_name, loaded.control_service_name],
     )
     by_name = {s["serviceName"]: s for s in services["services"]}
     for rendered in picture["services"]:
@@ -115,7 +115,7 @@ def test_services_tasks_and_outputs_are_the_rendered_deployment(aws_stack):
             containerInstances=ecs.list_container_instances(cluster=loaded.cluster_name)["containerInstanceArns"],
         )["containerInstances"]
     }
-    for role, service in (("head", loaded.head_service_name), ("worker", loaded.workers.service_name)):
+    for role, service in (("head", loaded.head_service_name), ("worker", loaded.group("default").service_name)):
         placed = [t["containerInstanceArn"] for t in tasks if t["group"] == f"service:{service}"]
         assert placed and all(instances[arn]["rayfleet.node-group"] == role for arn in placed)
         assert len(set(placed)) == len(placed)  # distinctInstance (and one head)
@@ -153,27 +153,33 @@ def test_a_changed_command_and_environment_in_terraform_reach_the_moto_stack(ecs
     assert "RAYFLEET_CHANGED_IN_TERRAFORM" not in _environment(worker)
 
 
-def test_the_fsdp_shape_deploys_too(ecs_moto, tmp_path):
-    """infra/fsdp.tfvars: 2 x g5.12xlarge workers with EFA (host networking, so no ENI), 4 GPUs each."""
-    picture = stack.default_picture(var_files=["fsdp.tfvars"])
+def test_the_default_groups_deploy_at_zero(ecs_moto, tmp_path):
+    """infra/'s defaults: worker groups ddp (g5.xlarge, 1 GPU, awsvpc) and fsdp (g5.12xlarge with EFA: host
+    networking, so no ENI; 4 GPUs), each its own service at zero, and the outputs' map names both."""
+    picture = stack.default_picture(var_files=())
     outputs = stack.create(ecs_moto, tmp_path, picture, trainer_slots=1)
     ecs = ecs_moto.client("ecs")
-    assert outputs["worker_instance_type"] == "g5.12xlarge"
-    worker = _definition(ecs_moto, picture["taskDefinitions"]["worker"]["family"])
-    assert worker["networkMode"] == "host"
-    assert _containers(worker)["ray-worker"]["resourceRequirements"] == [{"type": "GPU", "value": "4"}]
-    arns = ecs.list_tasks(cluster=outputs["cluster_name"], desiredStatus="RUNNING")["taskArns"]
-    tasks = [
-        t
-        for t in ecs.describe_tasks(cluster=outputs["cluster_name"], tasks=arns)["tasks"]
-        if t["group"].endswith("worker")
+    groups = outputs["worker_groups"]
+    assert {n: (g["instance_types"], g["min_nodes"], g["max_nodes"], g["efa"]) for n, g in groups.items()} == {
+        "ddp": (["g5.xlarge"], 0, 2, False),
+        "fsdp": (["g5.12xlarge"], 0, 2, True),
+    }
+    fsdp = _definition(ecs_moto, picture["taskDefinitions"]["worker-fsdp"]["family"])
+    ddp = _definition(ecs_moto, picture["taskDefinitions"]["worker-ddp"]["family"])
+    assert fsdp["networkMode"] == "host" and ddp["networkMode"] == "awsvpc"
+    assert _containers(fsdp)["ray-worker"]["resourceRequirements"] == [{"type": "GPU", "value": "4"}]
+    assert _environment(_containers(fsdp)["ray-worker"])["RAYFLEET_WORKER_GROUP"] == "fsdp"
+    services = ecs.describe_services(
+        cluster=outputs["cluster_name"], services=[g["service_name"] for g in groups.values()]
+    )
+    assert sorted((s["serviceName"], s["desiredCount"]) for s in services["services"]) == [
+        ("rayfleet-ray-worker-ddp", 0),
+        ("rayfleet-ray-worker-fsdp", 0),
     ]
-    assert len(tasks) == 2 and all(not t.get("attachments") for t in tasks)
     status = run_verb(_env(ecs_moto, outputs), "status", "--json")
     assert status.returncode == 0, status.stderr
-    report = json.loads(status.stdout)
-    assert sorted(i["instance_type"] for i in report["instances"]) == ["g5.12xlarge", "g5.12xlarge", "m5.xlarge"]
-    assert sum(i["gpus"] for i in report["instances"]) == 8  # registered GPU ids, as the ECS agent reports them
+    shown = {s["name"]: s["desired"] for s in json.loads(status.stdout)["services"]}
+    assert shown["rayfleet-ray-worker-ddp"] == shown["rayfleet-ray-worker-fsdp"] == 0
 
 
 def test_terraforms_sizes_leave_room_for_one_trainer_beside_the_head(ecs_moto, tmp_path):

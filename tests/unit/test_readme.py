@@ -249,7 +249,7 @@ def test_the_readme_leaves_the_demo_transcript_to_the_lead():
 @pytest.mark.parametrize(
     ("piece", "expected"),
     [
-        ("make deploy TFVARS=fsdp.tfvars  # the FSDP shape", [["deploy", "TFVARS=fsdp.tfvars"]]),
+        ("make deploy TFVARS=one-group.tfvars  # one group", [["deploy", "TFVARS=one-group.tfvars"]]),
         ('make train-ddp ARGS="epochs=3 lr=1e-3" SET="a=1"', [["train-ddp", "ARGS=epochs=3 lr=1e-3", "SET=a=1"]]),
         ("make status; make logs RUN=r && make stop", [["status"], ["logs", "RUN=r"], ["stop"]]),
         ("EFA_INSTALLER_VERSION=1.2 make build IMAGES=ray-worker", [["build", "IMAGES=ray-worker"]]),

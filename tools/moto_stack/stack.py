@@ -350,7 +350,7 @@ def _services(moto, picture: dict, ids: dict, cluster: str, registered: dict, st
             {"registryArn": ids[r["registryArn"]]} for r in service.get("serviceRegistries", [])
         ]
         ecs.create_service(**spec)
-        if not start:
+        if not start or not spec["desiredCount"]:  # a worker group at zero starts nothing
             continue
         # moto's services start no tasks: start them as ECS's service scheduler would.
         run = {

@@ -274,7 +274,7 @@ def _quotas(aws: Aws, shape: Shape, report: Report, quota, groups_block: bool) -
             if value is None or value >= need or (group is not None and q in head and value < head[q][0]):
                 continue
             what = f"EC2 quota {q.name} ({q.code}) is {value:g} vCPUs; "
-            what += f"{'at full size the deployment' if group is None else f'worker group {group} at full size'}"
+            what += "at full size the deployment" if group is None else f"worker group {group} at full size"
             fix = f"request {need} (more if other instances of the family run) at {q.link}; approval can take a day"
             if group is None or groups_block:
                 report.problems.append(Problem(f"{what} needs {need} ({how})", fix))

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rayfleet.core.aws import Aws, ClusterNotFound
+from rayfleet.core.aws import Aws, ClusterNotFound, MissingOutputs
 from rayfleet.core.errors import ConfigError, RayfleetError
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ops.deploy.files import INFRA, OUTPUTS
@@ -32,7 +32,7 @@ def deployed_names(binary: str) -> dict:
     urls = values.get("ecr_repository_urls") or {}
     try:  # the teardown needs the cluster's and services' names; a partial state may not have them all
         outputs = Outputs.load(OUTPUTS) if OUTPUTS.exists() else Outputs.from_flat(**values)
-    except TypeError:
+    except (TypeError, MissingOutputs):
         outputs = None
     return {
         "region": values.get("region"),
