@@ -40,9 +40,9 @@ variable "interface_endpoints" {
 }
 
 variable "head_instance_type" {
-  description = "Instance type of the head node (no GPU needed: the head schedules, it does not train). Must be in training/rayfleet/core/instance_types.json."
+  description = "Instance type of the head node (no GPU needed: the head schedules, it does not train; it also holds the runs' drivers, concurrent_runs of them). Must be in training/rayfleet/core/instance_types.json."
   type        = string
-  default     = "m5.xlarge"
+  default     = "m5.2xlarge" # room for 2 drivers: a DDP run and an FSDP run at once, one per worker group
 }
 
 variable "head_root_volume_gb" {
@@ -161,9 +161,9 @@ variable "autostop" {
 }
 
 variable "concurrent_runs" {
-  description = "Recipe runs at once: each run's driver (its trainer task) takes an equal share of the head instance's 40% for drivers, and a run beyond them is refused at make run. 1 fits every head type; 2 needs m5.2xlarge or larger (a plan that cannot fit them is refused)."
+  description = "Recipe runs at once: each run's driver (its trainer task) takes an equal share of the head instance's 40% for drivers, and a run beyond them waits for a slot. 1 fits every head type; 2 (the default: one run per default worker group) needs m5.2xlarge or larger (a plan that cannot fit them is refused)."
   type        = number
-  default     = 1
+  default     = 2
 
   validation {
     condition     = var.concurrent_runs >= 1 && var.concurrent_runs <= 8 && floor(var.concurrent_runs) == var.concurrent_runs
