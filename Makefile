@@ -163,7 +163,7 @@ build: setup ## Build the images with docker or podman, tagged with the git comm
 push: setup ## Log in to ECR (boto3) and push the built images to the repositories make deploy created
 	$(RF) images push --images $(IMAGES) --tag $(IMAGE_TAG)
 
-plan: setup ## Show what deploy would change (TFVARS=fsdp.tfvars for the FSDP shape; IMAGE_TAG=git commit)
+plan: setup ## Show what deploy would change (TFVARS=f.tfvars: other variables; IMAGE_TAG=git commit)
 	$(RF) deploy plan $(INFRA) --image-tag $(IMAGE_TAG)
 
 check: setup ## The preflight: credentials, permissions, vCPU quotas and instance types in the zones, for TFVARS' shape

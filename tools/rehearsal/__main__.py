@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     apply = sub.add_parser("apply", help="apply other Terraform variables to the running rehearsal, in place")
     for p in (up, sub.add_parser("picture", help="print the deployment picture"), apply):
         p.add_argument("--tag", default=None, help="image tag (default: the git commit, as make build)")
-        p.add_argument("--var-file", action="append", help="Terraform variables file (infra/fsdp.tfvars)")
+        p.add_argument("--var-file", action="append", help="Terraform variables file (infra/one-group.tfvars)")
         p.add_argument("--state", help="`terraform show -json` of a deployment (default: infra/ applied offline)")
     up.add_argument("--picture", help="a saved deployment picture (the output of `picture`)")
     up.add_argument("--port", type=int, default=0, help="moto's port (default: any free port)")

@@ -1,6 +1,6 @@
 """The deployment picture the rehearsal runs: the one place it comes from.
 
-    python -m tools.rehearsal picture [--var-file infra/fsdp.tfvars] [--state show.json] > picture.json
+    python -m tools.rehearsal picture [--var-file infra/one-group.tfvars] [--state show.json] > picture.json
 
 The source is Terraform: the state an apply of infra/ leaves, turned into AWS API input shapes by
 tools/rendered.py (task definitions exactly as Terraform rendered their container JSON, services,

@@ -1,6 +1,6 @@
 """Terraform's rendered state of infra/, offline: what `make deploy` would leave in the state file.
 
-    python -m tools.terraform_standin.render [--var-file fsdp.tfvars] [--var name=value] [--picture]
+    python -m tools.terraform_standin.render [--var-file one-group.tfvars] [--var name=value] [--picture]
 
 `terraform init`, `apply -auto-approve` into a scratch state and `show -json`, through the pinned
 Terraform, on a scratch copy of infra/ (workspace.py), with the stand-in providers in render mode
@@ -164,7 +164,7 @@ def _plan(infra: Path, var_files: list[Path], image_tag: str) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--var-file", action="append", default=[], help="a .tfvars file (infra/fsdp.tfvars)")
+    parser.add_argument("--var-file", action="append", default=[], help="a .tfvars file (infra/one-group.tfvars)")
     parser.add_argument("--var", action="append", default=[], help="name=value, as terraform -var")
     parser.add_argument("--image-tag", default=IMAGE_TAG)
     parser.add_argument("--picture", action="store_true", help="print the deployment picture, not the state")

@@ -136,7 +136,7 @@ def _runs_views(sub) -> None:
 
 
 def _terraform_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--var-file", help="a .tfvars file, say fsdp.tfvars (looked up in . then infra/)")
+    p.add_argument("--var-file", help="a .tfvars file, say one-group.tfvars (looked up in . then infra/)")
     p.add_argument("--image-tag", help="tag of the images in ECR (default: the git commit)")
     p.add_argument("--region", help="AWS region (default: AWS_REGION, else us-east-1)")
 

@@ -1,7 +1,7 @@
 """Terraform in one command each: plan, check, deploy (init, plan shown, priced, asked, applied), destroy.
 
-    rayfleet deploy plan    [--var-file fsdp.tfvars] [--image-tag TAG]
-    rayfleet deploy check   [--var-file fsdp.tfvars]
+    rayfleet deploy plan    [--var-file F.tfvars] [--image-tag TAG]
+    rayfleet deploy check   [--var-file F.tfvars]
     rayfleet deploy  [--var-file F] [--image-tag TAG] [--force] [--yes]
     rayfleet deploy down    [--yes] [--delete-results]
 
