@@ -6,6 +6,7 @@
 #   RECIPE=recipes/x.yaml  ON=local|ecs (default: ecs once deployed)  NAME=a new run's name
 #   RUN=an existing run (RUNS="more runs")  SET="key=value ..."  ARGS="the job's own arguments"  DETACH=1
 #   NODE=head|worker-N|trainer  CMD="a command"  SINCE=10m  FOLLOW=1  FORCE=1  BUCKET=results bucket
+#   GROUP=a worker group (make start, make stop)
 #   WORKERS, CPUS_PER_WORKER (the demo's local cluster)  TFVARS, IMAGE_TAG, IMAGES, MODELS (deployment)
 #   AUTO_APPROVE=1 (deploy, clean: no question)  DELETE_RESULTS=1 (clean: the results bucket too)
 #   BENCH=ddp|fsdp|... and BENCH_ARGS (make bench)  PYTEST_ARGS (tests' flags)  ACTION (make serve, make clean)

@@ -56,8 +56,9 @@ variable "worker_groups" {
     Worker groups, by name (the Ray label of their nodes; recipes may name one, else rayfleet picks the cheapest
     that fits). Per group: its instance types (one or more, the same GPU count, the first preferred; all in
     training/rayfleet/core/instance_types.json), min and max nodes (min 0: nothing runs, nothing is paid, until a
-    run needs the group), Spot ("on-demand"; "spot-preferred": Spot, and a run whose Spot capacity does not come
-    falls back to on-demand in the group; "spot-only") with on_demand_base nodes that stay on-demand, EFA (with a
+    run needs the group), Spot ("on-demand"; "spot-only"; "spot-preferred": Spot, for the fallback to on-demand
+    that rayfleet does not take yet, so today it launches as spot-only) with on_demand_base nodes that stay
+    on-demand, EFA (with a
     cluster placement group unless placement_group = false), the root volume, and idle_minutes before autostop
     takes the group to its min (default: autostop.idle_minutes). The default holds the flagships' two shapes.
   EOT
@@ -105,7 +106,7 @@ variable "worker_groups" {
 
   validation {
     condition     = alltrue([for g in values(var.worker_groups) : contains(["on-demand", "spot-preferred", "spot-only"], g.spot)])
-    error_message = "A worker group's spot is \"on-demand\", \"spot-preferred\" (Spot, falling back to on-demand) or \"spot-only\"."
+    error_message = "A worker group's spot is \"on-demand\", \"spot-only\" or \"spot-preferred\" (Spot, for an on-demand fallback rayfleet does not take yet)."
   }
 
   validation {
@@ -132,7 +133,7 @@ variable "workers" {
 
   validation {
     condition = var.workers == null
-    error_message = "`workers` is replaced by `worker_groups`; the same workers, kept in place, are: worker_groups = ${jsonencode({ default = merge(
+    error_message = "`workers` is replaced by `worker_groups` (and the default head is now m5.2xlarge: head_instance_type = \"m5.xlarge\" and concurrent_runs = 1 keep yours, as infra/one-group.tfvars does); the same workers, kept in place, are: worker_groups = ${jsonencode({ default = merge(
       {
         instance_types = distinct(concat([try(var.workers.instance_type, "g5.xlarge")], try(var.workers.spot_instance_types, [])))
         max            = try(var.workers.count, 2)
@@ -147,7 +148,7 @@ variable "workers" {
 }
 
 variable "autostop" {
-  description = "Idle GPUs stop by themselves: after idle_minutes without a Ray job, a Serve application or a trainer task, the workers scale to zero (and the head too with head = true); 0 turns it off. make start, or make run, brings them back."
+  description = "Idle GPUs stop by themselves: each worker group goes to its min after its idle minutes (worker_groups.idle_minutes, default idle_minutes here) without a run on it, or with no Ray job, Serve application or trainer task at all; with head = true the head stops too, after every group and idle_minutes; 0 turns it off. make start, or make run, brings them back."
   type = object({
     idle_minutes = optional(number, 30)
     head         = optional(bool, false)

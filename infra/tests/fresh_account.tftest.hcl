@@ -15,7 +15,7 @@ variables {
   bucket_prefixes  = ["runs/", "data/"]
   control_prefix   = "cluster/"
   queue_prefix     = "queue/"
-  scaled_services  = ["rayfleet-ray-head", "rayfleet-ray-worker", "rayfleet-ray-control"]
+  scaled_services  = ["rayfleet-ray-control", "rayfleet-ray-head", "rayfleet-ray-worker-ddp", "rayfleet-ray-worker-fsdp"]
   repository_arns  = ["arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/ray-head"]
   metric_namespace = "Rayfleet/GPU"
 }

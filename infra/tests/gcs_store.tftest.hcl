@@ -29,7 +29,7 @@ variables {
   kms_key_arn           = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
   results_bucket        = "rayfleet-results-0123456789"
   head_node             = { vcpus = 4, memory_mib = 16384, gpus = 0 }
-  worker_node           = { instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, count = 2, efa = false }
+  worker_groups         = { default = { node_group = "worker", instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, min = 2, max = 2, efa = false } }
 }
 
 run "store" {
@@ -183,15 +183,15 @@ run "head_on_the_store" {
   assert {
     condition = (
       !strcontains(jsonencode(jsondecode(aws_ecs_task_definition.head.container_definitions)[0].environment), "GCS_STORE_PASSWORD") &&
-      !strcontains(aws_ecs_task_definition.worker.container_definitions, "gcs-store-token") &&
+      !strcontains(aws_ecs_task_definition.worker["default"].container_definitions, "gcs-store-token") &&
       !strcontains(aws_ecs_task_definition.trainer.container_definitions, "gcs-store-token") &&
-      !strcontains(aws_ecs_task_definition.worker.container_definitions, "RAY_REDIS_ADDRESS")
+      !strcontains(aws_ecs_task_definition.worker["default"].container_definitions, "RAY_REDIS_ADDRESS")
     )
     error_message = "The store's token is in no environment and reaches no container but the head's."
   }
 
   assert {
-    condition = alltrue([for td in [aws_ecs_task_definition.head, aws_ecs_task_definition.worker, aws_ecs_task_definition.trainer] :
+    condition = alltrue([for td in [aws_ecs_task_definition.head, aws_ecs_task_definition.worker["default"], aws_ecs_task_definition.trainer] :
       contains(jsondecode(td.container_definitions)[0].environment, { name = "RAY_gcs_rpc_server_reconnect_timeout_s", value = "600" }) &&
     contains(jsondecode(td.container_definitions)[0].environment, { name = "RAYFLEET_GCS_STORE", value = "1" })])
     error_message = "Every Ray node, the trainer's driver included, waits up to 10 minutes for a replaced head and keeps its raylet."
@@ -200,7 +200,7 @@ run "head_on_the_store" {
   assert {
     condition = (
       one(aws_ecs_service.head.network_configuration).security_groups == toset(["sg-0000000000000ray0", "sg-0000000000client0"]) &&
-      one(aws_ecs_service.worker.network_configuration).security_groups == toset(["sg-0000000000000ray0"])
+      one(aws_ecs_service.worker["default"].network_configuration).security_groups == toset(["sg-0000000000000ray0"])
     )
     error_message = "The head service alone joins the store's client group."
   }
@@ -222,8 +222,8 @@ run "no_store" {
     condition = (
       length(aws_secretsmanager_secret.gcs_store_token) == 0 && output.gcs_store_secret_arn == null &&
       !strcontains(aws_ecs_task_definition.head.container_definitions, "RAY_REDIS_ADDRESS") &&
-      !strcontains(aws_ecs_task_definition.worker.container_definitions, "reconnect_timeout") &&
-      !strcontains(aws_ecs_task_definition.worker.container_definitions, "RAYFLEET_GCS_STORE")
+      !strcontains(aws_ecs_task_definition.worker["default"].container_definitions, "reconnect_timeout") &&
+      !strcontains(aws_ecs_task_definition.worker["default"].container_definitions, "RAYFLEET_GCS_STORE")
     )
     error_message = "Without a store the GCS stays in the head's memory: no secret, no address, Ray's default wait."
   }

@@ -14,11 +14,13 @@ variables {
   read_only_prefixes = ["staged/"]
   control_prefix     = "cluster/"
   queue_prefix       = "queue/"
-  scaled_services    = ["rayfleet-ray-head", "rayfleet-ray-worker", "rayfleet-ray-control"]
-  repository_arns    = ["arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/ray-head", "arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/trainer"]
-  metric_namespace   = "Rayfleet/GPU"
-  # issue 54 R3: the worker groups' Auto Scaling groups by their exact names (the head's is not among them)
-  worker_autoscaling_group_names = ["rayfleet-worker-20250601000000000000000001"]
+  # what the root gives for the default worker groups (module.ray.service_names: head, control, each group's)
+  scaled_services  = ["rayfleet-ray-control", "rayfleet-ray-head", "rayfleet-ray-worker-ddp", "rayfleet-ray-worker-fsdp"]
+  repository_arns  = ["arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/ray-head", "arn:aws:ecr:us-east-1:123456789012:repository/rayfleet/trainer"]
+  metric_namespace = "Rayfleet/GPU"
+  # issue 54 R3: the worker groups' Auto Scaling groups by their exact names (the head's is not among them): the
+  # default's two groups, ddp and fsdp
+  worker_autoscaling_group_names = ["rayfleet-worker-ddp-20250601000000000000000001", "rayfleet-worker-fsdp-20250601000000000000000002"]
 }
 
 run "iam" {
@@ -183,40 +185,44 @@ run "iam" {
     error_message = "Only this account's alarms and event rules, and the task role only through SNS, use the key for the notifications topic."
   }
 
-  # issue 27 item 4: the control task's role (head snapshot, autostop) alone scales the deployment's three
-  # services, in this cluster, and alone writes cluster/ (the snapshot `make start`/`make status` trust);
+  # issue 27 item 4: the control task's role (head snapshot, autostop) alone scales the deployment's services
+  # (head, control and each worker group's), in this cluster, and alone writes cluster/ (the snapshot `make start`/`make status` trust);
   # it reads the run queue (issue 30: capacity follows the queue) and writes nothing there; it starts the
   # trainers of runs waiting for a driver slot (the trainer's definitions only, passing the trainer's roles only).
   assert {
     condition = (
       jsonencode({ for s in jsondecode(aws_iam_role_policy.control.policy).Statement : s.Sid => [s.Action, s.Resource, lookup(s, "Condition", null)] }) == jsonencode({
         ScaleOwnServices = [["ecs:DescribeServices", "ecs:UpdateService"], [
-          "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-head",
-          "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-worker",
           "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-control",
+          "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-head",
+          "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-worker-ddp",
+          "arn:aws:ecs:us-east-1:123456789012:service/rayfleet/rayfleet-ray-worker-fsdp",
         ], { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
         FindOwnContainerInstance  = ["ecs:ListContainerInstances", "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet", null]
         DrainOwnContainerInstance = [["ecs:DescribeContainerInstances", "ecs:UpdateContainerInstancesState"], "arn:aws:ecs:us-east-1:123456789012:container-instance/rayfleet/*", null]
-        ReplaceBadInstance        = ["autoscaling:SetInstanceHealth", ["arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/rayfleet-worker-20250601000000000000000001"], null]
-        SeeOwnTrainerTasks        = ["ecs:ListTasks", "*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
-        SeeOwnWorkerTasks         = ["ecs:DescribeTasks", "arn:aws:ecs:us-east-1:123456789012:task/rayfleet/*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
-        SeeWorkerAddresses        = ["ec2:DescribeInstances", "*", null]
-        ListTheQueue              = ["s3:ListBucket", "arn:aws:s3:::rayfleet-results-20250601", { StringLike = { "s3:prefix" = ["queue/", "queue/*"] } }]
-        ReadTheQueue              = ["s3:GetObject", "arn:aws:s3:::rayfleet-results-20250601/queue/*", null]
-        StartWaitingTrainers      = ["ecs:RunTask", "arn:aws:ecs:us-east-1:123456789012:task-definition/rayfleet-trainer:*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
-        TagStartedTrainers        = ["ecs:TagResource", "arn:aws:ecs:us-east-1:123456789012:task/rayfleet/*", { StringEquals = { "ecs:CreateAction" = "RunTask" } }]
-        PassTrainerRoles          = ["iam:PassRole", [aws_iam_role.task.arn, aws_iam_role.execution.arn], { StringEquals = { "iam:PassedToService" = "ecs-tasks.amazonaws.com" } }]
-        MoveStartedLaunches       = ["s3:DeleteObject", "arn:aws:s3:::rayfleet-results-20250601/cluster/launches/*", null]
-        ListWaitingLaunches       = ["s3:ListBucket", "arn:aws:s3:::rayfleet-results-20250601", { StringLike = { "s3:prefix" = ["cluster/launches/*"] } }]
-        WriteTheSnapshot          = [["s3:GetObject", "s3:PutObject"], "arn:aws:s3:::rayfleet-results-20250601/cluster/*", null]
-        BucketKey                 = [["kms:Decrypt", "kms:GenerateDataKey"], aws_kms_key.this.arn, { StringEquals = { "kms:ViaService" = "s3.us-east-1.amazonaws.com" } }]
+        ReplaceBadInstance = ["autoscaling:SetInstanceHealth", [
+          "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/rayfleet-worker-ddp-20250601000000000000000001",
+          "arn:aws:autoscaling:us-east-1:123456789012:autoScalingGroup:*:autoScalingGroupName/rayfleet-worker-fsdp-20250601000000000000000002",
+        ], null]
+        SeeOwnTrainerTasks   = ["ecs:ListTasks", "*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
+        SeeOwnWorkerTasks    = ["ecs:DescribeTasks", "arn:aws:ecs:us-east-1:123456789012:task/rayfleet/*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
+        SeeWorkerAddresses   = ["ec2:DescribeInstances", "*", null]
+        ListTheQueue         = ["s3:ListBucket", "arn:aws:s3:::rayfleet-results-20250601", { StringLike = { "s3:prefix" = ["queue/", "queue/*"] } }]
+        ReadTheQueue         = ["s3:GetObject", "arn:aws:s3:::rayfleet-results-20250601/queue/*", null]
+        StartWaitingTrainers = ["ecs:RunTask", "arn:aws:ecs:us-east-1:123456789012:task-definition/rayfleet-trainer:*", { ArnEquals = { "ecs:cluster" = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet" } }]
+        TagStartedTrainers   = ["ecs:TagResource", "arn:aws:ecs:us-east-1:123456789012:task/rayfleet/*", { StringEquals = { "ecs:CreateAction" = "RunTask" } }]
+        PassTrainerRoles     = ["iam:PassRole", [aws_iam_role.task.arn, aws_iam_role.execution.arn], { StringEquals = { "iam:PassedToService" = "ecs-tasks.amazonaws.com" } }]
+        MoveStartedLaunches  = ["s3:DeleteObject", "arn:aws:s3:::rayfleet-results-20250601/cluster/launches/*", null]
+        ListWaitingLaunches  = ["s3:ListBucket", "arn:aws:s3:::rayfleet-results-20250601", { StringLike = { "s3:prefix" = ["cluster/launches/*"] } }]
+        WriteTheSnapshot     = [["s3:GetObject", "s3:PutObject"], "arn:aws:s3:::rayfleet-results-20250601/cluster/*", null]
+        BucketKey            = [["kms:Decrypt", "kms:GenerateDataKey"], aws_kms_key.this.arn, { StringEquals = { "kms:ViaService" = "s3.us-east-1.amazonaws.com" } }]
       }) &&
       aws_iam_role_policy.control.role == aws_iam_role.control.id && aws_iam_role.control.assume_role_policy == aws_iam_role.task.assume_role_policy
     )
     error_message = "Control role: ${aws_iam_role_policy.control.policy}"
   }
 
-  # issue 54 R3: SetInstanceHealth names the worker groups' Auto Scaling groups exactly. A name pattern
+  # issue 54 R3: SetInstanceHealth names the worker groups' Auto Scaling groups exactly, every group's. A name pattern
   # (autoScalingGroupName/<name>-*) also matched every group of another deployment named <name>-x, and this
   # deployment's head group.
   assert {

@@ -144,7 +144,7 @@ run "the_trainer_knows_the_topic" {
     security_group_id     = "sg-0000000000000ray0"
     images                = { "ray-head" = "h:1", "ray-worker" = "w:1", "trainer" = "t:1", "gpu-metrics" = "g:1" }
     head_node             = { vcpus = 4, memory_mib = 16384, gpus = 0 }
-    worker_node           = { instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, count = 2, efa = false, efa_devices = 0, efa_rdma = false }
+    worker_groups         = { default = { node_group = "worker", instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, min = 2, max = 2, efa = false, efa_devices = 0, efa_rdma = false } }
     execution_role_arn    = "arn:aws:iam::123456789012:role/rayfleet-task-execution"
     task_role_arn         = "arn:aws:iam::123456789012:role/rayfleet-task"
     control_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-control-task"
@@ -175,7 +175,7 @@ run "the_trainer_knows_the_topic" {
 
   assert {
     condition = alltrue([
-      for d in [aws_ecs_task_definition.head, aws_ecs_task_definition.worker] :
+      for d in concat([aws_ecs_task_definition.head], values(aws_ecs_task_definition.worker)) :
       !strcontains(d.container_definitions, "RAYFLEET_NOTIFY_TOPIC_ARN")
     ])
     error_message = "Only the trainer notifies."

@@ -20,7 +20,7 @@ variables {
   region                = "us-east-1"
   vpc_id                = "vpc-0123456789abcdef0"
   cluster_arn           = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"
-  capacity_providers    = { head = "rayfleet-head", worker = "rayfleet-worker" }
+  capacity_providers    = { head = "rayfleet-head", worker = "rayfleet-worker", "worker-cpu" = "rayfleet-worker-cpu", "worker-big" = "rayfleet-worker-big" }
   subnet_ids            = ["subnet-0123456789abcdef0"]
   security_group_id     = "sg-0000000000000ray0"
   ray_ports             = jsondecode(file("catalog/ray_ports.json"))
@@ -30,7 +30,8 @@ variables {
   control_task_role_arn = "arn:aws:iam::123456789012:role/rayfleet-control-task"
   kms_key_arn           = "arn:aws:kms:us-east-1:123456789012:key/0b5d3f5e-1111-2222-3333-444455556666"
   results_bucket        = "rayfleet-results-0123456789" # the ray module's ray-control writes here
-  g5_xlarge_workers     = { instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, count = 2, efa = false }
+  # the ray module's worker_groups entry for a group named default of 2 x g5.xlarge
+  g5_xlarge_group = { node_group = "worker", instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, min = 2, max = 2, efa = false }
 }
 
 # ---- task sizes ---------------------------------------------------------------------------------------------
@@ -40,8 +41,8 @@ run "a_head_of_8_gib_leaves_the_trainer_too_little" {
     source = "./modules/ray"
   }
   variables {
-    head_node   = { vcpus = var.catalog["m5.large"].vcpus, memory_mib = var.catalog["m5.large"].memory_mib, gpus = 0 }
-    worker_node = var.g5_xlarge_workers
+    head_node     = { vcpus = var.catalog["m5.large"].vcpus, memory_mib = var.catalog["m5.large"].memory_mib, gpus = 0 }
+    worker_groups = { default = var.g5_xlarge_group }
   }
   expect_failures = [aws_ecs_task_definition.trainer]
 }
@@ -52,9 +53,9 @@ run "a_queue_budget_that_is_not_one" {
     source = "./modules/ray"
   }
   variables {
-    head_node    = { vcpus = var.catalog["m5.xlarge"].vcpus, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = 0 }
-    worker_node  = var.g5_xlarge_workers
-    queue_budget = "500/week"
+    head_node     = { vcpus = var.catalog["m5.xlarge"].vcpus, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = 0 }
+    worker_groups = { default = var.g5_xlarge_group }
+    queue_budget  = "500/week"
   }
   expect_failures = [var.queue_budget]
 }
@@ -66,7 +67,7 @@ run "two_concurrent_runs_on_the_default_head" {
   }
   variables {
     head_node       = { vcpus = 4, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = 0 }
-    worker_node     = var.g5_xlarge_workers
+    worker_groups   = { default = var.g5_xlarge_group }
     concurrent_runs = 2
   }
   expect_failures = [aws_ecs_task_definition.trainer]
@@ -79,7 +80,7 @@ run "two_concurrent_runs_on_a_head_twice_the_size" {
   }
   variables {
     head_node       = { vcpus = 8, memory_mib = var.catalog["m5.2xlarge"].memory_mib, gpus = 0 }
-    worker_node     = var.g5_xlarge_workers
+    worker_groups   = { default = var.g5_xlarge_group }
     concurrent_runs = 2
   }
   assert {
@@ -102,10 +103,28 @@ run "a_worker_type_without_a_gpu" {
     source = "./modules/ray"
   }
   variables {
-    head_node   = { vcpus = 4, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = 0 }
-    worker_node = { instance_type = "m5.2xlarge", vcpus = 8, memory_mib = var.catalog["m5.2xlarge"].memory_mib, gpus = var.catalog["m5.2xlarge"].gpus, count = 2, efa = false }
+    head_node = { vcpus = 4, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = 0 }
+    worker_groups = {
+      cpu = { node_group = "worker-cpu", instance_type = "m5.2xlarge", vcpus = 8, memory_mib = var.catalog["m5.2xlarge"].memory_mib, gpus = var.catalog["m5.2xlarge"].gpus, min = 0, max = 2, efa = false }
+    }
   }
   expect_failures = [aws_ecs_task_definition.worker]
+}
+
+# A group without a GPU is refused beside a group that is fine: every group's task definition is checked.
+run "a_second_worker_group_without_a_gpu" {
+  command = plan
+  module {
+    source = "./modules/ray"
+  }
+  variables {
+    head_node = { vcpus = 4, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = 0 }
+    worker_groups = {
+      default = var.g5_xlarge_group
+      cpu     = { node_group = "worker-cpu", instance_type = "m5.2xlarge", vcpus = 8, memory_mib = var.catalog["m5.2xlarge"].memory_mib, gpus = var.catalog["m5.2xlarge"].gpus, min = 0, max = 2, efa = false }
+    }
+  }
+  expect_failures = [aws_ecs_task_definition.worker["cpu"]]
 }
 
 run "a_gpu_worker_whose_store_and_processes_do_not_fit" {
@@ -115,7 +134,7 @@ run "a_gpu_worker_whose_store_and_processes_do_not_fit" {
   }
   variables {
     head_node             = { vcpus = 4, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = 0 }
-    worker_node           = { instance_type = "tiny.gpu", vcpus = 2, memory_mib = 4096, gpus = 1, count = 1, efa = false }
+    worker_groups         = { tiny = { node_group = "worker-tiny", instance_type = "tiny.gpu", vcpus = 2, memory_mib = 4096, gpus = 1, min = 0, max = 1, efa = false } }
     object_store_fraction = 0.5
   }
   expect_failures = [aws_ecs_task_definition.worker]
@@ -128,11 +147,11 @@ run "the_smallest_head_that_fits_and_the_largest_worker" {
   }
   variables {
     head_node             = { vcpus = 4, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = 0 }
-    worker_node           = { instance_type = "p5.48xlarge", vcpus = 192, memory_mib = var.catalog["p5.48xlarge"].memory_mib, gpus = 8, count = 2, efa = true }
+    worker_groups         = { big = { node_group = "worker-big", instance_type = "p5.48xlarge", vcpus = 192, memory_mib = var.catalog["p5.48xlarge"].memory_mib, gpus = 8, min = 0, max = 2, efa = true } }
     object_store_fraction = 0.5
   }
   assert {
-    condition     = output.sizes_mib.worker.shm + 2048 <= output.sizes_mib.worker.memory && output.sizes_mib.trainer.shm + 2048 <= output.sizes_mib.trainer.memory
+    condition     = output.sizes_mib.workers.big.shm + 2048 <= output.sizes_mib.workers.big.memory && output.sizes_mib.trainer.shm + 2048 <= output.sizes_mib.trainer.memory
     error_message = "m5.xlarge head and p5.48xlarge workers fit: ${jsonencode(output.sizes_mib)}"
   }
 }
@@ -144,19 +163,27 @@ run "an_object_store_fraction_out_of_range" {
   }
   variables {
     head_node             = { vcpus = 4, memory_mib = 16384, gpus = 0 }
-    worker_node           = var.g5_xlarge_workers
+    worker_groups         = { default = var.g5_xlarge_group }
     object_store_fraction = 0.6
   }
   expect_failures = [var.object_store_fraction]
 }
 
 # ---- the root's inputs ----------------------------------------------------------------------------------------
-run "no_workers" {
+run "no_worker_group" {
   command = plan
   variables {
-    workers = { count = 0 }
+    worker_groups = {}
   }
-  expect_failures = [var.workers]
+  expect_failures = [var.worker_groups]
+}
+
+run "a_worker_group_of_no_workers" {
+  command = plan
+  variables {
+    worker_groups = { ddp = { instance_types = ["g5.xlarge"], max = 0 } }
+  }
+  expect_failures = [var.worker_groups]
 }
 
 run "a_name_that_cannot_name_resources" {
@@ -178,7 +205,10 @@ run "the_latest_tag" {
 run "efa_on_a_type_without_it" {
   command = plan
   variables {
-    workers = { instance_type = "g5.xlarge", efa = true }
+    worker_groups = {
+      ddp  = { instance_types = ["g5.xlarge"], efa = true }
+      fsdp = { instance_types = ["g5.12xlarge"], efa = true }
+    }
   }
   expect_failures = [check.efa_supported]
 }

@@ -18,7 +18,7 @@ variables {
   region                = "us-east-1"
   vpc_id                = "vpc-0123456789abcdef0"
   cluster_arn           = "arn:aws:ecs:us-east-1:123456789012:cluster/rayfleet"
-  capacity_providers    = { head = "rayfleet-head", worker = "rayfleet-worker" }
+  capacity_providers    = { head = "rayfleet-head", worker = "rayfleet-worker", "worker-ddp" = "rayfleet-worker-ddp", "worker-fsdp" = "rayfleet-worker-fsdp" }
   subnet_ids            = ["subnet-0123456789abcdef0"]
   security_group_id     = "sg-0000000000000ray0"
   images                = { "ray-head" = "h:1", "ray-worker" = "w:1", "trainer" = "t:1", "gpu-metrics" = "g:1" }
@@ -100,13 +100,28 @@ run "serve_ray" {
 
   variables {
     head_node = { vcpus = var.catalog["m5.xlarge"].vcpus, memory_mib = var.catalog["m5.xlarge"].memory_mib, gpus = var.catalog["m5.xlarge"].gpus }
-    worker_node = {
-      instance_type = "g5.xlarge"
-      vcpus         = var.catalog["g5.xlarge"].vcpus
-      memory_mib    = var.catalog["g5.xlarge"].memory_mib
-      gpus          = var.catalog["g5.xlarge"].gpus
-      count         = 2
-      efa           = false
+    worker_groups = {
+      ddp = {
+        node_group    = "worker-ddp"
+        instance_type = "g5.xlarge"
+        vcpus         = var.catalog["g5.xlarge"].vcpus
+        memory_mib    = var.catalog["g5.xlarge"].memory_mib
+        gpus          = var.catalog["g5.xlarge"].gpus
+        min           = 0
+        max           = 2
+        efa           = false
+      }
+      fsdp = {
+        node_group    = "worker-fsdp"
+        instance_type = "g5.12xlarge"
+        vcpus         = var.catalog["g5.12xlarge"].vcpus
+        memory_mib    = var.catalog["g5.12xlarge"].memory_mib
+        gpus          = var.catalog["g5.12xlarge"].gpus
+        min           = 0
+        max           = 2
+        efa           = true
+        efa_devices   = 1
+      }
     }
     serve = { port = 8000, security_group_id = "sg-000000000000serve" }
   }
@@ -122,8 +137,11 @@ run "serve_ray" {
   }
 
   assert {
-    condition     = one(aws_ecs_service.worker.network_configuration[*].security_groups) == null || one(aws_ecs_service.worker.network_configuration).security_groups == toset(["sg-0000000000000ray0"])
-    error_message = "The workers do not carry the Serve group."
+    condition = (
+      one(aws_ecs_service.worker["ddp"].network_configuration).security_groups == toset(["sg-0000000000000ray0"]) &&
+      length(aws_ecs_service.worker["fsdp"].network_configuration) == 0
+    )
+    error_message = "The workers do not carry the Serve group (fsdp's, on EFA, run in host networking: no group of their own)."
   }
 
   # issue 27 item 8: one process checks the key in front of every route on the Serve port: the head task's
@@ -136,7 +154,7 @@ run "serve_ray" {
       jsondecode(aws_ecs_task_definition.head.container_definitions)[1].command == ["--host", "0.0.0.0", "--port", "8000"] &&
       jsondecode(aws_ecs_task_definition.head.container_definitions)[1].secrets == [{ name = "RAYFLEET_SERVE_API_KEY", valueFrom = "arn:aws:secretsmanager:us-east-1:123456789012:secret:rayfleet/serve-api-key-20261124-AbCdEf" }] &&
       !strcontains(jsonencode(jsondecode(aws_ecs_task_definition.head.container_definitions)[0]), "RAYFLEET_SERVE_API_KEY") &&
-      !strcontains(aws_ecs_task_definition.worker.container_definitions, "RAYFLEET_SERVE_API_KEY") &&
+      !anytrue([for w in aws_ecs_task_definition.worker : strcontains(w.container_definitions, "RAYFLEET_SERVE_API_KEY")]) &&
       !strcontains(aws_ecs_task_definition.trainer.container_definitions, "RAYFLEET_SERVE_API_KEY")
     )
     error_message = "The API key reaches the serve-gate container alone, which starts before the head: ${aws_ecs_task_definition.head.container_definitions}"
@@ -174,12 +192,12 @@ run "serving_off_ray" {
   }
 
   variables {
-    head_node   = { vcpus = 4, memory_mib = 16384, gpus = 0 }
-    worker_node = { instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, count = 1, efa = false }
+    head_node     = { vcpus = 4, memory_mib = 16384, gpus = 0 }
+    worker_groups = { default = { node_group = "worker", instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, min = 1, max = 1, efa = false } }
   }
 
   assert {
-    condition     = length(aws_secretsmanager_secret.serve_api_key) == 0 && output.serve_endpoint == "" && !strcontains(aws_ecs_task_definition.worker.container_definitions, "RAYFLEET_SERVE_API_KEY") && length(jsondecode(aws_ecs_task_definition.head.container_definitions)) == 1
+    condition     = length(aws_secretsmanager_secret.serve_api_key) == 0 && output.serve_endpoint == "" && !strcontains(aws_ecs_task_definition.worker["default"].container_definitions, "RAYFLEET_SERVE_API_KEY") && length(jsondecode(aws_ecs_task_definition.head.container_definitions)) == 1
     error_message = "With serving off there is no key, no endpoint, no gate and no key in any container."
   }
 }
@@ -192,9 +210,9 @@ run "serve_ray_with_tls" {
   }
 
   variables {
-    head_node   = { vcpus = 4, memory_mib = 16384, gpus = 0 }
-    worker_node = { instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, count = 1, efa = false }
-    serve       = { port = 8443, security_group_id = "sg-000000000000serve", tls_secret_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:acme/serve-tls-AbCdEf" }
+    head_node     = { vcpus = 4, memory_mib = 16384, gpus = 0 }
+    worker_groups = { default = { node_group = "worker", instance_type = "g5.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, min = 1, max = 1, efa = false } }
+    serve         = { port = 8443, security_group_id = "sg-000000000000serve", tls_secret_arn = "arn:aws:secretsmanager:us-east-1:123456789012:secret:acme/serve-tls-AbCdEf" }
   }
 
   assert {

@@ -1,6 +1,7 @@
 """The EFA shape's facts (issue 15 item 9): the catalog's EFA device count per instance type, which the root
 passes to the launch template (one EFA interface per device) and to the worker task (one uverbs device each);
-GPUDirect RDMA only where the type has it. Terraform renders both in infra/tests/fsdp.tftest.hcl."""
+GPUDirect RDMA only where the type has it. Terraform renders both in infra/tests/fsdp.tftest.hcl (the default's
+fsdp group) and tests/infra/test_terraform_render.py."""
 
 from __future__ import annotations
 
@@ -27,12 +28,20 @@ def test_every_type_says_how_many_efa_devices_it_has(instance_type):
 
 
 def test_the_root_passes_the_catalogs_efa_facts_to_the_cluster_and_the_workers():
+    """Per worker group (hcl2 keeps the root's for expressions as text): the group's facts are the catalog's of its
+    first type (an EFA group has only one: infra/variables.tf), and only an EFA group passes its EFA devices on."""
     root = load_dir(INFRA)
     locals_ = merged(root, "locals")
     modules = merged(root, "module")
-    worker_group = locals_["node_groups"]["worker"]
-    assert worker_group["efa_interfaces"] == "${var.workers.efa ? local.worker.efa_devices : 0}"
-    worker_node = modules["ray"]["worker_node"]
-    assert worker_node["efa_devices"] == "${var.workers.efa ? local.worker.efa_devices : 0}"
-    assert worker_node["efa_rdma"] == "${var.workers.efa && local.worker.efa_rdma}"
-    assert modules["network"]["efa"] == "${var.workers.efa}"
+    workers = locals_["workers"]
+    assert workers.startswith("${{for g , w in var.worker_groups : g => merge(local.catalog[w.instance_types[0]], w, {")
+    node_groups = locals_["node_groups"]
+    assert "{for g , w in local.workers : w.node_group => {" in node_groups
+    assert '"efa_interfaces": "${w.efa ? w.efa_devices : 0}"' in node_groups
+    worker_groups = modules["ray"]["worker_groups"]
+    assert worker_groups.startswith("${{for g , w in local.workers : g => {")
+    assert '"efa_devices": "${w.efa ? w.efa_devices : 0}"' in worker_groups
+    assert '"efa_rdma": "${w.efa && w.efa_rdma}"' in worker_groups
+    # the EFA security group exists when any group has EFA
+    assert locals_["any_efa"] == "${anytrue([for w in values(var.worker_groups) : w.efa])}"
+    assert modules["network"]["efa"] == "${local.any_efa}"

@@ -3,9 +3,11 @@
 Stop, start and autostop set the ECS services' desired counts through the API; the services ignore
 `desired_count` after creation (infra/modules/ray/main.tf). Here: apply infra/ offline with the stand-in
 providers in render mode (as tools/terraform_standin/render.py does, but keeping the state, which the
-render cache does not), set the three services to zero in the state as `make stop` leaves them (the
-stand-in's refresh returns the state as it is, as AWS would answer DescribeServices), then `terraform plan
+render cache does not), set every service to zero in the state as `make stop` leaves them (the stand-in's
+refresh returns the state as it is, as AWS would answer DescribeServices), then `terraform plan
 -detailed-exitcode` must exit 0. Without the ignore_changes it exits 2 with `desired_count = 0 -> 2`.
+The default worker groups start at zero, where a stop changes nothing; so the two groups here keep nodes
+running (min 2 and 1), as a deployment whose groups have a min does, and the stop takes both to zero.
 """
 
 from __future__ import annotations
@@ -18,16 +20,22 @@ import pytest
 from tools.terraform_standin.render import IMAGE_TAG, RENDER_ENV
 from tools.terraform_standin.workspace import Terraform, scratch_copy
 
-SERVICES = {"head": 1, "control": 1, "worker": 2}  # the counts a fresh deploy of the defaults creates
-VARS = (f"-var=image_tag={IMAGE_TAG}",)
+GROUPS = (
+    '{ddp = {instance_types = ["g5.xlarge"], min = 2, max = 2}, '
+    'fsdp = {instance_types = ["g5.12xlarge"], efa = true, min = 1, max = 2}}'
+)
+# the counts a fresh deploy of these groups creates, by (resource name, worker group)
+SERVICES = {("head", None): 1, ("control", None): 1, ("worker", "ddp"): 2, ("worker", "fsdp"): 1}
+VARS = (f"-var=image_tag={IMAGE_TAG}", f"-var=worker_groups={GROUPS}")
 
 
-def _services(state: dict) -> dict[str, dict]:
-    """name -> attributes of module.ray's aws_ecs_service resources, in a `state pull` document."""
+def _services(state: dict) -> dict[tuple[str, str | None], dict]:
+    """(name, for_each key) -> attributes of module.ray's aws_ecs_service instances, in a `state pull` document."""
     return {
-        r["name"]: r["instances"][0]["attributes"]
+        (r["name"], instance.get("index_key")): instance["attributes"]
         for r in state["resources"]
         if r.get("module") == "module.ray" and r["type"] == "aws_ecs_service"
+        for instance in r["instances"]
     }
 
 

@@ -28,9 +28,10 @@ WRITABLE = {"/tmp", "/work", "/run/rayfleet", "/run/rayfleet-health"}
 HOST_PATHS = {"/etc/rayfleet"}  # the instance's identity and Spot notice, read-only
 TLS = "arn:aws:secretsmanager:us-east-1:123456789012:secret:acme/tls-AbCdEf"
 SERVE = f'{{enabled = true, allowed_cidrs = ["10.0.0.0/8"], tls_secret_arn = "{TLS}"}}'
+ONE_GROUP = '{default = {instance_types = ["g5.xlarge"], min = 2, max = 2}}'
 SHAPES = {
-    "default": {},
-    "fsdp (EFA, host network)": {"var_files": ("fsdp.tfvars",)},
+    "default (ddp, and fsdp: EFA, host network)": {},
+    "one group named default": {"variables": {"worker_groups": ONE_GROUP}},
     "serving with TLS (the serve-gate container)": {"variables": {"serve": SERVE}},
 }
 
@@ -69,7 +70,10 @@ def violations(definition: dict) -> list[str]:
 
 def test_every_rendered_container_is_locked_down(state):
     picture = rendered.picture(state)
-    assert set(picture["taskDefinitions"]) >= {"head", "worker", "trainer", "control"}
+    assert set(picture["taskDefinitions"]) >= {"head", "trainer", "control"}
+    # every task definition Terraform rendered, each worker group's too, is in the picture (none hides another)
+    rendered_definitions = [r for r in rendered.resources(state) if r["type"] == "aws_ecs_task_definition"]
+    assert len(picture["taskDefinitions"]) == len(rendered_definitions) == 3 + len(picture["outputs"]["worker_groups"])
     containers = [c["name"] for d in picture["taskDefinitions"].values() for c in d["containerDefinitions"]]
     assert ("serve-gate" in containers) == bool(picture["outputs"].get("serve_endpoint")), containers
     for key, definition in picture["taskDefinitions"].items():
@@ -132,7 +136,7 @@ def test_no_role_a_job_runs_under_can_scale_the_services_or_write_the_snapshot(s
     service_arns = [f"arn:aws:ecs:{picture['region']}:{picture['account']}:service/{cluster}/{s}" for s in services]
     job_roles = {d["taskRoleArn"] for key, d in picture["taskDefinitions"].items() if key != "control"}
     control = picture["taskDefinitions"]["control"]["taskRoleArn"]
-    assert control not in job_roles and len(services) == 3
+    assert control not in job_roles and len(services) == 2 + len(picture["outputs"]["worker_groups"])  # head, control
     for role in job_roles:
         for document in policies[role]:
             assert not any(_allows(document, "ecs:UpdateService", arn) for arn in service_arns), role
@@ -154,7 +158,9 @@ def test_the_control_role_starts_waiting_trainers_and_nothing_else_and_no_job_ca
     control = definitions["control"]["taskRoleArn"]
     family = picture["taskDefinitionArns"]
     assert any(_allows(d, "ecs:RunTask", family["trainer"]) for d in policies[control])
-    for other in ("head", "worker", "control"):
+    others = [key for key in family if key != "trainer"]  # head, control and every worker group's
+    assert len(others) == 2 + len(picture["outputs"]["worker_groups"])
+    for other in others:
         assert not any(_allows(d, "ecs:RunTask", family[other]) for d in policies[control]), other
     trainer_roles = {definitions["trainer"]["taskRoleArn"], definitions["trainer"]["executionRoleArn"]}
     assert all(any(_allows(d, "iam:PassRole", arn) for d in policies[control]) for arn in trainer_roles)
@@ -169,11 +175,20 @@ def test_the_control_role_starts_waiting_trainers_and_nothing_else_and_no_job_ca
 
 
 def test_the_worker_nodes_carry_the_group_label_that_the_laptop_names_their_group_by(state):
-    """The worker task's RAYFLEET_WORKER_GROUP is its Ray nodes' label (rayfleet/core/worker_groups.py); the
-    laptop names the deployment's one group the same (ecs/outputs.py WORKERS), so a recipe with
-    `resources.group` is placed on the nodes that the submit check found."""
-    from rayfleet.ecs.outputs import WORKERS
+    """Each worker group's task's RAYFLEET_WORKER_GROUP is its Ray nodes' label (rayfleet/core/worker_groups.py):
+    the group's name in the worker_groups output, which the laptop reads (ecs/outputs.py), so a recipe with
+    `resources.group` is placed on the nodes that the submit check found; a group named default is the one group
+    of earlier deployments' flat outputs (ecs/outputs.py LEGACY)."""
+    from rayfleet.ecs.outputs import LEGACY
 
-    worker = rendered.picture(state)["taskDefinitions"]["worker"]
-    environment = {e["name"]: e.get("value") for c in worker["containerDefinitions"] for e in c["environment"]}
-    assert environment["RAYFLEET_WORKER_GROUP"] == WORKERS == "default"
+    picture = rendered.picture(state)
+    services = {s["serviceName"]: s for s in picture["services"]}
+    groups = picture["outputs"]["worker_groups"]
+    assert groups
+    for name, group in groups.items():
+        definition = picture["taskDefinitions"][services[group["service_name"]]["taskDefinition"]]
+        assert definition["family"] == group["service_name"]  # "<name>-ray-<node group>", both of them
+        environment = {e["name"]: e.get("value") for c in definition["containerDefinitions"] for e in c["environment"]}
+        assert environment["RAYFLEET_WORKER_GROUP"] == name
+    if "default" in groups:
+        assert LEGACY == "default"

@@ -1,10 +1,10 @@
 """`terraform test` of infra/tests/*.tftest.hcl, through the pinned Terraform, offline.
 
-The test files plan and apply the root module (its defaults, and infra/fsdp.tfvars) and the modules with
-`mock_provider`s over the stand-in providers' schemas (tools/terraform_standin), and assert on what
-Terraform renders: container definitions, security-group rules, IAM statements, user data, refusals.
-One `terraform test -var-file=fsdp.tfvars -json` runs them all; each run block is reported here as its
-own test, with Terraform's diagnostics when it fails.
+The test files plan and apply the root module (its defaults: the ddp and fsdp worker groups; and the worker
+groups each file sets) and the modules with `mock_provider`s over the stand-in providers' schemas
+(tools/terraform_standin), and assert on what Terraform renders: container definitions, security-group rules,
+IAM statements, user data, refusals. One `terraform test -json` runs them all; each run block is reported here
+as its own test, with Terraform's diagnostics when it fails.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def outcome(tmp_path_factory) -> Outcome:
     root = scratch_copy(Path(tmp_path_factory.mktemp("terraform-test")))
     init = tf.init(root)
     assert init.returncode == 0, init.output
-    result = tf.run(root, "test", "-var-file=fsdp.tfvars", "-json", "-no-color")
+    result = tf.run(root, "test", "-json", "-no-color")
     messages = []
     for line in result.stdout.splitlines():
         try:

@@ -156,8 +156,9 @@ def test_check_a_zero_g_quota_names_the_quota_the_number_and_the_link(deployed):
     report = preflight.check(Aws("us-east-1"), SHAPE, quota=quotas(L_DB2E81BA=0.0), simulate_policy=allowed)
     assert report.problems == [] and report.notes == [
         "EC2 quota Running On-Demand G and VT instances (L-DB2E81BA) is 0 vCPUs; worker group default at full size"
-        " needs 8 (default workers 2 x g5.xlarge (4 vCPUs)): runs needing default will wait; request 8 (more if other"
-        f" instances of the family run) at {QUOTA_LINK}; approval can take a day"
+        " needs 8 (default workers 2 x g5.xlarge (4 vCPUs)): the deploy goes on, but runs needing default cannot start"
+        f" its nodes until the quota is raised; request 8 (more if other instances of the family run) at {QUOTA_LINK};"
+        " approval can take a day"
     ]
     head = preflight.check(Aws("us-east-1"), SHAPE, quota=quotas(L_1216C47A=0.0), simulate_policy=allowed)
     assert [p.what for p in head.problems] == [

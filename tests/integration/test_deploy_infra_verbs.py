@@ -568,7 +568,7 @@ def test_deploy_shows_summary_and_cost_then_applies_only_on_yes(recording_moto, 
     assert [c[0] for c in calls(env)] == ["init", "plan", "show"]  # planned and priced, never applied
     out = declined.stdout
     assert "plan: 113 to add, 0 to change, 0 to destroy" in out  # infra/'s default: two worker groups
-    assert "cost: $13.59/h running, $0.237/h idle (autostopped), $0.045/h stopped (rayfleet deploy stop)" in out
+    assert "cost: $13.79/h running, $0.429/h idle (autostopped), $0.045/h stopped (rayfleet deploy stop)" in out
     assert "  worker group ddp: 0-2 x g5.xlarge at $1.006/h, $2.01/h at full size" in out
     assert "  worker group fsdp: 0-2 x g5.12xlarge at $5.672/h, $11.34/h at full size" in out
     assert out.index("preflight: ") < out.index("cost: ") < out.index("apply this plan? [y/N]")

@@ -442,8 +442,8 @@ def test_a_recipe_needing_more_worker_nodes_than_the_group_is_refused_before_upl
 def test_the_built_in_fsdp_recipe_stages_its_corpus_and_reads_it_from_s3(aws_stack, tmp_path, monkeypatch):
     """recipes/fsdp.yaml on ECS with no job arguments: its corpus folder (data/text, `make text-data`) is
     staged, and the arg it resolves to, data=s3://.../tiny_shakespeare.txt, is what the FSDP job's reader
-    reads. Sized down with --set to the default stand-in deployment (2 x g5.xlarge); its own shape is
-    fsdp.tfvars."""
+    reads. Sized down with --set to the harness's one group (2 x g5.xlarge); its own shape is the default
+    deployment's fsdp group."""
     corpus = tmp_path / "text"
     corpus.mkdir()
     (corpus / "tiny_shakespeare.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n")

@@ -315,10 +315,9 @@ def test_each_container_acts_as_its_task_role_under_enforced_iam(rehearsal, aws)
     role; and the laptop verbs' keys are the operator's."""
     ecs, out = aws["client"]("ecs"), aws["outputs"]
     roles = {}
-    for key in ("worker", "control"):
-        (service,) = ecs.describe_services(cluster=out["cluster_name"], services=[out[f"{key}_service_name"]])[
-            "services"
-        ]
+    names = {"worker": out["worker_groups"]["default"]["service_name"], "control": out["control_service_name"]}
+    for key, name in names.items():
+        (service,) = ecs.describe_services(cluster=out["cluster_name"], services=[name])["services"]
         definition = ecs.describe_task_definition(taskDefinition=service["taskDefinition"])["taskDefinition"]
         roles[key] = definition["taskRoleArn"].rsplit("/", 1)[-1]
     assert roles["worker"] != roles["control"]

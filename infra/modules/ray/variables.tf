@@ -89,7 +89,7 @@ variable "control_task_role_arn" {
 }
 
 variable "autostop" {
-  description = "Scale the workers (and with head = true the head) to zero after idle_minutes without a job, a Serve application or a trainer task; 0 turns it off."
+  description = "Each worker group to its min after its own idle_minutes (worker_groups) without work on it, and with head = true the head to zero after idle_minutes here, once every group has stopped; 0 turns it off."
   type = object({
     idle_minutes = optional(number, 30)
     head         = optional(bool, false)

@@ -31,7 +31,7 @@ class WorkerGroup:
     autoscaling_group: str = ""
     capacity_provider: str = ""
     instance_types: tuple[str, ...] = ()  # rayfleet run checks a recipe's resources against the smallest
-    min_nodes: int = 0  # autostop and rayfleet deploy stop leave the group here
+    min_nodes: int = 0  # autostop leaves the group here; rayfleet deploy start brings it back to it
     max_nodes: int = 0  # the most nodes a run (or rayfleet deploy start --group) gets
     spot: str = "on-demand"  # SPOT_POLICIES
     on_demand_base: int = 0  # on Spot, this many nodes stay on demand
@@ -83,7 +83,7 @@ class Outputs:
     task_security_group_id: str
     trainer_task_definition: str
     head_service_name: str
-    worker_groups: dict[str, WorkerGroup]  # by name; today's deployments have one, WORKERS
+    worker_groups: dict[str, WorkerGroup]  # by name (Terraform's worker_groups output)
     results_bucket: str
     trainer_log_group: str
     control_service_name: str = ""  # the snapshot and autostop (ray-control); "" before issue 27's deployments

@@ -279,7 +279,10 @@ def _quotas(aws: Aws, shape: Shape, report: Report, quota, groups_block: bool) -
             if group is None or groups_block:
                 report.problems.append(Problem(f"{what} needs {need} ({how})", fix))
             else:
-                report.notes.append(f"{what} needs {need} ({how}): runs needing {group} will wait; {fix}")
+                report.notes.append(
+                    f"{what} needs {need} ({how}): the deploy goes on, but runs needing {group} cannot start its"
+                    f" nodes until the quota is raised; {fix}"
+                )
     if not groups_block and len(groups) > 1:
         for q, (need, how) in _added(head, *groups.values()).items():
             value = values.get(q)

@@ -142,11 +142,36 @@ def usd(value: float) -> str:
     return f"${value:.2f}" if value >= 1 else f"${value:.3f}"
 
 
+def destroyed_node_groups(plan: dict) -> list[str]:
+    """The worker node groups whose Auto Scaling group the plan deletes (their instances go with it)."""
+    return sorted(
+        str(c.get("index"))
+        for c in plan.get("resource_changes", [])
+        if c.get("type") == "aws_autoscaling_group"
+        and "delete" in c.get("change", {}).get("actions", [])
+        and str(c.get("index", "")).startswith("worker")
+    )
+
+
 def describe(plan: dict) -> list[str]:
     """The lines `deploy` prints before asking."""
     priced = cost(plan)
+    gone = destroyed_node_groups(plan)
+    warning = (
+        [
+            f"warning: the plan destroys the worker node group(s) {', '.join(gone)} and their instances"
+            + (
+                "; a deployment made before worker groups keeps its workers with TFVARS=one-group.tfvars"
+                if "worker" in gone
+                else ""
+            )
+        ]
+        if gone
+        else []
+    )
     return [
         f"plan: {summary(plan)}",
+        *warning,
         f"cost: {usd(priced.running)}/h running, {usd(priced.idle)}/h idle (autostopped), "
         f"{usd(priced.stopped)}/h stopped (rayfleet deploy stop), "
         f"about ${priced.running * 24 * 30:,.0f}/month always on",
