@@ -3,9 +3,9 @@ test_autostop_on_moto.py)."""
 
 from __future__ import annotations
 
-import pytest
-
 import json
+
+import pytest
 
 from rayfleet.node.control.autostop import Autostop, GroupStop, Settings, busy_because, groups_in_use
 
