@@ -35,6 +35,7 @@ from rayfleet.core.terminal import printable
 from rayfleet.ecs.launch import launch
 from rayfleet.ecs.logs import follow_task
 from rayfleet.ecs.outputs import Outputs
+from rayfleet.ecs.start import start
 from rayfleet.local import cluster as local_cluster
 from rayfleet.node.serve import control
 from rayfleet.serve.app import ServeArgs
@@ -114,7 +115,7 @@ def up_ecs(run: str, cfg: ServeConfig, outputs: str | None, timeout: float) -> i
         )
     run_dir = RunDir(runs_root(out.results_bucket), run, region=out.region)
     served = find(run_dir)
-    _check_fits_a_group(cfg, out)
+    group = serving_group(cfg, out)
     # The gate holds the Serve port and checks the key; the replicas hold none (keys.py).
     args = ServeArgs(
         storage=run_dir.storage,
@@ -138,6 +139,10 @@ def up_ecs(run: str, cfg: ServeConfig, outputs: str | None, timeout: float) -> i
     ]
     say(describe(served, run_dir))
     aws = Aws(out.region)
+    if group is not None:  # a group at zero (its min) has no node for the replicas: start what they take
+        name, nodes = group
+        say(f"replicas on worker group {name}: starting {nodes} node(s) if fewer run")
+        start(aws, out, say=say, timeout_s=timeout, starts={name: nodes})
     record = launch(aws, out, "serve", [], run_name=serve_run_name(run), command=command)
     say(f"trainer task {record['task_arn'].rsplit('/', 1)[-1]} deploys it; following its log")
     code = follow_task(aws, out, record["task_arn"], record["log_stream"])
@@ -211,17 +216,26 @@ if __name__ == "__main__":  # the module's command line before `rayfleet` took i
     gone("python -m rayfleet.ops.serve", "rayfleet serve up|status|down")
 
 
-def _check_fits_a_group(cfg: ServeConfig, out: Outputs) -> None:
-    """The replicas fit one node of some worker group (ConfigError from the last group tried when none)."""
-    refusal = None
+def serving_group(cfg: ServeConfig, out: Outputs) -> tuple[str, int] | None:
+    """The worker group the replicas go to and the nodes they take there: the cheapest group (per node) whose
+    node holds a replica; None where the catalog knows none of the groups' types (Ray is the judge). ConfigError
+    (the last group's reason) when no group's node holds one."""
+    refusal, known = None, []
     for name, group in out.worker_groups.items():
         shape = INSTANCE_TYPES.get(group.instance_type)
-        if shape is None:
-            return  # a type the catalog does not know: Ray is the judge
+        if shape is not None:
+            known.append((float(shape["usd_per_hour"]), name, group, shape))
+    for _, name, group, shape in sorted(known, key=lambda k: (k[0], k[1])):
         try:
             check_fits(cfg, float(shape["vcpus"]), int(shape["gpus"]), f"worker group {name} ({group.instance_type})")
-            return
         except ConfigError as exc:
             refusal = exc
+            continue
+        per_node = int(shape["vcpus"] // cfg.cpus_per_replica)
+        if cfg.gpus_per_replica:
+            per_node = min(per_node, int(shape["gpus"]) // cfg.gpus_per_replica)
+        replicas = cfg.replicas or (cfg.autoscaling.min_replicas if cfg.autoscaling else 1) or 1
+        return name, min(-(-replicas // max(per_node, 1)), group.max_nodes or 1)
     if refusal is not None:
         raise refusal
+    return None

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from rayfleet.core.config import ConfigError, load_config
+from rayfleet.ecs.outputs import Outputs
 from rayfleet.node.serve import control
 from rayfleet.ops import serve
 from rayfleet.serve.app import ServeArgs
@@ -86,15 +87,33 @@ def test_on_ecs_the_proxy_is_on_loopback_behind_the_gate_and_the_replicas_hold_n
         ),
     )
     monkeypatch.setattr(serve, "follow_task", lambda *a: 0)
+    started = []
+    monkeypatch.setattr(serve, "start", lambda aws, out, say, timeout_s, starts: started.append(starts))
     kept = []  # what a restarted head gets back (rayfleet/core/serve_kept.py; on moto: test_serve_on_local_cluster.py)
     monkeypatch.setattr(serve.kept, "keep", lambda s3, bucket, run, config: kept.append((bucket, run, config)))
     assert serve.up_ecs("clf", load_config(ServeConfig, None, []), str(path), 60) == 0
     command = launched["command"]
     config = json.loads(command[command.index("--config-json") + 1])
     assert kept == [(OUTPUTS["results_bucket"], "clf", config)]
+    assert started == [{"default": 1}]  # the group's node for the replica, before the trainer deploys it
     assert config["http_options"] == {"host": "127.0.0.1", "port": GATED_PROXY_PORT}
     args = ServeArgs.model_validate(config["applications"][0]["args"])
     assert args.gated and args.api_key_file is None and args.config.port == 8000
+
+
+def test_the_replicas_go_to_the_cheapest_group_whose_node_holds_one():
+    groups = {
+        "ddp": {"service_name": "w-ddp", "instance_types": ["g5.xlarge"], "max_nodes": 2},
+        "fsdp": {"service_name": "w-fsdp", "instance_types": ["g5.12xlarge"], "max_nodes": 2},
+    }
+    out = Outputs.from_flat(**{k: v for k, v in OUTPUTS.items() if not k.startswith("worker_")}, worker_groups=groups)
+    assert serve.serving_group(load_config(ServeConfig, None, []), out) == ("ddp", 1)
+    assert serve.serving_group(load_config(ServeConfig, None, ["replicas=3", "gpus_per_replica=1"]), out) == ("ddp", 2)
+    assert serve.serving_group(load_config(ServeConfig, None, ["gpus_per_replica=2", "replicas=3"]), out) == ("fsdp", 2)
+    with pytest.raises(ConfigError, match="gpus_per_replica=8, but worker group fsdp"):
+        serve.serving_group(
+            load_config(ServeConfig, None, ["gpus_per_replica=8", "tensor_parallel_size=8", "engine=vllm"]), out
+        )
 
 
 def test_a_replica_needs_what_a_worker_has():
