@@ -128,6 +128,13 @@ def test_train_ddp_and_train_fsdp_on_one_default_deployment(ecs_moto, tmp_path):
         assert "[rayfleet] worker group fsdp: 2 node(s) x g5.12xlarge, $11.34/h (the only one that fits)" in fsdp.stdout
         assert desired(ecs_moto, out) == {"ddp": 1, "fsdp": 2}
 
+    shown = run(env, "status", "--json")
+    assert shown.returncode == 0, shown.stderr
+    groups = {g["group"]: g for g in json.loads(shown.stdout)["groups"]}
+    assert {n: (g["desired"], g["max"], g["instance_types"]) for n, g in groups.items()} == {
+        "ddp": (1, 2, ["g5.xlarge"]),
+        "fsdp": (2, 2, ["g5.12xlarge"]),
+    }
     ecs = ecs_moto.client("ecs")
     trainers = ecs.list_tasks(cluster=out["cluster_name"], startedBy=STARTED_BY, desiredStatus="RUNNING")["taskArns"]
     assert len(trainers) == 2  # both drivers at once: the head holds two (concurrent_runs = 2)

@@ -262,3 +262,18 @@ def test_staleness_is_judged_by_s3s_clock_not_the_laptops():
     assert age == 30 and not ray_section(ray, laptop_an_hour_ahead, age)["ray_stale"]
     ray, age = ray_view(S3(STALE_AFTER_S + 60), "b")
     assert ray_section(ray, written, age)["ray_stale"]  # the laptop's clock says 0 s; S3's says stale
+
+
+def test_each_worker_group_is_one_line_with_its_nodes_gpus_price_and_waiting_runs():
+    waiting = {"run": "big", "reason": "waits for 2 node(s)", "since_s": 180}
+    groups = [
+        {"group": "ddp", "desired": 1, "running": 1, "max": 2, "gpus": 1, "usd_per_hour": 1.006, "waiting": 0},
+        {"group": "fsdp", "desired": 2, "running": 0, "max": 2, "gpus": 0, "usd_per_hour": 0.0, "waiting": 1,
+         "first": waiting},
+    ]  # fmt: skip
+    shown = render({**empty_status(), "groups": groups}).splitlines()
+    at = shown.index("worker groups   nodes    GPUs   $/h    waiting")
+    assert shown[at + 1 : at + 3] == [
+        "  ddp           1/1 of 2 1      1.01   0",
+        "  fsdp          0/2 of 2 0      0.00   1 (big: waits for 2 node(s), 3 min)",
+    ]

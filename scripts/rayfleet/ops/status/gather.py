@@ -13,7 +13,7 @@ from rayfleet.core.aws import Aws
 from rayfleet.core.bucket import RAY_STATUS as RAY_STATUS_KEY
 from rayfleet.core.catalog import PRICES_AS_OF, gpus_of, hourly_cost
 from rayfleet.core.run_dir import RunDir, runs_root
-from rayfleet.core.run_queue import Queue
+from rayfleet.core.run_queue import WAITING, Queue
 from rayfleet.ecs import capacity
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import running_tasks
@@ -155,6 +155,7 @@ def status(aws: Aws, out: Outputs, runs: int = 5, why=capacity.reasons) -> dict:
     spent, since = spend_usd(aws.client("ec2"), list(instances.values()), datetime.now(UTC))
     reasons = why(aws, out, datetime.now(UTC) - CAPACITY_LOOKBACK)
     view, view_age = ray_view(aws.client("s3"), out.results_bucket)
+    queue = _queue(out)
     return {
         "cluster": out.cluster_name,
         "region": aws.region,
@@ -172,13 +173,41 @@ def status(aws: Aws, out: Outputs, runs: int = 5, why=capacity.reasons) -> dict:
         "capacity": [{"reason": r.text, "fatal": r.fatal} for r in reasons],
         **ray_section(view, datetime.now(UTC), view_age),
         "runs": _runs(out, runs),
-        "queue": _queue(out),
+        "queue": queue,
+        "groups": group_rows(out, services, queue),
         "cost_per_hour_usd": round(cost, 3),
         "cost_unknown_types": unknown,
         "spent_usd": spent,
         "running_since": since.isoformat(timespec="seconds") if since else None,
         "prices_as_of": PRICES_AS_OF,
     }
+
+
+def group_rows(out: Outputs, services: list[dict], queue: list[dict]) -> list[dict]:
+    """Per worker group: its nodes (the service's tasks, desired and running), GPUs and list price per hour of
+    the running ones, and the runs waiting in its line of the queue (the first one's reason and wait)."""
+    by_name = {s["serviceName"]: s for s in services}
+    rows = []
+    for name, group in out.worker_groups.items():
+        service = by_name.get(group.service_name, {})
+        running = int(service.get("runningCount", 0))
+        price, _ = hourly_cost([group.instance_type] * running)
+        line = [r for r in queue if r.get("group") == name and r.get("state") == WAITING]
+        first = line[0] if line else None
+        rows.append(
+            {
+                "group": name,
+                "instance_types": list(group.types),
+                "desired": int(service.get("desiredCount", 0)),
+                "running": running,
+                "max": group.max_nodes,
+                "gpus": running * group.gpus,
+                "usd_per_hour": round(price, 3),
+                "waiting": len(line),
+                "first": None if first is None else {k: first.get(k) for k in ("run", "reason", "since_s")},
+            }
+        )
+    return rows
 
 
 def _queue(out: Outputs) -> list[dict]:

@@ -124,6 +124,18 @@ def queue_capacity_lines(decided: dict) -> list[str]:
     return lines
 
 
+def group_line(g: dict) -> str:
+    """One worker group: running/desired nodes (of its max), GPUs, $/h of the running nodes, its waiting runs."""
+    nodes = f"{g['running']}/{g['desired']} of {g['max']}"
+    first = g.get("first")
+    waiting = f"{g['waiting']}" + (
+        f" ({printable(first['run'])}: {printable(first['reason'] or '')}, {round((first['since_s'] or 0) / 60)} min)"
+        if first
+        else ""
+    )
+    return f"  {printable(g['group']):<14}{nodes:<9}{g['gpus']:<7}{g['usd_per_hour']:<7.2f}{waiting}"
+
+
 def stale_line(age_s: float | None) -> str:
     """The warning over a Ray view the control task has stopped refreshing."""
     age = "of unknown age" if age_s is None else f"{age_s:.0f} s old"
@@ -142,6 +154,9 @@ def render(s: dict) -> str:
         f"  {t['role']:<8}{t['task'][:12]:<14}{t['status']:<10}{t['health']:<10}{t['instance_type']:<14}{t['gpus']} GPU"
         for t in s["tasks"]
     ] or ["  (none running)"]
+    if s.get("groups"):
+        lines += ["", "worker groups   nodes    GPUs   $/h    waiting"]
+        lines += [group_line(g) for g in s["groups"]]
     if s.get("capacity"):  # only when instances are not coming: an empty section would be noise
         lines += ["", "capacity (the last hour: why instances are not coming)"]
         lines += [f"  {'cannot come: ' if r['fatal'] else ''}{r['reason']}" for r in s["capacity"]]
