@@ -56,9 +56,9 @@ variable "worker_groups" {
     Worker groups, by name (the Ray label of their nodes; recipes may name one, else rayfleet picks the cheapest
     that fits). Per group: its instance types (one or more, the same GPU count, the first preferred; all in
     training/rayfleet/core/instance_types.json), min and max nodes (min 0: nothing runs, nothing is paid, until a
-    run needs the group), Spot ("on-demand"; "spot-only"; "spot-preferred": Spot, for the fallback to on-demand
-    that rayfleet does not take yet, so today it launches as spot-only) with on_demand_base nodes that stay
-    on-demand, EFA (with a
+    run needs the group), Spot ("on-demand"; "spot-only"; "spot-preferred": Spot, and a run whose Spot capacity
+    does not come falls back to on-demand in the group: scripts/rayfleet/ecs/fallback.py) with on_demand_base
+    nodes that stay on-demand, EFA (with a
     cluster placement group unless placement_group = false), the root volume, and idle_minutes before autostop
     takes the group to its min (default: autostop.idle_minutes). The default holds the flagships' two shapes.
   EOT
@@ -106,7 +106,7 @@ variable "worker_groups" {
 
   validation {
     condition     = alltrue([for g in values(var.worker_groups) : contains(["on-demand", "spot-preferred", "spot-only"], g.spot)])
-    error_message = "A worker group's spot is \"on-demand\", \"spot-only\" or \"spot-preferred\" (Spot, for an on-demand fallback rayfleet does not take yet)."
+    error_message = "A worker group's spot is \"on-demand\", \"spot-only\" or \"spot-preferred\" (Spot, falling back to on-demand when a run's Spot capacity does not come)."
   }
 
   validation {

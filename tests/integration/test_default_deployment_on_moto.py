@@ -168,3 +168,79 @@ def test_train_ddp_and_train_fsdp_on_one_default_deployment(ecs_moto, tmp_path):
     decided = control.tick(IDLE)["groups"]
     assert decided["ddp"]["stopped"] and decided["fsdp"]["stopped"]
     assert desired(ecs_moto, out) == {"ddp": 0, "fsdp": 0}
+
+
+SPOT_GROUP = '{ spot = { instance_types = ["g5.xlarge"], spot = "spot-preferred" } }'  # HCL, as -var takes it
+
+
+def test_a_spot_group_whose_capacity_does_not_come_falls_back_to_on_demand(ecs_moto, tmp_path, monkeypatch, capsys):
+    """`rayfleet run` on a spot-preferred group whose Spot capacity does not come: after the recipe's minutes it
+    switches the group's Auto Scaling group to on-demand (as the operator, IAM enforced), says so in one line, the
+    nodes come, and the run's record keeps the step; `rayfleet deploy stop` puts Spot back. The reason itself is
+    Auto Scaling's activity, which moto does not produce: it is given here, while the group is on Spot."""
+    from rayfleet.cli.main import main
+    from rayfleet.core.run_dir import RunDir
+    from rayfleet.ecs import capacity
+
+    (tmp_path / "aws").mkdir()
+    picture = stack.default_picture(var_files=(), variables={"worker_groups": SPOT_GROUP})
+    out = stack.create(ecs_moto, tmp_path / "aws", picture, trainer_slots=2)
+    asg = out["worker_groups"]["spot"]["autoscaling_group"]
+    ecs_moto.client("ec2").create_launch_template(
+        LaunchTemplateName="spot", LaunchTemplateData={"InstanceType": "g5.xlarge", "ImageId": "ami-12c6146b"}
+    )
+    autoscaling = ecs_moto.client("autoscaling")
+    autoscaling.create_auto_scaling_group(  # what Terraform made (moto's stack makes no Auto Scaling groups)
+        AutoScalingGroupName=asg,
+        MinSize=0,
+        MaxSize=2,
+        VPCZoneIdentifier=out["private_subnet_ids"][0],
+        MixedInstancesPolicy={
+            "LaunchTemplate": {"LaunchTemplateSpecification": {"LaunchTemplateName": "spot"}},
+            "InstancesDistribution": {"OnDemandPercentageAboveBaseCapacity": 0},
+        },
+    )
+
+    def on_demand() -> bool:
+        (found,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[asg])["AutoScalingGroups"]
+        return found["MixedInstancesPolicy"]["InstancesDistribution"]["OnDemandPercentageAboveBaseCapacity"] == 100
+
+    no_spot = capacity.Reason("worker group: Spot capacity not available for g5.xlarge", False, group="spot")
+    looks = []
+
+    def reasons(*_):  # a fallback that never comes ends the wait at its third look, not at start's timeout
+        looks.append(1)
+        gave_up = capacity.Reason("no fallback was taken", True, group="spot")
+        return [] if on_demand() else [no_spot] if len(looks) < 3 else [gave_up]
+
+    monkeypatch.setattr(capacity, "_reasons", reasons)
+    for key, value in verbs_env(ecs_moto.url, out["outputs_file"], stack.REGION).items():
+        monkeypatch.setenv(key, value)
+    (tmp_path / "t.py").write_text("print(1)\n")
+    recipe = {"name": "spotty", "entrypoint": "t.py", "resources": {"workers": 1, "gpus_per_worker": 1}}
+    (tmp_path / "spotty.yaml").write_text(json.dumps({**recipe, "capacity_fallback_after_min": 0}))
+
+    class NodesOnDemand(NodesJoin):  # the nodes come once the group launches on-demand
+        def run(self) -> None:
+            while not self.done.wait(0.3):
+                nodes = [{"node_id": "h", "alive": True, "head": True, "resources": {}}]
+                nodes += [{"node_id": "w", "alive": True, "head": False, "resources": {}}] if on_demand() else []
+                body = {"taken_at": datetime.now(UTC).isoformat(timespec="seconds"), "nodes": nodes, "jobs": []}
+                self.s3.put_object(Bucket=out["results_bucket"], Key=RAY_STATUS, Body=json.dumps(body).encode())
+
+    with NodesOnDemand(ecs_moto, out):
+        code = main(["run", str(tmp_path / "spotty.yaml"), "--on", "ecs", "--detach", "--name", "spotty-1"])
+    said = capsys.readouterr().out
+    assert code == 0, said
+    assert (
+        "[rayfleet] capacity: worker group spot: worker group: Spot capacity not available for g5.xlarge for 0 min:"
+        f" on-demand instead of Spot in the group ({asg})"
+    ) in said
+    assert on_demand() and said.index("on-demand instead of Spot") < said.index("Ray sees the head and 1/1 workers")
+    record = RunDir(f"s3://{out['results_bucket']}/runs", "spotty-1", region=stack.REGION).record()
+    (step,) = record["capacity_steps"]
+    assert (step["step"], step["group"], step["waited_min"]) == ("on-demand", "spot", 0.0)
+    assert step["by"].startswith("rayfleet run on the operator's machine")
+
+    assert main(["deploy", "stop"]) == 0
+    assert not on_demand() and "worker group spot: back to Spot above its on-demand base" in capsys.readouterr().out

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -68,6 +68,7 @@ def vcpu_quota(instance_type: str, spot: bool) -> Quota | None:
 class Reason:
     text: str
     fatal: bool  # waiting cannot fix it: start stops at once
+    group: str | None = None  # the worker group whose capacity it is about (None: the head's, or unknown)
 
     def __str__(self) -> str:
         return self.text
@@ -202,14 +203,16 @@ def _reasons(aws: Aws, out: Outputs, since: datetime, activities: Activities) ->
         except ClientError as exc:  # a policy without autoscaling:Describe*: say so, do not stop the wait
             found.append(Reason(f"{role} group: cannot read its scaling activities ({_code(exc)})", False))
             continue
-        found += [r for a in listed if (r := activity_reason(a, role, worker_type, spot))]
+        name = next((n for n, g in out.worker_groups.items() if g is group), None)
+        found += [replace(r, group=name) for a in listed if (r := activity_reason(a, role, worker_type, spot))]
     for service in services:
-        role = roles.get(service["serviceName"], ("head", None))[0]
+        role, group = roles.get(service["serviceName"], ("head", None))
+        name = next((n for n, g in out.worker_groups.items() if g is group), None)
         for event in service.get("events") or []:  # newest first; a steady state ends what came before it
             if event["createdAt"] < since or "has reached a steady state" in event.get("message", ""):
                 break
             if reason := event_reason(event, role):
-                found.append(reason)
+                found.append(replace(reason, group=name))
     unique = list(dict.fromkeys(found))
     return [r for r in unique if r.fatal] + [r for r in unique if not r.fatal]
 

@@ -26,6 +26,7 @@ from rayfleet.core.bucket import RAY_STATUS as RAY_STATUS_KEY
 from rayfleet.core.errors import ConfigError, RayfleetError
 from rayfleet.core.moved import gone
 from rayfleet.ecs import capacity, preflight, preflight_calls
+from rayfleet.ecs.fallback import Fallback
 from rayfleet.ecs.outputs import Outputs
 
 PROGRESS_EVERY_S = 30
@@ -63,12 +64,14 @@ def start(
     starts: dict[str, int | None] | None = None,
     why=capacity.reasons,
     quota=preflight_calls.read_quota,
+    fallback: Fallback | None = None,
 ) -> dict:
     """Scale the head (and control) to 1 and each group of `starts` (group -> nodes; None: its max) up to that
     many nodes (at most its max; a service already above keeps its count); without `starts`, each group to its
     min. Then wait until Ray sees them all. `why` (aws, out, since) -> [capacity.Reason] says why instances are
-    not coming."""
-    ecs, s3 = aws.client("ecs"), aws.client("s3")
+    not coming; `fallback` takes the steps a run allows when they do not (rayfleet/ecs/fallback.py). Returns
+    the workers Ray sees, the groups waited for (`groups`: another one when the run moved) and the steps taken."""
+    ecs = aws.client("ecs")
     aws.check_cluster(out.cluster_name)
     asked = _nodes_asked(out, starts, say)
     shape = preflight.deployment_shape(aws, out, asked)
@@ -82,38 +85,62 @@ def start(
     for service, count in [(out.head_service_name, 1), *control]:
         say(f"scaling {service} to {count} ...")
         ecs.update_service(cluster=out.cluster_name, service=service, desiredCount=count)
-    for name, nodes in asked.items():
-        _scale_workers(ecs, out, name, nodes, say)
-    found = ecs.describe_services(cluster=out.cluster_name, services=out.worker_service_names)["services"]
-    wanted = sum(s["desiredCount"] for s in found)  # every group's: Ray's count of workers is the whole cluster's
-    since, said, shown = datetime.fromtimestamp(began, UTC), began - PROGRESS_EVERY_S, set()
-    while True:
-        snapshot = read_snapshot(s3, out.results_bucket)
-        fresh = snapshot is not None and _taken(snapshot) >= began
-        seen = workers_ray_sees(snapshot) if fresh else 0
-        if fresh and seen >= wanted:
-            say(f"Ray sees the head and {seen}/{wanted} workers after {clock() - began:.0f} s")
-            return {"cluster": out.cluster_name, "workers": seen, "waited_s": round(clock() - began)}
-        reasons = why(aws, out, since)
-        if fatal := [r for r in reasons if r.fatal]:  # waiting cannot help: say so now, not after the timeout
-            raise RayfleetError(
-                f"capacity cannot come: {fatal[0]}; `rayfleet deploy stop` scales the services back to zero"
-            )
-        if clock() - began > timeout_s:
-            last = f" (last reasons: {'; '.join(map(str, reasons))})" if reasons else ""
-            raise RayfleetError(
-                f"after {timeout_s:.0f} s Ray sees {seen}/{wanted} workers{last}; see `rayfleet status`"
-            )
-        new = [r for r in reasons if r.text not in shown]
-        shown.update(r.text for r in new)
-        if clock() - said >= PROGRESS_EVERY_S:
-            said = clock()
-            view = f"Ray sees {seen}/{wanted} workers" if fresh else "no snapshot from the new head yet"
-            view += f"; capacity: {'; '.join(map(str, reasons))}" if reasons else ""
-            say(f"[{clock() - began:.0f} s] {_tasks(ecs, out)}; {view}")
-        elif new:  # between progress lines a new reason is said once, when it appears
-            say(f"[{clock() - began:.0f} s] capacity: {'; '.join(map(str, new))}")
-        time.sleep(poll_s)
+    before = {name: _scale_workers(ecs, out, name, nodes, say) for name, nodes in asked.items()}
+    wait = _Wait(aws, out, say, clock, began, why, fallback)
+    return wait.until_seen(asked, before, timeout_s, poll_s)
+
+
+class _Wait:
+    """Polls the head's snapshot until Ray sees the workers every group's service wants, saying why capacity is
+    not coming, stopping at once on a fatal reason, and taking the fallback's steps."""
+
+    def __init__(self, aws: Aws, out: Outputs, say, clock, began: float, why, fallback: Fallback | None):
+        self.aws, self.out, self.say, self.clock, self.began = aws, out, say, clock, began
+        self.why, self.fallback = why, fallback
+        self.ecs, self.s3 = aws.client("ecs"), aws.client("s3")
+
+    def wanted(self) -> int:
+        found = self.ecs.describe_services(cluster=self.out.cluster_name, services=self.out.worker_service_names)
+        return sum(s["desiredCount"] for s in found["services"])  # every group's: Ray counts the whole cluster's
+
+    def until_seen(self, asked: dict[str, int], before: dict[str, int], timeout_s: float, poll_s: float) -> dict:
+        out, say, clock, began = self.out, self.say, self.clock, self.began
+        wanted = self.wanted()
+        since, said, shown = datetime.fromtimestamp(began, UTC), began - PROGRESS_EVERY_S, set()
+        while True:
+            snapshot = read_snapshot(self.s3, out.results_bucket)
+            fresh = snapshot is not None and _taken(snapshot) >= began
+            seen = workers_ray_sees(snapshot) if fresh else 0
+            if fresh and seen >= wanted:
+                say(f"Ray sees the head and {seen}/{wanted} workers after {clock() - began:.0f} s")
+                steps = self.fallback.steps if self.fallback else []
+                return {"cluster": out.cluster_name, "workers": seen, "waited_s": round(clock() - began),
+                        "groups": asked, "capacity_steps": steps}  # fmt: skip
+            reasons = self.why(self.aws, out, since)
+            if fatal := [r for r in reasons if r.fatal]:  # waiting cannot help: say so now, not after the timeout
+                raise RayfleetError(
+                    f"capacity cannot come: {fatal[0]}; `rayfleet deploy stop` scales the services back to zero"
+                )
+            if clock() - began > timeout_s:
+                last = f" (last reasons: {'; '.join(map(str, reasons))})" if reasons else ""
+                raise RayfleetError(
+                    f"after {timeout_s:.0f} s Ray sees {seen}/{wanted} workers{last}; see `rayfleet status`"
+                )
+            moved = self.fallback.consider(reasons, asked, before) if self.fallback else None
+            if moved is not None:  # the run goes to another group: raise it, and wait for what the services want
+                for name, nodes in moved.items():
+                    before.setdefault(name, _scale_workers(self.ecs, out, name, nodes, say))
+                asked, wanted = moved, self.wanted()
+            new = [r for r in reasons if r.text not in shown]
+            shown.update(r.text for r in new)
+            if clock() - said >= PROGRESS_EVERY_S:
+                said = clock()
+                view = f"Ray sees {seen}/{wanted} workers" if fresh else "no snapshot from the new head yet"
+                view += f"; capacity: {'; '.join(map(str, reasons))}" if reasons else ""
+                say(f"[{clock() - began:.0f} s] {_tasks(self.ecs, out)}; {view}")
+            elif new:  # between progress lines a new reason is said once, when it appears
+                say(f"[{clock() - began:.0f} s] capacity: {'; '.join(map(str, new))}")
+            time.sleep(poll_s)
 
 
 def _nodes_asked(out: Outputs, starts: dict[str, int | None] | None, say) -> dict[str, int]:
@@ -132,18 +159,19 @@ def _nodes_asked(out: Outputs, starts: dict[str, int | None] | None, say) -> dic
     return asked
 
 
-def _scale_workers(ecs, out: Outputs, group: str, wanted: int, say) -> None:
+def _scale_workers(ecs, out: Outputs, group: str, wanted: int, say) -> int:
     """Scale the group's worker service up to `wanted`, never down: running workers are not taken away by a
-    start that asks for fewer."""
+    start that asks for fewer. Its count before."""
     service = out.group(group).service_name
     found = ecs.describe_services(cluster=out.cluster_name, services=[service])["services"]
     now = found[0]["desiredCount"] if found else 0
     if now >= wanted:
         if wanted:
             say(f"{service} stays at {now} (asked for {wanted}) ...")
-        return
+        return now
     say(f"scaling {service} to {wanted} ...")
     ecs.update_service(cluster=out.cluster_name, service=service, desiredCount=wanted)
+    return now
 
 
 def _taken(snapshot: dict) -> float:

@@ -12,6 +12,7 @@ import sys
 
 from rayfleet.core.aws import STARTED_BY, Aws
 from rayfleet.core.moved import gone
+from rayfleet.ecs.fallback import back_to_spot
 from rayfleet.ecs.outputs import Outputs
 
 
@@ -45,6 +46,7 @@ def scale_to_zero(
     for arn in trainers:
         say(f"stopping trainer task {arn.rsplit('/', 1)[-1]} ...")
         ecs.stop_task(cluster=out.cluster_name, task=arn, reason="rayfleet deploy stop")
+    back_to_spot(aws, out, say, only=group)  # what a run's capacity fallback switched to on-demand
     say("waiting for services and tasks to stop ...")
     waiter_config = {"Delay": wait_delay, "MaxAttempts": wait_attempts}
     if services:

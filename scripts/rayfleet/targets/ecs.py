@@ -17,6 +17,7 @@ from rayfleet.core.config import ConfigError
 from rayfleet.core.errors import EXIT_FAILED
 from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.ecs import start
+from rayfleet.ecs.fallback import Fallback
 from rayfleet.ecs.launch import launch, placed, trainer_with_image
 from rayfleet.ecs.logs import follow_task
 from rayfleet.ecs.outputs import Outputs
@@ -24,7 +25,7 @@ from rayfleet.recipes import cost
 from rayfleet.recipes import secrets as recipe_secrets
 from rayfleet.recipes.admission import EXIT_CANCELLED, entry_for
 from rayfleet.recipes.fit import Capacity
-from rayfleet.recipes.group_choice import Choice, Group, choose, on_group
+from rayfleet.recipes.group_choice import Choice, Group, alternatives, choose, on_group
 from rayfleet.recipes.job import STOPPED_BY_A_SIGNAL, SUBMITTER_STOPPED
 from rayfleet.recipes.schema import LoadedRecipe, load
 from rayfleet.recipes.stage import stage
@@ -102,7 +103,10 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     if not storage.startswith("s3://"):
         raise ConfigError(f"storage: {storage} is a local path; on ECS runs keep results in s3://bucket/prefix")
     aws.check_cluster(out.cluster_name)
-    bring_up(aws, out, group_starts(out, choice))
+    fallback = run_fallback(aws, out, recipe, choice)
+    bring_up(aws, out, group_starts(out, choice), fallback)
+    loaded, capacity = moved_by(fallback, out, loaded, capacity)
+    recipe = loaded.recipe
     run_dir = RunDir(storage, run_name, region=out.region)
     data = stage(loaded.data_path, storage, out.region) if loaded.data_path else None
     with tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp:
@@ -122,6 +126,8 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
             "task_definition": task_definition or out.trainer_task_definition,
             "log_stream": record["log_stream"],
         }
+        if fallback is not None and fallback.steps:  # what its capacity's fallback did, with the minutes waited
+            fields["capacity_steps"] = fallback.steps
         if run_dir.record().get("state") in ("PENDING", "LOST", "QUEUED"):  # the trainer may have written RUNNING
             fields["state"] = "SUBMITTED"
         run_dir.send("submitted", **fields)  # the trainer's driver owns run.json
@@ -172,9 +178,30 @@ def group_starts(out: Outputs, choice: Choice | None) -> dict[str, int | None]:
     return dict.fromkeys(out.worker_groups)
 
 
-def bring_up(aws: Aws, out: Outputs, starts: dict[str, int | None]) -> None:
+def moved_by(fallback: Fallback | None, out: Outputs, loaded: LoadedRecipe, capacity):
+    """The run and its node's shape on the group its capacity came on (the fallback's last move; else as they are)."""
+    moved = [step["to"] for step in fallback.steps if "to" in step] if fallback is not None else []
+    if not moved:
+        return loaded, capacity
+    print(f"[rayfleet] the run goes to worker group {moved[-1]}", flush=True)
+    return on_group(loaded, moved[-1]), next(g.capacity for g in ecs_groups(None, out)[0] if g.name == moved[-1])
+
+
+def run_fallback(aws: Aws, out: Outputs, recipe, choice: Choice | None) -> Fallback | None:
+    """The capacity steps the run allows on its group (rayfleet/ecs/fallback.py); None for a run on no group."""
+    if choice is None or not choice.group.name:
+        return None
+    others = (
+        alternatives(recipe, ecs_groups(None, out)[0], choice.group.name) if "group" in recipe.capacity_fallback else []
+    )
+    after_s = recipe.capacity_fallback_after_min * 60
+    return Fallback(aws, out, tuple(recipe.capacity_fallback), tuple(others), after_s=after_s)
+
+
+def bring_up(aws: Aws, out: Outputs, starts: dict[str, int | None], fallback: Fallback | None = None) -> dict | None:
     """Start a stopped deployment (make stop, an autostop), or add the workers this run needs in its group to a
-    running one that has fewer; never fewer than it has (another run may use them)."""
+    running one that has fewer; never fewer than it has (another run may use them). What start() returned, or
+    None when nothing had to start."""
     ecs = aws.client("ecs")
     down = start.stopped(ecs, out)
     short = []
@@ -189,8 +216,8 @@ def bring_up(aws: Aws, out: Outputs, starts: dict[str, int | None]) -> None:
     elif short:
         print(f"[rayfleet] the run needs {'; '.join(short)}: adding them first", flush=True)
     else:
-        return
-    start.start(aws, out, starts=starts)
+        return None
+    return start.start(aws, out, starts=starts, fallback=fallback)
 
 
 UNFINISHED = ("PENDING", "SUBMITTED", "RUNNING")

@@ -93,6 +93,14 @@ def choose(recipe: Recipe, groups: list[Group], where: str) -> Choice:
     return Choice(best, nodes, usd, line)
 
 
+def alternatives(recipe: Recipe, groups: list[Group], chosen: str) -> list[tuple[str, int]]:
+    """The other groups that hold the run whole, cheapest first, with the nodes it needs there: where its
+    capacity may fall back to (`capacity_fallback: [..., group]`, rayfleet/ecs/fallback.py)."""
+    fitting = [g for g in groups if g.name != chosen and not why_not(recipe, g)]
+    priced = sorted((nodes_needed(recipe, g.capacity) * g.usd_per_node_hour, g.name, g) for g in fitting)
+    return [(g.name, nodes_needed(recipe, g.capacity)) for _, _, g in priced]
+
+
 def spanning(groups: list[Group], where: str) -> Group:
     """Every group as one, for a run that names none and that no one group holds: the smallest node of them,
     all their nodes, the dearest price; its name is "" (the run goes wherever Ray finds room, as with no groups)."""

@@ -209,6 +209,13 @@ class Recipe(_Strict):
     )
     notify: Notify | None = Field(None, description="notifications; on ECS the deployment's topic without this")
     retries: Retries = Field(default_factory=Retries, description="resubmit a failed run; it resumes")
+    capacity_fallback: list[Literal["types", "on-demand", "group"]] = Field(
+        ["types", "on-demand"],
+        description="on ECS, when its group's capacity does not come: its other types, on-demand, another group",
+    )
+    capacity_fallback_after_min: float = Field(
+        5.0, ge=0, le=1440, description="minutes a capacity reason lasts before the next capacity_fallback step"
+    )
     max_hours: float | None = Field(
         None, gt=0, le=MAX_HOURS, description="stop cleanly (checkpoint first) after this long"
     )
