@@ -7,6 +7,7 @@ import time
 
 from rayfleet.cli import main as cli
 from rayfleet.core.run_queue import RUNNING, Entry, Queue
+from rayfleet.ops.runs.queued import rows
 
 
 def test_the_queue_lists_running_then_waiting_runs_with_positions_and_reasons(tmp_path, monkeypatch, capsys):
@@ -30,11 +31,11 @@ def test_the_queue_lists_running_then_waiting_runs_with_positions_and_reasons(tm
         )
     assert cli.main(["queue"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split()[:4] == ["POS", "RUN", "WHERE", "STATE"]
-    assert [line.split()[:5] for line in lines[1:]] == [
-        ["-", "busy", "local", "running", "0"],
-        ["1", "high", "local", "waiting", "5"],
-        ["2", "low", "local", "waiting", "0"],
+    assert lines[0].split()[:5] == ["POS", "RUN", "WHERE", "GROUP", "STATE"]
+    assert [line.split()[:6] for line in lines[1:]] == [
+        ["-", "busy", "local", "-", "running", "0"],
+        ["1", "high", "local", "-", "waiting", "5"],
+        ["2", "low", "local", "-", "waiting", "0"],
     ]
     assert lines[2].endswith("why high") and "2 x 1 CPU" in lines[2]
     assert cli.main(["queue", "--json"]) == 0
@@ -68,3 +69,22 @@ def test_each_waiting_run_has_its_latest_start_and_each_run_its_cost_so_far():
     start, cost = lines[0].index("START"), lines[0].index("COST")
     assert [line[start:cost].strip() for line in lines[1:]] == ["-", "<30m", "<150m", "?"]
     assert [line[cost : cost + 10].strip() for line in lines[1:]] == ["$2.00", "$0.00", "$0.00", "$0.00"]
+
+
+def test_each_group_has_its_own_line_of_positions():
+    """A run's place counts the waiting runs that share its workers (run_queue.shares_workers): a run on one group
+    is first in its line whatever waits on another; a run on no group lines up with all."""
+    now = time.time()
+    given = {"workers": 1, "cpus_per_worker": 1.0, "state": "waiting", "heartbeat_at": now, "priority": 0}
+    entries = [
+        Entry(run="a", submitted_at=now - 4, group="ddp", **given),
+        Entry(run="b", submitted_at=now - 3, group="fsdp", **given),
+        Entry(run="c", submitted_at=now - 2, group="ddp", **given),
+        Entry(run="d", submitted_at=now - 1, **given),
+    ]
+    assert [(r["run"], r["group"], r["position"]) for r in rows(entries, "ecs", now)] == [
+        ("a", "ddp", 1),
+        ("b", "fsdp", 1),
+        ("c", "ddp", 2),
+        ("d", "", 4),
+    ]

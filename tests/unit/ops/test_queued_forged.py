@@ -33,8 +33,8 @@ def test_a_forged_entry_is_listed_as_ignored_and_job_text_cannot_drive_the_termi
     out, err = capsys.readouterr()
     assert "\x1b" not in out and "\x07" not in out and err == ""
     rows = {line.split()[1]: line for line in out.splitlines()[1:]}
-    assert rows["real"].split()[3] == "waiting" and rows["real"].endswith("waiting?[2J?[H")
-    assert rows["forged"].split()[3] == "ignored" and rows["forged"].endswith(" s in the future")
+    assert rows["real"].split()[4] == "waiting" and rows["real"].endswith("waiting?[2J?[H")
+    assert rows["forged"].split()[4] == "ignored" and rows["forged"].endswith(" s in the future")
     assert cli.main(["queue", "--json"]) == 0
     listed = {r["run"]: r for r in json.loads(capsys.readouterr().out)}
     assert listed["forged"]["state"] == "ignored" and "submitted_at" in listed["forged"]["reason"]

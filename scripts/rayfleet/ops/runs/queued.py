@@ -22,7 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.launch_queue import Launches, Pending
 from rayfleet.core.moved import gone
-from rayfleet.core.run_queue import ADMITTED, RUNNING, WAITING, Entry, Ignored, Queue, waiting
+from rayfleet.core.run_queue import ADMITTED, RUNNING, WAITING, Entry, Ignored, Queue, shares_workers, waiting
 from rayfleet.core.terminal import printable
 from rayfleet.ecs.outputs import MissingOutputs, Outputs
 from rayfleet.local.cluster import state_dir
@@ -34,10 +34,12 @@ IGNORED = "ignored"  # an object under queue/ that no reader counts
 def rows(entries: list[Entry], where: str, now: float) -> list[dict]:
     """One row per entry, in queue order; `position` counts the waiting runs only (None for the others);
     `cost_usd`, what it has held so far; `start_at`, when a waiting run starts at the latest (`projected`)."""
-    out, position = [], 0
+    out, ahead = [], []
     starts = projected(entries, now)
     for entry in entries:
-        position += entry.state == WAITING
+        if entry.state == WAITING:  # its place in its group's line: the waiting runs that share its workers
+            ahead.append(entry)
+            position = sum(1 for other in ahead if shares_workers(other, entry))
         out.append(
             {
                 **asdict(entry),
@@ -121,12 +123,15 @@ def _start(row: dict, now: float) -> str:
 def table(found: list[dict], now: float) -> str:
     if not found:
         return "the queue is empty: nothing waits and no queued run is running"
-    head = f"{'POS':<5}{'RUN':<34}{'WHERE':<7}{'STATE':<10}{'PRIO':<6}{'RESOURCES':<22}{'SINCE':<8}{'START':<8}"
+    head = f"{'POS':<5}{'RUN':<34}{'WHERE':<7}{'GROUP':<10}{'STATE':<10}{'PRIO':<6}{'RESOURCES':<22}{'SINCE':<8}"
+    head += f"{'START':<8}"
     lines = [f"{head}{'COST':<10}{'WHO':<24}WHY"]
     for r in found:
         shown = {k: printable("-" if r[k] is None else r[k]) for k in ("run", "state", "priority", "since_s", "who")}
+        group = printable(r.get("group") or "-")[:9]
         lines.append(
-            f"{r['position'] or '-'!s:<5}{shown['run']:<34}{r['where']:<7}{shown['state']:<10}{shown['priority']:<6}"
+            f"{r['position'] or '-'!s:<5}{shown['run']:<34}{r['where']:<7}{group:<10}{shown['state']:<10}"
+            f"{shown['priority']:<6}"
             f"{r['resources']:<22}{shown['since_s']:<8}{_start(r, now):<8}{'$' + format(r['cost_usd'], '.2f'):<10}"
             f"{shown['who'][:23]:<24}{printable(r['reason'])}"
         )
