@@ -26,7 +26,7 @@ import time
 from pathlib import Path
 
 from rayfleet.core import local_state, pip_config
-from rayfleet.core.aws import Aws
+from rayfleet.core.aws import Aws, MissingOutputs
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.moved import gone
 from rayfleet.ecs.outputs import Outputs
@@ -46,6 +46,9 @@ BUILD_ARGS_FROM_ENV = (
     "AWS_OFI_NCCL_VERSION",
     "AWS_OFI_NCCL_SHA512",
 )
+# The EFA installer ray-worker gets when the deployment has a worker group with EFA: the newest version whose
+# SHA-256 images/ray-worker/Dockerfile carries from AWS's published table.
+EFA_INSTALLER = "1.47.0"
 LOCAL_PREFIX = "localhost/rayfleet"
 # The tag that protects an image from the ECR lifecycle (infra/modules/registry: rule 1 selects it, so no later
 # rule can expire it), and how many images per repository may carry it: rule 1's count, which mark_deployed
@@ -151,7 +154,27 @@ def build_plan(images: list[str], models: str | None) -> list[str]:
     return [*lines, f"  {'total':<{width}}  ~{human(known)}{more}"]
 
 
-def build(images: list[str], tag: str, models: str | None, say=print) -> list[str]:
+def efa_installer(outputs: str | None, say=print) -> str | None:
+    """The EFA installer version ray-worker is built with: none when EFA_INSTALLER_VERSION is set (passed as it
+    is; "none" builds the plain worker); EFA_INSTALLER when a worker group of the deployment has EFA; else none,
+    said, so a group with EFA never runs the plain worker unnoticed."""
+    if os.environ.get("EFA_INSTALLER_VERSION"):
+        return None
+    try:
+        out = Outputs.load(outputs)
+    except MissingOutputs:
+        say("ray-worker: the plain worker (no deployment yet: once `rayfleet deploy` has a worker group with EFA, "
+            "build again and it gets the EFA installer)")  # fmt: skip
+        return None
+    efa = [name for name, group in out.worker_groups.items() if group.efa]
+    if not efa:
+        return None
+    say(f"ray-worker: worker group(s) {', '.join(efa)} use EFA: AWS's EFA installer {EFA_INSTALLER} (libfabric, "
+        "NCCL's OFI plugin) goes in; EFA_INSTALLER_VERSION=none builds the plain worker")  # fmt: skip
+    return EFA_INSTALLER
+
+
+def build(images: list[str], tag: str, models: str | None, say=print, efa: str | None = None) -> list[str]:
     tool = engine()
     built = []
     for line in build_plan(images, models):
@@ -162,7 +185,7 @@ def build(images: list[str], tag: str, models: str | None, say=print) -> list[st
         volumes, pip_args = host_pip_mounts(Path(tmp)) if tool == "podman" else ([], [])
         common = ["--build-arg", f"REVISION={revision()}", "--build-arg", f"VERSION={tag}", *pip_args, *volumes]
         for env_name in BUILD_ARGS_FROM_ENV:
-            if os.environ.get(env_name):
+            if os.environ.get(env_name) and os.environ[env_name] != "none":
                 common += ["--build-arg", f"{env_name}={os.environ[env_name]}"]
         steps = [("ray-base", ROOT / "images" / "base" / "ray.Dockerfile")] if set(images) & set(RAY_IMAGES) else []
         steps += [(image, ROOT / "images" / image / "Dockerfile") for image in images]
@@ -170,6 +193,8 @@ def build(images: list[str], tag: str, models: str | None, say=print) -> list[st
             args = [*common, "--build-arg", f"RAY_BASE={local_name('ray-base', tag)}"]
             if image == "trainer":  # always passed, so the Dockerfile's default never decides
                 args += ["--build-arg", f"MODELS={preloaded}", *model_volumes]
+            if image == "ray-worker" and efa:
+                args += ["--build-arg", f"EFA_INSTALLER_VERSION={efa}"]
             say(f"building {local_name(image, tag)} ...")
             started = time.monotonic()
             # docker format: OCI images would drop HEALTHCHECK and SHELL
@@ -284,7 +309,7 @@ def build_or_push(
         raise RayfleetError(f"unknown image(s) {', '.join(unknown)}; choose from {', '.join(IMAGES)}")
     tag = tag or revision()
     if action == "build":
-        build(chosen, tag, models)
+        build(chosen, tag, models, efa=efa_installer(outputs) if "ray-worker" in chosen else None)
     else:
         push(chosen, tag, Outputs.load(outputs))
     return 0

@@ -4,6 +4,7 @@ is a fake that records the commands and answers `image inspect`."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 from pathlib import Path
@@ -177,3 +178,37 @@ def test_a_podman_build_gets_pips_sources_as_a_pip_conf_and_as_uvs_flags(monkeyp
     assert build_arg([*args, "."], "PIP_CONFIG_FILE") == "/run/rayfleet/pip.conf"
     conf = (tmp_path / "pip.conf").read_text()
     assert "cert = /run/rayfleet/ca.crt" in conf and "timeout" not in conf  # only the sources and the CA
+
+
+def outputs_with(tmp_path, groups: dict) -> str:
+    names = {"region": "us-east-1", "cluster_name": "c", "private_subnet_ids": [], "task_security_group_id": "sg"}
+    names |= {"trainer_task_definition": "t", "head_service_name": "h", "results_bucket": "b", "trainer_log_group": "l"}
+    path = tmp_path / "outputs.json"
+    path.write_text(json.dumps({**names, "worker_groups": groups}))
+    return str(path)
+
+
+def test_a_deployment_with_an_efa_group_gets_the_efa_worker(engine, tmp_path, monkeypatch):
+    """Whenever a worker group has EFA, ray-worker is built with the pinned EFA installer (one whose SHA-256 the
+    Dockerfile carries); a deployment without one, or none yet, gets the plain worker, said; the variable wins."""
+    monkeypatch.delenv("EFA_INSTALLER_VERSION", raising=False)
+    dockerfile = (ROOT / "images" / "ray-worker" / "Dockerfile").read_text()
+    assert re.search(rf"^\s+{re.escape(images.EFA_INSTALLER)}\) published=[0-9a-f]{{64}} ;;", dockerfile, re.M)
+    fake = engine({images.local_name(i, "t"): GB for i in images.IMAGES})
+    groups = {"ddp": {"service_name": "w-ddp", "instance_types": ["g5.xlarge"]},
+              "fsdp": {"service_name": "w-fsdp", "instance_types": ["g5.12xlarge"], "efa": True}}  # fmt: skip
+    said: list[str] = []
+    efa = images.efa_installer(outputs_with(tmp_path, groups), say=said.append)
+    assert efa == images.EFA_INSTALLER and said[0].startswith("ray-worker: worker group(s) fsdp use EFA: AWS's EFA")
+    images.build(["ray-worker", "ray-head"], "t", None, say=lambda _: None, efa=efa)
+    built = {c[c.index("-t") + 1]: c for c in fake.builds()}
+    assert build_arg(built[images.local_name("ray-worker", "t")], "EFA_INSTALLER_VERSION") == images.EFA_INSTALLER
+    assert build_arg(built[images.local_name("ray-head", "t")], "EFA_INSTALLER_VERSION") is None
+
+    assert images.efa_installer(outputs_with(tmp_path, {"ddp": groups["ddp"]}), say=said.append) is None
+    assert images.efa_installer(str(tmp_path / "none.json"), say=said.append) is None
+    assert said[-1].startswith("ray-worker: the plain worker (no deployment yet")
+    monkeypatch.setenv("EFA_INSTALLER_VERSION", "none")  # the operator's choice: the plain worker, passed nowhere
+    assert images.efa_installer(outputs_with(tmp_path, groups), say=said.append) is None
+    images.build(["ray-worker"], "t", None, say=lambda _: None)
+    assert build_arg(fake.builds()[-1], "EFA_INSTALLER_VERSION") is None
