@@ -185,7 +185,8 @@ def test_on_ecs_a_trainer_task_deploys_the_s3_run_with_the_key_from_secrets_mana
     s3.put_object(Bucket=bucket, Key="runs/clf-ecs/config.yaml", Body=config)
     refused = serve(env, "up", "--run", "clf-ecs", "--set", "gpus_per_replica=2", target="ecs")
     assert (
-        refused.returncode == 2 and "gpus_per_replica=2, but the ECS workers (g5.xlarge) have 1 GPUs" in refused.stderr
+        refused.returncode == 2
+        and "gpus_per_replica=2, but worker group default's nodes (g5.xlarge) have 1 GPUs" in refused.stderr
     )
     began = time.time()
     proc = subprocess.Popen(

@@ -35,7 +35,6 @@ from rayfleet.core.terminal import printable
 from rayfleet.ecs.launch import launch
 from rayfleet.ecs.logs import follow_task
 from rayfleet.ecs.outputs import Outputs
-from rayfleet.ecs.start import start
 from rayfleet.local import cluster as local_cluster
 from rayfleet.node.serve import control
 from rayfleet.serve.app import ServeArgs
@@ -43,6 +42,7 @@ from rayfleet.serve.config import GATED_PROXY_PORT, ServeConfig
 from rayfleet.serve.keys import ensure_key_file
 from rayfleet.serve.served_run import ServedRun, find
 from rayfleet.serve.summary import lines
+from rayfleet.targets.ecs import bring_up
 from rayfleet.targets.run import choose_target
 
 
@@ -141,8 +141,8 @@ def up_ecs(run: str, cfg: ServeConfig, outputs: str | None, timeout: float) -> i
     aws = Aws(out.region)
     if group is not None:  # a group at zero (its min) has no node for the replicas: start what they take
         name, nodes = group
-        say(f"replicas on worker group {name}: starting {nodes} node(s) if fewer run")
-        start(aws, out, say=say, timeout_s=timeout, starts={name: nodes})
+        say(f"replicas on worker group {name}: {nodes} node(s)")
+        bring_up(aws, out, {name: nodes})
     record = launch(aws, out, "serve", [], run_name=serve_run_name(run), command=command)
     say(f"trainer task {record['task_arn'].rsplit('/', 1)[-1]} deploys it; following its log")
     code = follow_task(aws, out, record["task_arn"], record["log_stream"])
@@ -227,7 +227,8 @@ def serving_group(cfg: ServeConfig, out: Outputs) -> tuple[str, int] | None:
             known.append((float(shape["usd_per_hour"]), name, group, shape))
     for _, name, group, shape in sorted(known, key=lambda k: (k[0], k[1])):
         try:
-            check_fits(cfg, float(shape["vcpus"]), int(shape["gpus"]), f"worker group {name} ({group.instance_type})")
+            where = f"worker group {name}'s nodes ({group.instance_type})"
+            check_fits(cfg, float(shape["vcpus"]), int(shape["gpus"]), where)
         except ConfigError as exc:
             refusal = exc
             continue

@@ -88,7 +88,7 @@ def test_on_ecs_the_proxy_is_on_loopback_behind_the_gate_and_the_replicas_hold_n
     )
     monkeypatch.setattr(serve, "follow_task", lambda *a: 0)
     started = []
-    monkeypatch.setattr(serve, "start", lambda aws, out, say, timeout_s, starts: started.append(starts))
+    monkeypatch.setattr(serve, "bring_up", lambda aws, out, starts: started.append(starts))
     kept = []  # what a restarted head gets back (rayfleet/core/serve_kept.py; on moto: test_serve_on_local_cluster.py)
     monkeypatch.setattr(serve.kept, "keep", lambda s3, bucket, run, config: kept.append((bucket, run, config)))
     assert serve.up_ecs("clf", load_config(ServeConfig, None, []), str(path), 60) == 0
@@ -110,7 +110,7 @@ def test_the_replicas_go_to_the_cheapest_group_whose_node_holds_one():
     assert serve.serving_group(load_config(ServeConfig, None, []), out) == ("ddp", 1)
     assert serve.serving_group(load_config(ServeConfig, None, ["replicas=3", "gpus_per_replica=1"]), out) == ("ddp", 2)
     assert serve.serving_group(load_config(ServeConfig, None, ["gpus_per_replica=2", "replicas=3"]), out) == ("fsdp", 2)
-    with pytest.raises(ConfigError, match="gpus_per_replica=8, but worker group fsdp"):
+    with pytest.raises(ConfigError, match="gpus_per_replica=8, but worker group fsdp's nodes"):
         serve.serving_group(
             load_config(ServeConfig, None, ["gpus_per_replica=8", "tensor_parallel_size=8", "engine=vllm"]), out
         )
