@@ -205,12 +205,13 @@ def test_reasons_read_the_worker_groups_activities_through_the_services_capacity
             "worker group: vCPU quota 0 for G and VT instances (VcpuLimitExceeded): request an increase at "
             + QUOTA_LINK,
             True,
+            group="default",  # the worker group it is about: a wait or a fallback acts on its own groups only
         ),
-        capacity.Reason("worker group: InsufficientInstanceCapacity for g5.12xlarge in us-west-2a", False),
+        capacity.Reason("worker group: InsufficientInstanceCapacity for g5.12xlarge in us-west-2a", False, "default"),
     ]
     assert capacity.reasons(Aws(out.region), out, since, activities=recorded({"another-group": [NO_VCPUS]})) == []
     spot = capacity.reasons(Aws(out.region), out, since, activities=recorded({worker_group(deployed): [NO_SPOT]}))
-    assert spot == [capacity.Reason("worker group: Spot capacity not available for g5.xlarge", False)]
+    assert spot == [capacity.Reason("worker group: Spot capacity not available for g5.xlarge", False, "default")]
 
 
 @pytest.mark.parametrize(

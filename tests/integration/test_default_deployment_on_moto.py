@@ -20,9 +20,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from rayfleet.core.aws import STARTED_BY
+from rayfleet.core.aws import STARTED_BY, Aws
 from rayfleet.core.bucket import RAY_STATUS
 from rayfleet.core.config import load_yaml
+from rayfleet.ecs import capacity
+from rayfleet.ecs.outputs import Outputs
+from rayfleet.ecs.start import start
 from rayfleet.node.control.autostop import Autostop, Settings
 from rayfleet.train.data import synthetic
 from tests.integration.helpers import REPO, verbs_env
@@ -84,7 +87,7 @@ def control_env(server, out: dict) -> dict[str, str]:
     return {e["name"]: e["value"] for e in definition["taskDefinition"]["containerDefinitions"][0]["environment"]}
 
 
-def test_train_ddp_and_train_fsdp_on_one_default_deployment(ecs_moto, tmp_path):
+def test_train_ddp_and_train_fsdp_on_one_default_deployment(ecs_moto, tmp_path, monkeypatch):
     """One deployment, both flagships, no arguments: each goes to its own group, both at once, and each group
     stops by itself. On the single-group code the FSDP recipe was refused on the default deployment."""
     (tmp_path / "aws").mkdir()
@@ -161,6 +164,19 @@ def test_train_ddp_and_train_fsdp_on_one_default_deployment(ecs_moto, tmp_path):
         "ddp": ("rayfleet-ray-worker-ddp", 0, 1800.0),
         "fsdp": ("rayfleet-ray-worker-fsdp", 0, 1800.0),
     }
+    # A start on one group waits for that group alone: another group's capacity that cannot come is not its own.
+    quota = capacity.Reason("fsdp worker group: vCPU quota 0 (VcpuLimitExceeded)", True, group="fsdp")
+    for key, value in env.items():  # this process calls start() itself, as the operator
+        monkeypatch.setenv(key, value)
+    outputs = Outputs.load(out["outputs_file"])
+    ecs.update_service(
+        cluster=out["cluster_name"], service=out["worker_groups"]["fsdp"]["service_name"], desiredCount=2
+    )
+    with NodesJoin(ecs_moto, out):  # moto runs no task: the services' running counts stay 0, so fsdp counts 0 here
+        started = start(Aws(stack.REGION), outputs, say=lambda _: None, poll_s=0.2, starts={"ddp": 2},
+                        why=lambda *a: [quota])  # fmt: skip
+    assert started["groups"] == {"ddp": 2} and started["workers"] >= 2
+
     now = [datetime.now(UTC).timestamp()]
     control = Autostop(settings, ecs_moto.client_as("ecs", "control"), clock=lambda: now[0], say=lambda _: None)
     control.tick(IDLE)

@@ -130,7 +130,7 @@ def deployment_shape(aws: Aws, out, starts: dict[str, int]) -> Shape | None:
     """What starting `starts` (group -> its nodes) of a deployment launches, beside its head (from its outputs
     and its subnets' zones); None when no group started has an instance type."""
     groups = tuple(
-        GroupShape(name, g.types, count, g.lifecycle == "spot")
+        GroupShape(name, g.types, count, g.lifecycle == "spot", g.on_demand_base)
         for name, count in starts.items()
         if (g := out.worker_groups[name]).types and count > 0
     )

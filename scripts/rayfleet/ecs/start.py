@@ -99,15 +99,18 @@ class _Wait:
         self.why, self.fallback = why, fallback
         self.ecs, self.s3 = aws.client("ecs"), aws.client("s3")
 
-    def wanted(self) -> int:
+    def wanted(self, asked: dict[str, int]) -> int:
+        """The workers Ray should see: what the asked groups' services want, and the other groups' running tasks
+        (Ray counts the whole cluster's workers; another group's capacity that does not come is not this wait's)."""
         found = self.ecs.describe_services(cluster=self.out.cluster_name, services=self.out.worker_service_names)
-        return sum(s["desiredCount"] for s in found["services"])  # every group's: Ray counts the whole cluster's
+        mine = {self.out.group(g).service_name for g in asked}
+        return sum(s["desiredCount"] if s["serviceName"] in mine else s["runningCount"] for s in found["services"])
 
     def until_seen(self, asked: dict[str, int], before: dict[str, int], timeout_s: float, poll_s: float) -> dict:
         out, say, clock, began = self.out, self.say, self.clock, self.began
-        wanted = self.wanted()
         since, said, shown = datetime.fromtimestamp(began, UTC), began - PROGRESS_EVERY_S, set()
         while True:
+            wanted = self.wanted(asked)  # each look: autostop or the queue may change the other groups meanwhile
             snapshot = read_snapshot(self.s3, out.results_bucket)
             fresh = snapshot is not None and _taken(snapshot) >= began
             seen = workers_ray_sees(snapshot) if fresh else 0
@@ -116,7 +119,7 @@ class _Wait:
                 steps = self.fallback.steps if self.fallback else []
                 return {"cluster": out.cluster_name, "workers": seen, "waited_s": round(clock() - began),
                         "groups": asked, "capacity_steps": steps}  # fmt: skip
-            reasons = self.why(self.aws, out, since)
+            reasons = [r for r in self.why(self.aws, out, since) if r.group is None or r.group in asked]
             if fatal := [r for r in reasons if r.fatal]:  # waiting cannot help: say so now, not after the timeout
                 raise RayfleetError(
                     f"capacity cannot come: {fatal[0]}; `rayfleet deploy stop` scales the services back to zero"
@@ -130,7 +133,7 @@ class _Wait:
             if moved is not None:  # the run goes to another group: raise it, and wait for what the services want
                 for name, nodes in moved.items():
                     before.setdefault(name, _scale_workers(self.ecs, out, name, nodes, say))
-                asked, wanted = moved, self.wanted()
+                asked = moved
             new = [r for r in reasons if r.text not in shown]
             shown.update(r.text for r in new)
             if clock() - said >= PROGRESS_EVERY_S:

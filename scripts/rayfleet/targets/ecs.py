@@ -111,7 +111,10 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     data = stage(loaded.data_path, storage, out.region) if loaded.data_path else None
     with tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp:
         group = out.worker_groups.get(recipe.resources.group or "") or next(iter(out.worker_groups.values()))
-        if choice is not None and choice.group.name == recipe.resources.group:  # priced by the choice: not twice
+        on_demand = fallback is not None and any(s["step"] == "on-demand" for s in fallback.steps)
+        if on_demand:  # its nodes launch on-demand now: the list price, not the Spot price it was chosen at
+            spot = None
+        elif choice is not None and choice.group.name == recipe.resources.group:  # priced by the choice: not twice
             spot = choice.group.usd_per_node_hour if choice.group.spot else None
         else:
             spot = group_spot_price(aws, group)
@@ -212,7 +215,10 @@ def bring_up(aws: Aws, out: Outputs, starts: dict[str, int | None], fallback: Fa
         if desired < needed:
             short.append(f"{needed} node(s) of worker group {name} ({desired} run)")
     if down:
-        print(f"[rayfleet] {', '.join(down)} at zero (rayfleet deploy stop, or an autostop): starting it first")
+        print(
+            f"[rayfleet] {', '.join(down)} at zero (rayfleet deploy stop, or an autostop): starting it first",
+            flush=True,
+        )
     elif short:
         print(f"[rayfleet] the run needs {'; '.join(short)}: adding them first", flush=True)
     else:

@@ -120,6 +120,18 @@ def test_activity_resets_the_clock_and_a_later_idle_spell_stops_again():
     assert ecs.updates == [("rf-ray-worker", 0), ("rf-ray-head", 0), ("rf-ray-control", 0)]
 
 
+def test_the_head_never_stops_while_a_group_keeps_nodes():
+    """autostop.head with a group whose min is above zero (or that never autostops): the head would stop and leave
+    its workers running with no head, so it stays."""
+    group = {"service": "w", "vcpus": 4, "gpus": 1, "memory_mib": 16384, "max": 2, "idle_minutes": 30}
+    for kept in ({"min": 2}, {"min": 0, "idle_minutes": 0}):
+        env = {"RAYFLEET_CLUSTER_NAME": "rf", "RAYFLEET_HEAD_SERVICE": "h", "RAYFLEET_AUTOSTOP_HEAD": "true"}
+        env["RAYFLEET_WORKER_GROUPS"] = json.dumps({"a": {**group, "min": 0}, "b": {**group, **kept}})
+        assert Settings.from_env(env).stop_head is False
+    env["RAYFLEET_WORKER_GROUPS"] = json.dumps({"a": {**group, "min": 0}})
+    assert Settings.from_env(env).stop_head is True
+
+
 @pytest.mark.parametrize(
     ("env", "expected"),
     [

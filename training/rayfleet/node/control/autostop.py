@@ -100,6 +100,9 @@ class Settings:
         if not all(names) or idle_min <= 0 or not groups:
             return None
         stop_head = (env.get("RAYFLEET_AUTOSTOP_HEAD") or "false").lower() == "true"
+        # the head stops last, and only where every group stops at zero: else workers would run on without a head
+        kept = [n for n, g in worker_groups.ecs_groups_from(env).items() if g.min > 0 or g.idle_minutes <= 0]
+        stop_head = stop_head and not kept
         return cls(
             *names,
             groups,
