@@ -406,3 +406,10 @@ class Lines:
         self.thread.join(timeout)
         assert not self.thread.is_alive(), "the stream did not end"
         return "".join(self.lines)
+
+
+def control_environment(ecs, cluster: str, control_service: str) -> dict[str, str]:
+    """The control task's environment as Terraform rendered it and the moto stack registered it."""
+    service = ecs.describe_services(cluster=cluster, services=[control_service])["services"][0]
+    definition = ecs.describe_task_definition(taskDefinition=service["taskDefinition"])["taskDefinition"]
+    return {e["name"]: e["value"] for e in definition["containerDefinitions"][0]["environment"]}

@@ -25,7 +25,7 @@ from rayfleet.core.bucket import RAY_STATUS as KEY
 from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.start import start
 from rayfleet.node.control.autostop import Autostop, Settings
-from tests.integration.helpers import REPO
+from tests.integration.helpers import REPO, control_environment
 
 pytestmark = pytest.mark.integration
 IDLE = {"jobs": [{"status": "SUCCEEDED"}], "serve": []}
@@ -58,11 +58,8 @@ def stack(aws_stack, monkeypatch):
 
 
 def control_env(stack) -> dict[str, str]:
-    """The control task's environment as Terraform rendered it and the stack registered it."""
-    out, ecs = stack["out"], stack["ecs"]
-    service = ecs.describe_services(cluster=out.cluster_name, services=[out.control_service_name])["services"][0]
-    definition = ecs.describe_task_definition(taskDefinition=service["taskDefinition"])["taskDefinition"]
-    return {e["name"]: e["value"] for e in definition["containerDefinitions"][0]["environment"]}
+    out = stack["out"]
+    return control_environment(stack["ecs"], out.cluster_name, out.control_service_name)
 
 
 def settings_of(stack, idle_s: float, **more) -> Settings:

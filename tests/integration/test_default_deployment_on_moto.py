@@ -28,7 +28,7 @@ from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.start import start
 from rayfleet.node.control.autostop import Autostop, Settings
 from rayfleet.train.data import synthetic
-from tests.integration.helpers import REPO, verbs_env
+from tests.integration.helpers import REPO, control_environment, verbs_env
 from tools.moto_stack import stack
 
 pytestmark = pytest.mark.integration
@@ -81,10 +81,7 @@ def desired(server, out: dict) -> dict[str, int]:
 
 
 def control_env(server, out: dict) -> dict[str, str]:
-    ecs = server.client("ecs")
-    service = ecs.describe_services(cluster=out["cluster_name"], services=[out["control_service_name"]])
-    definition = ecs.describe_task_definition(taskDefinition=service["services"][0]["taskDefinition"])
-    return {e["name"]: e["value"] for e in definition["taskDefinition"]["containerDefinitions"][0]["environment"]}
+    return control_environment(server.client("ecs"), out["cluster_name"], out["control_service_name"])
 
 
 def test_train_ddp_and_train_fsdp_on_one_default_deployment(ecs_moto, tmp_path, monkeypatch):

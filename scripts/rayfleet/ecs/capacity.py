@@ -22,7 +22,7 @@ from datetime import datetime
 from botocore.exceptions import BotoCoreError, ClientError
 
 from rayfleet.core.aws import Aws, translate
-from rayfleet.ecs.outputs import Outputs, WorkerGroup
+from rayfleet.ecs.outputs import Outputs
 
 QUOTAS_URL = "https://console.aws.amazon.com/servicequotas/home/services/ec2/quotas"
 
@@ -144,17 +144,17 @@ def scaling_activities(autoscaling, group: str, since: datetime) -> list[dict]:
     return activities
 
 
-def _roles(out: Outputs) -> dict[str, tuple[str, WorkerGroup | None]]:
-    """Service name -> (how messages name its nodes: "head", "worker" or "<group> worker", its worker group)."""
-    roles: dict[str, tuple[str, WorkerGroup | None]] = {out.head_service_name: ("head", None)}
+def _roles(out: Outputs) -> dict[str, tuple[str, str | None]]:
+    """Service name -> (how messages name its nodes: "head", "worker" or "<group> worker", its worker group's name)."""
+    roles: dict[str, tuple[str, str | None]] = {out.head_service_name: ("head", None)}
     if out.control_service_name:
         roles[out.control_service_name] = ("head", None)
     for name, group in out.worker_groups.items():
-        roles[group.service_name] = (f"{name} worker" if len(out.worker_groups) > 1 else "worker", group)
+        roles[group.service_name] = (f"{name} worker" if len(out.worker_groups) > 1 else "worker", name)
     return roles
 
 
-def groups(ecs, out: Outputs, services: list[dict]) -> dict[str, tuple[str, WorkerGroup | None]]:
+def groups(ecs, out: Outputs, services: list[dict]) -> dict[str, tuple[str, str | None]]:
     """Auto Scaling group name -> its role (_roles), from the services' capacity providers (a service without
     a strategy of its own uses the cluster's default one, as ECS does)."""
     roles = _roles(out)
@@ -162,7 +162,7 @@ def groups(ecs, out: Outputs, services: list[dict]) -> dict[str, tuple[str, Work
     if any(not s.get("capacityProviderStrategy") for s in services):
         cluster = ecs.describe_clusters(clusters=[out.cluster_name])["clusters"]
         default = cluster[0].get("defaultCapacityProviderStrategy", []) if cluster else []
-    providers: dict[str, tuple[str, WorkerGroup | None]] = {}
+    providers: dict[str, tuple[str, str | None]] = {}
     for service in services:
         for item in service.get("capacityProviderStrategy") or default:
             providers.setdefault(item["capacityProvider"], roles.get(service["serviceName"], ("head", None)))
@@ -195,7 +195,8 @@ def _reasons(aws: Aws, out: Outputs, since: datetime, activities: Activities) ->
     roles = _roles(out)
     services = ecs.describe_services(cluster=out.cluster_name, services=list(roles))["services"]
     found: list[Reason] = []
-    for asg, (role, group) in groups(ecs, out, services).items():
+    for asg, (role, name) in groups(ecs, out, services).items():
+        group = out.worker_groups[name] if name else None
         worker_type = group.instance_type if group else ""
         spot = group is not None and group.lifecycle == "spot"
         try:
@@ -203,11 +204,9 @@ def _reasons(aws: Aws, out: Outputs, since: datetime, activities: Activities) ->
         except ClientError as exc:  # a policy without autoscaling:Describe*: say so, do not stop the wait
             found.append(Reason(f"{role} group: cannot read its scaling activities ({_code(exc)})", False))
             continue
-        name = next((n for n, g in out.worker_groups.items() if g is group), None)
         found += [replace(r, group=name) for a in listed if (r := activity_reason(a, role, worker_type, spot))]
     for service in services:
-        role, group = roles.get(service["serviceName"], ("head", None))
-        name = next((n for n, g in out.worker_groups.items() if g is group), None)
+        role, name = roles.get(service["serviceName"], ("head", None))
         for event in service.get("events") or []:  # newest first; a steady state ends what came before it
             if event["createdAt"] < since or "has reached a steady state" in event.get("message", ""):
                 break
