@@ -482,8 +482,9 @@ def test_ddp_recipe_through_the_trainer_survives_a_stopped_worker_and_status_rea
     # The service replaced the stopped task; ECS's record of the stopped one says why.
     why = f"stopping task worker {victim.split('-worker-')[1][:8]}: Essential container in task exited"
     assert why in rehearsal.output
-    now = containers(rehearsal.rid, "-gpu-metrics")
-    assert len(now) == 2 and len(containers(rehearsal.rid, "-ray-worker")) == 2
+    now, workers = containers(rehearsal.rid, "-gpu-metrics"), containers(rehearsal.rid, "-ray-worker")
+    tasks = "\n".join(line for line in rehearsal.lines if "task " in line)  # the agent's starts and stops, if not
+    assert len(now) == 2 and len(workers) == 2, f"{now} {workers} {containers(rehearsal.rid, running=False)}\n{tasks}"
     for sidecar in now:  # the run ended: its workers removed their files
         assert json.loads(podman("exec", sidecar, "python", "-c", CURRENT_RUNS, timeout=60).stdout) == []
         assert podman("exec", sidecar, "touch", "/run/rayfleet/x", timeout=60).returncode != 0  # read-only there

@@ -14,7 +14,8 @@ A fatal reason (a quota of 0, a type not offered) still fails the wait at once. 
 that waits for the run's nodes, `rayfleet run`'s bring-up on the operator's machine (followed and detached runs
 alike: the submitter returns only once the nodes came), with the operator's credentials (infra/operator-policy.json
 holds autoscaling:DescribeAutoScalingGroups and UpdateAutoScalingGroup). The control task's own raises (the queue,
-rayfleet/node/control/queue_scaling.py) take none. Each step is one line and an entry of the run's record
+rayfleet/node/control/queue_scaling.py) take none. On a local cluster the `group` step is the job's own, inside its
+queue wait (rayfleet/recipes/group_move.py). Each step is one line and an entry of the run's record
 (`capacity_steps`: step, group, minutes waited, by whom).
 """
 

@@ -13,7 +13,8 @@ from rayfleet.local import gcs_store
 from rayfleet.recipes import cost
 from rayfleet.recipes import secrets as recipe_secrets
 from rayfleet.recipes.fit import Capacity, check_fits
-from rayfleet.recipes.group_choice import Choice, Group, choose, on_group
+from rayfleet.recipes.group_choice import Choice, Group, alternatives, choose, on_group
+from rayfleet.recipes.group_move import GroupMove
 from rayfleet.recipes.job import run_job
 from rayfleet.recipes.schema import LoadedRecipe
 from rayfleet.targets import detach as detached
@@ -47,6 +48,17 @@ def local_choice(loaded: LoadedRecipe, state: local_cluster.ClusterState | None)
     return choose(loaded.recipe, local_groups(local_cluster.ClusterSpec(**state.spec)), where)
 
 
+def group_move(loaded: LoadedRecipe, state, choice: Choice | None) -> GroupMove | None:
+    """The other groups of the running cluster a run may move to while it waits in its group's line, when its
+    recipe allows it (`capacity_fallback: [..., group]`): rayfleet/recipes/group_move.py."""
+    recipe = loaded.recipe
+    if choice is None or not choice.group.name or "group" not in recipe.capacity_fallback:
+        return None
+    groups = local_groups(local_cluster.ClusterSpec(**state.spec))
+    others = [name for name, _ in alternatives(recipe, groups, choice.group.name)]
+    return GroupMove(others, recipe.capacity_fallback_after_min * 60) if others else None
+
+
 def machine_capacity(loaded: LoadedRecipe) -> Capacity:
     """What a cluster started for this run offers: sized to the recipe, on this machine's GPUs and memory."""
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
@@ -63,6 +75,7 @@ def run_local(
     else:  # the run goes to that group's nodes only: the queue, its job and its placement groups
         print(f"[rayfleet] {choice.line}", flush=True)
         loaded = on_group(loaded, choice.group.name)
+    move = group_move(loaded, state, choice)
     recipe = loaded.recipe
     storage = recipe.storage or runs_root(launch_dir=launch_dir)
     if not storage.startswith("s3://"):
@@ -107,6 +120,7 @@ def run_local(
                 entrypoint_resources=gcs_store.driver_resources() if state.store else None,
                 # a shared cluster queues its runs (rayfleet/core/run_queue.py); one started for this run not
                 queue_root=None if started else str(local_cluster.state_dir()),
+                move=move,
             )
         finally:
             if started:

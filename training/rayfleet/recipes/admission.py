@@ -52,6 +52,7 @@ from rayfleet.core.run_queue import (
     verdict,
 )
 from rayfleet.core.run_queue_checks import Alive, max_priority_from
+from rayfleet.recipes.group_move import GroupMove
 from rayfleet.recipes.placement import placed_since, probe
 from rayfleet.recipes.run_queue_liveness import Liveness
 
@@ -63,9 +64,16 @@ def say(message: str) -> None:
     print(f"[rayfleet] {message}", flush=True)
 
 
-def spec(root: str, entry: Entry, budget: Budget | None = None) -> str:
-    """job_entry's --queue value: where the queue is, its budget, and the run's entry."""
-    return json.dumps({"root": root, "entry": asdict(entry), "budget": asdict(budget) if budget else None})
+def spec(root: str, entry: Entry, budget: Budget | None = None, move: GroupMove | None = None) -> str:
+    """job_entry's --queue value: where the queue is, its budget, the run's entry, and the other worker groups it
+    may move to (rayfleet/recipes/group_move.py)."""
+    value = {"root": root, "entry": asdict(entry), "budget": asdict(budget) if budget else None}
+    return json.dumps({**value, **({"move": move.spec()} if move else {})})
+
+
+def move_of(text: str) -> GroupMove | None:
+    """The group move job_entry's --queue value carries, if any."""
+    return GroupMove.from_spec(json.loads(text).get("move"))
 
 
 def parse(text: str, env: dict) -> tuple[Queue, Entry]:
@@ -100,9 +108,11 @@ def wait_turn(
     clock: Callable[[], float] = time.time,
     sleep: Callable[[float], None] = time.sleep,
     alive: Callable[[set[str]], Alive | None] | None = None,
+    move: GroupMove | None = None,
 ) -> str | None:
     """Wait until the run is admitted (returns None) or cancelled (returns the reason); the entry stays.
-    `alive`: the runs with a live job, given the names the entries have (None: every fresh entry counts)."""
+    `alive`: the runs with a live job, given the names the entries have (None: every fresh entry counts).
+    `move`: the other worker groups the run goes to when it waits too long in its own group's line."""
     said = None
     held_by = _Spending(queue, clock)
     while True:
@@ -127,6 +137,10 @@ def wait_turn(
                 return None
             elif first:
                 reason = f"{reason}; waiting for {entry.resources()} to be free at once"
+            if entry.state == WAITING and move is not None and move.step(entry, reason, now, run_dir, say):
+                entry.reason, entry.heartbeat_at = "moved to another worker group", now
+                queue.put(entry)  # its new group's line, at once: the next look judges it there
+                continue
         if reason != said:
             say(f"queued: {reason}")
             said = reason
@@ -209,9 +223,10 @@ def _raise_on_sigterm(signum, frame) -> None:
     raise KeyboardInterrupt("SIGTERM")
 
 
-def admit(queue: Queue, entry: Entry, run_dir: RunDir) -> Callable[[], bool] | str:
+def admit(queue: Queue, entry: Entry, run_dir: RunDir, move: GroupMove | None = None) -> Callable[[], bool] | str:
     """Wait for the run's turn and placement. Admitted: the test of whether Ray has placed the run's workers
-    (for `holding`); else why not. A stop while waiting (the Jobs API's SIGTERM, Ctrl-C) removes the entry."""
+    (for `holding`); else why not. A stop while waiting (the Jobs API's SIGTERM, Ctrl-C) removes the entry.
+    With `move`, the entry's group is where it was admitted (see `wait_turn`)."""
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     entry.heartbeat_at = time.time()
     queue.put(entry)
@@ -222,7 +237,7 @@ def admit(queue: Queue, entry: Entry, run_dir: RunDir) -> Callable[[], bool] | s
             say(f"admitted at once: no other run in the queue{line}; Ray places all {entry.resources()} together")
         else:
             with bare_driver():
-                cancelled = wait_turn(queue, entry, run_dir, alive=Liveness(say))
+                cancelled = wait_turn(queue, entry, run_dir, alive=Liveness(say), move=move)
                 if cancelled:
                     queue.remove(entry.run)
                     return cancelled

@@ -26,6 +26,7 @@ from rayfleet.core.errors import RayfleetError
 from rayfleet.core.run_dir import RunDir
 from rayfleet.recipes import admission, attempt_fence, budget, cost, jobs_api, ray_faults
 from rayfleet.recipes.command import command, job_env, plain_env
+from rayfleet.recipes.group_move import GroupMove
 from rayfleet.recipes.log_spool import LogSpool
 from rayfleet.recipes.notify import NOTIFY_VAR, TOPIC_VAR
 from rayfleet.recipes.schema import Notify, Recipe
@@ -167,8 +168,11 @@ def _submit_and_follow(
     entrypoint_resources: dict | None = None,
     data: str | None = None,
     queue_root: str | None = None,
+    move: GroupMove | None = None,
 ) -> tuple[int, str | None]:
-    entry, runtime_env = _job_spec(recipe, run_dir, working_dir, extra_args, launch_dir, secret_refs, data, queue_root)
+    entry, runtime_env = _job_spec(
+        recipe, run_dir, working_dir, extra_args, launch_dir, secret_refs, data, queue_root, move
+    )
     stop_request.clear(run_dir)  # not the job's driver: it may start after the budget has already asked
     job_id = f"rayfleet-{run_dir.run_name}-{uuid.uuid4().hex[:6]}"  # a resumed run gets a new job
     client = jobs_api.client_for(address)
@@ -237,9 +241,10 @@ def _job_spec(
     secret_refs: dict,
     data: str | None = None,
     queue_root: str | None = None,
+    move: GroupMove | None = None,
 ) -> tuple[str, dict]:
     """The Jobs API entrypoint and runtime_env of a recipe's job (secret references only, never values); with
-    a queue, the job waits its turn first (rayfleet/recipes/admission.py)."""
+    a queue, the job waits its turn first (rayfleet/recipes/admission.py), and may move to `move`'s groups."""
     variables = job_env(recipe, run_dir.run_name, run_dir.storage, launch_dir, data)
     entry = command(recipe, sys.executable, variables, extra_args)
     # Ray Train moves its workers into a per-run directory unless told not to: recipe runs keep them in the
@@ -252,7 +257,7 @@ def _job_spec(
     if secret_refs or NOTIFY_VAR in env_vars or queue_root:
         # The queue's entry goes on the job's own command line: every Ray worker of the job gets env_vars, and
         # a launcher's node (rayfleet/node/driver/launcher.py) starts through job_entry too; it must not queue.
-        queued = _queued(recipe, run_dir, queue_root) if queue_root else []
+        queued = _queued(recipe, run_dir, queue_root, move) if queue_root else []
         words = [sys.executable, "-m", "rayfleet.recipes.job_entry", *queued, entry]
         entry = shlex.join(words)
     runtime_env: dict = {"working_dir": working_dir, "env_vars": env_vars}
@@ -263,7 +268,7 @@ def _job_spec(
     return entry, runtime_env
 
 
-def _queued(recipe: Recipe, run_dir: RunDir, queue_root: str) -> list[str]:
+def _queued(recipe: Recipe, run_dir: RunDir, queue_root: str, move: GroupMove | None = None) -> list[str]:
     """job_entry's --queue option: the run's entry at the hourly price run.json holds, the queue's budget. A
     submission queues at the time it first did: a retry, or a trainer relaunched after its head was lost,
     keeps its place (`queued`: the submission's number and time; a new submission of the name starts anew)."""
@@ -274,7 +279,7 @@ def _queued(recipe: Recipe, run_dir: RunDir, queue_root: str) -> list[str]:
         first = {"submission": record.get("submission"), "at": time.time()}
         run_dir.update(queued=first)  # this process follows the job: the record's owner, here and on ECS
     entry = admission.entry_for(recipe, run_dir.run_name, usd_per_hour=usd_per_hour, clock=lambda: first["at"])
-    return ["--queue", admission.spec(queue_root, entry, admission.budget_from(os.environ, entry))]
+    return ["--queue", admission.spec(queue_root, entry, admission.budget_from(os.environ, entry), move)]
 
 
 def _say_how_it_ended(run_dir: RunDir, outcome, exit_code: int, status: str, duration_s: float, usd, log_url) -> None:

@@ -27,6 +27,7 @@ import json
 import os
 import sys
 
+from rayfleet.core import worker_groups
 from rayfleet.core.aws import run_cli
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.run_dir import RunDir
@@ -56,18 +57,21 @@ def load_secrets() -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    queued = None
+    queued, move = None, None
     if len(argv) == 3 and argv[0] == "--queue":
-        queued, argv = admission.parse(argv[1], os.environ), argv[2:]
+        queued, move, argv = admission.parse(argv[1], os.environ), admission.move_of(argv[1]), argv[2:]
     if len(argv) != 1:
         raise RayfleetError("usage: python -m rayfleet.recipes.job_entry [--queue '<spec>'] '<command>'")
     env = {**os.environ, **resolve(refs_from_env())}
     notify = json.loads(os.environ.get(NOTIFY_VAR) or "null")
     if queued is not None:
         queue, entry = queued
-        admitted = admission.admit(queue, entry, RunDir(env["RAYFLEET_STORAGE"], env["RAYFLEET_RUN_NAME"]))
+        run_dir = RunDir(env["RAYFLEET_STORAGE"], env["RAYFLEET_RUN_NAME"])
+        admitted = admission.admit(queue, entry, run_dir, move)
         if isinstance(admitted, str):
             return admission.cancelled_exit(entry.run, admitted)
+        if entry.group:  # where it was admitted: its drivers place the workers there (recipes/group_move.py)
+            env[worker_groups.GROUP_VAR] = entry.group
         with admission.holding(queue, entry, admitted):
             return _run(argv[0], env, notify, child=True)
     return _run(argv[0], env, notify, child=False)
