@@ -148,7 +148,7 @@ variable "workers" {
 }
 
 variable "autostop" {
-  description = "Idle GPUs stop by themselves: each worker group goes to its min after its idle minutes (worker_groups.idle_minutes, default idle_minutes here) without a run on it, or with no Ray job, Serve application or trainer task at all; with head = true the head stops too, after every group and idle_minutes, unless a group keeps nodes (min above 0 or idle_minutes 0); 0 turns it off. make start, or make run, brings them back."
+  description = "Idle GPUs stop by themselves: each worker group goes to its min after its idle minutes (worker_groups.idle_minutes, default idle_minutes here) without a run on it, or with no Ray job, Serve application or trainer task at all; with head = true the head stops too, after every group and idle_minutes, unless a group keeps nodes (min above 0 or idle_minutes 0); 0 keeps the head up and turns it off for every group without idle_minutes of its own. make start, or make run, brings them back."
   type = object({
     idle_minutes = optional(number, 30)
     head         = optional(bool, false)

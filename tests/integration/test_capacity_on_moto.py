@@ -212,6 +212,12 @@ def test_reasons_read_the_worker_groups_activities_through_the_services_capacity
     assert capacity.reasons(Aws(out.region), out, since, activities=recorded({"another-group": [NO_VCPUS]})) == []
     spot = capacity.reasons(Aws(out.region), out, since, activities=recorded({worker_group(deployed): [NO_SPOT]}))
     assert spot == [capacity.Reason("worker group: Spot capacity not available for g5.xlarge", False, "default")]
+    # a launch that succeeded since (newest first) ends the failures before it: the capacity came
+    launched = [{"ActivityId": "ok", "StartTime": since, "StatusCode": "Successful", "StatusMessage": ""}]
+    later = recorded({worker_group(deployed): [NO_SPOT]})
+    came = capacity.reasons(Aws(out.region), out, since, activities=lambda *a: launched + later(*a))
+    assert came == []
+    assert capacity.reasons(Aws(out.region), out, since, activities=lambda *a: later(*a) + launched) == spot
 
 
 @pytest.mark.parametrize(

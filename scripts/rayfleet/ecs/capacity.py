@@ -204,7 +204,11 @@ def _reasons(aws: Aws, out: Outputs, since: datetime, activities: Activities) ->
         except ClientError as exc:  # a policy without autoscaling:Describe*: say so, do not stop the wait
             found.append(Reason(f"{role} group: cannot read its scaling activities ({_code(exc)})", False))
             continue
-        found += [replace(r, group=name) for a in listed if (r := activity_reason(a, role, worker_type, spot))]
+        for activity in listed:  # newest first; a launch that succeeded ends the failures before it (a fallback
+            if activity.get("StatusCode") == "Successful":  # step must not fire while its nodes join Ray)
+                break
+            if reason := activity_reason(activity, role, worker_type, spot):
+                found.append(replace(reason, group=name))
     for service in services:
         role, name = roles.get(service["serviceName"], ("head", None))
         for event in service.get("events") or []:  # newest first; a steady state ends what came before it

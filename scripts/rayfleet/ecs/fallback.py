@@ -88,14 +88,24 @@ class Fallback:
             line = f"on-demand instead of Spot in the group ({found.autoscaling_group})"
         else:
             other, nodes = next((g, n) for g, n in self.alternatives if g != group)
-            ecs = self.aws.client("ecs")
-            ecs.update_service(cluster=self.out.cluster_name, service=found.service_name, desiredCount=before[group])
+            back = self._without_this_run(found.service_name, asked[group], before[group])
             moved = {other: nodes, **{g: n for g, n in asked.items() if g != group}}
             entry["to"] = other
-            line = f"the run moves to worker group {other} ({nodes} node(s)); {group} back to {before[group]}"
+            line = f"the run moves to worker group {other} ({nodes} node(s)); {group} back to {back}"
         self.steps.append(entry)
         self.say(f"[rayfleet] capacity: worker group {group}: {reason.text} for {waited:g} min: {line}")
         return moved
+
+    def _without_this_run(self, service: str, asked: int, before: int) -> int:
+        """The group's service lowered by what this run raised it (from `before` to `asked`), no more: a raise
+        made meanwhile by the queue or another run stays. The count it was set to."""
+        ecs = self.aws.client("ecs")
+        found = ecs.describe_services(cluster=self.out.cluster_name, services=[service])["services"]
+        now = found[0]["desiredCount"] if found else before
+        back = max(before, now - max(0, asked - before))
+        if back != now:
+            ecs.update_service(cluster=self.out.cluster_name, service=service, desiredCount=back)
+        return back
 
 
 def on_demand(aws: Aws, asg: str) -> None:

@@ -24,6 +24,7 @@ NO_SPOT = Reason("spot worker group: Spot capacity not available for g5.xlarge",
 class Aws:
     def __init__(self) -> None:
         self.calls: list[tuple] = []
+        self.desired = {"w-spot": 2}  # what each service wants now (the run raised spot from 0 to 2)
 
     def client(self, name: str):
         return self
@@ -37,6 +38,9 @@ class Aws:
 
     def update_auto_scaling_group(self, **kwargs):
         self.calls.append(("asg", kwargs["AutoScalingGroupName"], kwargs["MixedInstancesPolicy"]))
+
+    def describe_services(self, cluster, services):
+        return {"services": [{"serviceName": s, "desiredCount": self.desired.get(s, 0)} for s in services]}
 
     def update_service(self, cluster, service, desiredCount):
         self.calls.append(("service", service, desiredCount))
@@ -76,6 +80,21 @@ def test_each_step_after_the_reason_lasted_and_in_the_recipes_order():
                                             "reason": NO_SPOT.text, "by": ""}  # fmt: skip
     now[0] += 300
     assert found.consider([NO_SPOT], asked, before) is None and len(found.steps) == 3  # nothing left to try
+
+
+def test_the_move_lowers_the_group_by_what_the_run_raised_it_no_more():
+    said: list[str] = []
+    found, now = fallback(("group",), (("big", 1),), said)
+    found.aws.desired = {"w-spot": 3}  # the run raised spot 1 -> 2; the queue raised it to 3 meanwhile
+    found.consider([NO_SPOT], {"spot": 2}, {"spot": 1})
+    now[0] += 300
+    assert found.consider([NO_SPOT], {"spot": 2}, {"spot": 1}) == {"big": 1}
+    assert found.aws.calls == [("service", "w-spot", 2)] and said[-1].endswith("; spot back to 2")
+    found, now = fallback(("group",), (("big", 1),))
+    found.aws.desired = {"w-spot": 1}  # autostop or `deploy stop` took it lower already: left alone
+    found.consider([NO_SPOT], {"spot": 2}, {"spot": 1})
+    now[0] += 300
+    assert found.consider([NO_SPOT], {"spot": 2}, {"spot": 1}) == {"big": 1} and found.aws.calls == []
 
 
 def test_steps_that_do_not_apply_are_passed_over_and_a_reason_gone_restarts_the_wait():

@@ -136,7 +136,9 @@ def test_the_head_never_stops_while_a_group_keeps_nodes():
     ("env", "expected"),
     [
         ({}, None),  # not on ECS: no services to scale
-        ({"RAYFLEET_AUTOSTOP_IDLE_MIN": "0"}, None),  # off
+        # the deployment's 0 keeps the head up; the group's own 30 minutes still stop it (Terraform gives a group
+        # without minutes of its own the deployment's: 0, never, as in the next test)
+        ({"RAYFLEET_AUTOSTOP_IDLE_MIN": "0", "RAYFLEET_AUTOSTOP_HEAD": "true"}, (0, False)),
         ({"RAYFLEET_AUTOSTOP_IDLE_MIN": "45", "RAYFLEET_AUTOSTOP_HEAD": "true"}, (45 * 60, True)),
         ({}, (30 * 60, False)),
     ],
@@ -149,6 +151,14 @@ def test_settings_from_the_task_environment(env, expected):
     full = env if expected is None and not env else {**names, **env}
     settings = Settings.from_env(full)
     assert (settings and (settings.idle_s, settings.stop_head)) == expected
+    if settings is not None:
+        assert settings.groups["ddp"].idle_s == 30 * 60
+
+
+def test_autostop_is_off_when_no_group_stops():
+    group = {"service": "w", "vcpus": 4, "gpus": 1, "memory_mib": 16384, "min": 0, "max": 2, "idle_minutes": 0}
+    env = {"RAYFLEET_CLUSTER_NAME": "rf", "RAYFLEET_HEAD_SERVICE": "h", "RAYFLEET_AUTOSTOP_IDLE_MIN": "0"}
+    assert Settings.from_env({**env, "RAYFLEET_WORKER_GROUPS": json.dumps({"ddp": group})}) is None
 
 
 @pytest.mark.parametrize(

@@ -89,7 +89,9 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: dict) -> Settings | None:
-        """None when the task was not given its services (outside ECS) or autostop is off."""
+        """None when the task was not given its services (outside ECS) or no group autostops. The deployment's
+        idle minutes at 0 keep the head up; each group has its own (Terraform gives a group without its own the
+        deployment's), so a group with minutes of its own still stops."""
         names = [env.get(k) for k in ("RAYFLEET_CLUSTER_NAME", "RAYFLEET_HEAD_SERVICE")]
         idle_min = float(env.get("RAYFLEET_AUTOSTOP_IDLE_MIN") or DEFAULT_IDLE_MIN)
         groups = {
@@ -97,9 +99,9 @@ class Settings:
             for name, g in worker_groups.ecs_groups_from(env).items()
             if g.idle_minutes > 0
         }
-        if not all(names) or idle_min <= 0 or not groups:
+        if not all(names) or not groups:
             return None
-        stop_head = (env.get("RAYFLEET_AUTOSTOP_HEAD") or "false").lower() == "true"
+        stop_head = (env.get("RAYFLEET_AUTOSTOP_HEAD") or "false").lower() == "true" and idle_min > 0
         # the head stops last, and only where every group stops at zero: else workers would run on without a head
         kept = [n for n, g in worker_groups.ecs_groups_from(env).items() if g.min > 0 or g.idle_minutes <= 0]
         stop_head = stop_head and not kept
