@@ -114,9 +114,10 @@ data: | $(VENV)/.installed ## The real FashionMNIST in data/ (offline, or SYNTHE
 	$(if $(USER_DATA_DIR),@echo "data: using $(DATA_DIR) as given",$(PY) -m rayfleet.train.data.fetch fashion-mnist $(DATA_DIR) $(if $(SYNTHETIC),--synthetic))
 
 models/tiny-gpt-neox/config.json: | $(VENV)/.installed
-	$(PY) -m tools.tiny_lm models/tiny-gpt-neox --text data/text/tiny_shakespeare.txt
+	$(PY) -m tools.tiny_lm models/tiny-gpt-neox
 
-text-data: models/tiny-gpt-neox/config.json ## Generate a text corpus and a tiny GPT-NeoX + tokenizer (offline; SYNTHETIC)
+text-data: models/tiny-gpt-neox/config.json ## The real tiny_shakespeare in data/text (offline, or SYNTHETIC=1: generated, data/text/synthetic) and a tiny GPT-NeoX
+	$(PY) -m rayfleet.train.data.fetch tiny-shakespeare data/text $(if $(SYNTHETIC),--synthetic)
 
 ##@ Runs
 # Jobs run directly (no Jobs API) on the running local cluster; `cluster run` starts one for the command when

@@ -2,7 +2,8 @@
 Jobs API, its `${RAYFLEET_LAUNCH_DIR}`, `${RAYFLEET_MIN_WORKERS}`, `${RAYFLEET_DATA}` (and the other job
 variables) expanded against the job. The command is make's own (tests/integration/make_plan.py), run from a
 launch folder of the test's: models/tiny-gpt-neox there is the session's tiny model (what `make text-data`
-writes into the checkout), and `data` (SET) a folder holding the session's corpus as tiny_shakespeare.txt."""
+writes into the checkout), and `data` (SET) a folder holding the session's generated corpus where `make text-data`
+writes it offline (synthetic/generated_verse.txt: never under tiny_shakespeare.txt, the real file's name)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from rayfleet.train.data.synthetic_text import GENERATED
 from tests.integration.make_plan import command_from_anywhere
 
 
@@ -18,8 +20,8 @@ def launch_folder(tiny: dict, root: Path) -> tuple[Path, Path]:
     launch, text = root / "launch", root / "text"
     if not launch.exists():
         shutil.copytree(tiny["model"], launch / "models" / "tiny-gpt-neox")
-        text.mkdir()
-        shutil.copyfile(tiny["data"], text / "tiny_shakespeare.txt")
+        (text / GENERATED).parent.mkdir(parents=True)
+        shutil.copyfile(tiny["data"], text / GENERATED)
     return launch, text
 
 

@@ -91,7 +91,10 @@ def test_make_train_fsdp_runs_the_tiny_recipe_through_the_jobs_api(fsdp_learned,
     check_attempts(record, [("SUCCEEDED", 0)], allowing=RAY_LOST_THE_CODE)  # the second submission's
     config = yaml.safe_load((run / "config.yaml").read_text())  # the job's resolved config
     assert config["model"] == str(root / "launch" / "models" / "tiny-gpt-neox")  # ${RAYFLEET_LAUNCH_DIR}
-    assert config["data"] == str(root / "text" / "tiny_shakespeare.txt")  # ${RAYFLEET_DATA}
+    # ${RAYFLEET_DATA}/tiny_shakespeare.txt is not there: the generated corpus beside it, said and recorded
+    assert config["data"] == str(root / "text" / "synthetic" / "generated_verse.txt")
+    assert record["data"] == f"SYNTHETIC generated verse, not tiny_shakespeare ({config['data']})"
+    assert f"data: SYNTHETIC generated verse, not tiny_shakespeare ({config['data']}); " in learned["first"].stdout
     assert (config["num_workers"], config["min_workers"], config["cpus_per_worker"]) == (2, 2, 1.0)
     assert (config["run_name"], config["storage"], config["strategy"]) == ("learn", str(root), "deepspeed")
     assert "${" not in (run / "config.yaml").read_text()

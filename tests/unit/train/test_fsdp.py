@@ -26,6 +26,7 @@ from rayfleet.train import fsdp
 from rayfleet.train.control.hang_watch import Steps
 from rayfleet.train.control.preemption import Preemption
 from rayfleet.train.control.run_control import RunControl
+from rayfleet.train.data import synthetic_text
 from rayfleet.train.fsdp import _boundary, _train_step, lr_at
 from rayfleet.train.fsdp.config import FSDPConfig
 from rayfleet.train.fsdp.metrics import step_metrics, window
@@ -246,7 +247,11 @@ def test_the_loop_saves_at_a_notice_waits_and_its_restart_resumes_at_the_next_st
 
     assert attempt(loop_config, ray_train, notice_at=3) == [("checkpoint_step_0000003", {"step": 3, "preempted": True})]
     out = capsys.readouterr().out
-    assert trained == [0, 1, 2] and "noticed: starting with fsdp;" in out and waiting.format(3) in out
+    assert trained == [0, 1, 2] and waiting.format(3) in out
+    # its first line and its record say what it trained on: the generated corpus, SYNTHETIC
+    trained_on = f"SYNTHETIC generated verse, not tiny_shakespeare ({tiny / 'corpus.txt'})"
+    assert f"noticed: starting with fsdp on {trained_on};" in out
+    assert RunDir(str(tmp_path / "runs"), "noticed").record()["data"] == trained_on
     state = json.loads((tmp_path / "ray-storage" / "checkpoint_step_0000003" / "train_state.json").read_text())
     assert state == {"attempt": 0, "seed": 0, "strategy": "fsdp", "preemptions": 1, "steps_redone": 0, "step": 3}
 
@@ -254,11 +259,11 @@ def test_the_loop_saves_at_a_notice_waits_and_its_restart_resumes_at_the_next_st
         ("checkpoint_step_0000004", {"step": 4, "preempted": True})
     ]
     out = capsys.readouterr().out
-    assert "noticed: resuming at step 4 (attempt 1) with fsdp;" in out and waiting.format(4) in out
+    assert f"noticed: resuming at step 4 (attempt 1) with fsdp on {trained_on};" in out and waiting.format(4) in out
     assert trained == [0, 1, 2, 3]
 
     assert attempt(loop_config, ray_train, notice_at=None) is None
-    assert "noticed: resuming at step 5 (attempt 2) with fsdp;" in capsys.readouterr().out
+    assert f"noticed: resuming at step 5 (attempt 2) with fsdp on {trained_on};" in capsys.readouterr().out
     assert trained == [0, 1, 2, 3, 4, 5]  # no step redone, none skipped
     assert [name for name, _ in ray_train.reports if name] == [f"checkpoint_step_000000{s}" for s in (3, 4, 6)]
     state = json.loads((tmp_path / "ray-storage" / "checkpoint_step_0000006" / "train_state.json").read_text())
@@ -273,3 +278,21 @@ def test_the_loop_saves_at_a_notice_waits_and_its_restart_resumes_at_the_next_st
     ] * 2
     record = RunDir(str(tmp_path / "runs"), "noticed").record()
     assert record["resumed_from"] == {"attempt": 2, "checkpoint": "checkpoint_step_0000004"}
+
+
+def test_the_drivers_first_line_says_synthetic_for_generated_text_and_not_for_real_text(tiny, tmp_path, capsys):
+    """The driver resolves the recipes' data=<folder>/tiny_shakespeare.txt: the real file when it is there (no
+    SYNTHETIC), else the generated corpus `make text-data` left beside it offline (SYNTHETIC, and why)."""
+    folder = tmp_path / "text"
+    generated = synthetic_text.write(folder)
+    real_name = folder / "tiny_shakespeare.txt"
+    config = load_config(FSDPConfig, "rayfleet/train/configs/fsdp-tiny.yaml", [f"data={real_name}"])
+    assert fsdp.with_data_resolved(config).data == str(generated)
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line == (
+        f"data: SYNTHETIC generated verse, not tiny_shakespeare ({generated}); {real_name} is not there "
+        "(`make text-data` fetches tiny_shakespeare when online)"
+    )
+    real_name.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n")  # the real format
+    assert fsdp.with_data_resolved(config).data == str(real_name)
+    assert capsys.readouterr().out.splitlines() == [f"data: {real_name}"]

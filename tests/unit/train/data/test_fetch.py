@@ -1,7 +1,8 @@
-"""`make data`'s fetch (rayfleet/train/data/fetch.py) against a real HTTP server on 127.0.0.1 serving files of the
-real format: FashionMNIST's gzipped IDX files, generated here (the published ones cannot be downloaded on this
-machine). The server honours range requests as S3 and GitHub do, can cut a file short, and counts what it is
-asked, so the cache, the resume, the mirrors and the checksum refusal are each seen on the wire."""
+"""`make data`'s and `make text-data`'s fetch (rayfleet/train/data/fetch.py) against a real HTTP server on 127.0.0.1
+serving files of the real format: FashionMNIST's gzipped IDX files and a plain-text play, generated here (the
+published ones cannot be downloaded on this machine). The server honours range requests as S3 and GitHub do, can
+cut a file short, and counts what it is asked, so the cache, the resume, the mirrors and the checksum refusal are
+each seen on the wire."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import ClassVar
 
 import pytest
 
-from rayfleet.train.data import fetch, layout, sources, synthetic
+from rayfleet.train.data import fetch, layout, sources, synthetic, synthetic_text, text
 from rayfleet.train.data.fashion_mnist import load
 from tests.unit.node.http_stub import QuietHandler, serving
 
@@ -145,3 +146,69 @@ def test_a_job_reads_the_real_set_when_it_is_there_else_the_generated_one(tmp_pa
     for path in layout.raw_files(data / "synthetic").values():
         (real / path.name).write_bytes(path.read_bytes())  # stands in for the fetched real files
     assert layout.resolve(data) == data and not layout.is_synthetic(data)
+
+
+@pytest.fixture
+def text_served(tmp_path, monkeypatch):
+    """A file of tiny_shakespeare's format (plain UTF-8 play text, made here: the real one cannot be downloaded
+    on this machine) served; the pinned location and checksum pointed at it, nothing else changed."""
+    body = ("First Citizen:\nBefore we proceed any further, hear me speak.\n\n" * 400).encode()
+    Files.files, Files.asked = {"input.txt": body}, []
+    monkeypatch.setenv("RAYFLEET_CACHE_DIR", str(tmp_path / "cache"))
+    with serving(Files) as port:
+        base = f"http://127.0.0.1:{port}/"
+        checksum = "sha256:" + hashlib.sha256(body).hexdigest()
+        pinned = replace(sources.TINY_SHAKESPEARE, urls=(base + "input.txt",), checksum=checksum, size=len(body))
+        monkeypatch.setattr(sources, "TINY_SHAKESPEARE", pinned)
+        yield {"base": base, "body": body}
+
+
+def test_the_pinned_tiny_shakespeare_is_char_rnns_input_txt_with_its_published_sha256():
+    remote = sources.TINY_SHAKESPEARE
+    assert remote.urls == ("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",)
+    assert remote.checksum == "sha256:86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+    assert remote.size == 1_115_394
+
+
+def test_tiny_shakespeare_is_fetched_checked_cached_and_replaces_generated_text_under_its_name(text_served, tmp_path):
+    lines = []
+    dest = tmp_path / "data" / "text"
+    dest.mkdir(parents=True)
+    (dest / "tiny_shakespeare.txt").write_text(synthetic_text.corpus(40))  # what an older `make text-data` wrote
+    got = fetch.tiny_shakespeare(dest, say=lines.append)
+    assert got == dest / "tiny_shakespeare.txt" and got.read_bytes() == text_served["body"]
+    assert lines[0] == f"tiny_shakespeare: removed generated text that was named {got}"
+    assert lines[-1] == f"tiny_shakespeare: the published file, checked, in {got}"
+    assert fetch.tiny_shakespeare(dest, say=lines.append) == got and lines[-1] == f"tiny_shakespeare: already in {got}"
+    again = fetch.tiny_shakespeare(tmp_path / "other", say=lines.append)  # another folder: from the cache
+    assert again.read_bytes() == text_served["body"] and [p for p, _ in Files.asked] == ["/input.txt"]
+    assert synthetic_text.describe(got.read_text(), str(got)) == f"tiny_shakespeare.txt ({got})"
+
+
+def test_tiny_shakespeare_resumes_a_cut_download_and_refuses_a_wrong_file(text_served, tmp_path):
+    remote = sources.TINY_SHAKESPEARE
+    cut = replace(remote, urls=(text_served["base"] + "cut/input.txt", *remote.urls))
+    assert fetch.download(cut, tmp_path / "cache").read_bytes() == text_served["body"]
+    assert [a for _, a in Files.asked] == [None, f"bytes={len(text_served['body']) // 2}-"]
+    with pytest.raises(fetch.FetchError, match=r"input\.txt: no location gave the published file, refusing it"):
+        fetch.download(replace(remote, checksum="sha256:" + "0" * 64), tmp_path / "other-cache")
+
+
+def test_offline_or_asked_the_generated_text_goes_under_synthetic_never_the_real_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(fetch, "reachable", lambda url, timeout_s=fetch.PROBE_S: False)
+    lines = []
+    dest = tmp_path / "text"
+    got = fetch.tiny_shakespeare(dest, say=lines.append)
+    assert got == dest / "synthetic" / "generated_verse.txt" and not (dest / "tiny_shakespeare.txt").exists()
+    assert lines == [
+        "tiny_shakespeare: no network (raw.githubusercontent.com did not answer within 3 s): using the SYNTHETIC "
+        f"generated corpus {got}"
+    ]
+    assert got.read_text().splitlines()[0] == synthetic_text.LABEL
+    asked = fetch.tiny_shakespeare(dest, want_synthetic=True, say=lines.append)
+    assert asked == got and lines[-1].startswith("tiny_shakespeare: asked for (SYNTHETIC=1): using the SYNTHETIC")
+    # the job given the real name (as the recipes pass it) reads the generated file, and says it is generated
+    real_name = str(dest / "tiny_shakespeare.txt")
+    assert text.resolve(real_name) == str(got) and text.resolve(str(got)) == str(got)
+    assert synthetic_text.describe(got.read_text(), str(got)).startswith("SYNTHETIC generated verse")
+    assert text.resolve(str(tmp_path / "nowhere.txt")) == str(tmp_path / "nowhere.txt")  # its error names it

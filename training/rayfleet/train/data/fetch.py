@@ -1,10 +1,12 @@
-"""`make data`: the real FashionMNIST, fetched from its pinned locations and checked against its published
-checksums (rayfleet/train/data/sources.py), into a cache that later fetches reuse, then unpacked into
-torchvision's layout under the data folder. With no network (a connection to the first location that does not
-open within PROBE_S), or when asked (`--synthetic`, make's SYNTHETIC=1), it generates the offline set instead,
-under `<data>/synthetic/`: never under the real set's name, and every job that reads it says SYNTHETIC.
+"""`make data` and `make text-data`: the real FashionMNIST and tiny_shakespeare, fetched from their pinned
+locations and checked against their published checksums (rayfleet/train/data/sources.py), into a cache that
+later fetches reuse, then unpacked into torchvision's layout under the data folder (FashionMNIST) or copied to
+`<text folder>/tiny_shakespeare.txt`. With no network (a connection to the first location that does not open
+within PROBE_S), or when asked (`--synthetic`, make's SYNTHETIC=1), it generates the offline set instead, under
+`<folder>/synthetic/`: never under the real set's name, and every job that reads it says SYNTHETIC.
 
     python -m rayfleet.train.data.fetch fashion-mnist data [--synthetic]
+    python -m rayfleet.train.data.fetch tiny-shakespeare data/text [--synthetic]
 
 A download shows its progress, resumes a partial file where it stopped (an HTTP range request), goes on to the
 next location when one fails, and refuses a file whose checksum is not the published one, in one line.
@@ -26,7 +28,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from rayfleet.train.data import layout, sources, synthetic
+from rayfleet.train.data import layout, sources, synthetic, synthetic_text
 
 PROBE_S = 3.0  # how long the network probe waits for a connection
 TIMEOUT_S = 30.0  # a stalled download gives up on that location after this long without data
@@ -149,14 +151,43 @@ def fashion_mnist(dest: Path, want_synthetic: bool = False, say: Callable[[str],
     return dest
 
 
+def tiny_shakespeare(dest: Path, want_synthetic: bool = False, say: Callable[[str], None] = print) -> Path:
+    """The text file the FSDP job should read: `dest`/tiny_shakespeare.txt, the published file; or the generated
+    corpus under `dest`/synthetic (asked for, or no network; rayfleet/train/data/synthetic_text.py)."""
+    real = dest / synthetic_text.REAL_NAME
+    if real.is_file() and synthetic_text.is_generated(real.read_text(errors="replace")[:20]):
+        real.unlink()  # generated text an older rayfleet wrote under the real file's name
+        say(f"tiny_shakespeare: removed generated text that was named {real}")
+    if not want_synthetic and real.is_file() and mismatch(real, sources.TINY_SHAKESPEARE.checksum) is None:
+        say(f"tiny_shakespeare: already in {real}")
+        return real
+    first = sources.TINY_SHAKESPEARE.urls[0]
+    why = "asked for (SYNTHETIC=1)" if want_synthetic else None
+    if why is None and not reachable(first):
+        why = f"no network ({urlsplit(first).hostname} did not answer within {PROBE_S:g} s)"
+    if why:
+        generated = synthetic_text.write(dest)
+        say(f"tiny_shakespeare: {why}: using the SYNTHETIC generated corpus {generated}")
+        return generated
+    fetched = download(sources.TINY_SHAKESPEARE, cache_dir() / "tiny-shakespeare", say)
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(fetched, f"{real}.tmp")
+    os.replace(f"{real}.tmp", real)
+    say(f"tiny_shakespeare: the published file, checked, in {real}")
+    return real
+
+
+DATASETS = {"fashion-mnist": fashion_mnist, "tiny-shakespeare": tiny_shakespeare}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("dataset", choices=["fashion-mnist"])
-    parser.add_argument("dest", type=Path, help="the data folder (FashionMNIST/raw/ goes below it)")
+    parser.add_argument("dataset", choices=sorted(DATASETS))
+    parser.add_argument("dest", type=Path, help="the data folder (FashionMNIST/raw/ or tiny_shakespeare.txt in it)")
     parser.add_argument("--synthetic", action="store_true", help="the generated offline set, under DEST/synthetic")
     args = parser.parse_args(argv)
     try:
-        fashion_mnist(args.dest, args.synthetic)
+        DATASETS[args.dataset](args.dest, args.synthetic)
     except FetchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1

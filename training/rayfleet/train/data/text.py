@@ -9,10 +9,11 @@ Face cache; the trainer image can preload it).
 
 from __future__ import annotations
 
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import torch
 
+from rayfleet.train.data import synthetic_text
 from rayfleet.train.data.order import epoch_shard
 
 
@@ -36,8 +37,32 @@ def read_text(source: str, s3_endpoint_url: str | None = None) -> str:
         return Path(path).read_text()
     path = Path(source)
     if not path.is_file():
-        raise FileNotFoundError(f"data: {source} does not exist (make text-data writes a generated corpus)")
+        raise FileNotFoundError(f"data: {source} does not exist (`make text-data` fetches tiny_shakespeare)")
     return _decoded(path.read_bytes(), source)
+
+
+def resolve(source: str, s3_endpoint_url: str | None = None) -> str:
+    """The source a job given `source` reads: as given when it is there; for the real tiny_shakespeare's name, the
+    generated corpus `make text-data` left beside it offline (rayfleet/train/data/synthetic_text.py), locally or
+    in its staged s3:// copy; else as given (the read's error names it)."""
+    if not source.startswith("s3://"):
+        return synthetic_text.resolve(source)
+    if PurePosixPath(source).name != synthetic_text.REAL_NAME:
+        return source
+    from botocore.exceptions import ClientError
+
+    from rayfleet.core.aws import Aws
+
+    bucket, _, key = source.removeprefix("s3://").partition("/")
+    s3 = Aws().client("s3", endpoint_url=s3_endpoint_url)
+    generated = f"{PurePosixPath(key).parent}/{synthetic_text.GENERATED}"
+    for candidate in (key, generated):
+        try:
+            s3.head_object(Bucket=bucket, Key=candidate)
+        except ClientError:
+            continue
+        return f"s3://{bucket}/{candidate}"
+    return source
 
 
 def _decoded(body: bytes, source: str) -> str:

@@ -30,6 +30,7 @@ from rayfleet.core.run_dir import RunDir
 from rayfleet.train.checkpoint.hf_export import write_and_verify
 from rayfleet.train.control.preemption import Preemption, record_reached, redone_since
 from rayfleet.train.control.run_control import RunControl
+from rayfleet.train.data import synthetic_text, text
 from rayfleet.train.data.text import PackedBlocks, pack, read_text, tokenize
 from rayfleet.train.flops import flops_per_token, peak_tflops
 from rayfleet.train.fsdp.config import FSDPConfig
@@ -79,7 +80,8 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    data = PackedBlocks(pack(tokenize(read_text(cfg.data, cfg.s3_endpoint_url), tokenizer), cfg.seq_len))
+    corpus = read_text(cfg.data, cfg.s3_endpoint_url)
+    data = PackedBlocks(pack(tokenize(corpus, tokenizer), cfg.seq_len))
     strategy = make_strategy(cfg, model_dir, device, rank)
     state = strategy.load()
     start, attempt = (state["step"], state["attempt"] + 1) if state else (0, 0)
@@ -95,7 +97,10 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
     info = _model_info(cfg, strategy, device, device_name, world)  # a collective: every rank's shard size
     if rank == 0:
         what = f"resuming at step {start + 1} (attempt {attempt})" if state else "starting"
-        _announce(cfg, run_name, what, data, world, device_name)
+        trained_on = synthetic_text.describe(corpus, cfg.data)
+        _announce(cfg, run_name, what, trained_on, data, world, device_name)
+        if not state:
+            run_dir.send("data", data=trained_on)  # the record says what it trained on: the real text, or SYNTHETIC
 
     last = min(cfg.max_steps, cfg.stop_at_step or cfg.max_steps)
     window_start, loss_sum, tokens = time.perf_counter(), 0.0, 0
@@ -199,9 +204,11 @@ def _prime_checkpoints(strategy, rank: int) -> None:
         )
 
 
-def _announce(cfg: FSDPConfig, run_name: str, what: str, data: PackedBlocks, world: int, device_name: str) -> None:
+def _announce(
+    cfg: FSDPConfig, run_name: str, what: str, trained_on: str, data: PackedBlocks, world: int, device_name: str
+) -> None:
     print(
-        f"{run_name}: {what} with {cfg.strategy}; {len(data):,} blocks of {cfg.seq_len} tokens, "
+        f"{run_name}: {what} with {cfg.strategy} on {trained_on}; {len(data):,} blocks of {cfg.seq_len} tokens, "
         f"{data.steps_per_epoch(world, cfg.micro_batch_size, cfg.grad_accum)} steps/epoch, "
         f"{world} x {device_name}",
         flush=True,
@@ -273,8 +280,26 @@ def check_before_start(cfg: FSDPConfig) -> Path:
                 "strategy: deepspeed is not installed here (pip install -r requirements/train.txt)"
             ) from None
     if not cfg.data.startswith(("s3://", "hf://")) and not Path(cfg.data).is_file():
-        raise ConfigError(f"data: {cfg.data} does not exist (make text-data writes a generated corpus)")
+        raise ConfigError(f"data: {cfg.data} does not exist (`make text-data` fetches tiny_shakespeare)")
     return model_dir
+
+
+def with_data_resolved(cfg: FSDPConfig) -> FSDPConfig:
+    """The config with the text its ranks read: the real file, or the generated corpus beside its name; said in
+    the job's first line, SYNTHETIC when generated (the ranks say it again, and record it, once they read it)."""
+    found = text.resolve(cfg.data, cfg.s3_endpoint_url)
+    local = "://" not in found and Path(found).is_file()
+    head = ""
+    if local:
+        with open(found, encoding="utf-8", errors="replace") as f:
+            head = f.read(64)
+    if synthetic_text.is_generated(head) or found.endswith(str(synthetic_text.GENERATED)):
+        said = synthetic_text.describe(synthetic_text.LABEL, found)
+    else:
+        said = found
+    missing = f"; {cfg.data} is not there (`make text-data` fetches tiny_shakespeare when online)"
+    print(f"data: {said}{missing if found != cfg.data else ''}", flush=True)
+    return cfg.model_copy(update={"data": found})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -285,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_intermixed_args(argv)
     try:
-        cfg = load_config(FSDPConfig, args.config, args.overrides)
+        cfg = with_data_resolved(load_config(FSDPConfig, args.config, args.overrides))
         model_dir = check_before_start(cfg)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
