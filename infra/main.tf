@@ -140,7 +140,7 @@ module "ray" {
   worker_groups = { for g, w in local.workers : g => {
     node_group   = w.node_group, instance_type = w.instance_type, vcpus = w.vcpus, memory_mib = w.memory_mib, gpus = w.gpus,
     min          = w.min, max = w.max, efa = w.efa, efa_devices = w.efa ? w.efa_devices : 0, efa_rdma = w.efa && w.efa_rdma,
-    idle_minutes = w.idle_minutes
+    idle_minutes = w.idle_minutes, models = w.models
   } }
   ray_ports             = local.ray_ports
   object_store_fraction = var.object_store_fraction

@@ -140,5 +140,6 @@ output "worker_groups" {
     efa               = w.efa
     gpus              = w.gpus
     idle_minutes      = w.idle_minutes
+    models            = w.models
   } }
 }

@@ -60,7 +60,9 @@ variable "worker_groups" {
     does not come falls back to on-demand in the group: scripts/rayfleet/ecs/fallback.py) with on_demand_base
     nodes that stay on-demand, EFA (with a
     cluster placement group unless placement_group = false), the root volume, and idle_minutes before autostop
-    takes the group to its min (default: autostop.idle_minutes). The default holds the flagships' two shapes.
+    takes the group to its min (default: autostop.idle_minutes), and models: its workers run the ray-worker image
+    with the preloaded models (tag <image_tag>-models, `make build`), the others the plain one. The default holds
+    the flagships' two shapes.
   EOT
   type = map(object({
     instance_types  = list(string)
@@ -72,10 +74,12 @@ variable "worker_groups" {
     placement_group = optional(bool)
     root_volume_gb  = optional(number, 200)
     idle_minutes    = optional(number)
+    models          = optional(bool, false)
   }))
   default = {
-    ddp  = { instance_types = ["g5.xlarge"], max = 2 }                                     # 1 x A10G per node
-    fsdp = { instance_types = ["g5.12xlarge"], max = 2, efa = true, root_volume_gb = 300 } # 4 x A10G per node, EFA
+    ddp = { instance_types = ["g5.xlarge"], max = 2 } # 1 x A10G per node
+    # 4 x A10G per node, EFA; its workers run the image with the preloaded models (dolly-v2-7b)
+    fsdp = { instance_types = ["g5.12xlarge"], max = 2, efa = true, root_volume_gb = 300, models = true }
   }
 
   validation {

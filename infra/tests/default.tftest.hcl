@@ -87,7 +87,7 @@ run "root" {
   }
 
   # What the scripts act on per group (scripts/rayfleet/ecs/outputs.py WorkerGroup): both groups start at zero,
-  # on demand, and stop after autostop's idle minutes; only fsdp has EFA.
+  # on demand, and stop after autostop's idle minutes; only fsdp has EFA, and the preloaded models.
   assert {
     condition = jsonencode(output.worker_groups) == jsonencode({
       ddp = {
@@ -103,6 +103,7 @@ run "root" {
         efa               = false
         gpus              = 1
         idle_minutes      = 30
+        models            = false
       }
       fsdp = {
         service_name      = "rayfleet-ray-worker-fsdp"
@@ -117,6 +118,7 @@ run "root" {
         efa               = true
         gpus              = 4
         idle_minutes      = 30
+        models            = true
       }
     })
     error_message = "The default worker groups: ${jsonencode(output.worker_groups)}"
@@ -197,6 +199,7 @@ run "ray" {
         efa_devices   = var.catalog["g5.12xlarge"].efa_devices
         efa_rdma      = var.catalog["g5.12xlarge"].efa_rdma
         idle_minutes  = 30
+        models        = true
       }
     }
   }
@@ -378,6 +381,11 @@ run "ray" {
       stopTimeout          = 120
     }
     error_message = "Worker container: ${jsonencode(jsondecode(aws_ecs_task_definition.worker["ddp"].container_definitions)[0])}"
+  }
+
+  assert {
+    condition     = jsondecode(aws_ecs_task_definition.worker["fsdp"].container_definitions)[0].image == "${var.images["ray-worker"]}-models"
+    error_message = "The fsdp group's workers run the ray-worker image with the preloaded models; ddp's the plain one (above)."
   }
 
   assert {

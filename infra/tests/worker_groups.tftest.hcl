@@ -63,6 +63,7 @@ run "a_group_named_default" {
         efa               = false
         gpus              = 1
         idle_minutes      = 30
+        models            = false
       }
     })
     error_message = "The default group's outputs: ${jsonencode(output.worker_groups)}"
@@ -141,7 +142,7 @@ run "three_groups" {
     worker_groups = {
       ddp       = { instance_types = ["g5.xlarge"], min = 1, max = 4 }
       "ddp-l4"  = { instance_types = ["g6.xlarge", "g5.xlarge"], max = 8, spot = "spot-only", idle_minutes = 10 }
-      "fsdp-pg" = { instance_types = ["g6.12xlarge"], max = 2, efa = true, placement_group = false, spot = "spot-preferred", on_demand_base = 1, idle_minutes = 0 }
+      "fsdp-pg" = { instance_types = ["g6.12xlarge"], max = 2, efa = true, placement_group = false, spot = "spot-preferred", on_demand_base = 1, idle_minutes = 0, models = true }
     }
   }
 
@@ -156,16 +157,16 @@ run "three_groups" {
 
   assert {
     condition = (
-      { for g, w in output.worker_groups : g => [w.min_nodes, w.max_nodes, w.spot, w.on_demand_base, w.idle_minutes, w.efa, w.gpus] } == {
-        ddp       = [1, 4, "on-demand", 0, 45, false, 1]
-        "ddp-l4"  = [0, 8, "spot-only", 0, 10, false, 1]
-        "fsdp-pg" = [0, 2, "spot-preferred", 1, 0, true, 4]
+      { for g, w in output.worker_groups : g => [w.min_nodes, w.max_nodes, w.spot, w.on_demand_base, w.idle_minutes, w.efa, w.gpus, w.models] } == {
+        ddp       = [1, 4, "on-demand", 0, 45, false, 1, false]
+        "ddp-l4"  = [0, 8, "spot-only", 0, 10, false, 1, false]
+        "fsdp-pg" = [0, 2, "spot-preferred", 1, 0, true, 4, true]
       } &&
       output.worker_groups["ddp-l4"].instance_types == tolist(["g6.xlarge", "g5.xlarge"]) &&
       output.worker_groups["ddp-l4"].autoscaling_group == module.cluster.autoscaling_group_names["worker-ddp-l4"] &&
       output.worker_groups["ddp-l4"].capacity_provider == "rayfleet-worker-ddp-l4"
     )
-    error_message = "Each group's min, max, Spot policy, on-demand base, autostop minutes (autostop's unless its own), EFA and GPUs: ${jsonencode(output.worker_groups)}"
+    error_message = "Each group's min, max, Spot policy, on-demand base, autostop minutes (autostop's unless its own), EFA, GPUs and models: ${jsonencode(output.worker_groups)}"
   }
 
   assert {
@@ -196,7 +197,8 @@ run "three_groups_in_the_ray_module" {
       "ddp-l4" = { node_group = "worker-ddp-l4", instance_type = "g6.xlarge", vcpus = 4, memory_mib = 16384, gpus = 1, min = 0, max = 8, efa = false, idle_minutes = 10 }
       "fsdp-pg" = {
         node_group = "worker-fsdp-pg", instance_type = "g6.12xlarge", vcpus = 48, memory_mib = 196608, gpus = 4, min = 0, max = 2,
-        efa        = true, efa_devices = var.catalog["g6.12xlarge"].efa_devices, efa_rdma = var.catalog["g6.12xlarge"].efa_rdma, idle_minutes = 0
+        efa        = true, efa_devices = var.catalog["g6.12xlarge"].efa_devices, efa_rdma = var.catalog["g6.12xlarge"].efa_rdma, idle_minutes = 0,
+        models     = true
       }
     }
   }
@@ -225,6 +227,11 @@ run "three_groups_in_the_ray_module" {
       { for g, t in aws_ecs_task_definition.worker : g => { for e in jsondecode(t.container_definitions)[1].environment : e.name => e.value }["RAYFLEET_INSTANCE_TYPE"] } == { ddp = "g5.xlarge", "ddp-l4" = "g6.xlarge", "fsdp-pg" = "g6.12xlarge" }
     )
     error_message = "Each group's service starts at its min; its workers carry its label, its network mode and its first type."
+  }
+
+  assert {
+    condition     = { for g, t in aws_ecs_task_definition.worker : g => jsondecode(t.container_definitions)[0].image } == { ddp = "w:1", "ddp-l4" = "w:1", "fsdp-pg" = "w:1-models" }
+    error_message = "Only the group with models runs the ray-worker image with the preloaded models (its tag's -models variant)."
   }
 }
 

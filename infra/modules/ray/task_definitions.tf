@@ -165,7 +165,7 @@ locals {
   worker_containers = { for g, w in var.worker_groups : g => merge(local.locked_down, {
     name                 = "ray-worker"
     user                 = local.ray_user
-    image                = var.images["ray-worker"]
+    image                = w.models ? "${var.images["ray-worker"]}-models" : var.images["ray-worker"] # the weights only where read
     essential            = true
     command              = ["worker"]
     memory               = local.worker_memory_mib[g]

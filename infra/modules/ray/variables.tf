@@ -44,11 +44,11 @@ variable "head_node" {
 }
 
 variable "worker_groups" {
-  description = "Worker groups by name: each group's node group (its ECS attribute and capacity provider key), its instance type's facts (the smallest of its types), min and max nodes, EFA (its devices and whether they do GPUDirect RDMA), and the idle minutes before autostop takes it to its min."
+  description = "Worker groups by name: each group's node group (its ECS attribute and capacity provider key), its instance type's facts (the smallest of its types), min and max nodes, EFA (its devices and whether they do GPUDirect RDMA), the idle minutes before autostop takes it to its min, and whether its workers run the ray-worker image with the preloaded models (tag suffix -models)."
   type = map(object({
     node_group   = string, instance_type = string, vcpus = number, memory_mib = number, gpus = number,
     min          = number, max = number, efa = bool, efa_devices = optional(number, 0), efa_rdma = optional(bool, false),
-    idle_minutes = optional(number, 30)
+    idle_minutes = optional(number, 30), models = optional(bool, false)
   }))
 }
 

@@ -24,7 +24,7 @@ SPOT_POLICIES = ("on-demand", "spot-preferred", "spot-only")  # infra/variables.
 class WorkerGroup:
     """One worker group as Terraform's `worker_groups` output describes it: its ECS service and container, its Auto
     Scaling group and capacity provider, its instance types (the first preferred), its min and max nodes, its Spot
-    policy, EFA, GPUs per node and autostop minutes."""
+    policy, EFA, GPUs per node, autostop minutes and whether it runs the image with the preloaded models."""
 
     service_name: str
     container_name: str = "ray-worker"
@@ -38,6 +38,7 @@ class WorkerGroup:
     efa: bool = False
     gpus: int = 0
     idle_minutes: float = 0
+    models: bool = False  # its workers run the ray-worker image with the preloaded models (tag <tag>-models)
 
     def __post_init__(self):
         object.__setattr__(self, "instance_types", tuple(self.instance_types or ()))
