@@ -159,7 +159,7 @@ tensorboard: setup ## Serve runs' TensorBoard on 127.0.0.1:6006 (RUN=; RUNS="mor
 	$(RF) runs tensorboard $(ALL_RUNS)
 
 ##@ Deployment (AWS)
-build: setup ## Build the images with docker or podman, tagged with the git commit (IMAGES=a,b; MODELS=hub/id to preload in the trainer: none by default)
+build: setup ## Build the images with docker or podman, tagged with the git commit (IMAGES=a,b; MODELS=hub/id,... or none: what the fsdp group's worker preloads, default the built-in recipes' models)
 	$(RF) images build --images $(IMAGES) --tag $(IMAGE_TAG) $(if $(MODELS),--models $(MODELS))
 
 push: setup ## Log in to ECR (boto3) and push the built images to the repositories make deploy created

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TAG = "test"
 BASE = "localhost/rayfleet-local-base:bookworm"
 IMAGES = ("ray-head", "ray-worker", "trainer", "gpu-metrics")
+MODELS_IMAGE = "ray-worker-models"  # built_images' key of ray-worker:TAG-models (the tiny GPT-NeoX preloaded)
 EXIT_FILE = "exit"
 # The early build's log and exit file (ignored by git); one per checkout.
 EARLY = ROOT / ".test-images-early"
@@ -37,12 +38,12 @@ def podman_env() -> dict:
 
 
 def build_images(scratch: Path, images: tuple[str, ...] = IMAGES, python: str = sys.executable) -> None:
-    """`images`, tagged TAG, built for real on the local debootstrap base as `make build` builds them, with the
-    tiny GPT-NeoX as the trainer's preloaded model (generated into `scratch` if needed)."""
+    """`images`, tagged TAG, built for real on the local debootstrap base as `make build` builds them; with
+    ray-worker, also ray-worker:TAG-models with the tiny GPT-NeoX preloaded (generated into `scratch` if needed)."""
     env = podman_env()
     subprocess.run([str(ROOT / "images" / "local-base.sh"), BASE], env=env, check=True, timeout=900)
     command = [python, "-m", "rayfleet.cli.main", "images", "build", "--tag", TAG, "--images", ",".join(images)]
-    if "trainer" in images:
+    if "ray-worker" in images:
         model = ROOT / "models" / "tiny-gpt-neox"
         if not (model / "config.json").is_file():
             model = scratch / "tiny-gpt-neox"

@@ -1,5 +1,6 @@
-"""Build the four images once per test session, for real, with podman on a local debootstrap base (the
-default bases cannot be pulled here; the Dockerfiles are the same), and hand tests testinfra hosts.
+"""Build the four images (and ray-worker's variant with a preloaded model) once per test session, for real,
+with podman on a local debootstrap base (the default bases cannot be pulled here; the Dockerfiles are the same),
+and hand tests testinfra hosts.
 
 Without podman the image tests skip (`make test` installs it first: tools/system_deps.py), unless
 RAYFLEET_REQUIRE_IMAGES=1 (set by .ci/run), where they fail.
@@ -13,7 +14,7 @@ import uuid
 
 import pytest
 
-from tests.images.build import IMAGES, ROOT, TAG, build_images
+from tests.images.build import IMAGES, MODELS_IMAGE, ROOT, TAG, build_images
 from tests.images.helpers import INSTALL, podman, wait_for_background_build
 
 # testinfra's podman:// backend runs `podman exec` with this process's environment
@@ -27,6 +28,7 @@ def built_images(request, tmp_path_factory) -> dict[str, str]:
             pytest.fail(f"podman is not installed, and RAYFLEET_REQUIRE_IMAGES=1 ({INSTALL})")
         pytest.skip(f"podman not installed: image tests need it ({INSTALL})")
     names = {name: f"localhost/rayfleet/{name}:{TAG}" for name in IMAGES}
+    names[MODELS_IMAGE] = f"localhost/rayfleet/ray-worker:{TAG}-models"
     if os.environ.get("RAYFLEET_IMAGES_PREBUILT"):  # the images workflow built them on the real bases
         return names
     if not wait_for_background_build(request.config):  # started by tests/conftest.py when collected

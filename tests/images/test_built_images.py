@@ -86,6 +86,7 @@ def test_image_configs_set_the_entry_points_and_token_mode(built_images):
     expected = {
         "ray-head": (["rayfleet-node"], ["head"]),
         "ray-worker": (["rayfleet-node"], ["worker"]),
+        "ray-worker-models": (["rayfleet-node"], ["worker"]),  # the worker, its weights added
         "trainer": (["rayfleet-node", "driver"], ["ddp"]),
         "gpu-metrics": (["python", "-m", "monitoring"], None),
     }
@@ -94,7 +95,7 @@ def test_image_configs_set_the_entry_points_and_token_mode(built_images):
         assert (config["Entrypoint"], config.get("Cmd")) == expected[image], image
         env = dict(e.split("=", 1) for e in config.get("Env", []))
         assert not [k for k in env if "TOKEN" in k or "SECRET" in k], (image, sorted(env))
-        if image in RAY_IMAGES:
+        if image in (*RAY_IMAGES, "ray-worker-models"):
             assert env["RAY_AUTH_MODE"] == "token"
         labels = config.get("Labels") or {}
         assert labels.get("org.opencontainers.image.revision"), image
@@ -141,8 +142,11 @@ def test_the_worker_gives_up_on_a_head_that_never_answers(built_images):
     assert "did not answer within 4s" in result.stderr
 
 
-def test_the_trainer_holds_the_models_its_manifest_lists(running):
-    host = running["trainer"]
+def test_the_models_worker_holds_the_models_its_manifest_lists_and_the_trainer_none(running):
+    """The image the FSDP job's ranks run in (ray-worker:<tag>-models) loads the model offline from its own
+    $MODEL_DIR; the trainer (the driver) holds no weights, and a rank there would fail in one line naming the
+    command that preloads it. The image-level half of the driver and ranks on different filesystems."""
+    host = running["ray-worker-models"]
     manifest = json.loads(host.file("/models/manifest.json").content_string)
     (model,) = manifest["models"]
     assert model["id"] == "tiny-gpt-neox" and model["path"].endswith("/tiny-gpt-neox")
@@ -151,12 +155,21 @@ def test_the_trainer_holds_the_models_its_manifest_lists(running):
     for entry in model["files"]:
         path = host.file(f"/models/tiny-gpt-neox/{entry['name']}")
         assert path.size == entry["bytes"] and path.sha256sum == entry["sha256"], entry["name"]
+        assert path.user == "ray" and path.mode & 0o6000 == 0, entry["name"]
     assert host.check_output("printenv MODEL_DIR") == "/models"
-    # the training code finds it offline, the way the FSDP job does
-    found = host.check_output(
-        "python -c \"from rayfleet.train.models.hf import resolve_model_dir as r; print(r('tiny-gpt-neox'))\""
+    assert host.check_output("printenv HF_HUB_OFFLINE") == "1"
+    # the training code finds it offline, the way the FSDP job's ranks do
+    resolve = "python -c \"from rayfleet.train.models.hf import resolve_model_dir as r; print(r('tiny-gpt-neox'))\""
+    assert host.check_output(resolve) == "/models/tiny-gpt-neox"
+    trainer = running["trainer"]
+    assert not trainer.file("/models").exists
+    refused = trainer.run(resolve)
+    assert refused.rc != 0
+    line = refused.stderr.strip().splitlines()[-1]
+    assert "'tiny-gpt-neox' is neither a directory, nor under $MODEL_DIR" in line
+    assert line.endswith(
+        "make build push MODELS=tiny-gpt-neox (then make deploy, for a worker group with models = true)"
     )
-    assert found == "/models/tiny-gpt-neox"
 
 
 def test_the_node_health_directory_is_the_sidecars_in_both_images(running):

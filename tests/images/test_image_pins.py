@@ -105,3 +105,11 @@ def test_scripts_in_images_fetch_nothing_unverified(script):
         assert "--keyring=" in call, f"{script.name}: debootstrap without --keyring only warns when it cannot verify"
     if "debootstrap " in text:
         assert "debian-archive-keyring" in text and "exit 1" in text  # a missing keyring stops the build
+
+
+def test_the_models_stage_installs_the_hub_client_the_training_set_pins():
+    """images/ray-worker/models.Dockerfile downloads Hub models with huggingface_hub at requirements/train.txt's pin."""
+    dockerfile = IMAGES / "ray-worker" / "models.Dockerfile"
+    args = dict(re.match(r"ARG (\w+)=?(.*)", i).groups() for i in instructions(dockerfile) if i.startswith("ARG "))
+    pinned = re.search(r"^huggingface-hub==\S+$", (ROOT / "requirements" / "train.txt").read_text(), flags=re.M)
+    assert args["HUGGINGFACE_HUB"] == pinned.group(0)

@@ -23,7 +23,13 @@ from tests.images.helpers import locked_down, podman, task_volumes
 
 pytestmark = pytest.mark.integration
 RAY_IMAGES = ("ray-head", "ray-worker", "trainer")
-USERS = {"ray-head": "1000", "ray-worker": "1000", "trainer": "1000", "gpu-metrics": "10001"}
+USERS = {
+    "ray-head": "1000",
+    "ray-worker": "1000",
+    "trainer": "1000",
+    "gpu-metrics": "10001",
+    "ray-worker-models": "1000",
+}
 
 # Every regular file of the image's own file system (not what the engine mounts: /proc, /etc/hosts, ...) with a
 # setuid or setgid bit or file capabilities, as root so that no directory hides one.
@@ -53,7 +59,7 @@ def privileged_files(image: str) -> list[str]:
     return json.loads(result.stdout)
 
 
-@pytest.mark.parametrize("image", [*RAY_IMAGES, "gpu-metrics"])
+@pytest.mark.parametrize("image", [*RAY_IMAGES, "gpu-metrics", "ray-worker-models"])
 def test_no_sudo_and_no_file_that_raises_privileges(built_images, running, image):
     host = running[image]
     assert host.user().uid == int(USERS[image])
@@ -100,7 +106,7 @@ def probe():
         assert torch.load(os.path.join(tmp, "t.pt"), weights_only=True).sum().item() == 8
         wrote["tempfile"] = tmp
     refused = {}
-    for path in ("/opt/rayfleet/rf-probe", "/usr/local/bin/rf-probe", "/models/rf-probe", "/etc/rf-probe"):
+    for path in ("/opt/rayfleet/rf-probe", "/usr/local/bin/rf-probe", "/rf-probe", "/etc/rf-probe"):
         try:
             open(path, "w").close()
             refused[path] = None
@@ -156,7 +162,7 @@ def test_the_head_and_a_trainer_driver_run_locked_down_as_on_ecs(built_images, t
     which rootless podman does not route between containers); nothing is published on the host. What only it
     proves (the rehearsal runs the same flags, but only sees that its jobs succeed): each cache a job uses
     (Hugging Face, torch hub, ~/.cache, tempfile, the working directory) is written under the volumes, and
-    /opt, /etc, /models are refused, about 25 s in the images tier instead of a rehearsal."""
+    /opt, /etc, / are refused, about 25 s in the images tier instead of a rehearsal."""
     token, run = uuid.uuid4().hex + uuid.uuid4().hex, uuid.uuid4().hex[:6]
     network, head, trainer = f"rf-test-net-{run}", f"rf-test-head-{run}", f"rf-test-trainer-{run}"
     probe = tmp_path / "probe"

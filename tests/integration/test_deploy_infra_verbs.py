@@ -77,8 +77,8 @@ def start_recording(moto) -> None:
         urllib.request.urlopen(request, timeout=10).close()
 
 
-def _deployable(ecs_moto, tmp_path):
-    outputs = stack.create(ecs_moto, tmp_path, trainer_slots=1)
+def _deployable(ecs_moto, tmp_path, picture: dict | None = None):
+    outputs = stack.create(ecs_moto, tmp_path, picture, trainer_slots=1)
     terraform_outputs = tmp_path / "terraform-output.json"
     # what `terraform output -json` prints: {"name": {"value": ..., "type": ..., "sensitive": false}}
     plain = json.loads(Path(outputs["outputs_file"]).read_text())
@@ -643,3 +643,23 @@ def test_ctrl_c_reaches_terraform_once_and_rayfleet_waits_for_its_state(deployab
         os.kill(terraform_pid, 0)  # ended before rayfleet did
     assert "interrupted: terraform apply got SIGINT; waiting while it stops cleanly" in err
     assert not Path(env["RAYFLEET_OUTPUTS"]).exists()  # no outputs saved from an interrupted apply
+
+
+def test_deploy_marks_the_models_image_of_the_groups_with_models(ecs_moto, tmp_path):
+    """On infra/'s own default groups (fsdp has models = true), deploy also marks ray-worker's <tag>-models, the
+    image fsdp's workers run, so the lifecycle never expires it; the plain images as before."""
+    deployable = _deployable(ecs_moto, tmp_path, stack.default_picture(var_files=()))
+    env, ecr, out = deployable["env"], ecs_moto.client("ecr"), deployable["outputs"]
+    assert [g for g, w in out["worker_groups"].items() if w["models"]] == ["fsdp"]
+    repositories = [url.split("/", 1)[1] for url in out["ecr_repository_urls"].values()]
+    worker = out["ecr_repository_urls"]["ray-worker"].split("/", 1)[1]
+    for name in repositories:
+        ecr.create_repository(repositoryName=name, imageTagMutability="IMMUTABLE")
+    _push(ecr, repositories, "0000000000a1")
+    _push(ecr, [worker], "0000000000a1-models")
+    result = run_verb(env, "deploy", "--yes", "--image-tag", "0000000000a1")
+    assert result.returncode == 0, result.stderr
+    assert _marked(ecr, worker) == {
+        "deployed-0000000000a1": ["0000000000a1"],
+        "deployed-0000000000a1-models": ["0000000000a1-models"],
+    }

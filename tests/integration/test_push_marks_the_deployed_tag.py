@@ -1,7 +1,8 @@
 """`make push` of the tag already deployed (a first deploy, before any push) marks its images `deployed-<tag>`,
-which the ECR lifecycle never expires (infra/modules/registry/README.md); a push of any other tag marks
-nothing. The container engine is a stand-in that accepts login, tag and push (no registry upload); the
-images it would upload are put into moto's ECR by the test, as a real push would leave them."""
+and ray-worker's models image `deployed-<tag>-models`, which the ECR lifecycle never expires
+(infra/modules/registry/README.md); a push of any other tag marks nothing. The container engine is a stand-in
+that accepts login, tag and push (no registry upload); the images it would upload are put into moto's ECR by
+the test, as a real push would leave them."""
 
 from __future__ import annotations
 
@@ -41,7 +42,14 @@ def pushed(ecs_moto, tmp_path):
     repositories = [url.split("/", 1)[1] for url in outputs["ecr_repository_urls"].values()]
     for name in repositories:
         ecr.create_repository(repositoryName=name, imageTagMutability="IMMUTABLE")
-    return {"env": env, "ecr": ecr, "repositories": repositories, "deployed": outputs["image_tag"]}
+    worker_url = outputs["ecr_repository_urls"]["ray-worker"]
+    return {
+        "env": env,
+        "ecr": ecr,
+        "repositories": repositories,
+        "deployed": outputs["image_tag"],
+        "worker_url": worker_url,
+    }
 
 
 def upload(ecr, repositories, tag):
@@ -67,7 +75,12 @@ def test_push_marks_only_the_deployed_tag(pushed):
     assert other.returncode == 0, other.stderr
     assert all(tags(ecr, r) == ["a1b2c3d4e5f6"] for r in repositories)  # not deployed: no mark
     upload(ecr, repositories, deployed)
+    worker = next(r for r in repositories if r.endswith("ray-worker"))
+    upload(ecr, [worker], f"{deployed}-models")  # the models image a group with models runs (built: the stand-in)
     result = push(pushed["env"], deployed)
     assert result.returncode == 0, result.stderr
-    assert all(tags(ecr, r) == sorted(["a1b2c3d4e5f6", deployed, f"deployed-{deployed}"]) for r in repositories)
+    assert f"pushing {pushed['worker_url']}:{deployed}-models ..." in result.stdout
+    marked = sorted(["a1b2c3d4e5f6", deployed, f"deployed-{deployed}"])
+    assert all(tags(ecr, r) == marked for r in repositories if r != worker)
+    assert tags(ecr, worker) == sorted([*marked, f"{deployed}-models", f"deployed-{deployed}-models"])
     assert f"marked {len(repositories)} image(s) deployed-{deployed}" in result.stdout

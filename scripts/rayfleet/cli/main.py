@@ -206,7 +206,11 @@ def _deployment_views(sub) -> None:
     p.add_argument("action", choices=["build", "push"])
     p.add_argument("--images", help="comma-separated subset (default: all four)")
     p.add_argument("--tag", help="default: the git commit")
-    p.add_argument("--models", help="build: the trainer's models (Hub ids or name=/dir)")
+    p.add_argument(
+        "--models",
+        help="build: what ray-worker:<tag>-models preloads (Hub ids or name=/dir, comma-separated; none for none); "
+        "default: the built-in recipes' models",
+    )
     _outputs(p)
     p.set_defaults(handler=verbs.images)
 

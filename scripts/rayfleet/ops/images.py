@@ -5,9 +5,10 @@
 
 Images are tagged with the git revision (`--tag`, default `git rev-parse --short=12 HEAD`). ray-head,
 ray-worker and trainer build FROM the shared `ray-base` (images/base/ray.Dockerfile), built first.
-The trainer preloads no model unless `--models` names some: the FSDP recipe wants
-`--models databricks/dolly-v2-7b`, about 14 GB that a DDP-only user should not build and push. The build says
-first what it builds and preloads, and last each image's size and what `rayfleet images push` will upload.
+With ray-worker it also builds ray-worker:<tag>-models, the worker with the built-in recipes' models preloaded
+(`--models` names others, `none` none; rayfleet/ops/image_models.py), which only the worker groups with
+`models = true` run. The build says first what it builds and preloads, and last each image's size and what
+`rayfleet images push` will upload.
 Bases: BASE_IMAGE (Ray images) and PYTHON_BASE_IMAGE (gpu-metrics) override the Dockerfiles' defaults,
 which is how tests build on a local debootstrap base. With podman, the host's pip configuration (local
 package indexes, the CA bundle of an intercepting proxy) is mounted for the build only, never copied
@@ -30,7 +31,8 @@ from rayfleet.core.aws import Aws, MissingOutputs
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.moved import gone
 from rayfleet.ecs.outputs import Outputs
-from rayfleet.ops.image_sizes import FSDP_MODEL, human, model_entries, model_size, size_report
+from rayfleet.ops import image_models
+from rayfleet.ops.image_sizes import size_report
 
 ROOT = local_state.project_dir()  # the checkout the images build from: images/ and training/
 
@@ -130,28 +132,18 @@ def model_mounts(models: str) -> tuple[list[str], str]:
     return volumes, ",".join(entries)
 
 
-def build_plan(images: list[str], models: str | None) -> list[str]:
-    """What the build will build and what the trainer preloads, said before the (long) build starts."""
+def build_plan(images: list[str]) -> list[str]:
+    """What the build will build, said before the (long) build starts."""
     ray_base = ["ray-base (not pushed)"] if set(images) & set(RAY_IMAGES) else []
-    lines = [f"building {', '.join([*ray_base, *images])}"]
-    entries = model_entries(models)
-    if "trainer" not in images:
-        if entries:
-            lines.append("--models ignored: the trainer is not among the images")
-        return lines
-    if not entries:
-        return [
-            *lines,
-            f"trainer: no models preloaded; for the FSDP recipe: rayfleet images build --models {FSDP_MODEL}, "
-            "then rayfleet images push",
-        ]
-    lines.append("trainer preloads:")
-    sizes = {e: model_size(e) for e in entries}
-    width = max(len(e) for e in [*entries, "total"])
-    lines += [f"  {e:<{width}}  {'size unknown' if n is None else '~' + human(n)}" for e, n in sizes.items()]
-    known = sum(n for n in sizes.values() if n is not None)
-    more = " and the models of unknown size" if None in sizes.values() else ""
-    return [*lines, f"  {'total':<{width}}  ~{human(known)}{more}"]
+    return [f"building {', '.join([*ray_base, *images])}"]
+
+
+def groups_with_models(outputs: str | None) -> list[str] | None:
+    """The deployed worker groups that run the models image (None before the first deploy)."""
+    try:
+        return [name for name, group in Outputs.load(outputs).worker_groups.items() if group.models]
+    except MissingOutputs:
+        return None
 
 
 def efa_installer(outputs: str | None, say=print) -> str | None:
@@ -174,39 +166,55 @@ def efa_installer(outputs: str | None, say=print) -> str | None:
     return EFA_INSTALLER
 
 
-def build(images: list[str], tag: str, models: str | None, say=print, efa: str | None = None) -> list[str]:
+def build(
+    images: list[str], tag: str, models: list[str], say=print, efa: str | None = None, groups: list[str] | None = None
+) -> list[str]:
+    """Build `images`; with ray-worker and `models` (entries: image_models.chosen), also ray-worker:<tag>-models,
+    the image of the worker groups with models (`groups`, for the plan's line)."""
     tool = engine()
-    built = []
-    for line in build_plan(images, models):
+    models = models if "ray-worker" in images else []
+    for line in build_plan(images) + (image_models.plan(models, tag, groups) if "ray-worker" in images else []):
         say(line)
-    # Checked before anything builds: a wrong model directory should not cost a base image's build first.
-    model_volumes, preloaded = model_mounts(models or "") if "trainer" in images else ([], "")
+    # Checked before anything builds: a wrong model directory, or a disk too small, should not cost a base first.
+    model_volumes, preloaded = model_mounts(",".join(models))
+    image_models.check_disk(models, image_models.engine_store(tool) if models else None)
     with tempfile.TemporaryDirectory() as tmp:
         volumes, pip_args = host_pip_mounts(Path(tmp)) if tool == "podman" else ([], [])
         common = ["--build-arg", f"REVISION={revision()}", "--build-arg", f"VERSION={tag}", *pip_args, *volumes]
         for env_name in BUILD_ARGS_FROM_ENV:
             if os.environ.get(env_name) and os.environ[env_name] != "none":
                 common += ["--build-arg", f"{env_name}={os.environ[env_name]}"]
-        steps = [("ray-base", ROOT / "images" / "base" / "ray.Dockerfile")] if set(images) & set(RAY_IMAGES) else []
-        steps += [(image, ROOT / "images" / image / "Dockerfile") for image in images]
-        for image, dockerfile in steps:
-            args = [*common, "--build-arg", f"RAY_BASE={local_name('ray-base', tag)}"]
-            if image == "trainer":  # always passed, so the Dockerfile's default never decides
-                args += ["--build-arg", f"MODELS={preloaded}", *model_volumes]
-            if image == "ray-worker" and efa:
+        steps = [("ray-base", tag, [])] if set(images) & set(RAY_IMAGES) else []
+        steps += [(image, tag, []) for image in images]
+        if models:
+            with_models = ["--build-arg", f"RAY_WORKER={local_name('ray-worker', tag)}", "--build-arg"]
+            steps.append(("ray-worker", image_models.models_tag(tag), [*with_models, f"MODELS={preloaded}"]))
+        for image, image_tag, extra in steps:
+            args = [*common, "--build-arg", f"RAY_BASE={local_name('ray-base', tag)}", *extra]
+            dockerfile = _dockerfile(image, image_tag != tag)
+            if image_tag != tag:
+                args += model_volumes
+            if image == "ray-worker" and efa and image_tag == tag:
                 args += ["--build-arg", f"EFA_INSTALLER_VERSION={efa}"]
-            say(f"building {local_name(image, tag)} ...")
+            say(f"building {local_name(image, image_tag)} ...")
             started = time.monotonic()
             # docker format: OCI images would drop HEALTHCHECK and SHELL
             fmt = ["--format", "docker"] if tool == "podman" else []
-            command = [tool, "build", *fmt, "-f", str(dockerfile), "-t", local_name(image, tag), *args, str(ROOT)]
+            name = local_name(image, image_tag)
+            command = [tool, "build", *fmt, "-f", str(dockerfile), "-t", name, *args, str(ROOT)]
             if subprocess.run(command).returncode != 0:
-                raise RayfleetError(f"building {image} failed; the engine's output is above")
-            say(f"built {local_name(image, tag)} in {time.monotonic() - started:.0f}s")
-            built.append(local_name(image, tag))
-    for line in size_report(tool, [local_name(image, tag) for image in images]):
+                raise RayfleetError(f"building {name} failed; the engine's output is above")
+            say(f"built {name} in {time.monotonic() - started:.0f}s")
+    built = [local_name(image, image_tag) for image, image_tag, _ in steps if image != "ray-base"]
+    for line in size_report(tool, built):
         say(line)
     return built
+
+
+def _dockerfile(image: str, models: bool) -> Path:
+    if image == "ray-base":
+        return ROOT / "images" / "base" / "ray.Dockerfile"
+    return ROOT / "images" / image / ("models.Dockerfile" if models else "Dockerfile")
 
 
 def _code(exc: Exception) -> str:
@@ -280,10 +288,13 @@ def push(images: list[str], tag: str, out: Outputs, say=print) -> list[str]:
     if login.returncode != 0:
         raise RayfleetError(f"{tool} login to {registry} failed: {login.stderr.strip()[:300]}")
     pushed = []
-    for image in images:
-        remote = f"{urls[image]}:{tag}"
+    tagged = [(image, tag) for image in images]
+    if "ray-worker" in images and built_locally(tool, local_name("ray-worker", image_models.models_tag(tag))):
+        tagged.append(("ray-worker", image_models.models_tag(tag)))  # the models image, where it was built
+    for image, image_tag in tagged:
+        remote = f"{urls[image]}:{image_tag}"
         say(f"pushing {remote} ...")
-        for command in ([tool, "tag", local_name(image, tag), remote], [tool, "push", remote]):
+        for command in ([tool, "tag", local_name(image, image_tag), remote], [tool, "push", remote]):
             if subprocess.run(command).returncode != 0:
                 raise RayfleetError(
                     f"{' '.join(command[:2])} {image} failed (built? rayfleet images build --images {image})"
@@ -291,7 +302,14 @@ def push(images: list[str], tag: str, out: Outputs, say=print) -> list[str]:
         pushed.append(remote)
     if out.image_tag == tag:  # the tag the services run (deployed before its images were pushed): protect it
         mark_deployed(Aws(out.region).client("ecr"), [urls[i].split("/", 1)[1] for i in images], tag, say=say)
+        if ("ray-worker", image_models.models_tag(tag)) in tagged:
+            mark_deployed(Aws(out.region).client("ecr"), [urls["ray-worker"].split("/", 1)[1]],
+                          image_models.models_tag(tag), say=say)  # fmt: skip
     return pushed
+
+
+def built_locally(tool: str, name: str) -> bool:
+    return subprocess.run([tool, "image", "inspect", name], capture_output=True).returncode == 0
 
 
 def build_or_push(
@@ -302,14 +320,18 @@ def build_or_push(
     outputs: str | None = None,
 ) -> int:
     """`rayfleet images build|push`: `images` a comma-separated subset (default all), `tag` default the git
-    revision, `models` what the trainer preloads (Hub ids or name=/dir; none by default)."""
+    revision, `models` what the models image preloads (Hub ids or name=/dir; `none`; by default the built-in
+    recipes' models: rayfleet/ops/image_models.py)."""
     chosen = [i.strip() for i in (images or ",".join(IMAGES)).split(",") if i.strip()]
     unknown = sorted(set(chosen) - set(IMAGES))
     if unknown:
         raise RayfleetError(f"unknown image(s) {', '.join(unknown)}; choose from {', '.join(IMAGES)}")
     tag = tag or revision()
     if action == "build":
-        build(chosen, tag, models, efa=efa_installer(outputs) if "ray-worker" in chosen else None)
+        worker = "ray-worker" in chosen
+        entries = image_models.chosen(models, ROOT) if worker else []
+        efa = efa_installer(outputs) if worker else None
+        build(chosen, tag, entries, efa=efa, groups=groups_with_models(outputs))
     else:
         push(chosen, tag, Outputs.load(outputs))
     return 0

@@ -1,5 +1,6 @@
-"""`make build`: the trainer preloads no model unless asked, and the build says what it builds, what it
-preloads, how big each image came out and what `make push` will upload. No image is built here: the engine
+"""`make build`: the built-in recipes' models go into ray-worker:<tag>-models only (the trainer and the other
+groups' workers hold none; MODELS names others, none none, offline none), and the build says what it builds,
+what it preloads, how big each image came out and what `make push` will upload. No image is built here: the engine
 is a fake that records the commands and answers `image inspect`."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from rayfleet.ops import image_sizes, images
+from rayfleet.ops import image_models, image_sizes, images
 
 ROOT = Path(__file__).resolve().parents[3]
 GB = 10**9
@@ -53,23 +54,47 @@ def build_arg(command: list[str], name: str) -> str | None:
     return next((v.split("=", 1)[1] for v in values if v.startswith(f"{name}=")), None)
 
 
-def test_the_trainer_dockerfile_preloads_nothing_by_default():
-    dockerfile = (ROOT / "images" / "trainer" / "Dockerfile").read_text()
-    assert re.findall(r"^ARG MODELS=(.*)$", dockerfile, re.M) == [""]
+def test_the_trainer_holds_no_weights_and_the_models_image_preloads_only_what_it_is_given():
+    trainer = (ROOT / "images" / "trainer" / "Dockerfile").read_text()
+    assert "MODELS" not in trainer and "/models" not in trainer
+    models = (ROOT / "images" / "ray-worker" / "models.Dockerfile").read_text()
+    assert re.findall(r"^ARG MODELS=(.*)$", models, re.M) == [""]
+    assert models.rstrip().splitlines()[-1].startswith("      org.opencontainers.image.title=")
+    # the weights are the last layer of the image (a COPY of their own stage, after everything else)
+    steps = [line.split()[0] for line in models.splitlines() if re.match(r"^[A-Z]+ ", line)]
+    assert steps[steps.index("FROM", steps.index("FROM") + 1) :][:2] == ["FROM", "COPY"]
 
 
-def test_a_build_without_models_preloads_none_and_says_how_to_add_them(engine):
+def test_the_default_list_is_the_built_in_recipes_models_and_none_or_offline_gives_none(tmp_path):
+    assert image_models.recipe_models(ROOT) == [images_fsdp_model()]  # fsdp.yaml's; fsdp-tiny's is a local path
+    said: list[str] = []
+    assert image_models.chosen(None, ROOT, said.append, online=lambda url: True) == [images_fsdp_model()]
+    assert image_models.chosen("none", ROOT, said.append, online=lambda url: True) == [] and said == []
+    assert image_models.chosen(None, ROOT, said.append, online=lambda url: False) == []
+    assert said == [
+        "cannot preload databricks/dolly-v2-7b: no network (huggingface.co did not answer within 3 s); building "
+        "without: the ranks that need it will fail until `make build push` runs online"
+    ]
+    local = f"tiny={tmp_path}"
+    assert image_models.chosen(f"{local},org/other", ROOT, said.append, online=lambda url: False) == [local]
+    assert said[-1].startswith("cannot preload org/other: no network")
+
+
+def images_fsdp_model() -> str:
+    return image_sizes.FSDP_MODEL
+
+
+def test_a_build_with_no_models_builds_no_models_image_and_says_so(engine):
     fake = engine({images.local_name(i, "t"): GB for i in images.IMAGES})
     said = []
-    images.build(list(images.IMAGES), "t", None, say=said.append)
-    trainer = next(c for c in fake.builds() if images.local_name("trainer", "t") in c)
-    assert build_arg(trainer, "MODELS") == ""  # passed, and empty: the Dockerfile's default never decides
-    assert "-v" not in trainer
-    assert said[0] == "building ray-base (not pushed), ray-head, ray-worker, trainer, gpu-metrics"
-    assert said[1] == (
-        "trainer: no models preloaded; for the FSDP recipe: rayfleet images build --models databricks/dolly-v2-7b, "
-        "then rayfleet images push"
-    )
+    built = images.build(list(images.IMAGES), "t", [], say=said.append)
+    assert said[:2] == [
+        "building ray-base (not pushed), ray-head, ray-worker, trainer, gpu-metrics",
+        "no models preloaded (MODELS=none, or none could be): ray-worker:t-models is not built",
+    ]
+    assert all("models.Dockerfile" not in " ".join(c) for c in fake.builds())
+    assert images.local_name("ray-worker", "t-models") not in built
+    assert all(build_arg(c, "MODELS") is None for c in fake.builds())  # the trainer takes none any more
 
 
 def test_the_build_says_its_plan_first_and_the_sizes_last(engine, tmp_path):
@@ -79,51 +104,74 @@ def test_the_build_says_its_plan_first_and_the_sizes_last(engine, tmp_path):
     (model / "model.safetensors").write_bytes(b"\0" * 2_000_000)
     sizes = {
         images.local_name("ray-base", "t"): 9 * GB,  # never pushed: not in the total
-        images.local_name("ray-head", "t"): 8_100_000_000,
+        images.local_name("ray-worker", "t"): 8_100_000_000,
+        images.local_name("ray-worker", "t-models"): 8_102_000_000,
         images.local_name("trainer", "t"): 8_200_000_000,
     }
     fake = engine(sizes)
     said = []
-    images.build(["ray-head", "trainer"], "t", f"tiny={model},databricks/dolly-v2-7b", say=said.append)
+    entries = [f"tiny={model}", "databricks/dolly-v2-7b"]
+    images.build(["ray-worker", "trainer"], "t", entries, say=said.append, groups=["fsdp"])
 
-    trainer = next(c for c in fake.builds() if images.local_name("trainer", "t") in c)
-    assert build_arg(trainer, "MODELS") == "tiny=/mnt/models-src/tiny,databricks/dolly-v2-7b"
+    built = [c[c.index("-t") + 1] for c in fake.builds()]
+    assert built == [images.local_name(i, t) for i, t in [("ray-base", "t"), ("ray-worker", "t"), ("trainer", "t"),
+                                                            ("ray-worker", "t-models")]]  # fmt: skip
+    with_models = fake.builds()[-1]
+    assert with_models[with_models.index("-f") + 1] == str(ROOT / "images" / "ray-worker" / "models.Dockerfile")
+    assert build_arg(with_models, "MODELS") == "tiny=/mnt/models-src/tiny,databricks/dolly-v2-7b"
+    assert build_arg(with_models, "RAY_WORKER") == images.local_name("ray-worker", "t")
+    assert f"{model.resolve()}:/mnt/models-src/tiny:ro" in with_models
+    assert all(build_arg(c, "MODELS") is None for c in fake.builds()[:-1])
     first_build = next(i for i, line in enumerate(said) if line.startswith("building localhost/"))
     plan, rest = said[:first_build], said[first_build:]
-    assert plan[0] == "building ray-base (not pushed), ray-head, trainer"
-    assert [p.split() for p in plan[1:]] == [
-        ["trainer", "preloads:"],
+    assert plan[0] == "building ray-base (not pushed), ray-worker, trainer"
+    assert (
+        plan[1]
+        == "ray-worker:t-models (run by worker group(s) fsdp; the trainer and other groups hold no weights) preloads:"
+    )
+    assert [p.split() for p in plan[2:]] == [
         [f"tiny={model}", "~2.0", "MB"],
         ["databricks/dolly-v2-7b", "~13.8", "GB"],
         ["total", "~13.8", "GB"],
     ]
     report = rest[rest.index("image sizes:") :]
-    assert [r.split() for r in report[1:3]] == [
-        [images.local_name("ray-head", "t"), "8.1", "GB"],
+    assert [r.split() for r in report[1:4]] == [
+        [images.local_name("ray-worker", "t"), "8.1", "GB"],
         [images.local_name("trainer", "t"), "8.2", "GB"],
+        [images.local_name("ray-worker", "t-models"), "8.1", "GB"],
     ]
-    assert report[3] == "rayfleet images push uploads 2 image(s): at most 16.3 GB (uncompressed sizes)"
-    assert fake.commands[-2:] == [
-        ["podman", "image", "inspect", "--format", "{{.Size}}", images.local_name(i, "t")]
-        for i in ("ray-head", "trainer")
-    ]
+    assert report[4] == "rayfleet images push uploads 3 image(s): at most 24.4 GB (uncompressed sizes)"
+
+
+def test_a_disk_too_small_for_the_models_is_refused_in_one_line_before_anything_builds(engine, tmp_path):
+    fake = engine({})
+    with pytest.raises(images.RayfleetError) as caught:
+        image_models.check_disk(["databricks/dolly-v2-7b"], tmp_path, free=lambda path: 20 * GB)
+    assert str(caught.value) == (
+        f"preloading databricks/dolly-v2-7b needs about 41.4 GB of disk under {tmp_path}, which has 20.0 GB free: "
+        "free some, or build with MODELS=none"
+    )
+    image_models.check_disk(["databricks/dolly-v2-7b"], tmp_path, free=lambda path: 50 * GB)  # room: no refusal
+    assert fake.builds() == []
+
+
+def test_the_models_tag_is_the_one_terraform_gives_a_group_with_models():
+    task_definitions = (ROOT / "infra" / "modules" / "ray" / "task_definitions.tf").read_text()
+    assert f'"${{var.images["ray-worker"]}}{image_models.models_tag("")}"' in task_definitions
 
 
 def test_a_wrong_model_directory_is_refused_before_anything_builds(engine, tmp_path):
     fake = engine({})
     with pytest.raises(images.RayfleetError, match="is not a model directory"):
-        images.build(["trainer"], "t", f"x={tmp_path}", say=lambda line: None)
+        images.build(["ray-worker"], "t", [f"x={tmp_path}"], say=lambda line: None)
     assert fake.builds() == []
 
 
-def test_models_of_unknown_size_are_named_so_and_models_without_the_trainer_are_ignored():
-    plan = images.build_plan(["trainer"], "someone/some-model,databricks/dolly-v2-7b")
-    assert plan[2].split() == ["someone/some-model", "size", "unknown"]
+def test_models_of_unknown_size_are_named_so():
+    plan = image_models.plan(["someone/some-model", "databricks/dolly-v2-7b"], "t", None)
+    assert plan[0].startswith("ray-worker:t-models (run by the worker groups with models = true;")
+    assert plan[1].split() == ["someone/some-model", "size", "unknown"]
     assert plan[-1].split()[:3] == ["total", "~13.8", "GB"] and plan[-1].endswith("and the models of unknown size")
-    assert images.build_plan(["ray-head"], "databricks/dolly-v2-7b") == [
-        "building ray-base (not pushed), ray-head",
-        "--models ignored: the trainer is not among the images",
-    ]
 
 
 def test_an_image_the_engine_cannot_inspect_is_left_out_of_the_total_and_said():
@@ -140,20 +188,21 @@ def test_the_hint_names_the_model_the_fsdp_job_defaults_to():
     from rayfleet.train.fsdp.config import FSDPConfig
 
     config = (ROOT / "training" / "rayfleet" / "train" / "configs" / "fsdp.yaml").read_text()
-    assert re.search(r"^model:\s*(\S+)", config, re.M).group(1) == images.FSDP_MODEL
-    assert FSDPConfig.model_fields["model"].default == images.FSDP_MODEL
+    assert re.search(r"^model:\s*(\S+)", config, re.M).group(1) == image_sizes.FSDP_MODEL
+    assert FSDPConfig.model_fields["model"].default == image_sizes.FSDP_MODEL
 
 
 def test_an_fsdp_job_without_its_model_says_in_one_line_how_to_preload_it(tmp_path, monkeypatch):
     from rayfleet.train.models.hf import ModelNotFound, resolve_model_dir
 
-    monkeypatch.setenv("MODEL_DIR", str(tmp_path))  # the trainer image built without MODELS: nothing there
+    monkeypatch.setenv("MODEL_DIR", str(tmp_path))  # a worker image built with MODELS=none: nothing there
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")  # as in the trainer image
     with pytest.raises(ModelNotFound) as caught:
         resolve_model_dir("nobody/no-such-model")
     message = str(caught.value)
     assert "\n" not in message and message.endswith(
-        "; preload it: rayfleet images build --models nobody/no-such-model, then rayfleet images push"
+        "; preload it into the workers' image: make build push MODELS=nobody/no-such-model (then make deploy, for a "
+        "worker group with models = true)"
     )
     with pytest.raises(ModelNotFound) as caught:
         resolve_model_dir(str(tmp_path / "missing"))  # a path: no image build would help
@@ -200,7 +249,7 @@ def test_a_deployment_with_an_efa_group_gets_the_efa_worker(engine, tmp_path, mo
     said: list[str] = []
     efa = images.efa_installer(outputs_with(tmp_path, groups), say=said.append)
     assert efa == images.EFA_INSTALLER and said[0].startswith("ray-worker: worker group(s) fsdp use EFA: AWS's EFA")
-    images.build(["ray-worker", "ray-head"], "t", None, say=lambda _: None, efa=efa)
+    images.build(["ray-worker", "ray-head"], "t", [], say=lambda _: None, efa=efa)
     built = {c[c.index("-t") + 1]: c for c in fake.builds()}
     assert build_arg(built[images.local_name("ray-worker", "t")], "EFA_INSTALLER_VERSION") == images.EFA_INSTALLER
     assert build_arg(built[images.local_name("ray-head", "t")], "EFA_INSTALLER_VERSION") is None
@@ -210,5 +259,5 @@ def test_a_deployment_with_an_efa_group_gets_the_efa_worker(engine, tmp_path, mo
     assert said[-1].startswith("ray-worker: the plain worker (no deployment yet")
     monkeypatch.setenv("EFA_INSTALLER_VERSION", "none")  # the operator's choice: the plain worker, passed nowhere
     assert images.efa_installer(outputs_with(tmp_path, groups), say=said.append) is None
-    images.build(["ray-worker"], "t", None, say=lambda _: None)
+    images.build(["ray-worker"], "t", [], say=lambda _: None)
     assert build_arg(fake.builds()[-1], "EFA_INSTALLER_VERSION") is None

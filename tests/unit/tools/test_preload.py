@@ -1,4 +1,4 @@
-"""The trainer image's model preloading (images/trainer/preload.py, a build-time script that ships in no package):
+"""The models image's preloading (images/ray-worker/preload.py, a build-time script that ships in no package):
 copies a model directory and lists every file with its hash."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[3] / "images" / "trainer" / "preload.py"
+SCRIPT = Path(__file__).resolve().parents[3] / "images" / "ray-worker" / "preload.py"
 _spec = importlib.util.spec_from_file_location("preload", SCRIPT)
 preload = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(preload)

@@ -46,7 +46,7 @@ def tiny_model(tmp_path_factory):
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["model=/nowhere/no-such-model"], "model: '/nowhere/no-such-model' is neither a directory"),
+        (["model=/nowhere/no-such-model"], "model: /nowhere/no-such-model is not a directory"),
         (["seq_len=1024"], "seq_len: 1024 is above the model's maximum of 512 positions"),
         (["data=/nowhere/corpus.txt"], "data: /nowhere/corpus.txt does not exist"),
     ],
@@ -80,3 +80,30 @@ def test_the_driver_refuses_bad_input_before_it_connects(tmp_path):
     assert result.returncode == 2, result.stderr[-2000:]
     assert "global_batch_size: 7 cannot be split across 2 workers" in result.stderr, result.stderr[-2000:]
     assert "Traceback" not in result.stderr and not (tmp_path / "bad").exists()
+
+
+def test_a_model_not_on_the_drivers_machine_is_left_to_the_ranks_and_a_rank_without_it_fails_in_one_line(
+    tiny_model, tmp_path, monkeypatch, capsys
+):
+    """On ECS the driver (the trainer image) holds no weights: it checks what it can, says so, and hands the ranks
+    the id; a rank whose node has the model neither preloaded nor reachable fails in one line naming the command
+    that preloads it (the images tier shows the same two sides in the built images)."""
+    from rayfleet.train import fsdp
+    from rayfleet.train.models.hf import ModelNotFound
+
+    monkeypatch.setenv("MODEL_DIR", str(tmp_path))  # an image whose $MODEL_DIR holds nothing
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    base = [f"data={tiny_model / 'corpus.txt'}", "model=nobody/no-such-model"]
+    settings = load_config(FSDPConfig, "rayfleet/train/configs/fsdp-tiny.yaml", base)
+    assert fsdp.check_before_start(settings) is None
+    assert capsys.readouterr().out == (
+        "model: nobody/no-such-model is not on the driver's machine: each rank loads it on its own node (the worker "
+        "image's $MODEL_DIR, which make build preloads for the groups with models; else the Hub)\n"
+    )
+    with pytest.raises(ModelNotFound):
+        fsdp.run_loop({"config": settings, "run_name": "x", "model_dir": "nobody/no-such-model"}, None)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: model: 'nobody/no-such-model' is neither a directory, nor under $MODEL_DIR")
+    assert line.endswith(
+        "make build push MODELS=nobody/no-such-model (then make deploy, for a worker group with models = true)"
+    )

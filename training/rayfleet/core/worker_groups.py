@@ -18,6 +18,9 @@ from rayfleet.core.errors import ConfigError
 GROUP_LABEL = "rayfleet.io/group"
 GROUP_VAR = "RAYFLEET_WORKER_GROUP"  # a job's environment: the group its workers go to ("" or unset: any)
 DEFAULT = "default"  # the group of a cluster started without groups
+# A group with `models = true` runs ray-worker:<image tag> + this suffix, the image with the preloaded models
+# (infra/modules/ray/task_definitions.tf adds it; rayfleet/ops/image_models.py builds and pushes it).
+MODELS_TAG_SUFFIX = "-models"
 # A Ray label value (Kubernetes' syntax), kept lower-case so that a name is one thing in Terraform, ECS and Ray.
 NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 

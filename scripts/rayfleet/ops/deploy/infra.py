@@ -137,10 +137,14 @@ def deploy(binary: str, opts: DeploymentArgs) -> int:
             )
     tag = opts.image_tag or out.image_tag
     if tag and out.ecr_repository_urls:  # the images the services now run are never expired by the lifecycle
+        from rayfleet.ops.image_models import models_tag
         from rayfleet.ops.images import mark_deployed
 
         repositories = sorted(url.split("/", 1)[1] for url in out.ecr_repository_urls.values())
         mark_deployed(Aws(out.region).client("ecr"), repositories, tag)
+        worker = out.ecr_repository_urls.get("ray-worker")
+        if worker and any(group.models for group in out.worker_groups.values()):  # their image: <tag>-models
+            mark_deployed(Aws(out.region).client("ecr"), [worker.split("/", 1)[1]], models_tag(tag))
     print(
         "next: rayfleet images build, rayfleet images push (once per code change), then rayfleet run recipes/ddp.yaml"
     )

@@ -19,7 +19,6 @@ import gzip
 import hashlib
 import os
 import shutil
-import socket
 import sys
 import time
 import urllib.error
@@ -28,9 +27,9 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from rayfleet.core.net import PROBE_S, reachable
 from rayfleet.train.data import layout, sources, synthetic, synthetic_text
 
-PROBE_S = 3.0  # how long the network probe waits for a connection
 TIMEOUT_S = 30.0  # a stalled download gives up on that location after this long without data
 PROGRESS_EVERY_S = 2.0
 
@@ -55,17 +54,6 @@ def mismatch(path: Path, checksum: str) -> str | None:
             digest.update(block)
     got = digest.hexdigest()
     return None if got == want else f"{kind} {got}, not the published {want}"
-
-
-def reachable(url: str, timeout_s: float = PROBE_S) -> bool:
-    """Whether a connection to `url`'s host opens within `timeout_s` (the offline probe)."""
-    parts = urlsplit(url)
-    port = parts.port or (443 if parts.scheme == "https" else 80)
-    try:
-        with socket.create_connection((parts.hostname, port), timeout=timeout_s):
-            return True
-    except OSError:
-        return False
 
 
 def download(remote: sources.Remote, cache: Path, say: Callable[[str], None] = print) -> Path:
@@ -122,16 +110,22 @@ def _progress(have: int, total: int | None) -> str:
     return f"{have / 1e6:.1f}/{total / 1e6:.1f} MB ({100 * have // total}%)" if total else f"{have / 1e6:.1f} MB"
 
 
+def why_generated(first_url: str, want_synthetic: bool) -> str | None:
+    """Why the generated set stands in (asked for, or no network: the probe of the first location), or None."""
+    if want_synthetic:
+        return "asked for (SYNTHETIC=1)"
+    if not reachable(first_url):
+        return f"no network ({urlsplit(first_url).hostname} did not answer within {PROBE_S:g} s)"
+    return None
+
+
 def fashion_mnist(dest: Path, want_synthetic: bool = False, say: Callable[[str], None] = print) -> Path:
     """The FashionMNIST root the jobs should read: `dest` holding the real set, or `dest`/synthetic holding the
     generated one (asked for, or no network)."""
     if not want_synthetic and not layout.missing_files(dest) and not layout.is_synthetic(dest):
         say(f"FashionMNIST: already in {layout.raw_dir(dest)}")
         return dest
-    first = sources.FASHION_MNIST[0].urls[0]
-    why = "asked for (SYNTHETIC=1)" if want_synthetic else None
-    if why is None and not reachable(first):
-        why = f"no network ({urlsplit(first).hostname} did not answer within {PROBE_S:g} s)"
+    why = why_generated(sources.FASHION_MNIST[0].urls[0], want_synthetic)
     if why:
         generated = dest / layout.SYNTHETIC_DIR
         if layout.missing_files(generated):
@@ -161,10 +155,7 @@ def tiny_shakespeare(dest: Path, want_synthetic: bool = False, say: Callable[[st
     if not want_synthetic and real.is_file() and mismatch(real, sources.TINY_SHAKESPEARE.checksum) is None:
         say(f"tiny_shakespeare: already in {real}")
         return real
-    first = sources.TINY_SHAKESPEARE.urls[0]
-    why = "asked for (SYNTHETIC=1)" if want_synthetic else None
-    if why is None and not reachable(first):
-        why = f"no network ({urlsplit(first).hostname} did not answer within {PROBE_S:g} s)"
+    why = why_generated(sources.TINY_SHAKESPEARE.urls[0], want_synthetic)
     if why:
         generated = synthetic_text.write(dest)
         say(f"tiny_shakespeare: {why}: using the SYNTHETIC generated corpus {generated}")

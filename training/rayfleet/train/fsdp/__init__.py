@@ -37,7 +37,7 @@ from rayfleet.train.fsdp.config import FSDPConfig
 from rayfleet.train.fsdp.metrics import fsdp_summary, progress_line, step_metrics, step_scalars, window
 from rayfleet.train.fsdp.worker import Worker
 from rayfleet.train.metrics import MetricsLog
-from rayfleet.train.models.hf import ModelNotFound, resolve_model_dir
+from rayfleet.train.models.hf import ModelNotFound, local_model_dir, resolve_model_dir
 from rayfleet.train.ray_connect import quiet_report_logs
 from rayfleet.train.tracking.progress import Progress
 from rayfleet.train.tracking.scalars import Scalars
@@ -73,7 +73,12 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
     """The FSDP loop on one rank: resume from the latest checkpoint, train to `last`, checkpoint at the cadence,
     at a stop request and at a preemption notice (then wait for the restart), export at the end."""
     cfg: FSDPConfig = loop_config["config"]
-    run_name, model_dir = loop_config["run_name"], Path(loop_config["model_dir"])
+    run_name = loop_config["run_name"]
+    try:  # on this rank's node: the driver may hold no weights (the trainer image), the worker's image does
+        model_dir = resolve_model_dir(loop_config["model_dir"])
+    except ModelNotFound as exc:
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        raise
     rank, world, device = worker.rank, worker.world, worker.device
     torch.manual_seed(cfg.seed)
 
@@ -261,17 +266,22 @@ def _export(strategy, data: PackedBlocks, tokenizer, model_dir: Path, run_dir: R
         )
 
 
-def check_before_start(cfg: FSDPConfig) -> Path:
-    """What can be checked on the driver, before any worker starts: the model, its length limit, the data."""
-    try:
-        model_dir = resolve_model_dir(cfg.model)
-    except ModelNotFound as exc:
-        raise ConfigError(str(exc)) from None
-    from transformers import AutoConfig
+def check_before_start(cfg: FSDPConfig) -> Path | None:
+    """What can be checked on the driver, before any worker starts: the model and its length limit when the
+    model is on this machine (else None: the ranks load it on their nodes), the data."""
+    model_dir = local_model_dir(cfg.model)
+    if model_dir is None and cfg.model.startswith(("/", ".", "~")):
+        raise ConfigError(f"model: {cfg.model} is not a directory")
+    if model_dir is None:
+        print(f"model: {cfg.model} is not on the driver's machine: each rank loads it on its own node (the "
+              "worker image's $MODEL_DIR, which make build preloads for the groups with models; else the Hub)",
+              flush=True)  # fmt: skip
+    else:
+        from transformers import AutoConfig
 
-    maximum = getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)
-    if maximum is not None and cfg.seq_len > maximum:
-        raise ConfigError(f"seq_len: {cfg.seq_len} is above the model's maximum of {maximum} positions")
+        maximum = getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)
+        if maximum is not None and cfg.seq_len > maximum:
+            raise ConfigError(f"seq_len: {cfg.seq_len} is above the model's maximum of {maximum} positions")
     if cfg.strategy == "deepspeed":
         try:
             import deepspeed  # noqa: F401 - only checking that it is installed
@@ -316,4 +326,5 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     run_name = cfg.run_name or f"fsdp-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    return fit_and_summarize(train_loop, cfg, run_name, {"model_dir": str(model_dir.resolve())}, fsdp_summary)
+    model = str(model_dir.resolve()) if model_dir is not None else cfg.model  # a path here, else the id
+    return fit_and_summarize(train_loop, cfg, run_name, {"model_dir": model}, fsdp_summary)

@@ -1,7 +1,9 @@
 """Causal LMs from Hugging Face folders, built on the meta device and filled without waste.
 
-Where the weights come from: a local directory, `$MODEL_DIR/<model id>` (preloaded in the trainer image),
-else the Hugging Face cache (downloaded there only when a network is available).
+Where the weights come from, on the node of each rank: a local directory, `$MODEL_DIR/<model id>` (preloaded in
+the ray-worker image of the worker groups with models, images/ray-worker/models.Dockerfile), else the Hugging Face
+cache (downloaded there only when a network is available). The driver needs no weights (`local_model_dir`): it
+hands the ranks the model's id, and each resolves it where it runs.
 How they are loaded: every rank builds the model on the meta device and shards it (nothing allocated),
 allocates only its shards, then rank 0 alone reads the safetensors files in their stored dtype and
 broadcasts them into everyone's shards. No rank ever holds a full fp32 copy.
@@ -20,28 +22,45 @@ class ModelNotFound(ValueError):
     pass
 
 
-def resolve_model_dir(model: str) -> Path:
+PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.model"]
+
+
+def local_model_dir(model: str) -> Path | None:
+    """The model's folder on this machine, downloading nothing: a directory, `$MODEL_DIR/<id>`, or the Hugging
+    Face cache; None when it is not here (a driver whose image holds no weights)."""
     local = Path(model).expanduser()
     if local.is_dir():
         return local
     if os.environ.get("MODEL_DIR") and (Path(os.environ["MODEL_DIR"]) / model).is_dir():
         return Path(os.environ["MODEL_DIR"]) / model
     from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    try:
+        return Path(snapshot_download(model, allow_patterns=PATTERNS, local_files_only=True))
+    except (LocalEntryNotFoundError, FileNotFoundError, ValueError):
+        return None
+
+
+def resolve_model_dir(model: str) -> Path:
+    """The model's folder on this node: `local_model_dir`, else downloaded from the Hub; else ModelNotFound, one
+    line naming the model and the command that preloads it."""
+    found = local_model_dir(model)
+    if found is not None:
+        return found
+    from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
-    patterns = ["*.json", "*.safetensors", "*.txt", "*.model"]
-    try:
-        return Path(snapshot_download(model, allow_patterns=patterns, local_files_only=True))
-    except (LocalEntryNotFoundError, FileNotFoundError, ValueError):
-        pass
+    patterns = PATTERNS
     try:
         return Path(snapshot_download(model, allow_patterns=patterns))
     except (RepositoryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError, ValueError, OSError) as exc:
-        # The trainer image is offline (HF_HUB_OFFLINE) and preloads nothing unless built with MODELS: say how.
+        # The images are offline (HF_HUB_OFFLINE): the worker of a group with models has what `make build` preloaded.
         hint = (
             ""
             if model.startswith(("/", ".", "~"))
-            else f"; preload it: rayfleet images build --models {model}, then rayfleet images push"
+            else f"; preload it into the workers' image: make build push MODELS={model} (then make deploy, for a "
+            "worker group with models = true)"
         )
         raise ModelNotFound(
             f"model: {model!r} is neither a directory, nor under $MODEL_DIR, nor in the Hugging Face cache, "
