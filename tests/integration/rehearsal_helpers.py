@@ -40,8 +40,10 @@ def require_podman() -> None:
 
 
 def ensure_images(scratch: Path) -> None:
-    """The four images with the tag tests/images gives them: reused if present, else built as it builds them."""
-    if all(podman("image", "exists", f"localhost/rayfleet/{i}:{TAG}").returncode == 0 for i in IMAGES):
+    """The four images with the tag tests/images gives them, and ray-worker's models image (the rehearsal's
+    group has models): reused if present, else built as it builds them."""
+    names = [f"localhost/rayfleet/{i}:{TAG}" for i in IMAGES] + [f"localhost/rayfleet/ray-worker:{TAG}-models"]
+    if all(podman("image", "exists", name).returncode == 0 for name in names):
         return
     build_images(scratch)
 

@@ -60,6 +60,8 @@ from tools.rehearsal.host import engine_ulimits
 
 pytestmark = pytest.mark.integration
 SMALL = ["epochs=2", "train_subset=600", "test_subset=200"]
+ONE_GROUP_WORKERS = 'default = { instance_types = ["g5.xlarge"], min = 2, max = 2 }'  # infra/one-group.tfvars'
+MODELS_GROUP = f"worker_groups = {{\n  {ONE_GROUP_WORKERS.removesuffix(' }')}, models = true }}\n}}\n"
 NEVER_REACHED = 100  # epochs: the stopped-worker run ends by a stop request once it has resumed
 STOP_REASON = "asked by the test once the run had resumed"
 CURRENT_RUNS = (
@@ -178,9 +180,14 @@ def rehearsal(images, tmp_path_factory):
     started = time.monotonic()
     # The default deployment (no GCS store) first; the head-kill-on-store test switches the store on in place
     # (off by default: it bills every hour; its stand-in is tools/rehearsal/store.py).
-    running = Rehearsal(scratch / "state")  # nothing of this host mounted: data goes to S3
+    # The harness's one group, with models = true: its workers run ray-worker:test-models (the tiny GPT-NeoX
+    # preloaded), the trainer the plain trainer image. Each var file below carries it (a later file's
+    # worker_groups replaces the whole map), so switching the store on changes nothing else.
+    models_vars = scratch / "models.tfvars"
+    models_vars.write_text(MODELS_GROUP)
+    running = Rehearsal(scratch / "state", "--var-file", str(models_vars))  # nothing of this host mounted
     running.store_vars = scratch / "store.tfvars"
-    running.store_vars.write_text("gcs_store = { enabled = true }\n")
+    running.store_vars.write_text(MODELS_GROUP + "gcs_store = { enabled = true }\n")
     running.data = data
     try:
         running.wait_for("cluster formed", timeout=600)
@@ -587,6 +594,46 @@ def test_a_torchrun_recipe_runs_its_script_on_the_worker_tasks(rehearsal, aws):
     assert [s["RAYFLEET_NODE_RANK"] for s in seen] == ["0", "1"] and {s["world_size"] for s in seen} == {2}
     assert all(s["losses"][-1] < s["losses"][0] for s in seen)
     assert f"runs/{run}/checkpoint/state.pt" in keys(aws, f"runs/{run}/")
+
+
+MODEL_PROBE = """
+import os
+from transformers import AutoModelForCausalLM
+from rayfleet.train.models.hf import resolve_model_dir
+found = resolve_model_dir("tiny-gpt-neox")  # as the FSDP job's ranks resolve the id the driver hands them
+model = AutoModelForCausalLM.from_pretrained(found)
+count = sum(p.numel() for p in model.parameters())
+print(f"[model] {os.uname().nodename}: {found}, {count} parameters, offline={os.environ.get('HF_HUB_OFFLINE')}")
+"""
+
+
+def test_the_ranks_load_the_model_from_their_own_image_while_the_trainer_holds_none(rehearsal, aws, tmp_path):
+    """issue 52: driver and ranks on different file systems. The rehearsal's group has models = true, so ECS
+    started its workers from ray-worker:test-models (the tiny GPT-NeoX preloaded) and the trainer from the plain
+    trainer image, which has no /models. A launcher recipe's ranks, one on each worker task, load the model by
+    its id from their own node, offline (no download could happen: the images set HF_HUB_OFFLINE). The FSDP job's
+    ranks resolve the id the same way (rayfleet/train/models/hf.py); its loop is the local cluster's to train."""
+    assert ONE_GROUP_WORKERS in (REPO / "infra" / "one-group.tfvars").read_text()  # the group it adds models to
+    workers = containers(rehearsal.rid, "-ray-worker")
+    images_run = {podman("inspect", "--format", "{{.ImageName}}", w).stdout.strip() for w in workers}
+    assert images_run == {"localhost/rayfleet/ray-worker:test-models"}, images_run
+    trainer = aws["client"]("ecs").describe_task_definition(taskDefinition=aws["outputs"]["trainer_task_definition"])
+    (image,) = {c["image"] for c in trainer["taskDefinition"]["containerDefinitions"]}
+    assert image == "localhost/rayfleet/trainer:test"
+    none = podman("run", "--rm", "--entrypoint", "test", image, "-e", "/models", check=False, timeout=120)
+    assert none.returncode == 1  # the driver's image holds no weights
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "probe.py").write_text(MODEL_PROBE)
+    recipe = {"name": "model-probe", "code": "code", "entrypoint": "probe.py", "launcher": "torchrun",
+              "resources": {"workers": 2, "cpus_per_worker": 1}}  # fmt: skip
+    (tmp_path / "recipe.yaml").write_text(json.dumps(recipe))
+    run = "rehearsal-model-probe"
+    result = run_verb(aws["env"], "rayfleet.cli.main", "run", str(tmp_path / "recipe.yaml"), "--on", "ecs",
+                      "--name", run, timeout=600)  # fmt: skip
+    assert result.returncode == 0, result.stdout[-6000:] + result.stderr[-3000:]
+    loaded = re.findall(r"\[model\] (\S+): /models/tiny-gpt-neox, (\d+) parameters, offline=1", result.stdout)
+    hosts = {podman("exec", w, "hostname").stdout.strip() for w in workers}
+    assert {h for h, _ in loaded} == hosts and len({n for _, n in loaded}) == 1, result.stdout[-4000:]
 
 
 def ray_status_nodes(head: str) -> list[str]:
