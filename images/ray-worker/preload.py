@@ -3,8 +3,9 @@
     python preload.py --dest /models databricks/dolly-v2-7b
     python preload.py --dest /models tiny-gpt-neox=/mnt/models-src/tiny-gpt-neox,EleutherAI/pythia-70m
 
-An entry is a Hugging Face Hub id (snapshot_download; `HF_TOKEN` for gated models) or `name=/path` for a
-directory mounted into the build. Each lands in <dest>/<name> (what `$MODEL_DIR/<id>` lookups expect);
+An entry is a Hugging Face Hub id, `org/name` or `org/name@<commit>` for that revision (snapshot_download at the
+commit the Hub resolves, recorded; `HF_TOKEN` for gated models), or `name=/path` for a directory mounted into
+the build. Each lands in <dest>/<name> (what `$MODEL_DIR/<id>` lookups expect);
 <dest>/manifest.json records source, revision, and every file's size and SHA-256. Standalone on purpose:
 it runs in the image's build stage before the training code is copied in.
 """
@@ -42,13 +43,14 @@ def fetch(entry: str, dest: Path) -> dict:
     else:
         from huggingface_hub import HfApi, snapshot_download
 
-        target = dest / entry
-        info = HfApi().model_info(entry)
+        model, _, pinned = entry.partition("@")  # org/name@<commit>: that revision; else the one the Hub has now
+        target = dest / model
+        info = HfApi().model_info(model, revision=pinned or None)
         patterns = WEIGHTS_ONLY if any(s.rfilename.endswith(".safetensors") for s in info.siblings or []) else None
-        print(f"preload: downloading {entry}@{info.sha} ...", flush=True)
-        snapshot_download(entry, revision=info.sha, local_dir=target, allow_patterns=patterns)
+        print(f"preload: downloading {model}@{info.sha} ...", flush=True)
+        snapshot_download(model, revision=info.sha, local_dir=target, allow_patterns=patterns)
         shutil.rmtree(target / ".cache", ignore_errors=True)
-        record = {"id": entry, "source": "huggingface", "revision": info.sha}
+        record = {"id": model, "source": "huggingface", "revision": info.sha}
     files = sorted(p for p in target.rglob("*") if p.is_file())
     record["path"] = str(target)
     record["files"] = [

@@ -172,6 +172,17 @@ def test_the_models_worker_holds_the_models_its_manifest_lists_and_the_trainer_n
     )
 
 
+def test_the_weights_are_one_layer_of_their_own_on_top_of_the_worker(built_images):
+    """ray-worker:<tag>-models is ray-worker's layers unchanged plus one: the copied /models (a group without
+    models pulls none of it; a push of the models image uploads only that layer beyond the worker's)."""
+
+    def layers(ref: str) -> list[str]:
+        return json.loads(podman("image", "inspect", ref).stdout)[0]["RootFS"]["Layers"]
+
+    worker, with_models = layers(built_images["ray-worker"]), layers(built_images["ray-worker-models"])
+    assert with_models[:-1] == worker and len(with_models) == len(worker) + 1
+
+
 def test_the_node_health_directory_is_the_sidecars_in_both_images(running):
     """The task volume node-health starts as a copy of the directory of whichever container mounts it first:
     both images give it to the sidecar's uid, which writes its verdict on the GPUs there

@@ -802,7 +802,10 @@ def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehe
     deadline = time.monotonic() + 600  # ECS stops the old deployment's tasks, then starts the new one's
     while True:
         heads, workers = containers(rid, "-ray-head"), containers(rid, "-ray-worker")
-        if len(heads) == 1 and heads != before["head"] and len(workers) == 2 and not before["workers"] & set(workers):
+        formed = len(heads) == 1 and heads != before["head"] and len(workers) == 2
+        # and a head that passed its health check: the store's first head may fail its start-up and be replaced
+        # (a run once saw 4 nodes alive just after 3, on a head not yet checked: the message below says more)
+        if formed and not before["workers"] & set(workers) and health_of(heads[0]) == "healthy":
             with contextlib.suppress(AssertionError, ValueError, subprocess.TimeoutExpired):
                 if ray_nodes_alive(heads[0]) == 3:
                     break
@@ -813,7 +816,8 @@ def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehe
     old_head = head_container(rid)
     old_ip = podman("exec", old_head, "hostname", "-I").stdout.split()
     workers = worker_ids(rid)
-    assert len(workers) == 2 and ray_nodes_alive(old_head) == 3
+    alive = ray_nodes_alive(old_head)
+    assert len(workers) == 2 and alive == 3, (heads, old_head, alive, rehearsal.output[-4000:])
     # What the head kill must not cause is counted from here: how the store's deployment formed before this (its
     # first head may fail its own start-up and be replaced, as below) is not what this test is about.
     rejoined = rejoins(aws, workers, aws["outputs"]["head_dns_name"])

@@ -23,7 +23,7 @@ def model_entries(models: str | None) -> list[str]:
 def model_size(entry: str) -> float | None:
     """Bytes of a name=/dir entry (its files) or a catalogued Hub id; None when not known."""
     if "=" not in entry:
-        return MODEL_BYTES.get(entry)
+        return MODEL_BYTES.get(entry.partition("@")[0])  # org/name@<commit>: the same weights
     path = Path(entry.split("=", 1)[1])
     return sum(f.stat().st_size for f in path.rglob("*") if f.is_file()) if path.is_dir() else None
 

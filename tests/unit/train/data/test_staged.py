@@ -166,3 +166,22 @@ def test_a_cache_a_job_broke_for_later_runs_gives_them_a_checked_copy_of_their_o
         not copy.is_relative_to(staged.cache_root()) and (copy / "train.txt").read_text() == "the real training text\n"
     )
     assert not any((tmp_path / "elsewhere").iterdir()) if plant == "link" else broken.is_file()
+
+
+def test_staged_text_of_a_folder_offline_is_its_generated_corpus_and_says_so(s3, tmp_path):
+    """`make text-data` offline leaves data/text/synthetic/generated_verse.txt; the FSDP recipe's data: stages the
+    folder and passes ${RAYFLEET_DATA}/tiny_shakespeare.txt. The job resolves that name to the staged generated
+    corpus, reads it against the manifest, and describes it as SYNTHETIC; once the real file is staged, that."""
+    from rayfleet.train.data import synthetic_text, text
+
+    folder = tmp_path / "text"
+    synthetic_text.write(folder)
+    url = stager.stage(folder, f"s3://{BUCKET}/runs", say=lambda _: None)
+    given = f"{url.rstrip('/')}/tiny_shakespeare.txt"
+    found = text.resolve(given)
+    assert found == f"{url.rstrip('/')}/synthetic/generated_verse.txt"
+    assert synthetic_text.describe(read_text(found), found).startswith("SYNTHETIC generated verse")
+    (folder / "tiny_shakespeare.txt").write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n")
+    real = f"{stager.stage(folder, f's3://{BUCKET}/runs', say=lambda _: None).rstrip('/')}/tiny_shakespeare.txt"
+    assert text.resolve(real) == real and not synthetic_text.is_generated(read_text(real))
+    assert text.resolve(f"s3://{BUCKET}/runs/nowhere/tiny_shakespeare.txt").endswith("nowhere/tiny_shakespeare.txt")
