@@ -2,7 +2,8 @@
 # the default's fsdp group), tagged <tag>-models, so the FSDP job's ranks load dolly-v2-7b from their own node with
 # no download (training/rayfleet/train/models/hf.py: $MODEL_DIR/<id>). Only those groups pull it: a 1-GPU DDP
 # node runs the plain ray-worker. `make build` builds it after ray-worker (rayfleet/ops/images.py):
-#   MODELS: comma-separated Hugging Face ids (downloaded here at a pinned revision with huggingface_hub), or
+#   MODELS: comma-separated Hugging Face ids (org/name@<commit> pins a revision; else the Hub's current one,
+#   recorded), downloaded here with huggingface_hub, or
 #   name=/path entries for a directory mounted into the build (tests use a tiny GPT-NeoX); listed with every
 #   file's size and SHA-256 in /models/manifest.json.
 # The weights are fetched in a stage of their own on the small Python base, which no code change touches, and

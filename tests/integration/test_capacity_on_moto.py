@@ -213,11 +213,15 @@ def test_reasons_read_the_worker_groups_activities_through_the_services_capacity
     spot = capacity.reasons(Aws(out.region), out, since, activities=recorded({worker_group(deployed): [NO_SPOT]}))
     assert spot == [capacity.Reason("worker group: Spot capacity not available for g5.xlarge", False, "default")]
     # a launch that succeeded since (newest first) ends the failures before it: the capacity came
-    launched = [{"ActivityId": "ok", "StartTime": since, "StatusCode": "Successful", "StatusMessage": ""}]
+    ok = {"ActivityId": "ok", "StartTime": since, "StatusCode": "Successful", "StatusMessage": ""}
+    launched = [{**ok, "Description": "Launching a new EC2 instance: i-0123456789abcdef0"}]
     later = recorded({worker_group(deployed): [NO_SPOT]})
     came = capacity.reasons(Aws(out.region), out, since, activities=lambda *a: launched + later(*a))
     assert came == []
     assert capacity.reasons(Aws(out.region), out, since, activities=lambda *a: later(*a) + launched) == spot
+    # a termination (scale-in, a Spot interruption) that succeeded since says nothing of capacity coming
+    ended = [{**ok, "Description": "Terminating EC2 instance: i-0123456789abcdef0"}]
+    assert capacity.reasons(Aws(out.region), out, since, activities=lambda *a: ended + later(*a)) == spot
 
 
 @pytest.mark.parametrize(

@@ -205,7 +205,7 @@ def _reasons(aws: Aws, out: Outputs, since: datetime, activities: Activities) ->
             found.append(Reason(f"{role} group: cannot read its scaling activities ({_code(exc)})", False))
             continue
         for activity in listed:  # newest first; a launch that succeeded ends the failures before it (a fallback
-            if activity.get("StatusCode") == "Successful":  # step must not fire while its nodes join Ray)
+            if launched(activity):  # step must not fire while its nodes join Ray); a termination ends none
                 break
             if reason := activity_reason(activity, role, worker_type, spot):
                 found.append(replace(reason, group=name))
@@ -218,6 +218,11 @@ def _reasons(aws: Aws, out: Outputs, since: datetime, activities: Activities) ->
                 found.append(replace(reason, group=name))
     unique = list(dict.fromkeys(found))
     return [r for r in unique if r.fatal] + [r for r in unique if not r.fatal]
+
+
+def launched(activity: dict) -> bool:
+    """A scaling activity that launched an instance (its Description says "Launching a new EC2 instance: i-...")."""
+    return activity.get("StatusCode") == "Successful" and str(activity.get("Description", "")).startswith("Launching")
 
 
 def _code(exc: ClientError) -> str:

@@ -69,9 +69,10 @@ def chosen(
 def plan(entries: list[str], tag: str, groups: list[str] | None) -> list[str]:
     """What the models image holds, for whom, and its size (said before the build)."""
     image = f"ray-worker:{models_tag(tag)}"
-    if not entries:
-        return [f"no models preloaded (MODELS=none, or none could be): {image} is not built"]
     who = f"worker group(s) {', '.join(groups)}" if groups else "the worker groups with models = true"
+    if not entries:
+        return [f"{image} (run by {who}) preloads nothing (MODELS=none, or none could be): their ranks download "
+                "the model from the Hub, or fail in one line naming it"]  # fmt: skip
     lines = [f"{image} (run by {who}; the trainer and other groups hold no weights) preloads:"]
     sizes = {e: model_size(e) for e in entries}
     width = max(len(e) for e in [*entries, "total"])
@@ -89,12 +90,20 @@ def engine_store(tool: str) -> Path | None:
     return Path(found) if found else None
 
 
-def check_disk(entries: list[str], store: Path | None, free: Callable[[Path], int] | None = None) -> None:
+def free_bytes(path: Path) -> int:
+    return shutil.disk_usage(path).free
+
+
+def check_disk(entries: list[str], store: Path | None, say: Callable[[str], None] = print) -> None:
     """Refuse, in one line, a build whose models would not fit the engine's disk."""
     if store is None or not entries:
         return
     need = DISK_FACTOR * sum(n for n in (model_size(e) for e in entries) if n is not None)
-    left = (free or (lambda p: shutil.disk_usage(p).free))(store)
+    try:
+        left = free_bytes(store)
+    except OSError as exc:  # a remote engine (DOCKER_HOST): its disk is not this machine's
+        say(f"cannot check the disk for the models ({store}: {exc.strerror or exc}); building anyway")
+        return
     if need > left:
         raise RayfleetError(
             f"preloading {', '.join(entries)} needs about {human(need)} of disk under {store}, which has "

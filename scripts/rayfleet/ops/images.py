@@ -177,7 +177,7 @@ def build(
         say(line)
     # Checked before anything builds: a wrong model directory, or a disk too small, should not cost a base first.
     model_volumes, preloaded = model_mounts(",".join(models))
-    image_models.check_disk(models, image_models.engine_store(tool) if models else None)
+    image_models.check_disk(models, image_models.engine_store(tool) if models else None, say)
     with tempfile.TemporaryDirectory() as tmp:
         volumes, pip_args = host_pip_mounts(Path(tmp)) if tool == "podman" else ([], [])
         common = ["--build-arg", f"REVISION={revision()}", "--build-arg", f"VERSION={tag}", *pip_args, *volumes]
@@ -186,7 +186,7 @@ def build(
                 common += ["--build-arg", f"{env_name}={os.environ[env_name]}"]
         steps = [("ray-base", tag, [])] if set(images) & set(RAY_IMAGES) else []
         steps += [(image, tag, []) for image in images]
-        if models:
+        if "ray-worker" in images:  # always, empty when no model is preloaded: the groups with models run it
             with_models = ["--build-arg", f"RAY_WORKER={local_name('ray-worker', tag)}", "--build-arg"]
             steps.append(("ray-worker", image_models.models_tag(tag), [*with_models, f"MODELS={preloaded}"]))
         for image, image_tag, extra in steps:
@@ -276,6 +276,14 @@ def push(images: list[str], tag: str, out: Outputs, say=print) -> list[str]:
     missing = [i for i in images if i not in urls]
     if missing:
         raise RayfleetError(f"no ECR repository for {', '.join(missing)} in the outputs")
+    tagged = [(image, tag) for image in images]
+    if "ray-worker" in images:  # with its models image, which the groups with models run
+        if not built_locally(tool, local_name("ray-worker", image_models.models_tag(tag))):
+            raise RayfleetError(
+                f"{local_name('ray-worker', image_models.models_tag(tag))} is not built (the image of the worker "
+                f"groups with models): rayfleet images build --images ray-worker --tag {tag}"
+            )
+        tagged.append(("ray-worker", image_models.models_tag(tag)))
     auth = Aws(out.region).client("ecr").get_authorization_token()["authorizationData"][0]
     user, password = base64.b64decode(auth["authorizationToken"]).decode().split(":", 1)
     registry = auth["proxyEndpoint"].removeprefix("https://")
@@ -288,9 +296,6 @@ def push(images: list[str], tag: str, out: Outputs, say=print) -> list[str]:
     if login.returncode != 0:
         raise RayfleetError(f"{tool} login to {registry} failed: {login.stderr.strip()[:300]}")
     pushed = []
-    tagged = [(image, tag) for image in images]
-    if "ray-worker" in images and built_locally(tool, local_name("ray-worker", image_models.models_tag(tag))):
-        tagged.append(("ray-worker", image_models.models_tag(tag)))  # the models image, where it was built
     for image, image_tag in tagged:
         remote = f"{urls[image]}:{image_tag}"
         say(f"pushing {remote} ...")

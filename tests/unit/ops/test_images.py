@@ -84,17 +84,20 @@ def images_fsdp_model() -> str:
     return image_sizes.FSDP_MODEL
 
 
-def test_a_build_with_no_models_builds_no_models_image_and_says_so(engine):
+def test_a_build_with_no_models_builds_an_empty_models_image_and_says_so(engine):
+    """The groups with models = true run ray-worker:<tag>-models whatever was preloaded: it is built (empty)
+    with every ray-worker, so a deployment never points at a tag that was not built or pushed."""
     fake = engine({images.local_name(i, "t"): GB for i in images.IMAGES})
     said = []
-    built = images.build(list(images.IMAGES), "t", [], say=said.append)
+    built = images.build(list(images.IMAGES), "t", [], say=said.append, groups=["fsdp"])
     assert said[:2] == [
         "building ray-base (not pushed), ray-head, ray-worker, trainer, gpu-metrics",
-        "no models preloaded (MODELS=none, or none could be): ray-worker:t-models is not built",
+        "ray-worker:t-models (run by worker group(s) fsdp) preloads nothing (MODELS=none, or none could be): their "
+        "ranks download the model from the Hub, or fail in one line naming it",
     ]
-    assert all("models.Dockerfile" not in " ".join(c) for c in fake.builds())
-    assert images.local_name("ray-worker", "t-models") not in built
-    assert all(build_arg(c, "MODELS") is None for c in fake.builds())  # the trainer takes none any more
+    assert build_arg(fake.builds()[-1], "MODELS") == "" and images.local_name("ray-worker", "t-models") in built
+    assert all(build_arg(c, "MODELS") is None for c in fake.builds()[:-1])  # the trainer takes none any more
+    assert images.build(["ray-head"], "t", [], say=lambda _: None) == [images.local_name("ray-head", "t")]
 
 
 def test_the_build_says_its_plan_first_and_the_sizes_last(engine, tmp_path):
@@ -143,16 +146,44 @@ def test_the_build_says_its_plan_first_and_the_sizes_last(engine, tmp_path):
     assert report[4] == "rayfleet images push uploads 3 image(s): at most 24.4 GB (uncompressed sizes)"
 
 
-def test_a_disk_too_small_for_the_models_is_refused_in_one_line_before_anything_builds(engine, tmp_path):
+def test_a_disk_too_small_for_the_models_is_refused_in_one_line_before_anything_builds(engine, tmp_path, monkeypatch):
     fake = engine({})
+    monkeypatch.setattr(image_models, "engine_store", lambda tool: tmp_path)
+    monkeypatch.setattr(image_models, "free_bytes", lambda path: 20 * GB)
     with pytest.raises(images.RayfleetError) as caught:
-        image_models.check_disk(["databricks/dolly-v2-7b"], tmp_path, free=lambda path: 20 * GB)
+        images.build(["ray-worker"], "t", ["databricks/dolly-v2-7b"], say=lambda _: None)
     assert str(caught.value) == (
         f"preloading databricks/dolly-v2-7b needs about 41.4 GB of disk under {tmp_path}, which has 20.0 GB free: "
         "free some, or build with MODELS=none"
     )
-    image_models.check_disk(["databricks/dolly-v2-7b"], tmp_path, free=lambda path: 50 * GB)  # room: no refusal
     assert fake.builds() == []
+    monkeypatch.setattr(image_models, "free_bytes", lambda path: 50 * GB)
+    images.build(["ray-worker"], "t", ["databricks/dolly-v2-7b"], say=lambda _: None)  # room: it builds
+    assert len(fake.builds()) == 3
+
+    def remote(path):
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(image_models, "free_bytes", remote)  # DOCKER_HOST: the engine's disk is elsewhere
+    said: list[str] = []
+    image_models.check_disk(["databricks/dolly-v2-7b"], tmp_path, said.append)
+    assert said == [f"cannot check the disk for the models ({tmp_path}: No such file or directory); building anyway"]
+
+
+def test_a_push_without_the_models_image_is_refused_in_one_line(engine, tmp_path):
+    """ray-worker is pushed with its models image, or not at all: the groups with models would run a tag that
+    does not exist."""
+    engine({images.local_name("ray-worker", "t"): GB})  # built before the models image existed
+    path = outputs_with(tmp_path, {"fsdp": {"service_name": "w", "models": True}})
+    urls = {"ecr_repository_urls": {"ray-worker": "123456789012.dkr.ecr.us-east-1.amazonaws.com/rf/ray-worker"}}
+    Path(path).write_text(json.dumps({**json.loads(Path(path).read_text()), **urls}))
+    out = images.Outputs.load(path)
+    with pytest.raises(images.RayfleetError) as caught:
+        images.push(["ray-worker"], "t", out, say=lambda _: None)
+    assert str(caught.value) == (
+        f"{images.local_name('ray-worker', 't-models')} is not built (the image of the worker groups with models): "
+        "rayfleet images build --images ray-worker --tag t"
+    )
 
 
 def test_the_models_tag_is_the_one_terraform_gives_a_group_with_models():
@@ -260,4 +291,5 @@ def test_a_deployment_with_an_efa_group_gets_the_efa_worker(engine, tmp_path, mo
     monkeypatch.setenv("EFA_INSTALLER_VERSION", "none")  # the operator's choice: the plain worker, passed nowhere
     assert images.efa_installer(outputs_with(tmp_path, groups), say=said.append) is None
     images.build(["ray-worker"], "t", [], say=lambda _: None)
-    assert build_arg(fake.builds()[-1], "EFA_INSTALLER_VERSION") is None
+    worker = [c for c in fake.builds() if c[c.index("-t") + 1] == images.local_name("ray-worker", "t")][-1]
+    assert build_arg(worker, "EFA_INSTALLER_VERSION") is None

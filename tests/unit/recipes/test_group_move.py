@@ -109,3 +109,21 @@ def test_the_move_travels_in_the_queue_spec_and_a_bad_one_is_refused():
     for bad in ({"groups": ["A B"], "after_s": 1}, {"groups": ["a"], "after_s": -1}, {"groups": ["a"]}):
         with pytest.raises(ConfigError, match="the queue's group move"):
             admission.move_of(json.dumps({**json.loads(text), "move": bad}))
+
+
+def test_a_wait_that_was_paused_starts_anew(tmp_path):
+    """Held by the budget for a while (wait_turn pauses the move), a run waits its full minutes for nodes again
+    before it moves, not at once."""
+    run_dir, said = RunDir(str(tmp_path / "runs"), "me"), []
+    move, me = GroupMove(["a"], after_s=120), on("me", 1, "b")
+    assert not move.step(me, "waiting", 1000.0, run_dir, said.append)
+    move.pause()  # held from here to 1300
+    assert not move.step(me, "waiting", 1300.0, run_dir, said.append) and me.group == "b"
+    assert move.step(me, "waiting", 1420.0, run_dir, said.append) and me.group == "a"
+    assert said == ["capacity: worker group b: waiting for 2 min: the run moves to group a"]
+
+
+def test_the_groups_a_job_can_pass_are_a_bounded_list_of_names():
+    for bad in ("abc", ["a"] * 65, [1]):
+        with pytest.raises(ConfigError, match="the queue's group move"):
+            GroupMove.from_spec({"groups": bad, "after_s": 1})

@@ -107,3 +107,15 @@ def test_a_model_not_on_the_drivers_machine_is_left_to_the_ranks_and_a_rank_with
     assert line.endswith(
         "make build push MODELS=nobody/no-such-model (then make deploy, for a worker group with models = true)"
     )
+
+
+def test_a_rank_checks_the_models_positions_when_the_driver_could_not(tiny_model, capsys):
+    """The driver without the model cannot compare seq_len with its positions: the ranks do, once they have it."""
+    from rayfleet.train import fsdp
+
+    base = [f"data={tiny_model / 'corpus.txt'}", f"model={tiny_model / 'model'}", "seq_len=1024"]
+    settings = load_config(FSDPConfig, "rayfleet/train/configs/fsdp-tiny.yaml", base)
+    with pytest.raises(ConfigError):
+        fsdp.run_loop({"config": settings, "run_name": "x", "model_dir": str(tiny_model / "model")}, None)
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == "error: seq_len: 1024 is above the model's maximum of 512 positions"

@@ -141,6 +141,8 @@ def wait_turn(
                 entry.reason, entry.heartbeat_at = "moved to another worker group", now
                 queue.put(entry)  # its new group's line, at once: the next look judges it there
                 continue
+        if entry.state != WAITING and move is not None:
+            move.pause()
         if reason != said:
             say(f"queued: {reason}")
             said = reason
@@ -243,7 +245,8 @@ def admit(queue: Queue, entry: Entry, run_dir: RunDir, move: GroupMove | None = 
                     return cancelled
             waited_s = time.monotonic() - waited
             say(f"admitted after {waited_s:.1f} s in the queue: all {entry.resources()} can be placed")
-        run_dir.send("admitted", state="RUNNING")
+        # where it was admitted: a retry starts on the recipe's group again, and may move again
+        run_dir.send("admitted", state="RUNNING", **({"group": entry.group} if entry.group else {}))
         return placed_since(entry.admitted_at)
     except BaseException:
         queue.remove(entry.run)

@@ -24,6 +24,7 @@ from rayfleet.core.run_queue import Entry
 
 BY = "the run's job on the local cluster, while it waited in the queue"
 MAX_AFTER_S = 24 * 3600.0
+MAX_GROUPS = 64  # a deployment's groups are far fewer: the bound on what a Jobs API value may carry
 
 
 @dataclass
@@ -43,13 +44,20 @@ class GroupMove:
         if value is None:
             return None
         try:
-            groups = [worker_groups.check_name(g) for g in value["groups"]]
+            listed = value["groups"]
+            if not isinstance(listed, list) or len(listed) > MAX_GROUPS:
+                raise ValueError(f"groups: a list of at most {MAX_GROUPS} names")
+            groups = [worker_groups.check_name(g) for g in listed]
             after_s = float(value["after_s"])
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigError(f"the queue's group move: {exc}") from None
         if not 0 <= after_s <= MAX_AFTER_S:
             raise ConfigError(f"the queue's group move: after_s {after_s} is not within 0..{MAX_AFTER_S:g}")
         return cls(groups, after_s)
+
+    def pause(self) -> None:
+        """The run stopped waiting for nodes (held by the budget): its next wait for them starts anew."""
+        self.since = None
 
     def step(self, entry: Entry, reason: str, now: float, run_dir: RunDir, say: Callable[[str], None]) -> bool:
         """One look while the run waits in its group's line (`reason`: why it waits): moves it to the next group

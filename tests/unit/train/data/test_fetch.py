@@ -183,6 +183,10 @@ def test_tiny_shakespeare_is_fetched_checked_cached_and_replaces_generated_text_
     again = fetch.tiny_shakespeare(tmp_path / "other", say=lines.append)  # another folder: from the cache
     assert again.read_bytes() == text_served["body"] and [p for p, _ in Files.asked] == ["/input.txt"]
     assert synthetic_text.describe(got.read_text(), str(got)) == f"tiny_shakespeare.txt ({got})"
+    generated = fetch.tiny_shakespeare(dest, want_synthetic=True, say=lines.append)  # SYNTHETIC=1 beside the real
+    assert generated == dest / "synthetic" / "generated_verse.txt" and got.read_bytes() == text_served["body"]
+    assert lines[-1].endswith(f'(the real {got} is there too, and the recipes read it first: ARGS="data={generated}" '
+                              "trains on this)")  # fmt: skip
 
 
 def test_tiny_shakespeare_resumes_a_cut_download_and_refuses_a_wrong_file(text_served, tmp_path):

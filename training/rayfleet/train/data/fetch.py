@@ -158,7 +158,11 @@ def tiny_shakespeare(dest: Path, want_synthetic: bool = False, say: Callable[[st
     why = why_generated(sources.TINY_SHAKESPEARE.urls[0], want_synthetic)
     if why:
         generated = synthetic_text.write(dest)
-        say(f"tiny_shakespeare: {why}: using the SYNTHETIC generated corpus {generated}")
+        also = f' (the real {real} is there too, and the recipes read it first: ARGS="data={generated}" trains on this)'
+        say(
+            f"tiny_shakespeare: {why}: using the SYNTHETIC generated corpus {generated}"
+            + (also if real.is_file() else "")
+        )
         return generated
     fetched = download(sources.TINY_SHAKESPEARE, cache_dir() / "tiny-shakespeare", say)
     dest.mkdir(parents=True, exist_ok=True)

@@ -49,17 +49,17 @@ def resolve(source: str, s3_endpoint_url: str | None = None) -> str:
         return synthetic_text.resolve(source)
     if PurePosixPath(source).name != synthetic_text.REAL_NAME:
         return source
-    from botocore.exceptions import ClientError
+    from botocore.exceptions import BotoCoreError, ClientError
 
     from rayfleet.core.aws import Aws
 
     bucket, _, key = source.removeprefix("s3://").partition("/")
     s3 = Aws().client("s3", endpoint_url=s3_endpoint_url)
-    generated = f"{PurePosixPath(key).parent}/{synthetic_text.GENERATED}"
+    generated = str(PurePosixPath(key).parent / synthetic_text.GENERATED).removeprefix("./")
     for candidate in (key, generated):
         try:
             s3.head_object(Bucket=bucket, Key=candidate)
-        except ClientError:
+        except (ClientError, BotoCoreError):  # not there, or not reachable: the read says which, in one line
             continue
         return f"s3://{bucket}/{candidate}"
     return source

@@ -76,7 +76,8 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
     run_name = loop_config["run_name"]
     try:  # on this rank's node: the driver may hold no weights (the trainer image), the worker's image does
         model_dir = resolve_model_dir(loop_config["model_dir"])
-    except ModelNotFound as exc:
+        check_seq_len(loop_config["config"], model_dir)  # the driver could not, without the model
+    except (ModelNotFound, ConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr, flush=True)
         raise
     rank, world, device = worker.rank, worker.world, worker.device
@@ -266,6 +267,16 @@ def _export(strategy, data: PackedBlocks, tokenizer, model_dir: Path, run_dir: R
         )
 
 
+def check_seq_len(cfg: FSDPConfig, model_dir: Path) -> None:
+    """ConfigError when seq_len is above the model's positions: on the driver when the model is there, else on
+    the ranks once they have it."""
+    from transformers import AutoConfig
+
+    maximum = getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)
+    if maximum is not None and cfg.seq_len > maximum:
+        raise ConfigError(f"seq_len: {cfg.seq_len} is above the model's maximum of {maximum} positions")
+
+
 def check_before_start(cfg: FSDPConfig) -> Path | None:
     """What can be checked on the driver, before any worker starts: the model and its length limit when the
     model is on this machine (else None: the ranks load it on their nodes), the data."""
@@ -277,11 +288,7 @@ def check_before_start(cfg: FSDPConfig) -> Path | None:
               "worker image's $MODEL_DIR, which make build preloads for the groups with models; else the Hub)",
               flush=True)  # fmt: skip
     else:
-        from transformers import AutoConfig
-
-        maximum = getattr(AutoConfig.from_pretrained(model_dir), "max_position_embeddings", None)
-        if maximum is not None and cfg.seq_len > maximum:
-            raise ConfigError(f"seq_len: {cfg.seq_len} is above the model's maximum of {maximum} positions")
+        check_seq_len(cfg, model_dir)
     if cfg.strategy == "deepspeed":
         try:
             import deepspeed  # noqa: F401 - only checking that it is installed
@@ -326,5 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     run_name = cfg.run_name or f"fsdp-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    model = str(model_dir.resolve()) if model_dir is not None else cfg.model  # a path here, else the id
+    # a folder the user named goes as its full path (the ranks see it where they share this file system); an id
+    # goes as itself, and each rank resolves it on its own node, not at this machine's copy
+    named_a_folder = model_dir is not None and Path(cfg.model).expanduser().is_dir()
+    model = str(model_dir.resolve()) if named_a_folder else cfg.model
     return fit_and_summarize(train_loop, cfg, run_name, {"model_dir": model}, fsdp_summary)
