@@ -82,6 +82,22 @@ def plan(entries: list[str], tag: str, groups: list[str] | None) -> list[str]:
     return [*lines, f"  {'total':<{width}}  ~{human(known)}{more}"]
 
 
+def mounts(models: str) -> tuple[list[str], str]:
+    """name=/host/dir entries become mounts at /mnt/models-src/<name>; Hub ids pass through."""
+    volumes, entries = [], []
+    for entry in [e.strip() for e in models.split(",") if e.strip()]:
+        if "=" in entry:
+            name, path = entry.split("=", 1)
+            host = Path(path).resolve()
+            if not (host / "config.json").is_file():
+                raise RayfleetError(f"--models {entry}: {host} is not a model directory (make text-data makes one)")
+            volumes += ["-v", f"{host}:/mnt/models-src/{name}:ro"]
+            entries.append(f"{name}=/mnt/models-src/{name}")
+        else:
+            entries.append(entry)
+    return volumes, ",".join(entries)
+
+
 def engine_store(tool: str) -> Path | None:
     """Where the engine keeps its images (podman's graph root, docker's root dir); None when it does not say."""
     fmt = "{{.Store.GraphRoot}}" if tool == "podman" else "{{.DockerRootDir}}"

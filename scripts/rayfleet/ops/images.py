@@ -116,22 +116,6 @@ def host_pip_mounts(workdir: Path) -> tuple[list[str], list[str]]:
     return [*volumes, "-v", f"{path}:/run/rayfleet/pip.conf:ro"], args
 
 
-def model_mounts(models: str) -> tuple[list[str], str]:
-    """name=/host/dir entries become mounts at /mnt/models-src/<name>; Hub ids pass through."""
-    volumes, entries = [], []
-    for entry in [e.strip() for e in models.split(",") if e.strip()]:
-        if "=" in entry:
-            name, path = entry.split("=", 1)
-            host = Path(path).resolve()
-            if not (host / "config.json").is_file():
-                raise RayfleetError(f"--models {entry}: {host} is not a model directory (make text-data makes one)")
-            volumes += ["-v", f"{host}:/mnt/models-src/{name}:ro"]
-            entries.append(f"{name}=/mnt/models-src/{name}")
-        else:
-            entries.append(entry)
-    return volumes, ",".join(entries)
-
-
 def build_plan(images: list[str]) -> list[str]:
     """What the build will build, said before the (long) build starts."""
     ray_base = ["ray-base (not pushed)"] if set(images) & set(RAY_IMAGES) else []
@@ -176,7 +160,7 @@ def build(
     for line in build_plan(images) + (image_models.plan(models, tag, groups) if "ray-worker" in images else []):
         say(line)
     # Checked before anything builds: a wrong model directory, or a disk too small, should not cost a base first.
-    model_volumes, preloaded = model_mounts(",".join(models))
+    model_volumes, preloaded = image_models.mounts(",".join(models))
     image_models.check_disk(models, image_models.engine_store(tool) if models else None, say)
     with tempfile.TemporaryDirectory() as tmp:
         volumes, pip_args = host_pip_mounts(Path(tmp)) if tool == "podman" else ([], [])
@@ -284,7 +268,8 @@ def push(images: list[str], tag: str, out: Outputs, say=print) -> list[str]:
                 f"groups with models): rayfleet images build --images ray-worker --tag {tag}"
             )
         tagged.append(("ray-worker", image_models.models_tag(tag)))
-    auth = Aws(out.region).client("ecr").get_authorization_token()["authorizationData"][0]
+    ecr = Aws(out.region).client("ecr")
+    auth = ecr.get_authorization_token()["authorizationData"][0]
     user, password = base64.b64decode(auth["authorizationToken"]).decode().split(":", 1)
     registry = auth["proxyEndpoint"].removeprefix("https://")
     login = subprocess.run(
@@ -306,9 +291,9 @@ def push(images: list[str], tag: str, out: Outputs, say=print) -> list[str]:
                 )
         pushed.append(remote)
     if out.image_tag == tag:  # the tag the services run (deployed before its images were pushed): protect it
-        mark_deployed(Aws(out.region).client("ecr"), [urls[i].split("/", 1)[1] for i in images], tag, say=say)
+        mark_deployed(ecr, [urls[i].split("/", 1)[1] for i in images], tag, say=say)
         if ("ray-worker", image_models.models_tag(tag)) in tagged:
-            mark_deployed(Aws(out.region).client("ecr"), [urls["ray-worker"].split("/", 1)[1]],
+            mark_deployed(ecr, [urls["ray-worker"].split("/", 1)[1]],
                           image_models.models_tag(tag), say=say)  # fmt: skip
     return pushed
 

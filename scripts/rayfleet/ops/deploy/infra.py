@@ -141,10 +141,11 @@ def deploy(binary: str, opts: DeploymentArgs) -> int:
         from rayfleet.ops.images import mark_deployed
 
         repositories = sorted(url.split("/", 1)[1] for url in out.ecr_repository_urls.values())
-        mark_deployed(Aws(out.region).client("ecr"), repositories, tag)
+        ecr = Aws(out.region).client("ecr")
+        mark_deployed(ecr, repositories, tag)
         worker = out.ecr_repository_urls.get("ray-worker")
         if worker and any(group.models for group in out.worker_groups.values()):  # their image: <tag>-models
-            mark_deployed(Aws(out.region).client("ecr"), [worker.split("/", 1)[1]], models_tag(tag))
+            mark_deployed(ecr, [worker.split("/", 1)[1]], models_tag(tag))
     print(
         "next: rayfleet images build, rayfleet images push (once per code change), then rayfleet run recipes/ddp.yaml"
     )
