@@ -149,7 +149,7 @@ def tiny_shakespeare(dest: Path, want_synthetic: bool = False, say: Callable[[st
     """The text file the FSDP job should read: `dest`/tiny_shakespeare.txt, the published file; or the generated
     corpus under `dest`/synthetic (asked for, or no network; rayfleet/train/data/synthetic_text.py)."""
     real = dest / synthetic_text.REAL_NAME
-    if real.is_file() and synthetic_text.is_generated(real.read_text(errors="replace")[:20]):
+    if real.is_file() and synthetic_text.file_is_generated(real):
         real.unlink()  # generated text an older rayfleet wrote under the real file's name
         say(f"tiny_shakespeare: removed generated text that was named {real}")
     if not want_synthetic and real.is_file() and mismatch(real, sources.TINY_SHAKESPEARE.checksum) is None:

@@ -50,6 +50,12 @@ def is_generated(text: str) -> bool:
     return text.startswith("SYNTHETIC")
 
 
+def file_is_generated(path: str | Path) -> bool:
+    """Whether a local text file is generated text (its first bytes say so), reading no more than those."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        return is_generated(f.read(len("SYNTHETIC")))
+
+
 def describe(text: str, source: str) -> str:
     """What a job trained on, for its first line and its record."""
     if is_generated(text):

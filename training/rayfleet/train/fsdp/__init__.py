@@ -306,11 +306,7 @@ def with_data_resolved(cfg: FSDPConfig) -> FSDPConfig:
     the job's first line, SYNTHETIC when generated (the ranks say it again, and record it, once they read it)."""
     found = text.resolve(cfg.data, cfg.s3_endpoint_url)
     local = "://" not in found and Path(found).is_file()
-    head = ""
-    if local:
-        with open(found, encoding="utf-8", errors="replace") as f:
-            head = f.read(64)
-    if synthetic_text.is_generated(head) or found.endswith(str(synthetic_text.GENERATED)):
+    if (local and synthetic_text.file_is_generated(found)) or found.endswith(str(synthetic_text.GENERATED)):
         said = synthetic_text.describe(synthetic_text.LABEL, found)
     else:
         said = found
