@@ -18,6 +18,9 @@ locals {
     idle_minutes    = coalesce(w.idle_minutes, var.autostop.idle_minutes)
   }) }
   any_efa = anytrue([for w in values(var.worker_groups) : w.efa])
+  # The S3 model cache (worker groups with models_from = "s3"): the pointer `make push` writes to the staged
+  # weights (its key: training/rayfleet/core/bucket.py MODEL_CACHE), and the instances' folder for their copies.
+  model_cache = { pointer_key = "staged/models.json", host_dir = "/opt/rayfleet/cache" }
 
   node_groups = merge({
     head = {
@@ -40,6 +43,7 @@ locals {
       efa_interfaces  = w.efa ? w.efa_devices : 0 # one EFA interface per EFA device
       instance_types  = w.instance_types
       on_demand_base  = w.on_demand_base
+      model_cache     = w.models && w.models_from == "s3" # its nodes keep the staged weights on NVMe
   } })
 }
 
@@ -104,6 +108,7 @@ module "cluster" {
   source                 = "./modules/cluster"
   name                   = var.name
   node_groups            = local.node_groups
+  model_cache_dir        = local.model_cache.host_dir
   subnet_ids             = module.network.private_subnet_ids
   security_group_ids     = [module.network.instance_security_group_id]
   efa_security_group_ids = concat([module.network.task_security_group_id], local.any_efa ? [module.network.efa_security_group_id] : [])
@@ -140,13 +145,14 @@ module "ray" {
   worker_groups = { for g, w in local.workers : g => {
     node_group   = w.node_group, instance_type = w.instance_type, vcpus = w.vcpus, memory_mib = w.memory_mib, gpus = w.gpus,
     min          = w.min, max = w.max, efa = w.efa, efa_devices = w.efa ? w.efa_devices : 0, efa_rdma = w.efa && w.efa_rdma,
-    idle_minutes = w.idle_minutes, models = w.models
+    idle_minutes = w.idle_minutes, models = w.models, models_from = w.models_from
   } }
   ray_ports             = local.ray_ports
   object_store_fraction = var.object_store_fraction
   control_task_role_arn = module.iam.control_task_role_arn
   autostop              = var.autostop
   results_bucket        = module.storage.bucket_name
+  model_cache           = local.model_cache
   execution_role_arn    = module.iam.execution_role_arn
   task_role_arn         = module.iam.task_role_arn
   kms_key_arn           = module.iam.kms_key_arn

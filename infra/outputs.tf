@@ -141,5 +141,6 @@ output "worker_groups" {
     gpus              = w.gpus
     idle_minutes      = w.idle_minutes
     models            = w.models
+    models_from       = w.models_from
   } }
 }

@@ -60,9 +60,12 @@ variable "worker_groups" {
     does not come falls back to on-demand in the group: scripts/rayfleet/ecs/fallback.py) with on_demand_base
     nodes that stay on-demand, EFA (with a
     cluster placement group unless placement_group = false), the root volume, and idle_minutes before autostop
-    takes the group to its min (default: autostop.idle_minutes), and models: its workers run the ray-worker image
-    with the preloaded models (tag <image_tag>-models, `make build`), the others the plain one. The default holds
-    the flagships' two shapes.
+    takes the group to its min (default: autostop.idle_minutes), and models: its workers load the preloaded models
+    (`make build`) from their own node, the other groups' workers hold none. models_from says where a node gets
+    them: "image" (default), the ray-worker image with the weights as its last layer (tag <image_tag>-models);
+    "s3", the plain ray-worker image and a copy of the weights that `make push` stages to the bucket, taken to the
+    instance's NVMe (or root volume) at task start and checked against its manifest (images/README.md compares
+    the two). The default holds the flagships' two shapes.
   EOT
   type = map(object({
     instance_types  = list(string)
@@ -75,6 +78,7 @@ variable "worker_groups" {
     root_volume_gb  = optional(number, 200)
     idle_minutes    = optional(number)
     models          = optional(bool, false)
+    models_from     = optional(string, "image")
   }))
   default = {
     ddp = { instance_types = ["g5.xlarge"], max = 2 } # 1 x A10G per node
@@ -85,6 +89,11 @@ variable "worker_groups" {
   validation {
     condition     = length(var.worker_groups) >= 1 && alltrue([for g in keys(var.worker_groups) : can(regex("^[a-z]([-a-z0-9]{0,18}[a-z0-9])?$", g)) && g != "head"])
     error_message = "worker_groups needs at least one group, each named by 1-20 lower-case letters, digits and '-' (starting with a letter), not head: the name is a Ray label and part of AWS names."
+  }
+
+  validation {
+    condition     = alltrue([for g in values(var.worker_groups) : contains(["image", "s3"], g.models_from)])
+    error_message = "A worker group's models_from is \"image\" (the weights in the ray-worker image) or \"s3\" (copied from the bucket to the node at task start)."
   }
 
   validation {

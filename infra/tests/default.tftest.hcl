@@ -17,9 +17,11 @@ mock_provider "aws" {
 mock_provider "random" {}
 
 variables {
-  image_tag = "0123456789ab"
-  catalog   = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
-  ray_ports = jsondecode(file("catalog/ray_ports.json"))
+  model_cache     = { pointer_key = "staged/models.json", host_dir = "/opt/rayfleet/cache" } # as infra/main.tf
+  model_cache_dir = "/opt/rayfleet/cache"
+  image_tag       = "0123456789ab"
+  catalog         = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
+  ray_ports       = jsondecode(file("catalog/ray_ports.json"))
   images = {
     "ray-head"    = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rayfleet/ray-head:0123456789ab"
     "ray-worker"  = "123456789012.dkr.ecr.us-east-1.amazonaws.com/rayfleet/ray-worker:0123456789ab"
@@ -104,6 +106,7 @@ run "root" {
         gpus              = 1
         idle_minutes      = 30
         models            = false
+        models_from       = "image"
       }
       fsdp = {
         service_name      = "rayfleet-ray-worker-fsdp"
@@ -119,6 +122,7 @@ run "root" {
         gpus              = 4
         idle_minutes      = 30
         models            = true
+        models_from       = "image"
       }
     })
     error_message = "The default worker groups: ${jsonencode(output.worker_groups)}"

@@ -10,11 +10,13 @@ mock_provider "aws" {
 mock_provider "random" {}
 
 variables {
-  name       = "rayfleet"
-  catalog    = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
-  ray_ports  = jsondecode(file("catalog/ray_ports.json"))
-  image_tag  = "0123456789ab"
-  bucket_arn = "arn:aws:s3:::rayfleet-results-0123456789"
+  model_cache     = { pointer_key = "staged/models.json", host_dir = "/opt/rayfleet/cache" } # as infra/main.tf
+  model_cache_dir = "/opt/rayfleet/cache"
+  name            = "rayfleet"
+  catalog         = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
+  ray_ports       = jsondecode(file("catalog/ray_ports.json"))
+  image_tag       = "0123456789ab"
+  bucket_arn      = "arn:aws:s3:::rayfleet-results-0123456789"
   # the modules' inputs, as default.tftest.hcl gives them
   region                = "us-east-1"
   vpc_id                = "vpc-0123456789abcdef0"

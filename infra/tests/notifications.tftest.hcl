@@ -10,9 +10,11 @@ mock_provider "aws" {
 mock_provider "random" {}
 
 variables {
-  image_tag = "0123456789ab"
-  catalog   = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
-  ray_ports = jsondecode(file("catalog/ray_ports.json"))
+  model_cache     = { pointer_key = "staged/models.json", host_dir = "/opt/rayfleet/cache" } # as infra/main.tf
+  model_cache_dir = "/opt/rayfleet/cache"
+  image_tag       = "0123456789ab"
+  catalog         = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
+  ray_ports       = jsondecode(file("catalog/ray_ports.json"))
 }
 
 run "topic" {

@@ -12,9 +12,11 @@ mock_provider "aws" {
 mock_provider "random" {}
 
 variables {
-  bucket_arn = "arn:aws:s3:::rayfleet-results-0123456789" # the network module's S3 endpoint policy
-  image_tag  = "0123456789ab"
-  catalog    = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
+  model_cache     = { pointer_key = "staged/models.json", host_dir = "/opt/rayfleet/cache" } # as infra/main.tf
+  model_cache_dir = "/opt/rayfleet/cache"
+  bucket_arn      = "arn:aws:s3:::rayfleet-results-0123456789" # the network module's S3 endpoint policy
+  image_tag       = "0123456789ab"
+  catalog         = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
   # the ray module's inputs other than the node shapes
   name                  = "rayfleet"
   region                = "us-east-1"

@@ -10,8 +10,10 @@ mock_provider "aws" {
 mock_provider "random" {}
 
 variables {
-  image_tag = "0123456789ab"
-  catalog   = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
+  model_cache     = { pointer_key = "staged/models.json", host_dir = "/opt/rayfleet/cache" } # as infra/main.tf
+  model_cache_dir = "/opt/rayfleet/cache"
+  image_tag       = "0123456789ab"
+  catalog         = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
   worker_groups = {
     spot = {
       instance_types = ["g5.2xlarge", "g5.xlarge", "g6.xlarge"]

@@ -12,8 +12,10 @@ mock_provider "aws" {
 mock_provider "random" {}
 
 variables {
-  image_tag = "0123456789ab"
-  catalog   = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
+  model_cache     = { pointer_key = "staged/models.json", host_dir = "/opt/rayfleet/cache" } # as infra/main.tf
+  model_cache_dir = "/opt/rayfleet/cache"
+  image_tag       = "0123456789ab"
+  catalog         = jsondecode(file("../training/rayfleet/core/instance_types.json")).instance_types
   # the ray module's inputs other than the groups, as default.tftest.hcl gives them
   name                  = "rayfleet"
   region                = "us-east-1"
@@ -64,6 +66,7 @@ run "a_group_named_default" {
         gpus              = 1
         idle_minutes      = 30
         models            = false
+        models_from       = "image"
       }
     })
     error_message = "The default group's outputs: ${jsonencode(output.worker_groups)}"

@@ -202,3 +202,19 @@ def test_the_sidecar_reports_no_gpu_cleanly(built_images):
     assert result.returncode == 3, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert "error: NVML is not available" in result.stderr and "no NVIDIA driver" in result.stderr
+
+
+def test_the_s3_model_cache_stages_exactly_the_models_images_weights(built_images, tmp_path):
+    """`make push` for a group with models_from = "s3" stages the /models of the same models image
+    (rayfleet/ops/model_cache.py extract): every file its manifest lists, byte for byte; the upload and the
+    node's copy are tests/integration/test_model_cache_on_moto.py's."""
+    from rayfleet.ops.model_cache import MANIFEST, extract
+    from rayfleet.core.staged_data import file_sha256
+
+    folder = extract("podman", built_images["ray-worker-models"], tmp_path)
+    (model,) = json.loads((folder / MANIFEST).read_text())["models"]
+    assert model["id"] == "tiny-gpt-neox" and model["files"]
+    for entry in model["files"]:
+        path = folder / model["id"] / entry["name"]
+        assert path.stat().st_size == entry["bytes"] and file_sha256(path) == entry["sha256"]
+    assert not podman("ps", "-a", "--filter", "name=rayfleet-models-", "-q").stdout.strip()  # none left behind

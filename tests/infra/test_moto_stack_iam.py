@@ -34,7 +34,7 @@ DROPPED = {
     (
         "rayfleet-control-task",
         "ReplaceBadInstance",
-        ("autoscaling:autoScalingGroup:*:autoScalingGroupName/rayfleet-worker-20250601000000702303401569",),
+        ("autoscaling:autoScalingGroup:*:autoScalingGroupName/rayfleet-worker-<unique suffix>",),
     ),
     ("rayfleet-control-task", "SeeOwnTrainerTasks", '{"ArnEquals": {"ecs:cluster": "ecs:cluster/rayfleet"}}'),
     ("rayfleet-control-task", "SeeOwnWorkerTasks", '{"ArnEquals": {"ecs:cluster": "ecs:cluster/rayfleet"}}'),
@@ -108,6 +108,7 @@ DROPPED = {
 
 def _short(text: str) -> str:
     text = re.sub(r"arn:aws:([a-z0-9-]+):(us-east-1)?:(123456789012)?:", r"\1:", text)
+    text = re.sub(r"-\d{26}\b", "-<unique suffix>", text)  # name_prefix's: it follows the resource's content
     return text.replace(".us-east-1.amazonaws.com", "")
 
 

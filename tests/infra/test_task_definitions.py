@@ -26,11 +26,20 @@ from tools.terraform_standin.render import rendered_state
 # plus /dev/shm (sharedMemorySize), which is a tmpfs
 WRITABLE = {"/tmp", "/work", "/run/rayfleet", "/run/rayfleet-health"}
 HOST_PATHS = {"/etc/rayfleet"}  # the instance's identity and Spot notice, read-only
+# The S3 model cache's folder on the instance: written only by the model-cache container (which runs no job),
+# read-only in the Ray worker.
+MODEL_CACHE_HOST = "/opt/rayfleet/cache"
+WRITABLE_HOST_PATHS = {("model-cache", MODEL_CACHE_HOST)}
 TLS = "arn:aws:secretsmanager:us-east-1:123456789012:secret:acme/tls-AbCdEf"
 SERVE = f'{{enabled = true, allowed_cidrs = ["10.0.0.0/8"], tls_secret_arn = "{TLS}"}}'
 ONE_GROUP = '{default = {instance_types = ["g5.xlarge"], min = 2, max = 2}}'
+S3_MODELS = (
+    '{ddp = {instance_types = ["g5.xlarge"], max = 2}, fsdp = {instance_types = ["g5.12xlarge"], max = 2, '
+    'efa = true, root_volume_gb = 300, models = true, models_from = "s3"}}'
+)
 SHAPES = {
     "default (ddp, and fsdp: EFA, host network)": {},
+    "fsdp with the S3 model cache (the model-cache container)": {"variables": {"worker_groups": S3_MODELS}},
     "one group named default": {"variables": {"worker_groups": ONE_GROUP}},
     "serving with TLS (the serve-gate container)": {"variables": {"serve": SERVE}},
 }
@@ -61,9 +70,11 @@ def violations(definition: dict) -> list[str]:
             found.append(f"{name}: capabilities {capabilities or 'as the engine grants them'}")
         for mount in c.get("mountPoints") or []:
             host = (volumes.get(mount["sourceVolume"], {}).get("host") or {}).get("sourcePath")
-            if host and (host not in HOST_PATHS or not mount.get("readOnly")):
+            if host and (name, host) in WRITABLE_HOST_PATHS:
+                continue
+            if host and (host not in HOST_PATHS | {MODEL_CACHE_HOST} or not mount.get("readOnly")):
                 found.append(f"{name}: host path {host} mounted {'read-only' if mount.get('readOnly') else 'writable'}")
-            if not mount.get("readOnly") and mount["containerPath"] not in WRITABLE:
+            elif not mount.get("readOnly") and mount["containerPath"] not in WRITABLE:
                 found.append(f"{name}: writable {mount['containerPath']}")
     return found
 

@@ -231,3 +231,57 @@ def test_the_spot_notice_poller_writes_the_notice_when_imds_has_one(tmp_path):
     assert message == "Spot interruption notice: terminate at 2026-11-24T10:00:00Z" and left == 120
     assert drain.deadline_for(left, 100) == 100 and drain.deadline_for(60, 100) == 60 - drain.SPOT_MARGIN_S
     assert drain.deadline_for(None, 100) == 100  # ECS's SIGTERM: the stopTimeout's share
+
+
+CACHE_TEMPLATE = MODULES / "cluster" / "model_cache.sh.tftpl"
+FAKE_DISK_TOOLS = {
+    # lsblk -dpno NAME,MODEL: the disks and their models, as FAKE_DISKS says
+    "lsblk": 'echo "lsblk $*" >> "$FAKE_LOG"; printf "%b" "$FAKE_DISKS"',
+    "mountpoint": 'echo "mountpoint $*" >> "$FAKE_LOG"; exit 1',
+    "mkfs.xfs": 'echo "mkfs.xfs $*" >> "$FAKE_LOG"',
+    "mount": 'echo "mount $*" >> "$FAKE_LOG"',
+    "chown": 'echo "chown $*" >> "$FAKE_LOG"',
+}
+
+
+def run_cache_script(tmp_path: Path, disks: str) -> tuple[subprocess.CompletedProcess, list[str]]:
+    """model_cache.sh.tftpl as Terraform renders it, under `set -euo pipefail` as the user data runs it, with
+    stand-ins for the disk tools (no root, no disk here); the calls they got."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    for name, body in FAKE_DISK_TOOLS.items():
+        (bin_dir / name).write_text(f"#!/bin/bash\n{body}\n")
+        (bin_dir / name).chmod(0o755)
+    text = CACHE_TEMPLATE.read_text()
+    assert set(re.findall(r"(?<!\$)\$\{(\w+)\}", text)) == {"cache_dir"}
+    script = "set -euo pipefail\n" + text.replace("${cache_dir}", "/opt/rayfleet/cache").replace("$${", "${")
+    log = tmp_path / "calls.log"
+    log.touch()
+    env = {
+        "PATH": f"{bin_dir}:{os.environ['PATH']}",
+        "FAKE_LOG": str(log),
+        "FAKE_DISKS": disks,
+        "RAYFLEET_MODEL_CACHE_DIR": str(tmp_path / "cache"),
+    }
+    result = subprocess.run(["bash", "-c", script], env=env, capture_output=True, text=True)
+    return result, log.read_text().splitlines()
+
+
+def test_the_model_cache_goes_on_the_instance_store_when_the_type_has_one(tmp_path):
+    """g5.12xlarge: an EBS root and one NVMe instance-store drive; the store is formatted and mounted as the
+    cache, which the Ray images' user (1000) owns."""
+    disks = r"/dev/nvme0n1 Amazon Elastic Block Store\n/dev/nvme1n1 Amazon EC2 NVMe Instance Storage\n"
+    result, calls = run_cache_script(tmp_path, disks)
+    assert result.returncode == 0, result.stderr
+    cache = tmp_path / "cache"
+    assert cache.is_dir() and stat.S_IMODE(cache.stat().st_mode) == 0o755
+    assert "mkfs.xfs -f -q /dev/nvme1n1" in calls
+    assert f"mount -o noatime /dev/nvme1n1 {cache}" in calls
+    assert calls[-1] == f"chown 1000:1000 {cache}"  # after the mount: the file system's own root
+
+
+def test_without_an_instance_store_the_cache_is_a_folder_of_the_root_volume(tmp_path):
+    result, calls = run_cache_script(tmp_path, r"/dev/nvme0n1 Amazon Elastic Block Store\n")
+    assert result.returncode == 0, result.stderr
+    assert not [c for c in calls if c.startswith(("mkfs", "mount "))]  # the root volume is never formatted
+    assert (tmp_path / "cache").is_dir() and calls[-1] == f"chown 1000:1000 {tmp_path / 'cache'}"

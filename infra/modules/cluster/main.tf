@@ -100,13 +100,17 @@ resource "aws_launch_template" "this" {
     enabled = true
   }
 
-  user_data = base64encode(templatefile("${path.module}/user_data.sh.tftpl", {
-    cluster    = aws_ecs_cluster.this.name
-    node_group = each.key
-    gpu        = each.value.gpus > 0
-    spot       = each.value.spot
-    efa        = each.value.efa # EFA workers run in host networking: the agent serves them their task role
-  }))
+  user_data = base64encode(join("", [
+    templatefile("${path.module}/user_data.sh.tftpl", {
+      cluster    = aws_ecs_cluster.this.name
+      node_group = each.key
+      gpu        = each.value.gpus > 0
+      spot       = each.value.spot
+      efa        = each.value.efa # EFA workers run in host networking: the agent serves them their task role
+    }),
+    # only for a group with the S3 model cache: the other groups' user data stays byte for byte what it was
+    each.value.model_cache ? templatefile("${path.module}/model_cache.sh.tftpl", { cache_dir = var.model_cache_dir }) : "",
+  ]))
 
   tag_specifications {
     resource_type = "instance"

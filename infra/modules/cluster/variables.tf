@@ -16,12 +16,18 @@ variable "node_groups" {
     efa_interfaces  = optional(number, 0)
     instance_types  = optional(list(string), []) # more than one: the ASG launches any of them (Spot groups)
     on_demand_base  = optional(number, 0)        # Spot groups: this many instances stay on-demand
+    model_cache     = optional(bool, false)      # worker groups with models_from = "s3": the node's model cache
   }))
 
   validation {
     condition     = alltrue([for g in values(var.node_groups) : g.count >= 0 && g.root_volume_gb >= 30])
     error_message = "Every node group needs count >= 0 and root_volume_gb >= 30 (the GPU AMI alone takes 30 GB)."
   }
+}
+
+variable "model_cache_dir" {
+  description = "The instance's folder for the model cache of the groups with model_cache (on its NVMe store when it has one), owned by the Ray images' user."
+  type        = string
 }
 
 variable "subnet_ids" {

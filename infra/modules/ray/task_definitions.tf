@@ -165,12 +165,12 @@ locals {
   worker_containers = { for g, w in var.worker_groups : g => merge(local.locked_down, {
     name                 = "ray-worker"
     user                 = local.ray_user
-    image                = w.models ? "${var.images["ray-worker"]}-models" : var.images["ray-worker"] # the weights only where read
+    image                = local.models_in_image[g] ? "${var.images["ray-worker"]}-models" : var.images["ray-worker"] # the weights only where read
     essential            = true
     command              = ["worker"]
     memory               = local.worker_memory_mib[g]
     resourceRequirements = [{ type = "GPU", value = tostring(w.gpus) }]
-    environment          = concat(local.ray_environment, local.worker_environment[g], local.efa_environment[g])
+    environment          = concat(local.ray_environment, local.worker_environment[g], local.efa_environment[g], local.model_cache_environment[g])
     secrets              = local.ray_secrets
     ulimits              = concat(local.ulimits, local.efa_ulimits[g])
     linuxParameters = merge(
@@ -184,7 +184,7 @@ locals {
       merge(local.current_run_mount, { readOnly = false }),
       merge(local.health_mount, { readOnly = true }),
       { sourceVolume = "instance-identity", containerPath = "/etc/rayfleet", readOnly = true },
-    ])
+    ], local.model_cache_mounts[g])
     logConfiguration = local.logging["ray-worker"]
     stopTimeout      = 120
   }) }
@@ -284,6 +284,40 @@ resource "aws_ecs_task_definition" "control" {
   }
 }
 
+# Groups with models_from = "s3": before the Ray worker starts, the model-cache container (the same plain image,
+# the same task role, which may read staged/ and write nothing there) copies the weights `make push` staged into
+# the instance's cache folder and checks them against their manifest (training/rayfleet/node/model_cache.py). The
+# Ray worker, where the jobs run, mounts that folder read-only: no job can change the weights another run loads.
+locals {
+  models_in_image = { for g, w in var.worker_groups : g => w.models && w.models_from == "image" }
+  models_in_cache = { for g, w in var.worker_groups : g => w.models && w.models_from == "s3" }
+  model_cache_dir = "/cache"
+  model_cache_environment = { for g, cached in local.models_in_cache : g => cached ? [
+    { name = "MODEL_DIR", value = "${local.model_cache_dir}/models" }, # the link the model-cache container places
+    { name = "HF_HUB_OFFLINE", value = "1" },
+  ] : [] }
+  model_cache_mounts = { for g, cached in local.models_in_cache : g => cached ? [
+    { sourceVolume = "model-cache", containerPath = local.model_cache_dir, readOnly = true },
+  ] : [] }
+  model_cache_containers = { for g, cached in local.models_in_cache : g => merge(local.locked_down, {
+    name      = "model-cache"
+    user      = local.ray_user
+    image     = var.images["ray-worker"]
+    essential = false # it exits once the copy is placed
+    command   = ["model-cache"]
+    # A soft reservation, inside the 10% of the instance the worker's sizing leaves (sizing.tf): it downloads
+    # and hashes in streams, and runs only before the worker starts.
+    memoryReservation = 512
+    environment = [
+      { name = "RAYFLEET_MODEL_CACHE_POINTER", value = "s3://${var.results_bucket}/${var.model_cache.pointer_key}" },
+      { name = "RAYFLEET_DATA_CACHE", value = local.model_cache_dir },
+    ]
+    linuxParameters  = local.no_capabilities
+    mountPoints      = concat(local.scratch_mounts, [{ sourceVolume = "model-cache", containerPath = local.model_cache_dir, readOnly = false }])
+    logConfiguration = local.logging["ray-worker"]
+  }) }
+}
+
 resource "aws_ecs_task_definition" "worker" {
   for_each                 = var.worker_groups
   family                   = "${var.name}-ray-${each.value.node_group}"
@@ -291,8 +325,12 @@ resource "aws_ecs_task_definition" "worker" {
   network_mode             = local.worker_mode[each.key]
   execution_role_arn       = var.execution_role_arn
   task_role_arn            = var.task_role_arn
-  container_definitions    = jsonencode([local.worker_containers[each.key], local.gpu_metrics_containers[each.key]])
-  tags                     = local.tags
+  # The model-cache container has placed the weights before the Ray worker starts (or said in its log why not).
+  container_definitions = local.models_in_cache[each.key] ? jsonencode([
+    merge(local.worker_containers[each.key], { dependsOn = [{ containerName = "model-cache", condition = "COMPLETE" }] }),
+    local.gpu_metrics_containers[each.key], local.model_cache_containers[each.key],
+  ]) : jsonencode([local.worker_containers[each.key], local.gpu_metrics_containers[each.key]])
+  tags = local.tags
 
   dynamic "volume" {
     for_each = ["tmp", "home"]
@@ -310,6 +348,15 @@ resource "aws_ecs_task_definition" "worker" {
   volume {
     name      = "instance-identity"
     host_path = "/etc/rayfleet"
+  }
+
+  # The instance's model cache (its NVMe store when it has one: infra/modules/cluster/user_data.sh.tftpl).
+  dynamic "volume" {
+    for_each = local.models_in_cache[each.key] ? ["model-cache"] : []
+    content {
+      name      = volume.value
+      host_path = var.model_cache.host_dir
+    }
   }
 
   # Task-scoped and empty at start (no host path): the current-run files of this task's training workers.

@@ -44,11 +44,11 @@ variable "head_node" {
 }
 
 variable "worker_groups" {
-  description = "Worker groups by name: each group's node group (its ECS attribute and capacity provider key), its instance type's facts (the smallest of its types), min and max nodes, EFA (its devices and whether they do GPUDirect RDMA), the idle minutes before autostop takes it to its min, and whether its workers run the ray-worker image with the preloaded models (tag suffix -models)."
+  description = "Worker groups by name: each group's node group (its ECS attribute and capacity provider key), its instance type's facts (the smallest of its types), min and max nodes, EFA (its devices and whether they do GPUDirect RDMA), the idle minutes before autostop takes it to its min, whether its workers load the preloaded models, and from where: \"image\" (the ray-worker image tagged -models) or \"s3\" (the plain image, and the staged copy taken to the node's cache at task start)."
   type = map(object({
     node_group   = string, instance_type = string, vcpus = number, memory_mib = number, gpus = number,
     min          = number, max = number, efa = bool, efa_devices = optional(number, 0), efa_rdma = optional(bool, false),
-    idle_minutes = optional(number, 30), models = optional(bool, false)
+    idle_minutes = optional(number, 30), models = optional(bool, false), models_from = optional(string, "image")
   }))
 }
 
@@ -66,6 +66,11 @@ variable "object_store_fraction" {
     condition     = var.object_store_fraction >= 0.05 && var.object_store_fraction <= 0.5
     error_message = "object_store_fraction must be between 0.05 and 0.5."
   }
+}
+
+variable "model_cache" {
+  description = "The S3 model cache of the groups with models_from = \"s3\": the key (in results_bucket) of the pointer `make push` writes to the staged models, and the instance's folder the user data prepares for the copies."
+  type        = object({ pointer_key = string, host_dir = string })
 }
 
 variable "results_bucket" {

@@ -18,6 +18,7 @@ from rayfleet.core.aws import MissingOutputs
 
 LEGACY = worker_groups.DEFAULT  # the group the flat worker_* outputs of earlier deployments describe
 SPOT_POLICIES = ("on-demand", "spot-preferred", "spot-only")  # infra/variables.tf worker_groups.spot
+MODELS_FROM = ("image", "s3")  # infra/variables.tf worker_groups.models_from
 
 
 @dataclass(frozen=True)
@@ -38,10 +39,13 @@ class WorkerGroup:
     efa: bool = False
     gpus: int = 0
     idle_minutes: float = 0
-    models: bool = False  # its workers run the ray-worker image with the preloaded models (tag <tag>-models)
+    models: bool = False  # its workers load the preloaded models from their own node
+    models_from: str = "image"  # MODELS_FROM: the ray-worker image tagged <tag>-models, or the S3 model cache
 
     def __post_init__(self):
         object.__setattr__(self, "instance_types", tuple(self.instance_types or ()))
+        if self.models_from not in MODELS_FROM:
+            raise MissingOutputs(f"worker group {self.service_name}: models_from {self.models_from!r} is none of {MODELS_FROM}")
         if self.spot not in SPOT_POLICIES:
             raise MissingOutputs(f"worker group {self.service_name}: spot {self.spot!r} is none of {SPOT_POLICIES}")
 

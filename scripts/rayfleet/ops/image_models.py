@@ -20,6 +20,7 @@ import yaml
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.net import PROBE_S, reachable
 from rayfleet.core.worker_groups import MODELS_TAG_SUFFIX
+from rayfleet.ecs.outputs import Outputs
 from rayfleet.ops.image_sizes import human, model_size
 
 HUB = "https://huggingface.co"
@@ -28,6 +29,11 @@ NONE = "none"
 # The disk a build needs per byte of weights: the download in the models stage, its copy into the image's
 # layer, and the engine's commit of that layer.
 DISK_FACTOR = 3.0
+
+
+def groups_from_image(out: Outputs) -> list[str]:
+    """The deployed worker groups that run ray-worker:<tag>-models (the others with models read the S3 cache)."""
+    return [name for name, group in out.worker_groups.items() if group.models and group.models_from == "image"]
 
 
 def models_tag(tag: str) -> str:

@@ -31,7 +31,7 @@ from rayfleet.core.aws import Aws, MissingOutputs
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.moved import gone
 from rayfleet.ecs.outputs import Outputs
-from rayfleet.ops import image_models
+from rayfleet.ops import image_models, model_cache
 from rayfleet.ops.image_sizes import size_report
 
 ROOT = local_state.project_dir()  # the checkout the images build from: images/ and training/
@@ -267,7 +267,8 @@ def push(images: list[str], tag: str, out: Outputs, say=print) -> list[str]:
                 f"{local_name('ray-worker', image_models.models_tag(tag))} is not built (the image of the worker "
                 f"groups with models): rayfleet images build --images ray-worker --tag {tag}"
             )
-        tagged.append(("ray-worker", image_models.models_tag(tag)))
+        if not model_cache.groups_from_s3(out) or image_models.groups_from_image(out):  # else it is staged, below
+            tagged.append(("ray-worker", image_models.models_tag(tag)))
     ecr = Aws(out.region).client("ecr")
     auth = ecr.get_authorization_token()["authorizationData"][0]
     user, password = base64.b64decode(auth["authorizationToken"]).decode().split(":", 1)
@@ -295,6 +296,8 @@ def push(images: list[str], tag: str, out: Outputs, say=print) -> list[str]:
         if ("ray-worker", image_models.models_tag(tag)) in tagged:
             mark_deployed(ecr, [urls["ray-worker"].split("/", 1)[1]],
                           image_models.models_tag(tag), say=say)  # fmt: skip
+    if "ray-worker" in images and model_cache.groups_from_s3(out):
+        pushed.append(model_cache.push_to_cache(tool, local_name("ray-worker", image_models.models_tag(tag)), out, say))
     return pushed
 
 

@@ -28,6 +28,9 @@ DATA = "data/"  # datasets the operator uploads and jobs read (and may write, e.
 QUEUE = "queue/"  # queue/<run>.json: the run queue (rayfleet/core/run_queue.py)
 QUEUE_LEDGER = "queue/spent/"  # queue/spent/<run>.json: what each ended run spent (the queue's budget)
 STAGED = "staged/"  # staged/<hash>/: a recipe's data: by content (rayfleet/core/staged_data.py)
+# The S3 model cache: which staged/<hash>/ holds the preloaded models (rayfleet/core/model_cache.py); written by
+# `make push`, read by the worker tasks' model-cache container. Under staged/, so only the deployer writes it.
+MODEL_CACHE = "staged/models.json"
 CLUSTER = "cluster/"  # what no job may write: the control task's and the deployer's
 RAY_STATUS = "cluster/ray-status.json"  # the head's snapshot (rayfleet/node/control/head_snapshot.py)
 SERVE_CONFIG = "cluster/serve.json"  # the Serve config make serve keeps (rayfleet/core/serve_kept.py)

@@ -7,8 +7,10 @@
     rayfleet-node driver recipe        # the same for a recipe run: submit it through the head's Jobs API; when
                                        # the head goes away while the run is queued: rejoin it, submit again
     rayfleet-node health               # exit 0 when the head's dashboard and GCS answer (its health check)
+    rayfleet-node model-cache          # the staged models copied to this instance and checked, before the worker
+                                       # (groups with models_from = "s3": rayfleet/node/model_cache.py)
 
-Every node but `health` first starts its fork server for warm worker processes (rayfleet/node/warm_server.py).
+Every node but `health` and `model-cache` first starts its fork server for warm worker processes (rayfleet/node/warm_server.py).
 
 Environment (set by infra/modules/ray): RAYFLEET_HEAD_HOST (Cloud Map name), RAYFLEET_RAY_PORTS (JSON of
 infra/catalog/ray_ports.json), RAYFLEET_OBJECT_STORE_MIB, RAYFLEET_NUM_CPUS, RAYFLEET_NUM_GPUS,
@@ -47,7 +49,7 @@ from pathlib import Path
 
 from rayfleet.core import ray_drain
 from rayfleet.core.errors import EXIT_HEAD_LOST
-from rayfleet.node import drain, health, warm_server
+from rayfleet.node import drain, health, model_cache, warm_server
 from rayfleet.node.control import suspect
 from rayfleet.node.head_wait import Stopped, head_moved, wait_for_head
 from rayfleet.node.node_spec import (
@@ -274,10 +276,12 @@ def head_address(env: dict) -> tuple[str, int]:
 def main(argv: list[str] | None = None, env: dict | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     env = dict(os.environ if env is None else env)
-    if not argv or argv[0] not in ("head", "worker", "driver", "health"):
+    if not argv or argv[0] not in ("head", "worker", "driver", "health", "model-cache"):
         print(__doc__, file=sys.stderr)
         return 2
     role, rest = argv[0], argv[1:]
+    if role == "model-cache":  # no Ray: the worker task's first container (rayfleet/node/model_cache.py)
+        return model_cache.main(env)
     if env.get("RAY_AUTH_MODE") != "token":
         say("warning: RAY_AUTH_MODE is not token; the cluster would accept unauthenticated requests")
     if role == "health":
