@@ -63,7 +63,9 @@ def test_only_the_cache_groups_instances_prepare_the_folder_and_the_other_group_
     assert 'cache="${RAYFLEET_MODEL_CACHE_DIR:-/opt/rayfleet/cache}"' in user_data["worker-fsdp"]
     assert user_data["worker-fsdp"].index("ECS_CLUSTER=") < user_data["worker-fsdp"].index("RAYFLEET_MODEL_CACHE_DIR")
     assert "RAYFLEET_MODEL_CACHE_DIR" not in user_data["worker-ddp"] + user_data["head"]
-    default = {r["index"]: r["values"]["user_data"] for r in resources(rendered_state()) if r["type"] == "aws_launch_template"}
+    default = {
+        r["index"]: r["values"]["user_data"] for r in resources(rendered_state()) if r["type"] == "aws_launch_template"
+    }
     assert default["worker-ddp"] == base64.b64encode(user_data["worker-ddp"].encode()).decode()  # not replaced
 
 

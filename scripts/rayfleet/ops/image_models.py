@@ -77,9 +77,9 @@ def plan(entries: list[str], tag: str, groups: list[str] | None) -> list[str]:
     image = f"ray-worker:{models_tag(tag)}"
     who = f"worker group(s) {', '.join(groups)}" if groups else "the worker groups with models = true"
     if not entries:
-        return [f"{image} (run by {who}) preloads nothing (MODELS=none, or none could be): their ranks download "
+        return [f"{image} (for {who}) preloads nothing (MODELS=none, or none could be): their ranks download "
                 "the model from the Hub, or fail in one line naming it"]  # fmt: skip
-    lines = [f"{image} (run by {who}; the trainer and other groups hold no weights) preloads:"]
+    lines = [f"{image} (for {who}; the trainer and other groups hold no weights) preloads:"]
     sizes = {e: model_size(e) for e in entries}
     width = max(len(e) for e in [*entries, "total"])
     lines += [f"  {e:<{width}}  {'size unknown' if n is None else '~' + human(n)}" for e, n in sizes.items()]

@@ -92,7 +92,7 @@ def test_a_build_with_no_models_builds_an_empty_models_image_and_says_so(engine)
     built = images.build(list(images.IMAGES), "t", [], say=said.append, groups=["fsdp"])
     assert said[:2] == [
         "building ray-base (not pushed), ray-head, ray-worker, trainer, gpu-metrics",
-        "ray-worker:t-models (run by worker group(s) fsdp) preloads nothing (MODELS=none, or none could be): their "
+        "ray-worker:t-models (for worker group(s) fsdp) preloads nothing (MODELS=none, or none could be): their "
         "ranks download the model from the Hub, or fail in one line naming it",
     ]
     assert build_arg(fake.builds()[-1], "MODELS") == "" and images.local_name("ray-worker", "t-models") in built
@@ -130,7 +130,7 @@ def test_the_build_says_its_plan_first_and_the_sizes_last(engine, tmp_path):
     assert plan[0] == "building ray-base (not pushed), ray-worker, trainer"
     assert (
         plan[1]
-        == "ray-worker:t-models (run by worker group(s) fsdp; the trainer and other groups hold no weights) preloads:"
+        == "ray-worker:t-models (for worker group(s) fsdp; the trainer and other groups hold no weights) preloads:"
     )
     assert [p.split() for p in plan[2:]] == [
         [f"tiny={model}", "~2.0", "MB"],
@@ -200,7 +200,7 @@ def test_a_wrong_model_directory_is_refused_before_anything_builds(engine, tmp_p
 
 def test_models_of_unknown_size_are_named_so():
     plan = image_models.plan(["someone/some-model", "databricks/dolly-v2-7b"], "t", None)
-    assert plan[0].startswith("ray-worker:t-models (run by the worker groups with models = true;")
+    assert plan[0].startswith("ray-worker:t-models (for the worker groups with models = true;")
     assert plan[1].split() == ["someone/some-model", "size", "unknown"]
     assert plan[-1].split()[:3] == ["total", "~13.8", "GB"] and plan[-1].endswith("and the models of unknown size")
 
@@ -293,3 +293,44 @@ def test_a_deployment_with_an_efa_group_gets_the_efa_worker(engine, tmp_path, mo
     images.build(["ray-worker"], "t", [], say=lambda _: None)
     worker = [c for c in fake.builds() if c[c.index("-t") + 1] == images.local_name("ray-worker", "t")][-1]
     assert build_arg(worker, "EFA_INSTALLER_VERSION") is None
+
+
+class FakeEcr:
+    def get_authorization_token(self):
+        token = "QVdTOnNlY3JldA=="  # AWS:secret
+        return {"authorizationData": [{"authorizationToken": token, "proxyEndpoint": "https://registry"}]}
+
+
+@pytest.mark.parametrize(
+    "groups, models_image_pushed, staged",
+    [
+        ({"fsdp": {"service_name": "w", "models": True}}, True, False),
+        ({"fsdp": {"service_name": "w", "models": True, "models_from": "s3"}}, False, True),
+        (
+            {
+                "fsdp": {"service_name": "w", "models": True, "models_from": "s3"},
+                "big": {"service_name": "w2", "models": True},
+            },
+            True,
+            True,
+        ),
+    ],
+    ids=["image", "s3 only: the 14 GB image is not pushed", "both"],
+)
+def test_push_sends_the_weights_where_the_groups_read_them(
+    engine, tmp_path, monkeypatch, groups, models_image_pushed, staged
+):
+    fake = engine({images.local_name("ray-worker", "t"): GB, images.local_name("ray-worker", "t-models"): GB})
+    path = outputs_with(tmp_path, groups)
+    urls = {"ecr_repository_urls": {"ray-worker": "123456789012.dkr.ecr.us-east-1.amazonaws.com/rf/ray-worker"}}
+    Path(path).write_text(json.dumps({**json.loads(Path(path).read_text()), **urls}))
+    monkeypatch.setattr(images, "Aws", lambda region: type("A", (), {"client": lambda self, s: FakeEcr()})())
+    cached: list[str] = []
+    monkeypatch.setattr(
+        images.model_cache, "push_to_cache", lambda tool, image, out, say: cached.append(image) or "s3://b/staged/x"
+    )
+    images.push(["ray-worker"], "t", images.Outputs.load(path), say=lambda _: None)
+    pushes = [c[-1] for c in fake.commands if c[1] == "push"]
+    assert pushes[0].endswith("/rf/ray-worker:t")
+    assert any(p.endswith(":t-models") for p in pushes) == models_image_pushed
+    assert cached == ([images.local_name("ray-worker", "t-models")] if staged else [])

@@ -24,6 +24,8 @@ import tempfile
 import uuid
 from pathlib import Path
 
+from boto3.s3.transfer import TransferConfig
+
 from rayfleet.core.aws import Aws
 from rayfleet.core.run_dir import UnsafeKey, inside
 from rayfleet.core.staged_data import (
@@ -38,6 +40,9 @@ from rayfleet.core.staged_data import (
 
 CACHE_ENV = "RAYFLEET_DATA_CACHE"
 BUCKET_NAME = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")  # S3's rule for a bucket's name
+# A staged file can be a 5 GB weights shard (the S3 model cache: rayfleet/node/model_cache.py): more ranged GETs
+# at once than boto3's default 10 x 8 MB, so one file fills a GPU node's network.
+TRANSFER = TransferConfig(multipart_chunksize=64 * 1024**2, max_concurrency=32)
 PLACING_TRIES = 3  # a copy another worker placed first is checked, not trusted; then one more round
 
 
@@ -168,7 +173,7 @@ def _download(s3, bucket: str, prefix: str, files: list[StagedFile], body: bytes
             key = f"{prefix}/{item.name}"
             local = inside(partial, item.name, f"s3://{bucket}/{key}")  # a name may not leave the copy
             local.parent.mkdir(parents=True, exist_ok=True)
-            s3.download_file(bucket, key, str(local))
+            s3.download_file(bucket, key, str(local), Config=TRANSFER)
             if local.stat().st_size != item.bytes or file_sha256(local) != item.sha256:
                 raise StagedDataError(f"data: s3://{bucket}/{key} does not match {source}'s manifest; refusing it")
         (partial / MANIFEST).write_bytes(body)
