@@ -33,13 +33,14 @@ def root(tmp_path_factory):
     dist.destroy_process_group()
 
 
-def strategy(root, *overrides: str):
+def strategy(root, *overrides: str, model_dir=None):
     from rayfleet.train.fsdp.strategy import FSDPStrategy
 
-    base = [f"model={root / 'model'}", f"data={root / 'corpus.txt'}", "grad_accum=2", *overrides]
+    model_dir = model_dir or root / "model"
+    base = [f"model={model_dir}", f"data={root / 'corpus.txt'}", "grad_accum=2", *overrides]
     cfg = load_config(FSDPConfig, "rayfleet/train/configs/fsdp-tiny.yaml", base)
     torch.manual_seed(0)
-    return FSDPStrategy(cfg, root / "model", torch.device("cpu"), rank=0)
+    return FSDPStrategy(cfg, model_dir, torch.device("cpu"), rank=0)
 
 
 def batch(s, seed: int = 0) -> torch.Tensor:
@@ -220,3 +221,19 @@ def test_priming_after_a_step_makes_the_buffers_the_first_checkpoint_then_reuses
     assert all(torch.equal(a, state["step"]) for a, state in zip(counts, s.optimizer.state.values(), strict=True))
     s.close()
     assert [name for name, _ in storage["reports"]] == ["checkpoint_step_0000001"]
+
+
+def test_a_model_published_as_pytorch_bin_loads_the_same_weights(root):
+    """dolly-v2's main revision has no safetensors, only pytorch_model.bin: rank 0 reads it with torch's
+    weights-only unpickler and the model holds exactly what the safetensors copy gives."""
+    from safetensors.torch import load_file
+
+    as_bin = root / "model-bin"
+    shutil.copytree(root / "model", as_bin)
+    (shards,) = list(as_bin.glob("*.safetensors"))
+    torch.save(load_file(shards), as_bin / "pytorch_model.bin")
+    shards.unlink()
+    expected = {k: v.full_tensor() for k, v in strategy(root).model.state_dict().items()}
+    loaded = {k: v.full_tensor() for k, v in strategy(root, model_dir=as_bin).model.state_dict().items()}
+    assert loaded.keys() == expected.keys()
+    assert all(torch.equal(loaded[k], expected[k]) for k in expected)

@@ -5,7 +5,7 @@ the ray-worker image of the worker groups with models, images/ray-worker/models.
 cache (downloaded there only when a network is available). The driver needs no weights (`local_model_dir`): it
 hands the ranks the model's id, and each resolves it where it runs.
 How they are loaded: every rank builds the model on the meta device and shards it (nothing allocated),
-allocates only its shards, then rank 0 alone reads the safetensors files in their stored dtype and
+allocates only its shards, then rank 0 alone reads the weights files (safetensors, else PyTorch .bin) in their stored dtype and
 broadcasts them into everyone's shards. No rank ever holds a full fp32 copy.
 """
 
@@ -51,9 +51,11 @@ def resolve_model_dir(model: str) -> Path:
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, RepositoryNotFoundError
 
-    patterns = PATTERNS
     try:
-        return Path(snapshot_download(model, allow_patterns=patterns))
+        found = Path(snapshot_download(model, allow_patterns=PATTERNS))
+        if not any(found.glob("*.safetensors")):  # published before safetensors (dolly-v2): its .bin weights
+            found = Path(snapshot_download(model, allow_patterns=[*PATTERNS, "pytorch_model*.bin"]))
+        return found
     except (RepositoryNotFoundError, HfHubHTTPError, LocalEntryNotFoundError, ValueError, OSError) as exc:
         # The images are offline (HF_HUB_OFFLINE): the worker of a group with models has what `make build` preloaded.
         hint = (
@@ -116,6 +118,22 @@ def checkpoint_key_renames(model) -> list[tuple[re.Pattern, str]]:
     return renames
 
 
+def stored_weights(model_dir: Path, load_file):
+    """Every (name, tensor) of the folder's weights: its *.safetensors, else its PyTorch *.bin files (models
+    published before safetensors, as dolly-v2's main revision is), read with torch's weights-only unpickler,
+    which builds tensors and refuses any other object, so a .bin cannot run code."""
+    files = sorted(model_dir.glob("*.safetensors"))
+    if files:
+        for file in files:
+            yield from load_file(file).items()
+        return
+    files = sorted(model_dir.glob("pytorch_model*.bin"))
+    if not files:
+        raise FileNotFoundError(f"{model_dir} has no *.safetensors or pytorch_model*.bin weights")
+    for file in files:
+        yield from torch.load(file, map_location="cpu", weights_only=True, mmap=True).items()
+
+
 def load_weights_from_rank0(model, model_dir: Path, rank: int, renames: list[tuple[re.Pattern, str]]) -> None:
     """`renames` must come from the model before sharding: FSDP2 swaps the class for a subclass of its own."""
     from safetensors.torch import load_file
@@ -123,14 +141,10 @@ def load_weights_from_rank0(model, model_dir: Path, rank: int, renames: list[tup
 
     full: dict[str, torch.Tensor] = {}
     if rank == 0:
-        files = sorted(model_dir.glob("*.safetensors"))
-        if not files:
-            raise FileNotFoundError(f"{model_dir} has no *.safetensors weights")
-        for file in files:
-            for key, tensor in load_file(file).items():  # stored dtype (bf16/fp16 for big models), on CPU
-                for pattern, target in renames:
-                    key = pattern.sub(target, key)
-                full[key] = tensor
+        for key, tensor in stored_weights(model_dir, load_file):  # stored dtype (bf16/fp16 for big models), on CPU
+            for pattern, target in renames:
+                key = pattern.sub(target, key)
+            full[key] = tensor
     # A parameter left as allocated garbage would train on noise: rank 0 checks coverage and every rank
     # learns the verdict (raising on rank 0 alone would leave the others waiting in the broadcast).
     expected = set(model.state_dict())
