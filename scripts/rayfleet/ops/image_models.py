@@ -21,7 +21,7 @@ from rayfleet.core.errors import RayfleetError
 from rayfleet.core.net import PROBE_S, reachable
 from rayfleet.core.worker_groups import MODELS_TAG_SUFFIX
 from rayfleet.ecs.outputs import Outputs
-from rayfleet.ops.image_sizes import human, model_size
+from rayfleet.ops.image_sizes import REVISIONS, human, model_size
 
 HUB = "https://huggingface.co"
 HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -42,7 +42,8 @@ def models_tag(tag: str) -> str:
 
 def recipe_models(root: Path) -> list[str]:
     """The Hugging Face models the built-in recipes (recipes/*.yaml) train: a `model=` argument, else the `model`
-    of the job config their `--config` names; local paths (fsdp-tiny's tiny model) are not preloaded."""
+    of the job config their `--config` names, at their pinned revision (org/name@<commit>: REVISIONS); local
+    paths (fsdp-tiny's tiny model) are not preloaded."""
     found: list[str] = []
     for path in sorted((root / "recipes").glob("*.yaml")):
         recipe = yaml.safe_load(path.read_text()) or {}
@@ -53,7 +54,7 @@ def recipe_models(root: Path) -> list[str]:
             model = (yaml.safe_load(config.read_text()) or {}).get("model") if config.is_file() else None
         if model and HUB_ID.fullmatch(model) and model not in found:
             found.append(model)
-    return found
+    return [f"{m}@{REVISIONS[m]}" if m in REVISIONS else m for m in found]
 
 
 def chosen(

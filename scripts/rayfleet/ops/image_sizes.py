@@ -10,6 +10,11 @@ FSDP_MODEL = "databricks/dolly-v2-7b"  # recipes/fsdp.yaml's model
 # Rough download sizes of the Hub models the recipes use (their weights, fp16), for the build's summary; an
 # id not listed is shown as "size unknown" rather than asking the Hub.
 MODEL_BYTES = {FSDP_MODEL: 13.8e9}
+# The Hub revision `make build` preloads each built-in recipe's model at (MODELS=org/name@<commit> pins
+# another). dolly-v2-7b's: a commit of its repository as the Hub served it in a crawl
+# (huggingface.co/databricks/dolly-v2-7b/resolve/<commit>/README.md, the Dolly v2 model card); whether a newer
+# one exists could not be checked from where this was written (no network). The build records what it got.
+REVISIONS = {FSDP_MODEL: "ca317e1c0e5fcb6ea0e508e586dc2bba44d628bd"}
 
 
 def human(n: float) -> str:

@@ -66,13 +66,16 @@ def test_the_trainer_holds_no_weights_and_the_models_image_preloads_only_what_it
 
 
 def test_the_default_list_is_the_built_in_recipes_models_and_none_or_offline_gives_none(tmp_path):
-    assert image_models.recipe_models(ROOT) == [images_fsdp_model()]  # fsdp.yaml's; fsdp-tiny's is a local path
+    revision = image_sizes.REVISIONS[images_fsdp_model()]
+    assert re.fullmatch(r"[0-9a-f]{40}", revision)  # a commit, not a branch that moves
+    pinned = f"{images_fsdp_model()}@{revision}"
+    assert image_models.recipe_models(ROOT) == [pinned]  # fsdp.yaml's, pinned; fsdp-tiny's is a local path
     said: list[str] = []
-    assert image_models.chosen(None, ROOT, said.append, online=lambda url: True) == [images_fsdp_model()]
+    assert image_models.chosen(None, ROOT, said.append, online=lambda url: True) == [pinned]
     assert image_models.chosen("none", ROOT, said.append, online=lambda url: True) == [] and said == []
     assert image_models.chosen(None, ROOT, said.append, online=lambda url: False) == []
     assert said == [
-        "cannot preload databricks/dolly-v2-7b: no network (huggingface.co did not answer within 3 s); building "
+        f"cannot preload {pinned}: no network (huggingface.co did not answer within 3 s); building "
         "without: the ranks that need it will fail until `make build push` runs online"
     ]
     local = f"tiny={tmp_path}"
