@@ -52,6 +52,16 @@ def test_two_workers_learn_and_checkpoint(cluster_env, small_dataset, ddp_basic)
     assert [step for step, _ in norms] == list(range(5, 31, 5)) and all(0 < norm < 1e3 for _, norm in norms)
     assert {"train/loss", "test/loss", "throughput/images_per_s", "lr", "memory/peak_gb"} <= set(scalars)
     assert (run_dir / "curves.png").read_bytes()[:4] == b"\x89PNG"
+    # The goodput ledger, from each phase's own timestamps: in the record, and last in the summary.
+    ledger = RunDir(str(tmp_path), "basic").record()["ledger"]
+    seconds = {r["phase"]: r["seconds"] for r in ledger["phases"]}
+    assert all(
+        seconds.get(p, 0) > 0 for p in ("run_start", "data", "model_load", "compute", "evaluation", "checkpoint")
+    )
+    assert seconds["unaccounted"] < 0.05 * ledger["wall_s"], ledger  # what no phase explains stays small
+    assert sum(seconds.values()) == pytest.approx(ledger["wall_s"], abs=0.01)
+    assert ledger["goodput"] == pytest.approx(seconds["compute"] / ledger["wall_s"], abs=1e-3)
+    assert out.rstrip().splitlines()[-1] == f"  goodput (compute / total): {ledger['goodput'] * 100:.1f}%"
 
 
 def test_rejects_more_workers_than_the_cluster_can_place(cluster_env, small_dataset, tmp_path):

@@ -105,10 +105,15 @@ def test_make_runs_shows_each_runs_cost(tmp_path):
             "attempts": [],
         },
     ]
+    rows[0]["goodput"] = 0.8123  # from the run's ledger (rayfleet/core/ledger.py)
     lines = table(rows).splitlines()
-    assert lines[0].split() == ["RUN", "WHERE", "GROUP", "STATE", "TRIES", "STARTED", "DURATION", "COST", "RESULTS"]
-    assert lines[1].split()[2] == "ddp" and lines[1].split()[6:8] == ["1h00m", "$40.96"]
-    assert lines[2].split()[2:3] + lines[2].split()[4:7] == ["-", "-", "-", "-"]  # no group recorded: "-"
+    head = ["RUN", "WHERE", "GROUP", "STATE", "TRIES", "STARTED", "DURATION", "GOODPUT", "COST", "RESULTS"]
+    assert lines[0].split() == head
+    assert lines[1].split()[2] == "ddp" and lines[1].split()[6:9] == ["1h00m", "81%", "$40.96"]
+    assert lines[2].split()[2:3] + lines[2].split()[4:8] == ["-", "-", "-", "-", "-"]  # nothing recorded: "-"
+    for forged in (7, "99%", True, float("nan")):  # runs/ is the jobs': a value no ledger writes is "?"
+        rows[0]["goodput"] = forged
+        assert table(rows).splitlines()[1].split()[7] == "?"
 
 
 def test_a_stop_request_reaches_every_rank_through_one_all_reduce(tmp_path):

@@ -20,7 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ray.train import CheckpointConfig, FailureConfig, LoggingConfig, RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-from rayfleet.core import stop_request, worker_groups
+from rayfleet.core import ledger, stop_request, worker_groups
 from rayfleet.core.errors import EXIT_BAD_INPUT, EXIT_FAILED, ConfigError, RayfleetError
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train import current_run
@@ -167,7 +167,7 @@ def fit_and_summarize(
 ) -> int:
     """Run to the end; return the exit code (0 success, 1 failure, 2 bad config). Errors go to stderr."""
     run_dir = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url)
-    started = time.perf_counter()
+    started, began_at = time.perf_counter(), time.time()
     try:
         with ray_session():
             use_gpu = resolve_use_gpu(cfg)
@@ -191,18 +191,34 @@ def fit_and_summarize(
         return EXIT_BAD_INPUT
     except RayfleetError as exc:
         print(f"error: {exc}", file=sys.stderr)
+        print("\n".join(close_ledger(run_dir, began_at)), file=sys.stderr)
         return EXIT_FAILED
     except Exception as exc:  # Ray's TrainingFailedError and friends: say it in one place, keep the cause
         print(f"error: run {run_name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         print(f"checkpoints so far are in {run_dir.url}; re-run with run_name={run_name} to resume", file=sys.stderr)
+        print("\n".join(close_ledger(run_dir, began_at)), file=sys.stderr)
         return EXIT_FAILED
     rows = read_rows(run_dir)
     lines = (summary_lines or ddp_summary)(rows[-1] if rows else {})
-    print(summary(run_dir, result, time.perf_counter() - started, lines), flush=True)
+    ledger_lines = close_ledger(run_dir, began_at)
+    print(summary(run_dir, result, time.perf_counter() - started, lines, ledger_lines), flush=True)
     reason = stop_request.requested(run_dir)
     if reason:
         print(f"run {run_name} stopped early: {reason}; re-run with run_name={run_name} to continue", flush=True)
     return 0
+
+
+def close_ledger(run_dir: RunDir, began_at: float) -> list[str]:
+    """The run's goodput ledger (rayfleet/core/ledger.py), from this driver's start to now and what rank 0 sent,
+    into the run's record, and its lines for the closing summary; also for a run that failed."""
+    try:
+        record = run_dir.record()
+        usd_per_hour = float((record.get("held") or {}).get("usd_per_hour") or 0.0)
+        built = ledger.build(began_at, time.time(), ledger.sent_events(record), usd_per_hour)
+        run_dir.send(ledger.LEDGER, **{ledger.LEDGER: built})
+        return ledger.lines(built)
+    except Exception as exc:  # a ledger must never fail a run
+        return [f"ledger: not written ({type(exc).__name__}: {exc})"]
 
 
 def open_tracking(run_dir: RunDir, cfg: JobConfig) -> Target:
@@ -244,7 +260,8 @@ def ddp_summary(last: dict) -> list[str]:
     ]
 
 
-def summary(run_dir: RunDir, result, total_s: float, lines: list[str]) -> str:
+def summary(run_dir: RunDir, result, total_s: float, lines: list[str], ledger_lines: list[str] = ()) -> str:
+    """The run's closing summary, ending with its goodput ledger."""
     checkpoint = result.checkpoint.path if result.checkpoint else None
     checkpoint_text = f"s3://{checkpoint}" if checkpoint and run_dir.is_s3 else checkpoint
     return "\n".join(
@@ -255,5 +272,6 @@ def summary(run_dir: RunDir, result, total_s: float, lines: list[str]) -> str:
             f"  metrics         {run_dir.display(METRICS_FILE)}",
             f"  curves          {run_dir.display(curves.FILE)}",
             f"  tensorboard     rayfleet runs tensorboard --run {run_dir.run_name}",
+            *ledger_lines,
         ]
     )

@@ -25,6 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from rayfleet.core.aws import Aws, MissingOutputs
 from rayfleet.core.errors import ConfigError, RayfleetError
+from rayfleet.core.ledger import LEDGER
 from rayfleet.core.moved import gone as gone
 from rayfleet.core.run_dir import LOCAL_RUNS, RunDir, list_runs, runs_root
 from rayfleet.core.run_name import RULE, valid
@@ -90,8 +91,15 @@ def _row(run: str, where: str, record: dict, results: str) -> dict:
         "started": str(record.get("submitted_at") or record.get("created_at") or record.get("launched_at") or ""),
         "duration_s": _duration(record),
         "cost_usd": _cost(record),
+        "goodput": _ledger(record).get("goodput"),
+        "ledger": _ledger(record) or None,  # --json: the whole ledger, phase by phase (rayfleet/core/ledger.py)
         "results": results,
     }
+
+
+def _ledger(record: dict) -> dict:
+    found = record.get(LEDGER)
+    return found if isinstance(found, dict) else {}
 
 
 FOLLOWED = ("PENDING", "SUBMITTED", "RUNNING")  # states that someone is meant to move on
@@ -202,20 +210,30 @@ def fmt_cost(usd: float | None) -> str:
     return f"${usd:,.2f}" if isinstance(usd, int | float) and math.isfinite(usd) else "?"  # a forged record
 
 
+def fmt_goodput(goodput) -> str:
+    """Compute's share of the run's time, from its ledger; "?" for a value no ledger writes (runs/ is the jobs')."""
+    if goodput is None:
+        return "-"
+    ok = isinstance(goodput, int | float) and not isinstance(goodput, bool) and 0 <= goodput <= 1
+    return f"{goodput * 100:.0f}%" if ok else "?"
+
+
 def table(rows: list[dict]) -> str:
     """The rows for a terminal. A run's name (an S3 prefix), state and times come from what its job could
     write (runs/ is the task role's), so each field is shown without control characters: an escape sequence
     there would otherwise reach the operator's terminal (rayfleet/core/terminal.py)."""
     if not rows:
         return "no runs yet: rayfleet run recipes/ddp.yaml (or, in a checkout, make demo)"
-    head = f"{'RUN':<34}{'WHERE':<7}{'GROUP':<12}{'STATE':<18}{'TRIES':<6}{'STARTED':<27}{'DURATION':<10}{'COST':<10}"
+    head = f"{'RUN':<34}{'WHERE':<7}{'GROUP':<12}{'STATE':<18}{'TRIES':<6}{'STARTED':<27}{'DURATION':<10}{'GOODPUT':<9}"
+    head += f"{'COST':<10}"
     lines = [head + "RESULTS"]
     for r in rows:
         run, state, started, results = (printable(r[k]) for k in ("run", "state", "started", "results"))
         group = printable(r.get("group") or "-")[:11]
         when, cost = fmt_duration(r["duration_s"]), fmt_cost(r["cost_usd"])
         tries = str(len(r["attempts"]) or "-")
-        cells = f"{run:<34}{r['where']:<7}{group:<12}{state:<18}{tries:<6}{started:<27}{when:<10}{cost:<10}"
+        cells = f"{run:<34}{r['where']:<7}{group:<12}{state:<18}{tries:<6}{started:<27}{when:<10}"
+        cells += f"{fmt_goodput(r.get('goodput')):<9}{cost:<10}"
         lines.append(cells + results)
         # Every attempt after the first says why it was started: a resubmission is never silent.
         lines += [f"  attempt {a['attempt']} ({a['state']}): {a['reason']}{_resumed(a)}" for a in r["attempts"][1:]]

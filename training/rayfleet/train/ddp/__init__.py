@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 from rayfleet.core.config import ConfigError, load_config
 from rayfleet.core.errors import EXIT_BAD_INPUT
+from rayfleet.core.ledger import EVENT, Phases
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train import checkpoint
 from rayfleet.train.control import compile_guard, hang_watch
@@ -37,6 +38,7 @@ from rayfleet.train.data import fashion_mnist
 from rayfleet.train.data import staged as staged
 from rayfleet.train.data.device_batches import DeviceSplit, steps_per_epoch
 from rayfleet.train.ddp.config import DDPConfig, Runtime
+from rayfleet.train.ddp.phases import account_steps, loader_waits
 from rayfleet.train.ddp.reduce import all_sum
 from rayfleet.train.ddp.report import announce, epoch_row, epoch_scalars, rank0_tracking
 from rayfleet.train.ddp.state import (
@@ -97,10 +99,12 @@ def train_epoch(
     on_step=None,
     position: EpochPosition | None = None,
     control: RunControl | None = None,
+    phases: Phases | None = None,
 ):
     """One epoch of `step_fn` (make_step), or its rest after `position` (a run preempted mid-epoch);
     `on_step(step_in_epoch, loss)` after each step when given (rank 0's tracking). Returns (loss sum,
-    samples, the step at which a preemption notice, asked through `control`, ended it early or None)."""
+    samples, the step at which a preemption notice, asked through `control`, ended it early or None). With
+    `phases`, the time spent waiting for each next batch is its `data` (the loader's wait)."""
     step_fn.model.train()
     loss_sum = torch.zeros((), device=rt.device)
     seen = 0
@@ -108,7 +112,8 @@ def train_epoch(
     first = skip // (cfg.batch_size * world)  # steps of this world that the skipped samples make
     indices = data.shard_indices(epoch, rank, world, cfg.seed, shuffle=True, skip=skip)
     watch = control.steps if control is not None else None
-    for step, (x, y) in enumerate(data.batches(indices, cfg.batch_size, augment=cfg.augment), start=first + 1):
+    batches = data.batches(indices, cfg.batch_size, augment=cfg.augment)
+    for step, (x, y) in enumerate(loader_waits(batches, phases), start=first + 1):
         if watch is not None:
             watch.enter()
         loss = step_fn(x, y)
@@ -178,14 +183,19 @@ def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
     ctx = ray.train.get_context()
     rank, world = ctx.get_world_rank(), ctx.get_world_size()
     rt = Runtime.resolve(cfg, ray.train.torch.get_device())
-    train_data, test_data = _load_splits(cfg, rt, ctx.get_local_rank())
-    model, optimizer, found, ddp_model, step_fn = _build(cfg, rt, run_name, rank)
+    phases = Phases()  # this loop's part of the run's goodput ledger (rayfleet/core/ledger.py), sent by rank 0
+    with phases.timed("data"):
+        train_data, test_data = _load_splits(cfg, rt, ctx.get_local_rank())
+    with phases.timed("model_load"):
+        model, optimizer, found, ddp_model, step_fn = _build(cfg, rt, run_name, rank)
 
     n, steps = len(train_data), steps_per_epoch(len(train_data), world, cfg.batch_size)
     carried = {"preemptions": found.preemptions, "steps_redone": found.steps_redone}
     log = tracking = None
+    redone = 0
     if rank == 0:
-        carried["steps_redone"] += redone_steps(run_dir, found, n, cfg.batch_size * world)
+        redone = redone_steps(run_dir, found, n, cfg.batch_size * world)
+        carried["steps_redone"] += redone
         log, tracking = rank0_tracking(loop_config, run_dir, found, n, steps, world, model)
     if rank == 0 and found.attempt == 0:
         data = announce(cfg, rt, world, n, len(test_data), steps)
@@ -204,8 +214,9 @@ def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
         t0 = time.perf_counter()
         if tracking is not None:
             tracking.epoch = epoch
+        waited = phases.seconds.get("data", 0.0)
         train_loss, seen, preempted_at = train_epoch(
-            step_fn, train_data, cfg, rt, epoch, rank, world, tracking, position, control
+            step_fn, train_data, cfg, rt, epoch, rank, world, tracking, position, control, phases
         )
         if preempted_at is not None:
             mid = position_at(epoch, position, train_loss, seen, world, rt.device)
@@ -213,12 +224,16 @@ def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
             control.save_at_notice(save, f"epoch {epoch} step {preempted_at}", (epoch - 1) * n + mid.samples)
         rt.sync()
         train_s = time.perf_counter() - t0
-        broadcast_buffers(model)  # evaluate (and checkpoint) exactly rank 0's model on every rank
-        test_loss, correct, tested = evaluate(ddp_model.module, test_data, cfg, rt, rank, world)
-        *sums, train_s_sum = all_sum(train_loss, seen, test_loss, correct, tested, train_s, device=rt.device)
+        account_steps(phases, train_s - (phases.seconds.get("data", 0.0) - waited), redone, seen, cfg.batch_size)
+        redone = 0
+        with phases.timed("evaluation"):
+            broadcast_buffers(model)  # evaluate (and checkpoint) exactly rank 0's model on every rank
+            test_loss, correct, tested = evaluate(ddp_model.module, test_data, cfg, rt, rank, world)
+            *sums, train_s_sum = all_sum(train_loss, seen, test_loss, correct, tested, train_s, device=rt.device)
         row = epoch_row(epoch, sums, position, train_s, time.perf_counter() - t0, world, rt, found, carried)
         if pause_s is not None:
             row["checkpoint_pause_s"] = pause_s
+            phases.add("checkpoint", pause_s)
         # The preemption ask about once a second from now on: the same figures, so the same steps, on every rank.
         steps_done = sums[1] / (world * cfg.batch_size)
         preemption.every_steps = steps_between_checks(cfg.preemption_check_steps, steps_done, train_s_sum / world)
@@ -229,9 +244,15 @@ def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
             tracking.scalars.flush()
         save = partial(save_epoch, model, optimizer, cfg, found, carried, row, rank, uploads)
         started = time.perf_counter()
-        if control.at_boundary(epoch, save, f"after epoch {epoch}").stop_reason:
-            break
+        if log is not None:
+            run_dir.send(EVENT, **{f"{EVENT}/{found.attempt}": phases.event()})
+        stopped = control.at_boundary(epoch, save, f"after epoch {epoch}").stop_reason
         pause_s = time.perf_counter() - started
+        if stopped:
+            break
+    phases.add("checkpoint", pause_s or 0.0)  # the last epoch's, which no later row carries
+    if log is not None:
+        run_dir.send(EVENT, **{f"{EVENT}/{found.attempt}": phases.event()})
     watch.close()
     if tracking is not None:
         tracking.scalars.close()

@@ -1,0 +1,139 @@
+"""A run's goodput ledger: where its node time went, phase by phase, priced, and what no phase explains.
+
+The job's rank 0 times the disjoint parts of its own loop (`Phases`: data loading and the loader's wait in the
+step loop, model load, compute, evaluation, checkpoint pauses, steps redone after a fault) and sends the
+running totals to the run record with the wall-clock times at which its loop began and last reported
+(`EVENT`); the process that follows the run adds what only it sees (run start: from its own start to the
+loop's; teardown: from the loop's last report to the run's end) and builds the ledger once the run ends,
+in any state (`build`). Whatever the phases do not explain is its own row, `unaccounted`, never folded into
+compute. Prices are the run's hourly price (rayfleet/recipes/cost.py: list price, or the Spot price history):
+an estimate, not the bill.
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+EVENT = "phases"  # the run record's field rank 0 sends: {"seconds": {phase: s}, "loop_began": t, "reported": t}
+LEDGER = "ledger"  # the run record's field the follower writes: build()'s result
+# In the order a run goes through them; `compute` is the goodput.
+PHASES = (
+    "queue",
+    "node_start",
+    "run_start",
+    "data",
+    "model_load",
+    "compute",
+    "evaluation",
+    "checkpoint",
+    "redone",
+    "hung",
+    "teardown",
+)
+UNACCOUNTED = "unaccounted"
+LABELS = {
+    "queue": "waiting in the queue",
+    "node_start": "nodes starting",
+    "run_start": "run start (driver, Ray Train, process group)",
+    "data": "data (loading, loader waits)",
+    "model_load": "model load",
+    "compute": "compute (steps)",
+    "evaluation": "evaluation",
+    "checkpoint": "checkpoint pauses",
+    "redone": "steps redone after a fault",
+    "hung": "hung",
+    "teardown": "drain and teardown",
+    UNACCOUNTED: "unaccounted",
+}
+
+
+class LedgerError(ValueError):
+    """Phases that cannot be a ledger: a negative one, an unknown one, or more time than the run had."""
+
+
+class Phases:
+    """Rank 0's running totals, from perf_counter around disjoint parts of its loop."""
+
+    def __init__(self, clock=time.perf_counter, wall=time.time):
+        self.seconds: dict[str, float] = {}
+        self.clock, self.wall = clock, wall
+        self.loop_began = wall()
+
+    def add(self, phase: str, seconds: float) -> None:
+        if phase not in PHASES:
+            raise LedgerError(f"unknown phase {phase!r}")
+        if seconds < 0:
+            raise LedgerError(f"{phase}: {seconds} s")
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
+
+    def move(self, source: str, target: str, seconds: float) -> None:
+        """`seconds` of `source` were `target` after all (steps redone: compute that repeats earlier work)."""
+        seconds = min(seconds, self.seconds.get(source, 0.0))
+        self.seconds[source] = self.seconds.get(source, 0.0) - seconds
+        self.add(target, seconds)
+
+    @contextmanager
+    def timed(self, phase: str):
+        began = self.clock()
+        try:
+            yield
+        finally:
+            self.add(phase, self.clock() - began)
+
+    def event(self) -> dict:
+        return {"seconds": dict(self.seconds), "loop_began": self.loop_began, "reported": self.wall()}
+
+
+def build(started: float, ended: float, sent: list[dict], usd_per_hour: float) -> dict:
+    """The ledger of a run that ran from `started` to `ended` (wall-clock s), from what rank 0 `sent` (its last
+    EVENT of each attempt; none when its loop never reported) and the run's hourly price."""
+    wall_s = max(ended - started, 0.0)
+    seconds = {p: 0.0 for p in PHASES}
+    for event in sent:
+        for phase, value in (event.get("seconds") or {}).items():
+            if phase not in PHASES or not isinstance(value, int | float) or value < 0:
+                raise LedgerError(f"phase {phase!r}: {value!r}")
+            seconds[phase] += float(value)
+    if sent:
+        began = min(float(e.get("loop_began") or started) for e in sent)
+        reported = max(float(e.get("reported") or ended) for e in sent)
+        seconds["run_start"] += min(max(began - started, 0.0), wall_s)
+        seconds["teardown"] += min(max(ended - reported, 0.0), wall_s)
+    accounted = sum(seconds.values())
+    if accounted > wall_s * 1.01 + 0.5:  # clocks of two processes: a little slack, never a phase overlap
+        raise LedgerError(f"the phases add up to {accounted:.1f} s of a {wall_s:.1f} s run: they overlap")
+    rows = [(p, s) for p, s in seconds.items() if s > 0] + [(UNACCOUNTED, max(wall_s - accounted, 0.0))]
+    usd_per_s = usd_per_hour / 3600.0
+    return {
+        "wall_s": round(wall_s, 3),
+        "usd_per_hour": usd_per_hour,
+        "phases": [
+            {
+                "phase": p,
+                "seconds": round(s, 3),
+                "share": round(s / wall_s, 4) if wall_s else 0.0,
+                "usd": round(s * usd_per_s, 4),
+            }
+            for p, s in rows
+        ],
+        "goodput": round(seconds["compute"] / wall_s, 4) if wall_s else 0.0,
+        "cost_usd": round(wall_s * usd_per_s, 4),
+        "priced": "the run's hourly price: an estimate, not the bill",
+    }
+
+
+def lines(ledger: dict) -> list[str]:
+    """The ledger as the run's closing summary prints it."""
+    out = [f"ledger ({ledger['wall_s']:.1f} s, ${ledger['cost_usd']:.2f}; {ledger['priced']}):"]
+    for row in ledger["phases"]:
+        out.append(
+            f"  {LABELS[row['phase']]:<46} {row['seconds']:>9.1f} s {row['share'] * 100:>5.1f}%  ${row['usd']:.2f}"
+        )
+    out.append(f"  goodput (compute / total): {ledger['goodput'] * 100:.1f}%")
+    return out
+
+
+def sent_events(record: dict) -> list[dict]:
+    """What rank 0 sent, one event per attempt (the record's EVENT/<attempt> fields)."""
+    return [v for k, v in sorted(record.items()) if k.startswith(f"{EVENT}/") and isinstance(v, dict)]
