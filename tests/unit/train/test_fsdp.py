@@ -19,7 +19,7 @@ import torch.distributed as dist
 from ray.train import ReportedCheckpoint, ReportedCheckpointStatus
 from ray.train.v2._internal.execution.train_fn_utils import LocalTrainFnUtils, set_train_fn_utils
 
-from rayfleet.core import stop_request
+from rayfleet.core import ledger, stop_request
 from rayfleet.core.config import load_config
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train import fsdp
@@ -278,6 +278,11 @@ def test_the_loop_saves_at_a_notice_waits_and_its_restart_resumes_at_the_next_st
     ] * 2
     record = RunDir(str(tmp_path / "runs"), "noticed").record()
     assert record["resumed_from"] == {"attempt": 2, "checkpoint": "checkpoint_step_0000004"}
+    # Each attempt's phases for the goodput ledger (rayfleet/core/ledger.py), sent by its rank 0: no step redone.
+    sent = ledger.sent_events(record)
+    assert [sorted(k for k in record if k.startswith(ledger.EVENT + "/"))] == [["phases/0", "phases/1", "phases/2"]]
+    assert all(all(e["seconds"][p] > 0 for p in ("model_load", "data", "compute")) for e in sent), sent
+    assert sent[2]["seconds"]["checkpoint"] > 0 and not any("redone" in e["seconds"] for e in sent)
 
 
 def test_the_drivers_first_line_says_synthetic_for_generated_text_and_not_for_real_text(tiny, tmp_path, capsys):

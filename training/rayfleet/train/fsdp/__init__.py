@@ -26,6 +26,7 @@ import torch.distributed as dist
 
 from rayfleet.core.config import ConfigError, load_config
 from rayfleet.core.errors import EXIT_BAD_INPUT
+from rayfleet.core.ledger import EVENT, Phases
 from rayfleet.core.run_dir import RunDir
 from rayfleet.train.checkpoint.hf_export import write_and_verify
 from rayfleet.train.control.preemption import Preemption, record_reached, redone_since
@@ -74,6 +75,8 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
     at a stop request and at a preemption notice (then wait for the restart), export at the end."""
     cfg: FSDPConfig = loop_config["config"]
     run_name = loop_config["run_name"]
+    phases = Phases()  # this loop's part of the run's goodput ledger (rayfleet/core/ledger.py), sent by rank 0
+    began = time.perf_counter()
     try:  # on this rank's node: the driver may hold no weights (the trainer image), the worker's image does
         model_dir = resolve_model_dir(loop_config["model_dir"])
         check_seq_len(loop_config["config"], model_dir)  # the driver could not, without the model
@@ -86,16 +89,21 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    corpus = read_text(cfg.data, cfg.s3_endpoint_url)
-    data = PackedBlocks(pack(tokenize(corpus, tokenizer), cfg.seq_len))
-    strategy = make_strategy(cfg, model_dir, device, rank)
-    state = strategy.load()
+    phases.add("model_load", time.perf_counter() - began)
+    with phases.timed("data"):
+        corpus = read_text(cfg.data, cfg.s3_endpoint_url)
+        data = PackedBlocks(pack(tokenize(corpus, tokenizer), cfg.seq_len))
+    with phases.timed("model_load"):  # the weights, sharded, and the checkpoint it resumes from
+        strategy = make_strategy(cfg, model_dir, device, rank)
+        state = strategy.load()
     start, attempt = (state["step"], state["attempt"] + 1) if state else (0, 0)
     run_dir = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url)
     carried = {key: (state or {}).get(key, 0) for key in ("preemptions", "steps_redone")}
     resumed_from = (state or {}).get("resumed_from")  # the newest complete checkpoint's name (checkpoint.latest)
+    redone = 0  # this attempt's first steps that repeat what the last one took past its checkpoint
     if rank == 0 and state:
-        carried["steps_redone"] += redone_since(run_dir, start)  # steps the last attempt took past its checkpoint
+        redone = redone_since(run_dir, start)
+        carried["steps_redone"] += redone
         run_dir.send("resumed", resumed_from={"attempt": attempt, "checkpoint": resumed_from})  # run.json's
     train_state = {"attempt": attempt, "seed": cfg.seed, "strategy": cfg.strategy}
     log = MetricsLog(run_dir, start + 1, key="step") if rank == 0 else None
@@ -116,10 +124,13 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
     watch = worker.watch(run_name, rank)
     preemption = Preemption(cfg.preemption_check_steps, ask=worker.preemption_info, sleep=worker.sleep)
     control = RunControl(run_dir, rank, device, preemption, cfg.checkpoint_every, last, steps=watch)
+    sent_as = f"{EVENT}/{attempt}"  # the record's field of this attempt's phases
     for step in range(start, last):
+        stepped = time.perf_counter()
         watch.enter()
         loss_sum, tokens, grad_norm = _train_step(strategy, data, cfg, step, rank, world, device, loss_sum, tokens)
         watch.leave()
+        phases.add("redone" if step < start + redone else "compute", time.perf_counter() - stepped)
         if step == start:  # the optimizer has its state now: the checkpoints' staging memory is made once, here
             _prime_checkpoints(strategy, rank)
         info["steps"] += 1
@@ -128,7 +139,8 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
         preempted = control.noticed(done)  # every rank, the same steps
         if done % cfg.log_every == 0 or control.checkpoint_due(done):
             if device.type == "cuda":
-                torch.cuda.synchronize(device)  # the window's time includes the kernels it queued
+                with phases.timed("compute"):  # the kernels the steps queued
+                    torch.cuda.synchronize(device)  # the window's time includes the kernels it queued
             metrics = step_metrics(
                 cfg, info, loss_sum, tokens, time.perf_counter() - window_start, device, world, grad_norm
             )
@@ -137,9 +149,11 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
             row |= {"param_bytes_per_rank": info["shard_bytes"], **carried, **metrics}
             # Everything from here to the next logged step (logging, checkpoints) counts in the next window.
             window_start, loss_sum, tokens, info["steps"] = time.perf_counter(), 0.0, 0, 0
-            decision = _boundary(strategy, control, row, {**train_state, **carried}, last)
+            with phases.timed("checkpoint"):
+                decision = _boundary(strategy, control, row, {**train_state, **carried}, last)
             if log is not None:
                 _log_step(log, scalars, run_dir, row, cfg, device, decision.save)
+                run_dir.send(EVENT, **{sent_as: phases.event()})
             if decision.stop_reason:  # a budget: every rank stops here
                 last = done
                 break
@@ -149,13 +163,17 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
         if preempted:  # the notice's checkpoint is synchronous: the worker only waits for the restart after it
             noticed = {**train_state, **carried, "preemptions": carried["preemptions"] + 1}
             save = partial(strategy.save, done, noticed, {"step": done, "preempted": True}, blocking=True)
-            control.save_at_notice(save, f"step {done}", done)
+            with phases.timed("checkpoint"):
+                control.save_at_notice(save, f"step {done}", done)
     watch.close()
-    strategy.close()  # nothing left in flight; the staging memory goes before the export needs memory
+    with phases.timed("checkpoint"):  # the last checkpoint's write, then the model written out (the export)
+        strategy.close()  # nothing left in flight; the staging memory goes before the export needs memory
+        if cfg.export and last == cfg.max_steps:  # not a run stopped early
+            _export(strategy, data, tokenizer, model_dir, run_dir, device, rank)
     if scalars is not None:
         scalars.close()
-    if cfg.export and last == cfg.max_steps:  # not a run stopped early
-        _export(strategy, data, tokenizer, model_dir, run_dir, device, rank)
+    if rank == 0:
+        run_dir.send(EVENT, **{sent_as: phases.event()})
 
 
 def _train_step(
