@@ -301,3 +301,38 @@ def test_the_drivers_first_line_says_synthetic_for_generated_text_and_not_for_re
     real_name.write_text("First Citizen:\nBefore we proceed any further, hear me speak.\n")  # the real format
     assert fsdp.with_data_resolved(config).data == str(real_name)
     assert capsys.readouterr().out.splitlines() == [f"data: {real_name}"]
+
+
+class Killed(Exception):
+    """The worker's process gone mid-step (its node lost): the attempt ends there, no checkpoint of its own."""
+
+
+def test_a_resume_after_a_lost_worker_times_its_redone_steps_apart_from_compute(
+    group, tiny, ray_train, tmp_path, monkeypatch
+):
+    """Attempt 0 logs steps 1-3 (its record reaches 3), checkpoints step 2 and is killed in step 4; the restart
+    resumes from step 2's checkpoint, and step 3, taken again, is its ledger's `redone`, not compute
+    (rayfleet/core/ledger.py). Watched failing with every step counted as compute."""
+    kill_at, train_step = [3], fsdp._train_step
+
+    def step_or_die(s, d, c, step, *rest):
+        if kill_at and step == kill_at[0]:
+            kill_at.clear()
+            raise Killed
+        return train_step(s, d, c, step, *rest)
+
+    monkeypatch.setattr(fsdp, "_train_step", step_or_die)
+    overrides = [f"model={tiny / 'model'}", f"data={tiny / 'corpus.txt'}", f"storage={tmp_path / 'runs'}"]
+    overrides += ["seq_len=32", "micro_batch_size=2", "grad_accum=1", "warmup_steps=1", "max_steps=5", "log_every=1"]
+    overrides += ["num_workers=1", "checkpoint_every=2", "export=false", "tensorboard=false", "async_checkpoint=false"]
+    config = load_config(FSDPConfig, "rayfleet/train/configs/fsdp-tiny.yaml", overrides)
+    loop_config = {"config": config, "run_name": "lost", "model_dir": str(tiny / "model"), "tracking": Target(False)}
+    with pytest.raises(Killed):
+        attempt(loop_config, ray_train, notice_at=None)
+    assert attempt(loop_config, ray_train, notice_at=None) is None
+    rows = read_rows(RunDir(str(tmp_path / "runs"), "lost"))
+    redone = rows[-1]["steps_redone"]
+    assert redone == 1  # step 3: reached by attempt 0, past its checkpoint at step 2
+    first, second = ledger.sent_events(RunDir(str(tmp_path / "runs"), "lost").record())
+    assert "redone" not in first["seconds"] and second["seconds"]["redone"] > 0
+    assert second["seconds"]["compute"] > 0  # steps 4 and 5, new work
