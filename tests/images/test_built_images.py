@@ -208,8 +208,8 @@ def test_the_s3_model_cache_stages_exactly_the_models_images_weights(built_image
     """`make push` for a group with models_from = "s3" stages the /models of the same models image
     (rayfleet/ops/model_cache.py extract): every file its manifest lists, byte for byte; the upload and the
     node's copy are tests/integration/test_model_cache_on_moto.py's."""
-    from rayfleet.ops.model_cache import MANIFEST, extract
     from rayfleet.core.staged_data import file_sha256
+    from rayfleet.ops.model_cache import MANIFEST, extract
 
     folder = extract("podman", built_images["ray-worker-models"], tmp_path)
     (model,) = json.loads((folder / MANIFEST).read_text())["models"]

@@ -211,6 +211,12 @@ def test_user_train_script_runs_from_a_recipe(cluster_env, tmp_path):
     rows = json.loads(listing.stdout)
     assert [(r["run"], r["where"], r["state"]) for r in rows] == [("user-job-ok", "local", "SUCCEEDED")]
     assert rows[0]["duration_s"] > 0 and rows[0]["results"] == str(run)
+    # its goodput ledger: a user's script times no phases of its own, and the ledger says so; the run's whole
+    # time is still there, priced (here: $0), none of it taken for compute
+    ledger = rows[0]["ledger"]
+    assert ledger == record["ledger"] and ledger["job_phases"] is False and ledger["goodput"] == 0.0
+    assert sum(r["seconds"] for r in ledger["phases"]) == pytest.approx(ledger["wall_s"], abs=0.01)
+    assert "[rayfleet]   (the job reported no phases of its own: only the built-in ddp and fsdp jobs" in result.stdout
     logs = subprocess.run(
         [str(REPO / ".venv/bin/python"), "-m", "rayfleet.cli.main", "logs", "--run", "user-job-ok"],
         env={**cluster_env, "PYTHONPATH": str(REPO)},
@@ -352,6 +358,11 @@ def test_a_budget_stops_the_run_cleanly_after_a_checkpoint_and_the_name_submitte
     assert record["held"] == {"where": "local", "instances": [], "usd_per_hour": 0.0} and record["cost_usd"] == 0.0
     assert record["submission"] == 1
     assert record["data"] == "SYNTHETIC FashionMNIST-format data"  # what it trained on, from rank 0
+    # the run's goodput ledger from its submission: the queue's wait, and the phases the DDP job's rank 0 timed
+    seconds = {r["phase"]: r["seconds"] for r in record["ledger"]["phases"]}
+    assert "queue" in seconds and record["ledger"]["job_phases"] is True
+    assert all(seconds.get(p, 0) > 0 for p in ("run_start", "compute", "evaluation", "checkpoint")), seconds
+    assert result.stdout.rstrip().splitlines()[-1].startswith("[rayfleet]   goodput (compute / total): ")
     # no one group of the suite's cluster (a, b: one 1-CPU node each) holds its 2 workers: they span them
     assert "[rayfleet] no one worker group holds its 2 node(s): its workers go to any node of a " in result.stdout
     check_attempts(record, [("STOPPED", record["exit_code"])], allowing=RAY_LOST_THE_CODE)

@@ -45,7 +45,9 @@ class WorkerGroup:
     def __post_init__(self):
         object.__setattr__(self, "instance_types", tuple(self.instance_types or ()))
         if self.models_from not in MODELS_FROM:
-            raise MissingOutputs(f"worker group {self.service_name}: models_from {self.models_from!r} is none of {MODELS_FROM}")
+            raise MissingOutputs(
+                f"worker group {self.service_name}: models_from {self.models_from!r} is none of {MODELS_FROM}"
+            )
         if self.spot not in SPOT_POLICIES:
             raise MissingOutputs(f"worker group {self.service_name}: spot {self.spot!r} is none of {SPOT_POLICIES}")
 

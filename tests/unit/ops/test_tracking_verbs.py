@@ -2,9 +2,9 @@ import json
 
 import pytest
 
+from rayfleet.core import ledger
 from rayfleet.core.errors import ConfigError
 from rayfleet.core.run_dir import RunDir
-from rayfleet.core import ledger
 from rayfleet.ops.runs import ledger_plot, plot, tensorboard
 from rayfleet.train.tracking.events import EventFiles
 

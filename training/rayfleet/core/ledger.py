@@ -85,12 +85,22 @@ class Phases:
         return {"seconds": dict(self.seconds), "loop_began": self.loop_began, "reported": self.wall()}
 
 
-def build(started: float, ended: float, sent: list[dict], usd_per_hour: float) -> dict:
+def build(
+    started: float, ended: float, sent: list[dict], usd_per_hour: float, before_loop: dict[str, float] | None = None
+) -> dict:
     """The ledger of a run that ran from `started` to `ended` (wall-clock s), from what rank 0 `sent` (its last
-    EVENT of each attempt; none when its loop never reported) and the run's hourly price."""
+    EVENT of each attempt; none when its loop never reported: a launcher recipe's), the run's hourly price, and
+    the phases its follower timed between `started` and the loop's start (`before_loop`: the queue wait)."""
     wall_s = max(ended - started, 0.0)
     seconds = {p: 0.0 for p in PHASES}
+    for phase, value in (before_loop or {}).items():
+        if phase not in PHASES or not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0:
+            raise LedgerError(f"phase {phase!r}: {value!r}")
+        seconds[phase] += min(float(value), wall_s)
+    waited = sum(seconds.values())
     for event in sent:
+        if not isinstance(event.get("seconds", {}), dict):
+            raise LedgerError(f"phases {event.get('seconds')!r}")
         for phase, value in (event.get("seconds") or {}).items():
             if phase not in PHASES or not isinstance(value, int | float) or value < 0:
                 raise LedgerError(f"phase {phase!r}: {value!r}")
@@ -98,7 +108,7 @@ def build(started: float, ended: float, sent: list[dict], usd_per_hour: float) -
     if sent:
         began = min(float(e.get("loop_began") or started) for e in sent)
         reported = max(float(e.get("reported") or ended) for e in sent)
-        seconds["run_start"] += min(max(began - started, 0.0), wall_s)
+        seconds["run_start"] += min(max(began - started - waited, 0.0), wall_s)
         seconds["teardown"] += min(max(ended - reported, 0.0), wall_s)
     accounted = sum(seconds.values())
     if accounted > wall_s * 1.01 + 0.5:  # clocks of two processes: a little slack, never a phase overlap
@@ -118,6 +128,7 @@ def build(started: float, ended: float, sent: list[dict], usd_per_hour: float) -
             for p, s in rows
         ],
         "goodput": round(seconds["compute"] / wall_s, 4) if wall_s else 0.0,
+        "job_phases": bool(sent),  # False: the job timed nothing of its own (only the built-in jobs do)
         "cost_usd": round(wall_s * usd_per_s, 4),
         "priced": "the run's hourly price: an estimate, not the bill",
     }
@@ -130,6 +141,8 @@ def lines(ledger: dict) -> list[str]:
         out.append(
             f"  {LABELS[row['phase']]:<46} {row['seconds']:>9.1f} s {row['share'] * 100:>5.1f}%  ${row['usd']:.2f}"
         )
+    if not ledger.get("job_phases", True):
+        out.append("  (the job reported no phases of its own: only the built-in ddp and fsdp jobs time theirs)")
     out.append(f"  goodput (compute / total): {ledger['goodput'] * 100:.1f}%")
     return out
 

@@ -10,7 +10,8 @@
     rayfleet-node model-cache          # the staged models copied to this instance and checked, before the worker
                                        # (groups with models_from = "s3": rayfleet/node/model_cache.py)
 
-Every node but `health` and `model-cache` first starts its fork server for warm worker processes (rayfleet/node/warm_server.py).
+Every node but `health` and `model-cache` first starts its fork server for warm worker processes
+(rayfleet/node/warm_server.py).
 
 Environment (set by infra/modules/ray): RAYFLEET_HEAD_HOST (Cloud Map name), RAYFLEET_RAY_PORTS (JSON of
 infra/catalog/ray_ports.json), RAYFLEET_OBJECT_STORE_MIB, RAYFLEET_NUM_CPUS, RAYFLEET_NUM_GPUS,

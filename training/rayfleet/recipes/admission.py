@@ -243,10 +243,12 @@ def admit(queue: Queue, entry: Entry, run_dir: RunDir, move: GroupMove | None = 
                 if cancelled:
                     queue.remove(entry.run)
                     return cancelled
-            waited_s = time.monotonic() - waited
-            say(f"admitted after {waited_s:.1f} s in the queue: all {entry.resources()} can be placed")
-        # where it was admitted: a retry starts on the recipe's group again, and may move again
-        run_dir.send("admitted", state="RUNNING", **({"group": entry.group} if entry.group else {}))
+            say(f"admitted after {time.monotonic() - waited:.1f} s in the queue: all {entry.resources()} can be placed")
+        waited_s = time.monotonic() - waited
+        # where it was admitted: a retry starts on the recipe's group again, and may move again; how long it
+        # waited, for the run's goodput ledger (rayfleet/core/ledger.py)
+        group = {"group": entry.group} if entry.group else {}
+        run_dir.send("admitted", state="RUNNING", queue_wait_s=round(waited_s, 6), **group)
         return placed_since(entry.admitted_at)
     except BaseException:
         queue.remove(entry.run)

@@ -24,7 +24,7 @@ import uuid
 from rayfleet.core import stop_request, warm_workers
 from rayfleet.core.errors import RayfleetError
 from rayfleet.core.run_dir import RunDir
-from rayfleet.recipes import admission, attempt_fence, budget, cost, jobs_api, ray_faults
+from rayfleet.recipes import admission, attempt_fence, budget, cost, jobs_api, ray_faults, run_ledger
 from rayfleet.recipes.command import command, job_env, plain_env
 from rayfleet.recipes.group_move import GroupMove
 from rayfleet.recipes.log_spool import LogSpool
@@ -176,7 +176,7 @@ def _submit_and_follow(
     stop_request.clear(run_dir)  # not the job's driver: it may start after the budget has already asked
     job_id = f"rayfleet-{run_dir.run_name}-{uuid.uuid4().hex[:6]}"  # a resumed run gets a new job
     client = jobs_api.client_for(address)
-    started = time.monotonic()
+    started, began_at = time.monotonic(), time.time()
     if queue_root:  # before the job starts: its admission (an event) must come after this
         run_dir.update(state="QUEUED", job_id=job_id)
     jobs_api.submit(
@@ -229,6 +229,7 @@ def _submit_and_follow(
         cost_usd=cost.cost_usd(held, spent + duration_s),
     )
     _say_how_it_ended(run_dir, outcome, exit_code, status, duration_s, cost.cost_usd(held, spent + duration_s), log_url)
+    run_ledger.close(run_dir, began_at, held)
     return exit_code, outcome.interrupted_by
 
 

@@ -5,8 +5,8 @@ the ray-worker image of the worker groups with models, images/ray-worker/models.
 cache (downloaded there only when a network is available). The driver needs no weights (`local_model_dir`): it
 hands the ranks the model's id, and each resolves it where it runs.
 How they are loaded: every rank builds the model on the meta device and shards it (nothing allocated),
-allocates only its shards, then rank 0 alone reads the weights files (safetensors, else PyTorch .bin) in their stored dtype and
-broadcasts them into everyone's shards. No rank ever holds a full fp32 copy.
+allocates only its shards, then rank 0 alone reads the weights files (safetensors, else PyTorch .bin) in their
+stored dtype and broadcasts them into everyone's shards. No rank ever holds a full fp32 copy.
 """
 
 from __future__ import annotations
