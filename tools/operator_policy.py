@@ -4,7 +4,8 @@ credentials, generated, never hand-kept.
     python -m tools.operator_policy > infra/operator-policy.json
 
 Two parts. The `rayfleet` command's own calls: every boto3 call of the operator's modules
-(tools/iam_scan.py, the roles of rayfleet/core/process_roles.py). Terraform's: for each resource type in
+(tools/iam_scan.py, the roles of rayfleet/core/process_roles.py), and what the AWS CLI calls for the verbs that
+become it (`CLI_ACTIONS`). Terraform's: for each resource type in
 Terraform's rendered state of infra/ (RENDERINGS), the calls the AWS provider
 makes to create, read, update and delete it (TERRAFORM_ACTIONS, from the provider's resource
 implementations, named as the Service Authorization Reference spells them). tests/infra/test_iam_grants.py
@@ -18,7 +19,12 @@ import json
 import sys
 
 from rayfleet.core import bucket
+from rayfleet.ecs import shell
+from rayfleet.ops import dashboard
 from tools import iam_scan
+
+# The verbs that become the AWS CLI (rayfleet exec, rayfleet dashboard): what the CLI calls for them.
+CLI_ACTIONS = (*shell.CLI_ACTIONS, *dashboard.CLI_ACTIONS)
 
 _CRUD_TAGS = ["TagResource", "UntagResource", "ListTagsForResource"]
 
@@ -302,7 +308,7 @@ def rendered_types() -> set[str]:
 
 def policy(types: set[str] | None = None) -> dict:
     types = rendered_types() if types is None else types
-    code = sorted(iam_scan.actions_by_role()[bucket.OPERATOR])
+    code = sorted(set(iam_scan.actions_by_role()[bucket.OPERATOR]) | set(CLI_ACTIONS))
     terraform = sorted({a for t in types for a in TERRAFORM_ACTIONS[t]} - set(code))
     statements = [{"Sid": "RayfleetCommand", "Effect": "Allow", "Action": code, "Resource": "*"}]
     statements.append({"Sid": "TerraformInfra", "Effect": "Allow", "Action": terraform, "Resource": "*"})

@@ -202,6 +202,16 @@ def _deployment_views(sub) -> None:
     _outputs(p)
     p.set_defaults(handler=verbs.exec_)
 
+    p = sub.add_parser(
+        "dashboard", help="Ray's dashboard in the browser: the deployment's (SSM) or the local cluster's"
+    )
+    p.add_argument("--local", action="store_true", help="the local cluster's, even when a deployment exists")
+    p.add_argument("--run", help="open the page of this run's Ray job")
+    p.add_argument("--port", type=int_in(1024, 65535), default=8265, help="the local port of the port-forward")
+    p.add_argument("--no-browser", action="store_true", help="print the one-time URL instead of opening it")
+    _outputs(p)
+    p.set_defaults(handler=verbs.dashboard)
+
     p = sub.add_parser("images", help="build the images, or push them to the deployment's ECR")
     p.add_argument("action", choices=["build", "push"])
     p.add_argument("--images", help="comma-separated subset (default: all four)")

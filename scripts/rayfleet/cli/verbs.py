@@ -101,6 +101,12 @@ def plot(opts: argparse.Namespace) -> int:
     return ops_plot.plot_runs(opts.run, _runs_dir(opts), Path(opts.out) if opts.out else None)
 
 
+def dashboard(opts: argparse.Namespace) -> int:
+    from rayfleet.ops.dashboard import dashboard as open_dashboard
+
+    return open_dashboard(opts.local, opts.port, opts.run, opts.outputs, not opts.no_browser)
+
+
 def tensorboard(opts: argparse.Namespace) -> int:
     from rayfleet.ops.runs import tensorboard as ops_tensorboard
 

@@ -30,6 +30,8 @@ PLUGIN_DOC = (
     "https://docs.aws.amazon.com/systems-manager/latest/userguide/session-manager-working-with-install-plugin.html"
 )
 EXEC_AGENT = "ExecuteCommandAgent"
+# What the AWS CLI calls for this verb (not a boto3 call: tools/operator_policy.py adds these to the operator's).
+CLI_ACTIONS = ("ecs:ExecuteCommand",)
 SCRIPTS_DIR = sysconfig.get_path("scripts")  # where `make setup`'s pip put `aws`: .venv/bin
 TARGET = re.compile(r"head|trainer|worker-([1-9][0-9]*)")
 
