@@ -75,6 +75,11 @@ def _runs(sub) -> None:
         help="return once the run is submitted (followed in the background locally)",
     )
     p.add_argument("--check", action="store_true", help="validate the recipe and its data; start nothing")
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="where, when and for how much it would run, from past runs; start nothing",
+    )
     p.add_argument("args", nargs="*", metavar="-- ARG", help="after --: appended to the recipe's args")
     _bucket(p)
     _outputs(p)

@@ -19,6 +19,7 @@ def run(opts: argparse.Namespace) -> int:
     sets = [*opts.set, *([f"storage={runs_root(opts.bucket)}"] if opts.bucket else [])]
     where = {"on": opts.on, "local_recipe": opts.local_recipe, "root": opts.root, "outputs": opts.outputs}
     how = {"name": opts.name, "sets": sets, "detach": opts.detach, "args": opts.args, "check": opts.check}
+    how["estimate"] = opts.estimate
     return submit_recipe(opts.recipe, **how, **where)
 
 

@@ -32,6 +32,8 @@ class Target(Protocol):
 
     def submit(self, loaded: LoadedRecipe, extra_args: list[str], run_name: str, detach: bool) -> int: ...
 
+    def estimate(self, loaded: LoadedRecipe) -> dict: ...
+
 
 def package_into(
     loaded: LoadedRecipe, run_dir: RunDir, tmp: Path, target: str, extra_args: list[str], held: dict

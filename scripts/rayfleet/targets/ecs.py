@@ -29,7 +29,7 @@ from rayfleet.recipes.group_choice import Choice, Group, alternatives, choose, o
 from rayfleet.recipes.job import STOPPED_BY_A_SIGNAL, SUBMITTER_STOPPED
 from rayfleet.recipes.schema import LoadedRecipe, load
 from rayfleet.recipes.stage import stage
-from rayfleet.targets import ecs_slot
+from rayfleet.targets import ecs_slot, estimate
 from rayfleet.targets.base import package_into
 
 
@@ -69,6 +69,16 @@ def ecs_choice(aws: Aws | None, out: Outputs, recipe) -> Choice | None:
     return choose(recipe, groups, "this deployment")
 
 
+def ecs_estimate(out: Outputs, loaded: LoadedRecipe, choice: Choice | None) -> dict:
+    """What the run would take on the deployment (rayfleet/targets/estimate.py), at the chosen group's price."""
+    group = choice.group.name if choice else loaded.recipe.resources.group
+    storage = loaded.recipe.storage or runs_root(out.results_bucket)
+    now = time.time()
+    past = estimate.past_durations(storage, loaded.recipe.name, group, out.region)
+    ahead = estimate.queue_ahead(f"s3://{out.results_bucket}", group, now)
+    return estimate.build(group, choice.usd_per_hour if choice else 0.0, past, ahead, now)
+
+
 def group_spot_price(aws: Aws, group) -> float | None:
     """A Spot group's price per instance-hour (its first type, the last hour's history), else None."""
     if group.lifecycle != "spot":
@@ -103,6 +113,7 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     if not storage.startswith("s3://"):
         raise ConfigError(f"storage: {storage} is a local path; on ECS runs keep results in s3://bucket/prefix")
     aws.check_cluster(out.cluster_name)
+    expected = ecs_estimate(out, loaded, choice)
     fallback = run_fallback(aws, out, recipe, choice)
     bring_up(aws, out, group_starts(out, choice), fallback)
     loaded, capacity = moved_by(fallback, out, loaded, capacity)
@@ -120,6 +131,7 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
             spot = group_spot_price(aws, group)
         held = cost.held_ecs(recipe, group.types[0] if group.types else "", capacity, spot)
         code = package_into(loaded, run_dir, Path(tmp), "ecs", extra_args, held)
+        run_dir.send("estimate", estimate=expected)  # set against the run's ledger when it ends
     task_definition = trainer_with_image(aws, out, recipe.image) if recipe.image else None
     environment = trainer_environment(recipe, code, storage, extra_args, data)
 
@@ -323,3 +335,8 @@ class EcsTarget:
 
     def submit(self, loaded: LoadedRecipe, extra_args: list[str], run_name: str, detach: bool) -> int:
         return run_ecs(loaded, extra_args, run_name, self.outputs, detach)
+
+    def estimate(self, loaded: LoadedRecipe) -> dict:
+        out = Outputs.load(self.outputs)
+        aws = Aws(out.region)
+        return ecs_estimate(out, loaded, ecs_choice(aws, out, loaded.recipe))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from rayfleet.core.run_dir import RunDir, runs_root
@@ -18,6 +19,7 @@ from rayfleet.recipes.group_move import GroupMove
 from rayfleet.recipes.job import run_job
 from rayfleet.recipes.schema import LoadedRecipe
 from rayfleet.targets import detach as detached
+from rayfleet.targets import estimate
 from rayfleet.targets.base import package_into
 
 
@@ -59,6 +61,19 @@ def group_move(loaded: LoadedRecipe, state, choice: Choice | None) -> GroupMove 
     return GroupMove(others, recipe.capacity_fallback_after_min * 60) if others else None
 
 
+def local_estimate(loaded: LoadedRecipe, state, choice: Choice | None, storage: str) -> dict:
+    """What the run would take here (rayfleet/targets/estimate.py): this machine costs nothing."""
+    group = choice.group.name if choice else loaded.recipe.resources.group
+    now = time.time()
+    ahead = estimate.queue_ahead(str(local_cluster.state_dir()), group, now) if state else {"ahead": 0, "start_by": now}
+    return estimate.build(group, 0.0, estimate.past_durations(storage, loaded.recipe.name, group), ahead, now)
+
+
+def local_storage(loaded: LoadedRecipe, launch_dir: Path) -> str:
+    storage = loaded.recipe.storage or runs_root(launch_dir=launch_dir)
+    return storage if storage.startswith("s3://") else str((launch_dir / storage).resolve())
+
+
 def machine_capacity(loaded: LoadedRecipe) -> Capacity:
     """What a cluster started for this run offers: sized to the recipe, on this machine's GPUs and memory."""
     memory_gib = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1024**3
@@ -77,9 +92,8 @@ def run_local(
         loaded = on_group(loaded, choice.group.name)
     move = group_move(loaded, state, choice)
     recipe = loaded.recipe
-    storage = recipe.storage or runs_root(launch_dir=launch_dir)
-    if not storage.startswith("s3://"):
-        storage = str((launch_dir / storage).resolve())
+    storage = local_storage(loaded, launch_dir)
+    expected = local_estimate(loaded, state, choice, storage)
     if recipe.image:
         print(f"[rayfleet] image {recipe.image} applies on ECS only; local runs use this environment", flush=True)
     run_dir = RunDir(storage, run_name)
@@ -88,6 +102,7 @@ def run_local(
         tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp,
     ):
         code = package_into(loaded, run_dir, Path(tmp), "local", extra_args, cost.held_local())
+        run_dir.update(estimate=expected)  # set against the run's ledger when it ends
         started = False
         if state is None:
             print(
@@ -135,3 +150,10 @@ class LocalTarget:
 
     def submit(self, loaded: LoadedRecipe, extra_args: list[str], run_name: str, detach: bool) -> int:
         return run_local(loaded, extra_args, run_name, self.launch_dir, detach)
+
+    def estimate(self, loaded: LoadedRecipe) -> dict:
+        state = local_cluster.running()
+        choice = local_choice(loaded, state)
+        if choice is None:
+            check_fits(loaded.recipe, machine_capacity(loaded))
+        return local_estimate(loaded, state, choice, local_storage(loaded, self.launch_dir))

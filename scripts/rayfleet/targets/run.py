@@ -29,6 +29,7 @@ from rayfleet.recipes.package import PackageError
 from rayfleet.recipes.schema import load
 from rayfleet.targets.base import Target
 from rayfleet.targets.ecs import EcsTarget
+from rayfleet.targets.estimate import lines as estimate_lines
 from rayfleet.targets.local import LocalTarget
 
 
@@ -55,11 +56,13 @@ def submit_recipe(
     outputs: str | None = None,
     args: list[str] | None = None,
     check: bool = False,
+    estimate: bool = False,
 ) -> int:
     """`rayfleet run RECIPE`: the recipe (or `local_recipe` when the run goes to the local cluster) with its
     `sets` KEY=VALUE overrides and `args` appended to its args, submitted where `on` says (choose_target) as
     run `name` (default <recipe name>-<UTC time>), followed unless `detach`; `check`: validated only (schema,
-    code folder, data), nothing packaged or started. The job's exit code, 2 on a recipe refused before anything
+    code folder, data), nothing packaged or started; `estimate`: what it would take and cost (targets/estimate.py),
+    nothing started. The job's exit code, 2 on a recipe refused before anything
     started."""
     ray_auth.use_token_auth()  # first: Ray reads its auth mode once, when it is imported
     try:
@@ -70,6 +73,9 @@ def submit_recipe(
         if check:
             what = f"{loaded.entry_kind()} {loaded.recipe.entrypoint}"
             print(f"recipe {loaded.recipe.name} is valid: {what} in {loaded.code_dir}, data {data or 'none'}")
+            return 0
+        if estimate:  # nothing packaged, staged or started
+            print("\n".join(estimate_lines(target_for(target, outputs, Path.cwd()).estimate(loaded))))
             return 0
         run_name = name or f"{loaded.recipe.name}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
         return target_for(target, outputs, Path.cwd()).submit(loaded, list(args or []), run_name, detach)

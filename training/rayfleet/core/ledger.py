@@ -12,6 +12,7 @@ an estimate, not the bill.
 
 from __future__ import annotations
 
+import math
 import time
 from contextlib import contextmanager
 
@@ -150,3 +151,17 @@ def lines(ledger: dict) -> list[str]:
 def sent_events(record: dict) -> list[dict]:
     """What rank 0 sent, one event per attempt (the record's EVENT/<attempt> fields)."""
     return [v for k, v in sorted(record.items()) if k.startswith(f"{EVENT}/") and isinstance(v, dict)]
+
+
+def against(estimate, ledger: dict) -> str | None:
+    """The closing summary's line: the estimate `rayfleet run` made before the run (its record's `estimate`,
+    scripts/rayfleet/targets/estimate.py), against what the run took; None without one."""
+    expected = estimate.get("duration") if isinstance(estimate, dict) else None
+    mean = expected.get("mean_s") if isinstance(expected, dict) else None
+    if not isinstance(mean, int | float) or isinstance(mean, bool) or not math.isfinite(mean):
+        return None
+    cost = (estimate.get("cost") or {}).get("mean_usd") if isinstance(estimate.get("cost"), dict) else None
+    cost = cost if isinstance(cost, int | float) and math.isfinite(cost) else 0.0
+    return (
+        f"estimate {mean / 60:.1f} min, ${cost:.2f}; actual {ledger['wall_s'] / 60:.1f} min, ${ledger['cost_usd']:.2f}"
+    )

@@ -25,4 +25,6 @@ def close(run_dir: RunDir, began_at: float, held: dict) -> None:
         print(f"[rayfleet] run {run_dir.run_name}: no goodput ledger ({exc})", file=sys.stderr)
         return
     run_dir.update(ledger=built)
-    print("\n".join(f"[rayfleet] {line}" for line in ledger.lines(built)), flush=True)
+    versus = ledger.against(record.get("estimate"), built)
+    shown = ledger.lines(built) + ([f"  {versus}"] if versus else [])
+    print("\n".join(f"[rayfleet] {line}" for line in shown), flush=True)
