@@ -172,11 +172,18 @@ def test_status_reports_services_tasks_runs_ray_and_cost(aws_stack, cluster_env)
     assert sorted(j["submission_id"] or "" for j in status["ray"]["jobs"]) == sorted(
         j["submission_id"] or "" for j in listed
     )
+    # The last 7 days' goodput: the two GPU instances' time since moto launched them (the head's is the
+    # cluster's), none of it used by a run with a ledger (status-1's job never ran): all of it idle.
+    week = status["goodput"]
+    assert week["runs"] == 0 and week["goodput"] == 0.0 and week["idle_usd"] == week["usd"] > 0
+    assert week["usd"] <= round(1.006 * 2 * hours, 2) + 0.01
+    assert week["biggest_loss"] == {"what": "nodes idle between runs", "share": 1.0}
     human = run_verb(env, "status")
     assert (
         out["head_service_name"] in human.stdout
         and "3 nodes alive (1 head, 2 workers); CPU 2/2 free" in human.stdout
         and "$2.20/hour" in human.stdout
+        and "biggest loss: nodes idle between runs 100%" in human.stdout
     )
 
 

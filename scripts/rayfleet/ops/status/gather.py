@@ -19,6 +19,7 @@ from rayfleet.ecs.outputs import Outputs
 from rayfleet.ecs.tasks import running_tasks
 from rayfleet.ops.runs import s3_runs
 from rayfleet.ops.runs.queued import listed
+from rayfleet.ops.status import goodput
 from rayfleet.recipes.cost import spend_usd
 
 
@@ -133,10 +134,10 @@ def last_checkpoint(run_dir: RunDir) -> str | None:
     return max(names, default=None)
 
 
-def _runs(out: Outputs, limit: int) -> list[dict]:
+def _runs(out: Outputs, rows: list[dict], limit: int) -> list[dict]:
     """The newest runs of the deployment from the one listing (rayfleet.ops.runs), with checkpoints."""
     runs = []
-    for row in s3_runs(out)[:limit]:
+    for row in rows[:limit]:
         run_dir = RunDir(runs_root(out.results_bucket), row["run"], region=out.region)
         runs.append({**row, "last_checkpoint": last_checkpoint(run_dir)})
     return runs
@@ -145,8 +146,20 @@ def _runs(out: Outputs, limit: int) -> list[dict]:
 CAPACITY_LOOKBACK = timedelta(hours=1)
 
 
-def status(aws: Aws, out: Outputs, runs: int = 5, why=capacity.reasons) -> dict:
-    """`why` (aws, out, since) -> [capacity.Reason]: the capacity reasons (the tests pass recorded ones)."""
+def worker_activities(aws: Aws, out: Outputs, since: datetime) -> dict[str, list[dict]]:
+    """Each worker group's Auto Scaling activities since `since` (its launches and terminations)."""
+    autoscaling = aws.client("autoscaling")
+    groups = out.worker_groups.items()
+    return {
+        n: capacity.scaling_activities(autoscaling, g.autoscaling_group, since)
+        for n, g in groups
+        if g.autoscaling_group
+    }
+
+
+def status(aws: Aws, out: Outputs, runs: int = 5, why=capacity.reasons, activities=worker_activities) -> dict:
+    """`why` (aws, out, since) -> [capacity.Reason]: the capacity reasons; `activities` (aws, out, since) -> the
+    worker groups' scaling activities (the tests pass recorded ones of both)."""
     ecs = aws.client("ecs")
     aws.check_cluster(out.cluster_name)
     services = ecs.describe_services(cluster=out.cluster_name, services=service_names(out))["services"]
@@ -156,6 +169,10 @@ def status(aws: Aws, out: Outputs, runs: int = 5, why=capacity.reasons) -> dict:
     reasons = why(aws, out, datetime.now(UTC) - CAPACITY_LOOKBACK)
     view, view_age = ray_view(aws.client("s3"), out.results_bucket)
     queue = _queue(out)
+    listed_runs = s3_runs(out)
+    now = datetime.now(UTC)
+    since = now - goodput.WINDOW
+    nodes_usd = goodput.worker_usd(out, list(instances.values()), activities(aws, out, since), since, now)
     return {
         "cluster": out.cluster_name,
         "region": aws.region,
@@ -172,7 +189,8 @@ def status(aws: Aws, out: Outputs, runs: int = 5, why=capacity.reasons) -> dict:
         "tasks": _tasks(aws, out, instances),
         "capacity": [{"reason": r.text, "fatal": r.fatal} for r in reasons],
         **ray_section(view, datetime.now(UTC), view_age),
-        "runs": _runs(out, runs),
+        "runs": _runs(out, listed_runs, runs),
+        "goodput": goodput.summary(goodput.within(listed_runs, since), nodes_usd),
         "queue": queue,
         "groups": group_rows(out, services, queue),
         "cost_per_hour_usd": round(cost, 3),

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from rayfleet.core.run_queue import HELD, WAITING
 from rayfleet.core.terminal import printable
 from rayfleet.ops.runs.queued import IGNORED
+from rayfleet.ops.status import goodput
 from rayfleet.ops.status.gather import SNAPSHOT_INTERVAL_S, STALE_AFTER_S
 from rayfleet.serve.summary import lines as serve_lines
 
@@ -171,6 +172,8 @@ def render(s: dict) -> str:
     )
     if "queue" in s:
         lines += ["", "queue", queue_line(s["queue"])]
+    if s.get("goodput"):
+        lines += ["", "goodput (where the worker nodes' time went)", goodput.line(s["goodput"])]
     lines += ["", "recent runs"]
     lines += [
         f"  {printable(r['run']):<28}{printable(r['state']):<20}{printable(r['last_checkpoint'] or '-'):<22}"
