@@ -46,7 +46,7 @@ ONE_RUN = $(if $(RUN),--run $(RUN))
 ALL_RUNS = $(ONE_RUN) $(foreach r,$(RUNS),--run $(r)) $(BUCKET_FLAG)
 
 .DEFAULT_GOAL := help
-.PHONY: help setup data text-data demo run train-ddp train-fsdp runs logs queue cancel plot tensorboard build push \
+.PHONY: help setup data text-data demo run train-ddp train-fsdp runs logs queue cancel plot tensorboard dashboard build push \
         check plan deploy status exec stop start clean serve test test-system-deps test-images-early test-quick lint \
         lint-infra format bench cloudwatch-template
 
@@ -124,7 +124,7 @@ text-data: models/tiny-gpt-neox/config.json ## The real tiny_shakespeare in data
 # none runs, and stops it after.
 ON_CLUSTER = $(RF) cluster run --workers $(WORKERS) --cpus-per-worker $(CPUS_PER_WORKER) --
 # What every recipe run passes on: where it goes, its name, its overrides, the results bucket, detach.
-RUN_FLAGS = --on $(ON) $(if $(NAME),--name $(NAME)) $(foreach s,$(SET),--set $(s)) $(BUCKET_FLAG) $(if $(DETACH),--detach)
+RUN_FLAGS = --on $(ON) $(if $(NAME),--name $(NAME)) $(foreach s,$(SET),--set $(s)) $(BUCKET_FLAG) $(if $(DETACH),--detach) $(if $(ESTIMATE),--estimate)
 # A DATA_DIR given on the command line replaces the recipe's data: (staged to S3 on ECS like the default).
 USER_DATA_DIR = $(if $(filter command line environment,$(origin DATA_DIR)),--set data=$(abspath $(DATA_DIR)))
 
@@ -157,6 +157,9 @@ plot: setup ## Draw runs' curves into plots/<run>.png: loss, accuracy/perplexity
 
 tensorboard: setup ## Serve runs' TensorBoard on 127.0.0.1:6006 (RUN=; RUNS="more runs"; BUCKET= for runs in S3)
 	$(RF) runs tensorboard $(ALL_RUNS)
+
+dashboard: setup ## Ray's dashboard in the browser: the deployment's (SSM port-forward), else the local cluster's (RUN= its job's page)
+	$(RF) dashboard $(if $(RUN),--run $(RUN))
 
 ##@ Deployment (AWS)
 build: setup ## Build the images with docker or podman, tagged with the git commit (IMAGES=a,b; MODELS=hub/id,... or none: what the fsdp group's worker preloads, default the built-in recipes' models)

@@ -41,6 +41,7 @@ def test_train_ddp_passes_data_dir_bucket_and_detach_only_when_given():
     env, argv = planned("train-ddp")
     opts, job_args = parsed(argv)
     assert not env and not job_args and not opts.set and opts.on == "auto" and opts.name is None and not opts.bucket
+    assert opts.estimate is False and parsed(planned("train-ddp", "ESTIMATE=1")[1])[0].estimate is True
 
 
 @pytest.mark.parametrize(
