@@ -10,7 +10,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from rayfleet.core import stop_request
+from rayfleet.core import ledger, stop_request
 from rayfleet.core.aws import Aws, PlacementFailed
 from rayfleet.core.catalog import INSTANCE_TYPES, accelerator_of
 from rayfleet.core.config import ConfigError
@@ -100,6 +100,7 @@ def trainer_environment(recipe, code: dict, storage: str, extra_args: list[str],
 
 
 def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs: str | None, detach: bool) -> int:
+    submitted = time.time()  # the run's ledger starts here (rayfleet/recipes/run_ledger.py)
     out = Outputs.load(outputs)
     aws = Aws(out.region)
     choice = ecs_choice(aws, out, loaded.recipe)
@@ -115,7 +116,9 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
     aws.check_cluster(out.cluster_name)
     expected = ecs_estimate(out, loaded, choice)
     fallback = run_fallback(aws, out, recipe, choice)
+    waited = time.monotonic()
     bring_up(aws, out, group_starts(out, choice), fallback)
+    node_wait = time.monotonic() - waited  # the ledger's node start: the run's nodes launched and joined
     loaded, capacity = moved_by(fallback, out, loaded, capacity)
     recipe = loaded.recipe
     run_dir = RunDir(storage, run_name, region=out.region)
@@ -131,7 +134,8 @@ def run_ecs(loaded: LoadedRecipe, extra_args: list[str], run_name: str, outputs:
             spot = group_spot_price(aws, group)
         held = cost.held_ecs(recipe, group.types[0] if group.types else "", capacity, spot)
         code = package_into(loaded, run_dir, Path(tmp), "ecs", extra_args, held)
-        run_dir.send("estimate", estimate=expected)  # set against the run's ledger when it ends
+        timing = {ledger.SUBMITTED: submitted, ledger.NODE_WAIT: round(node_wait, 3)}
+        run_dir.send("estimate", estimate=expected, **timing)  # set against the run's ledger when it ends
     task_definition = trainer_with_image(aws, out, recipe.image) if recipe.image else None
     environment = trainer_environment(recipe, code, storage, extra_args, data)
 

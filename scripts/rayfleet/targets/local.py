@@ -8,6 +8,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from rayfleet.core import ledger
 from rayfleet.core.run_dir import RunDir, runs_root
 from rayfleet.local import cluster as local_cluster
 from rayfleet.local import gcs_store
@@ -83,6 +84,7 @@ def machine_capacity(loaded: LoadedRecipe) -> Capacity:
 def run_local(
     loaded: LoadedRecipe, extra_args: list[str], run_name: str, launch_dir: Path, detach: bool = False
 ) -> int:
+    submitted = time.time()  # the run's ledger starts here (rayfleet/recipes/run_ledger.py)
     state = local_cluster.running()
     choice = local_choice(loaded, state)
     if choice is None:
@@ -102,7 +104,7 @@ def run_local(
         tempfile.TemporaryDirectory(prefix="rayfleet-code-") as tmp,
     ):
         code = package_into(loaded, run_dir, Path(tmp), "local", extra_args, cost.held_local())
-        run_dir.update(estimate=expected)  # set against the run's ledger when it ends
+        run_dir.update(estimate=expected, **{ledger.SUBMITTED: submitted})  # set against the run's ledger
         started = False
         if state is None:
             print(
@@ -117,8 +119,10 @@ def run_local(
                 gpus_per_worker=res.gpus_per_worker,
                 groups=[[res.group, res.workers, res.gpus_per_worker]] if res.group else None,
             )
+            waited = time.monotonic()
             state = local_cluster.up(spec)
             started = True
+            run_dir.update(**{ledger.NODE_WAIT: round(time.monotonic() - waited, 3)})  # the ledger's node start
         if detach:  # from here on a background process follows the run; this one exits once it is submitted
             detached.background(run_dir, detached.log_path(run_dir, launch_dir))
         try:

@@ -16,6 +16,8 @@ import math
 import time
 from contextlib import contextmanager
 
+SUBMITTED = "submitted_epoch"  # the record's field: when `rayfleet run` began the submission (epoch s)
+NODE_WAIT = "node_wait_s"  # the record's field: how long `rayfleet run` waited for the run's nodes to come
 EVENT = "phases"  # the run record's field rank 0 sends: {"seconds": {phase: s}, "loop_began": t, "reported": t}
 LEDGER = "ledger"  # the run record's field the follower writes: build()'s result
 # In the order a run goes through them; `compute` is the goodput.

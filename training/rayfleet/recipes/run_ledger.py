@@ -11,13 +11,19 @@ import time
 from rayfleet.core import ledger
 from rayfleet.core.run_dir import RunDir
 
+MAX_BEFORE_S = 7 * 24 * 3600.0  # a submission older than this is not the one this job follows
+
 
 def close(run_dir: RunDir, began_at: float, held: dict) -> None:
     """The run's goodput ledger from its submission (rayfleet/core/ledger.py): its queue wait, and the phases
     the job's rank 0 timed, if it is a built-in job; into run.json (this process owns it) and printed."""
     record = run_dir.record()
-    waited = record.get("queue_wait_s")  # the job's admission sent it: bounded by build, and a number or nothing
-    before = {"queue": waited} if isinstance(waited, int | float) and not isinstance(waited, bool) else {}
+    # what the submitter and the job's admission recorded: numbers or nothing, and bounded by build
+    before = {p: record.get(k) for p, k in (("node_start", ledger.NODE_WAIT), ("queue", "queue_wait_s"))}
+    before = {p: v for p, v in before.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+    submitted = record.get(ledger.SUBMITTED)
+    if isinstance(submitted, int | float) and began_at - MAX_BEFORE_S <= submitted <= began_at:
+        began_at = float(submitted)  # from `rayfleet run`'s start: the nodes' wait and the trainer's start too
     try:
         usd = float(held.get("usd_per_hour") or 0.0)
         built = ledger.build(began_at, time.time(), ledger.sent_events(record), usd, before_loop=before)
