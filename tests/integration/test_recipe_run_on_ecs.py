@@ -15,6 +15,7 @@ import zipfile
 import pytest
 import yaml
 
+from rayfleet.core import ledger as ledger_fields
 from rayfleet.train.data import synthetic
 from rayfleet.train.data.text import read_text
 from tests.integration.helpers import DASHBOARD_PORT, REPO, run_record
@@ -183,6 +184,15 @@ def test_trainer_submits_the_s3_code_to_the_cluster_and_records_the_result(launc
     # what it held, priced, in the queue's ledger (its budget's spending): one item, if it cost anything
     priced = float((done.get("held") or {}).get("usd_per_hour") or 0) > 0
     assert len([k for k in left if k.startswith("queue/spent/ecs-1-")]) == int(priced), left
+    # its goodput ledger, closed by the trainer's driver: from `rayfleet run`'s start, the wait for the group's
+    # nodes and the queue's, at the group's price (2 x g5.xlarge); the user's script timed nothing of its own
+    ledger = done["ledger"]
+    seconds = {r["phase"]: r["seconds"] for r in ledger["phases"]}
+    assert ledger["usd_per_hour"] == done["held"]["usd_per_hour"] == pytest.approx(2 * 1.006)
+    assert {"node_start", "queue", "unaccounted"} <= set(seconds) and ledger["job_phases"] is False
+    assert ledger["wall_s"] >= done[ledger_fields.NODE_WAIT] == seconds["node_start"]
+    assert ledger["cost_usd"] == pytest.approx(ledger["wall_s"] / 3600 * 2 * 1.006, abs=1e-3)
+    assert done["estimate"]["group"] == "default" and done["estimate"]["duration"] is None  # no past run: unknown
 
 
 def test_a_code_zip_replaced_in_s3_is_refused_before_ray_sees_it(launched, aws_stack):
