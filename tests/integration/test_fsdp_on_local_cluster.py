@@ -98,6 +98,10 @@ def test_make_train_fsdp_runs_the_tiny_recipe_through_the_jobs_api(fsdp_learned,
     assert (config["num_workers"], config["min_workers"], config["cpus_per_worker"]) == (2, 2, 1.0)
     assert (config["run_name"], config["storage"], config["strategy"]) == ("learn", str(root), "deepspeed")
     assert "${" not in (run / "config.yaml").read_text()
+    # its goodput ledger across both submissions: the queue, and the two attempts' phases from rank 0
+    seconds = {r["phase"]: r["seconds"] for r in record["ledger"]["phases"]}
+    assert record["ledger"]["job_phases"] is True and {"phases/0", "phases/1"} <= set(record)
+    assert all(seconds.get(p, 0) > 0 for p in ("run_start", "model_load", "data", "compute", "checkpoint")), seconds
 
 
 def uninterrupted(cluster_env, tiny, moto_endpoint, bucket, tmp_path) -> tuple[list[dict], dict, Path]:
