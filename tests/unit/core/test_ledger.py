@@ -72,6 +72,9 @@ def test_the_attempts_of_a_resumed_run_add_up_and_the_gap_between_them_is_unacco
     assert rows(built) == {"run_start": 5.0, "compute": 50.0, "redone": 4.0, "teardown": 10.0, "unaccounted": 31.0}
     record = {"phases/0": first, "phases/1": second, "phases": "not an attempt's", "ledger": {}}
     assert ledger.sent_events(record) == [first, second]
+    # the name submitted again at 40: its ledger is its own, the first submission's attempt is not in it
+    again = ledger.build(40.0, 100.0, [first, second], 0.0)
+    assert rows(again) == {"run_start": 10.0, "compute": 30.0, "redone": 4.0, "teardown": 10.0, "unaccounted": 6.0}
 
 
 def test_phases_time_disjoint_parts_and_move_redone_steps_out_of_compute():

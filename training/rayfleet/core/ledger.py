@@ -101,6 +101,8 @@ def build(
             raise LedgerError(f"phase {phase!r}: {value!r}")
         seconds[phase] += min(float(value), wall_s)
     waited = sum(seconds.values())
+    # an earlier submission's attempts (the run's name submitted again) are not this run's time
+    sent = [e for e in sent if not isinstance(e.get("loop_began"), int | float) or e["loop_began"] >= started - 1.0]
     for event in sent:
         if not isinstance(event.get("seconds", {}), dict):
             raise LedgerError(f"phases {event.get('seconds')!r}")
