@@ -188,6 +188,7 @@ def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
         train_data, test_data = _load_splits(cfg, rt, ctx.get_local_rank())
     with phases.timed("model_load"):
         model, optimizer, found, ddp_model, step_fn = _build(cfg, rt, run_name, rank)
+    setup = time.perf_counter()  # to the first epoch: the run's tracking and controls, its start
 
     n, steps = len(train_data), steps_per_epoch(len(train_data), world, cfg.batch_size)
     carried = {"preemptions": found.preemptions, "steps_redone": found.steps_redone}
@@ -207,6 +208,7 @@ def _train(loop_config: dict, cfg: DDPConfig, run_dir: RunDir) -> None:
 
     pause_s = None  # how long the last epoch's checkpoint held the loop: into the next epoch's row
     uploads = checkpoint.Uploads()
+    phases.add("run_start", time.perf_counter() - setup)
     for epoch in range(found.start_epoch, cfg.epochs + 1):
         torch.manual_seed(cfg.seed * 1_000_003 + epoch * 1_009 + rank)  # augmentation: reproducible on resume
         position = found.position if epoch == found.start_epoch else None

@@ -22,7 +22,6 @@ from functools import partial
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
 
 from rayfleet.core.config import ConfigError, load_config
 from rayfleet.core.errors import EXIT_BAD_INPUT
@@ -33,9 +32,9 @@ from rayfleet.train.control.preemption import Preemption, record_reached, redone
 from rayfleet.train.control.run_control import RunControl
 from rayfleet.train.data import synthetic_text, text
 from rayfleet.train.data.text import PackedBlocks, pack, read_text, tokenize
-from rayfleet.train.flops import flops_per_token, peak_tflops
 from rayfleet.train.fsdp.config import FSDPConfig
 from rayfleet.train.fsdp.metrics import fsdp_summary, progress_line, step_metrics, step_scalars, window
+from rayfleet.train.fsdp.setup import announce, model_info, prime_checkpoints
 from rayfleet.train.fsdp.worker import Worker
 from rayfleet.train.metrics import MetricsLog
 from rayfleet.train.models.hf import ModelNotFound, local_model_dir, resolve_model_dir
@@ -96,6 +95,7 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
     with phases.timed("model_load"):  # the weights, sharded, and the checkpoint it resumes from
         strategy = make_strategy(cfg, model_dir, device, rank)
         state = strategy.load()
+    setup = time.perf_counter()  # to the first step: the run's tracking and controls, its start
     start, attempt = (state["step"], state["attempt"] + 1) if state else (0, 0)
     run_dir = RunDir(cfg.storage, run_name, cfg.s3_endpoint_url)
     carried = {key: (state or {}).get(key, 0) for key in ("preemptions", "steps_redone")}
@@ -108,11 +108,11 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
     train_state = {"attempt": attempt, "seed": cfg.seed, "strategy": cfg.strategy}
     log = MetricsLog(run_dir, start + 1, key="step") if rank == 0 else None
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    info = _model_info(cfg, strategy, device, device_name, world)  # a collective: every rank's shard size
+    info = model_info(cfg, strategy, device, device_name, world)  # a collective: every rank's shard size
     if rank == 0:
         what = f"resuming at step {start + 1} (attempt {attempt})" if state else "starting"
         trained_on = synthetic_text.describe(corpus, cfg.data)
-        _announce(cfg, run_name, what, trained_on, data, world, device_name)
+        announce(cfg, run_name, what, trained_on, data, world, device_name)
         if not state:
             run_dir.send("data", data=trained_on)  # the record says what it trained on: the real text, or SYNTHETIC
 
@@ -125,6 +125,7 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
     preemption = Preemption(cfg.preemption_check_steps, ask=worker.preemption_info, sleep=worker.sleep)
     control = RunControl(run_dir, rank, device, preemption, cfg.checkpoint_every, last, steps=watch)
     sent_as = f"{EVENT}/{attempt}"  # the record's field of this attempt's phases
+    phases.add("run_start", time.perf_counter() - setup)
     for step in range(start, last):
         stepped = time.perf_counter()
         watch.enter()
@@ -132,7 +133,7 @@ def run_loop(loop_config: dict, worker: Worker) -> None:
         watch.leave()
         phases.add("redone" if step < start + redone else "compute", time.perf_counter() - stepped)
         if step == start:  # the optimizer has its state now: the checkpoints' staging memory is made once, here
-            _prime_checkpoints(strategy, rank)
+            prime_checkpoints(strategy, rank)
         info["steps"] += 1
         done = step + 1
         # Asked first: a step that is checkpointed anyway at a notice is saved once, as the notice's (run_control.py).
@@ -196,47 +197,6 @@ def _to_device(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
     if device.type != "cuda":
         return batch.to(device)
     return batch.pin_memory().to(device, non_blocking=True)
-
-
-def _model_info(cfg: FSDPConfig, strategy, device: torch.device, device_name: str, world: int) -> dict:
-    """What the step metrics need of the model: FLOPs per token, the device's peak, each rank's parameter
-    bytes (an all-gather: every rank calls it), and the steps in the current logging window."""
-    mc = strategy.config
-    info = {
-        "flops_per_token": flops_per_token(
-            strategy.non_embedding_params,
-            mc.num_hidden_layers,
-            mc.num_attention_heads,
-            mc.hidden_size // mc.num_attention_heads,
-            cfg.seq_len,
-        ),
-        "peak": peak_tflops(device_name),
-        "steps": 0,
-    }
-    local_bytes = torch.tensor([strategy.local_param_bytes()], dtype=torch.float64, device=device)
-    shard_bytes = [torch.zeros_like(local_bytes) for _ in range(world)]
-    dist.all_gather(shard_bytes, local_bytes)
-    info["shard_bytes"] = [int(b.item()) for b in shard_bytes]
-    return info
-
-
-def _prime_checkpoints(strategy, rank: int) -> None:
-    seconds = strategy.prime_checkpoints()
-    if seconds is not None and rank == 0:
-        print(
-            f"checkpoint staging memory ready in {seconds:.1f} s (once; each checkpoint then only copies)", flush=True
-        )
-
-
-def _announce(
-    cfg: FSDPConfig, run_name: str, what: str, trained_on: str, data: PackedBlocks, world: int, device_name: str
-) -> None:
-    print(
-        f"{run_name}: {what} with {cfg.strategy} on {trained_on}; {len(data):,} blocks of {cfg.seq_len} tokens, "
-        f"{data.steps_per_epoch(world, cfg.micro_batch_size, cfg.grad_accum)} steps/epoch, "
-        f"{world} x {device_name}",
-        flush=True,
-    )
 
 
 def _boundary(strategy, control: RunControl, row: dict, train_state: dict, last: int):
