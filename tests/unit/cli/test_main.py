@@ -41,7 +41,7 @@ def called(monkeypatch):
 def test_every_verb_and_step_has_help_and_there_are_about_fifteen_verbs(capsys):
     verbs = cli.parser()._subparsers._group_actions[0].choices
     top = {"run", "launch", "runs", "logs", "cancel", "queue", "status", "exec", "deploy", "cluster", "serve"}
-    assert set(verbs) == top | {"images", "token", "rehearse"}
+    assert set(verbs) == top | {"images", "token", "rehearse", "dashboard"}
     steps = [["deploy", s] for s in ("plan", "check", "down", "stop", "start")] + [
         ["runs", "plot"],
         ["runs", "tensorboard"],
