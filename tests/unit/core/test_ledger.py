@@ -112,3 +112,21 @@ def test_a_slow_loader_is_data_time_and_the_steps_are_compute(monkeypatch):
     ddp_phases.account_steps(p, stepping_s=now[0] - p.seconds["data"], redone=1, seen=4 * 64, batch_size=64)
     assert p.seconds == {"data": 2.0, "compute": 3.0, "redone": 1.0}  # one of the four steps repeated a lost one
     assert list(ddp_phases.loader_waits(iter([7]), None)) == [7]
+
+
+def test_a_lost_run_has_a_ledger_up_to_the_last_time_its_job_reported():
+    record = {
+        ledger.SUBMITTED: 100.0,
+        "held": {"usd_per_hour": 36.0},
+        "phases/0": sent({"compute": 40.0, "data": 5.0}, 110.0, 160.0),
+    }
+    built = ledger.of_lost(record)
+    assert built["wall_s"] == 60.0 and rows(built) == {
+        "run_start": 10.0,
+        "data": 5.0,
+        "compute": 40.0,
+        "unaccounted": 5.0,
+    }
+    assert built["cost_usd"] == pytest.approx(0.6)
+    assert ledger.of_lost({}) is None and ledger.of_lost({ledger.SUBMITTED: "yesterday"}) is None
+    assert ledger.of_lost({ledger.SUBMITTED: 0.0, "phases/0": {"seconds": {"compute": -1}}}) is None

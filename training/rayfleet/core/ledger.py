@@ -169,3 +169,18 @@ def against(estimate, ledger: dict) -> str | None:
     return (
         f"estimate {mean / 60:.1f} min, ${cost:.2f}; actual {ledger['wall_s'] / 60:.1f} min, ${ledger['cost_usd']:.2f}"
     )
+
+
+def of_lost(record: dict) -> dict | None:
+    """A lost run's ledger (nobody followed it to its end): from its submission to the last time its job
+    reported, the only end anyone saw; None without a recorded submission, or with phases that are no ledger."""
+    started = record.get(SUBMITTED)
+    if not isinstance(started, int | float) or isinstance(started, bool):
+        return None
+    sent = sent_events(record)
+    reported = [e.get("reported") for e in sent if isinstance(e.get("reported"), int | float)]
+    usd = (record.get("held") or {}).get("usd_per_hour") if isinstance(record.get("held"), dict) else 0.0
+    try:
+        return build(float(started), max([float(started), *reported]), sent, float(usd or 0.0))
+    except (LedgerError, TypeError, ValueError):
+        return None

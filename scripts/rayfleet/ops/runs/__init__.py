@@ -23,6 +23,7 @@ from pathlib import Path
 
 from botocore.exceptions import BotoCoreError, ClientError
 
+from rayfleet.core import ledger
 from rayfleet.core.aws import Aws, MissingOutputs
 from rayfleet.core.errors import ConfigError, RayfleetError
 from rayfleet.core.ledger import LEDGER
@@ -136,9 +137,11 @@ def settle(run_dir: RunDir, record: dict, ecs=None, out: Outputs | None = None) 
     current = run_dir.record()
     if current.get("state") != state:  # it moved on meanwhile: the writer's word wins
         return current
+    lost_ledger = ledger.of_lost(current)  # every run that ends has a ledger, a lost one too
     return run_dir.send(  # a reader's finding: an event, never a write over the owner's run.json
         "lost",
         state="LOST",
+        **({LEDGER: lost_ledger} if lost_ledger else {}),
         ended_at=now(),
         message=f"{reason} while the run was {state}; nobody follows its job any more, and driver.log "
         "holds the output up to its last upload",
