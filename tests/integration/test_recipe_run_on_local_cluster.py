@@ -362,7 +362,9 @@ def test_a_budget_stops_the_run_cleanly_after_a_checkpoint_and_the_name_submitte
     seconds = {r["phase"]: r["seconds"] for r in record["ledger"]["phases"]}
     assert "queue" in seconds and record["ledger"]["job_phases"] is True
     assert all(seconds.get(p, 0) > 0 for p in ("run_start", "compute", "evaluation", "checkpoint")), seconds
-    assert result.stdout.rstrip().splitlines()[-1].startswith("[rayfleet]   goodput (compute / total): ")
+    last = result.stdout.rstrip().splitlines()[-2:]  # the ledger ends the output, then the run's dashboard page
+    assert last[0].startswith("[rayfleet]   goodput (compute / total): ")
+    assert last[1] == "[rayfleet]   its job in Ray's dashboard: rayfleet dashboard --run budgeted"
     # no one group of the suite's cluster (a, b: one 1-CPU node each) holds its 2 workers: they span them
     assert "[rayfleet] no one worker group holds its 2 node(s): its workers go to any node of a " in result.stdout
     check_attempts(record, [("STOPPED", record["exit_code"])], allowing=RAY_LOST_THE_CODE)

@@ -26,6 +26,7 @@ def test_the_ledger_starts_at_the_submission_with_the_nodes_and_the_queues_waits
                 "queue_wait_s": 30.0,
                 "phases/0": phases,
                 "estimate": estimate,
+                "job_id": "rayfleet-r-abc123",
             }
         ),
     )
@@ -33,6 +34,7 @@ def test_the_ledger_starts_at_the_submission_with_the_nodes_and_the_queues_waits
     built = run_dir.record()["ledger"]
     seconds = {r["phase"]: r["seconds"] for r in built["phases"]}
     assert built["wall_s"] == 1000.0 and built["usd_per_hour"] == 3.6 and built["cost_usd"] == 1.0
+    assert built["dashboard_page"] == "/#/jobs/rayfleet-r-abc123"  # the run record links to its page
     assert seconds == {
         "node_start": 120.0,
         "queue": 30.0,
@@ -43,7 +45,10 @@ def test_the_ledger_starts_at_the_submission_with_the_nodes_and_the_queues_waits
         "unaccounted": 50.0,
     }
     out = capsys.readouterr().out.splitlines()
-    assert out[-1] == "[rayfleet]   estimate 10.0 min, $0.60; actual 16.7 min, $1.00"
+    assert out[-2:] == [
+        "[rayfleet]   estimate 10.0 min, $0.60; actual 16.7 min, $1.00",
+        "[rayfleet]   its job in Ray's dashboard: rayfleet dashboard --run r",
+    ]
 
 
 def test_what_is_no_number_is_left_out_and_a_stale_submission_is_not_the_start(tmp_path, monkeypatch):

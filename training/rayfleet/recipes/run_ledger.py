@@ -30,7 +30,11 @@ def close(run_dir: RunDir, began_at: float, held: dict) -> None:
     except (ledger.LedgerError, TypeError, ValueError) as exc:  # phases a job sent that cannot be a ledger
         print(f"[rayfleet] run {run_dir.run_name}: no goodput ledger ({exc})", file=sys.stderr)
         return
+    job = record.get("job_id")
+    if isinstance(job, str):  # the run's page in Ray's dashboard (rayfleet dashboard --run)
+        built["dashboard_page"] = f"/#/jobs/{job}"
     run_dir.update(ledger=built)
     versus = ledger.against(record.get("estimate"), built)
     shown = ledger.lines(built) + ([f"  {versus}"] if versus else [])
+    shown.append(f"  its job in Ray's dashboard: rayfleet dashboard --run {run_dir.run_name}")
     print("\n".join(f"[rayfleet] {line}" for line in shown), flush=True)
