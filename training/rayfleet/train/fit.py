@@ -190,13 +190,13 @@ def fit_and_summarize(
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except RayfleetError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        print("\n".join(close_ledger(run_dir, began_at)), file=sys.stderr)
+        print("\n".join(close_ledger(run_dir, began_at, started_only=True)), file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)  # last: the one line that says what went wrong
         return EXIT_FAILED
     except Exception as exc:  # Ray's TrainingFailedError and friends: say it in one place, keep the cause
+        print("\n".join(close_ledger(run_dir, began_at, started_only=True)), file=sys.stderr)
         print(f"error: run {run_name} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         print(f"checkpoints so far are in {run_dir.url}; re-run with run_name={run_name} to resume", file=sys.stderr)
-        print("\n".join(close_ledger(run_dir, began_at)), file=sys.stderr)
         return EXIT_FAILED
     rows = read_rows(run_dir)
     lines = (summary_lines or ddp_summary)(rows[-1] if rows else {})
@@ -208,11 +208,16 @@ def fit_and_summarize(
     return 0
 
 
-def close_ledger(run_dir: RunDir, began_at: float) -> list[str]:
+def close_ledger(run_dir: RunDir, began_at: float, started_only: bool = False) -> list[str]:
     """The run's goodput ledger (rayfleet/core/ledger.py), from this driver's start to now and what rank 0 sent,
-    into the run's record, and its lines for the closing summary; also for a run that failed."""
+    into the run's record, and its lines for the closing summary; also for a run that failed, once its loop
+    had started (`started_only`): one that never started (no cluster, a refused config) leaves no run behind."""
     try:
+        if started_only and not run_dir.entries():
+            return []
         record = run_dir.record()
+        if started_only and not ledger.sent_events(record):
+            return []
         usd_per_hour = float((record.get("held") or {}).get("usd_per_hour") or 0.0)
         built = ledger.build(began_at, time.time(), ledger.sent_events(record), usd_per_hour)
         run_dir.send(ledger.LEDGER, **{ledger.LEDGER: built})
