@@ -46,7 +46,14 @@ def test_the_phases_the_timestamps_and_the_rest_make_the_whole_run():
 
 @pytest.mark.parametrize(
     "seconds, why",
-    [({"compute": -1.0}, "phase 'compute'"), ({"lunch": 1.0}, "phase 'lunch'"), ({"compute": "1"}, "phase 'compute'")],
+    [
+        ({"compute": -1.0}, "phase 'compute'"),
+        ({"lunch": 1.0}, "phase 'lunch'"),
+        ({"compute": "1"}, "phase 'compute'"),
+        ({"compute": float("nan")}, "phase 'compute'"),
+        ({"compute": float("inf")}, "phase 'compute'"),
+        ({"compute": True}, "phase 'compute'"),
+    ],
 )
 def test_a_negative_or_unknown_phase_is_refused(seconds, why):
     with pytest.raises(LedgerError, match=why):

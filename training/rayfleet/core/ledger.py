@@ -88,6 +88,11 @@ class Phases:
         return {"seconds": dict(self.seconds), "loop_began": self.loop_began, "reported": self.wall()}
 
 
+def _seconds(value) -> bool:
+    """A duration a process could have measured: a finite number, not negative (and not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+
+
 def build(
     started: float, ended: float, sent: list[dict], usd_per_hour: float, before_loop: dict[str, float] | None = None
 ) -> dict:
@@ -97,7 +102,7 @@ def build(
     wall_s = max(ended - started, 0.0)
     seconds = {p: 0.0 for p in PHASES}
     for phase, value in (before_loop or {}).items():
-        if phase not in PHASES or not isinstance(value, int | float) or isinstance(value, bool) or not value >= 0:
+        if phase not in PHASES or not _seconds(value):
             raise LedgerError(f"phase {phase!r}: {value!r}")
         seconds[phase] += min(float(value), wall_s)
     waited = sum(seconds.values())
@@ -107,7 +112,7 @@ def build(
         if not isinstance(event.get("seconds", {}), dict):
             raise LedgerError(f"phases {event.get('seconds')!r}")
         for phase, value in (event.get("seconds") or {}).items():
-            if phase not in PHASES or not isinstance(value, int | float) or value < 0:
+            if phase not in PHASES or not _seconds(value):
                 raise LedgerError(f"phase {phase!r}: {value!r}")
             seconds[phase] += float(value)
     if sent:
