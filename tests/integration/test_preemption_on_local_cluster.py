@@ -24,6 +24,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from rayfleet.core import stop_request
 from rayfleet.core.run_dir import RunDir
 from rayfleet.node.drain import SPOT_MARGIN_S
 from rayfleet.train.checkpoint import read_state
@@ -63,10 +64,11 @@ def spot_notice(node: subprocess.Popen, scratch: Path) -> None:
 
 
 def preempted_run(
-    cluster_env: dict, scratch: Path, job_command: list[str], started, preempt
+    cluster_env: dict, scratch: Path, job_command: list[str], started, preempt, moved=None
 ) -> tuple[str, str, int, int]:
-    """Start the node and the run; once `started()` holds, preempt the node. (run's output, node's output,
-    node's exit code, run's exit code)."""
+    """Start the node and the run; once `started()` holds, preempt the node; once the node is gone, `moved(job)`
+    (the run's own check that it went on elsewhere, when given). (run's output, node's output, node's exit
+    code, run's exit code)."""
     log = scratch / "node.log"
     node = entry_point_node(cluster_env, scratch, log)
     job = None
@@ -81,6 +83,8 @@ def preempted_run(
         wait_for(started, 300, "progress past the first checkpoint", job)
         preempt(node, scratch)
         node.wait(timeout=DEADLINE_S + 90)
+        if moved is not None:
+            moved(job)
         out, _ = job.communicate(timeout=600)
         return out, log.read_text(), node.returncode, job.returncode
     finally:
@@ -113,12 +117,20 @@ def test_a_ddp_run_on_a_preempted_node_checkpoints_moves_and_finishes(
     mlflow_uri = (tmp_path / "mlruns").as_uri()
     env = {**cluster_env, "MLFLOW_TRACKING_URI": mlflow_uri, "MLFLOW_ALLOW_FILE_STORE": "true"}
     command = [sys.executable, "-m", "rayfleet.train.ddp", f"data_dir={small_dataset}", f"storage={tmp_path}"]
-    command += ["eval_batch_size=600", "epochs=4", "run_name=spot", "max_failures=0", "keep_checkpoints=10"]
+    # More epochs than it will ever reach: a run that could end before the notice reached it would prove nothing
+    # (it did, on an idle machine, in 3 s epochs); once it has trained an epoch on the workers left, the test asks
+    # it to stop (the stop request a budget uses, core/stop_request.py), after that epoch's checkpoint.
+    command += ["eval_batch_size=600", "epochs=30", "run_name=spot", "max_failures=0", "keep_checkpoints=40"]
     command += ["num_workers=3", "min_workers=1"]  # 2 fit on the session's workers once the node is gone
     command += ["train_subset=1200", "batch_size=64"]  # the steps of the whole set, at half its CPU
     command += [f"preemption_check_steps={CHECK_EVERY}", "progress_every_s=1"]
+
+    def moved(job) -> None:
+        wait_for(lambda: any(r["attempt"] == 1 for r in read_rows(run_dir)), 300, "an epoch on the workers left", job)
+        stop_request.request(run_dir, "the test saw the run go on elsewhere")
+
     out, node_out, node_rc, rc = preempted_run(
-        env, tmp_path, command, lambda: len(read_rows(run_dir)) >= 1, spot_notice
+        env, tmp_path, command, lambda: len(read_rows(run_dir)) >= 1, spot_notice, moved
     )
     assert rc == 0, out[-4000:]
     check_the_node(node_out, node_rc, cluster_env, "Spot interruption notice: terminate at", late_s=15)
@@ -132,7 +144,7 @@ def test_a_ddp_run_on_a_preempted_node_checkpoints_moves_and_finishes(
     assert at_notice["position"]["samples"] > 0 and at_notice["preemptions"] == 1
     assert f"samples into epoch {epoch} (attempt 1)" in out  # resumed mid-epoch, not from the epoch's start
     rows = read_rows(run_dir)
-    assert [r["epoch"] for r in rows] == [1, 2, 3, 4]  # each epoch once; the counting goes on
+    assert [r["epoch"] for r in rows] == list(range(1, len(rows) + 1)) and len(rows) < 30  # each once, stopped
     before, after = [r for r in rows if r["epoch"] < epoch], [r for r in rows if r["epoch"] >= epoch]
     assert before and all(r["workers"] == 3 and r["attempt"] == 0 for r in before), rows  # every worker it asked for
     assert all(r["workers"] == 2 for r in after), rows  # went on with fewer, no replacement waited for
@@ -153,12 +165,12 @@ def test_a_ddp_run_on_a_preempted_node_checkpoints_moves_and_finishes(
     client = MlflowClient(tracking_uri=mlflow_uri)
     (run,) = client.search_runs([client.get_experiment_by_name("rayfleet").experiment_id])
     assert run.info.run_id == run_dir.record()["mlflow_run_id"]
-    assert run.info.run_name == "spot" and run.data.params["epochs"] == "4"
+    assert run.info.run_name == "spot" and run.data.params["epochs"] == "30"
     assert run.info.status == "FINISHED", out[-3000:]  # the driver's close says why it could not
     logged = sorted(client.get_metric_history(run.info.run_id, "test/accuracy"), key=lambda m: m.timestamp)
     history = {m.step: m.value for m in logged}  # the last value logged for each step
     assert history == {step: pytest.approx(acc) for step, acc in curve}
-    assert [a.path for a in client.list_artifacts(run.info.run_id)] == ["checkpoint_000004"]
+    assert [a.path for a in client.list_artifacts(run.info.run_id)] == [f"checkpoint_{len(rows):06d}"]
 
 
 ARGS = ["--steps", "300", "--checkpoint-every", "20", "--pace", "0.05"]  # still running when the notice comes
