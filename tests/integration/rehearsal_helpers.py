@@ -185,9 +185,23 @@ def dashboard_nodes_script(token_env: str, each: str) -> str:
     )
 
 
+def alive_node_ips(head_container: str, token_env: str = "RAY_AUTH_TOKEN") -> set[str]:
+    """The IPs of the Ray nodes the head's dashboard lists as alive."""
+    alive = "n.get('ip') if n.get('raylet',{}).get('state')=='ALIVE' else None"
+    return {ip for ip in _dashboard_nodes(head_container, dashboard_nodes_script(token_env, alive)) if ip}
+
+
+def container_ip(name: str) -> str:
+    return podman("exec", name, "hostname", "-I").stdout.split()[0]
+
+
 def ray_nodes_alive(head_container: str, token_env: str = "RAY_AUTH_TOKEN") -> int:
     """Alive Ray nodes as the head's dashboard lists them (asked from inside the head container)."""
     script = dashboard_nodes_script(token_env, "n.get('raylet',{}).get('state')=='ALIVE'")
+    return sum(_dashboard_nodes(head_container, script))
+
+
+def _dashboard_nodes(head_container: str, script: str) -> list:
     # The dashboard of a loaded head answers 500 now and then (seen in CI; three 500s in a row on a shared
     # 2-core machine beside other sessions): ask again for up to 30 s.
     deadline = time.monotonic() + 30
@@ -197,7 +211,7 @@ def ray_nodes_alive(head_container: str, token_env: str = "RAY_AUTH_TOKEN") -> i
             break
         time.sleep(2)
     assert result.returncode == 0, result.stderr
-    return sum(json.loads(result.stdout.strip().splitlines()[-1]))
+    return json.loads(result.stdout.strip().splitlines()[-1])
 
 
 def nodes_seen(head_container: str, rid: str, token_env: str = "RAY_AUTH_TOKEN") -> dict:

@@ -45,6 +45,8 @@ from tests.integration.rehearsal_helpers import (
     LABEL,
     TAG,
     Rehearsal,
+    alive_node_ips,
+    container_ip,
     containers,
     ensure_images,
     left_behind,
@@ -800,14 +802,19 @@ def test_a_head_killed_mid_run_is_replaced_on_its_store_and_the_run_goes_on(rehe
     print(rehearsal.apply(rehearsal.store_vars))
     assert "GCS store: redis-server" in rehearsal.output
     deadline = time.monotonic() + 600  # ECS stops the old deployment's tasks, then starts the new one's
+    steady = 0
     while True:
         heads, workers = containers(rid, "-ray-head"), containers(rid, "-ray-worker")
         formed = len(heads) == 1 and heads != before["head"] and len(workers) == 2
-        # and a head that passed its health check: the store's first head may fail its start-up and be replaced
-        # (a run once saw 4 nodes alive just after 3, on a head not yet checked: the message below says more)
+        # and a head that passed its health check: the store's first head may fail its start-up and be replaced.
+        # Counting 3 alive nodes is not enough: the GCS on the store keeps the replaced deployment's nodes until it
+        # finds them dead, and its dashboard listed 3, then 4 (fresh22: a stopped worker's node, still ALIVE in the
+        # store's node table). Formed is when the alive nodes are exactly the running containers, twice in a row.
         if formed and not before["workers"] & set(workers) and health_of(heads[0]) == "healthy":
-            with contextlib.suppress(AssertionError, ValueError, subprocess.TimeoutExpired):
-                if ray_nodes_alive(heads[0]) == 3:
+            with contextlib.suppress(AssertionError, ValueError, IndexError, subprocess.TimeoutExpired):
+                running = {container_ip(c) for c in [*heads, *workers]}
+                steady = steady + 1 if alive_node_ips(heads[0]) == running else 0
+                if steady >= 2:
                     break
         assert time.monotonic() < deadline, rehearsal.output[-4000:]
         time.sleep(2)
